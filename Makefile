@@ -1,0 +1,36 @@
+# kafka-handoff: the two commands are `make demo` and `make test`; everything else is their setup.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: setup demo test test-unit lint typecheck clean jars
+
+$(STAMP): pyproject.toml
+	@start=$$(date +%s); \
+	test -x $(PY) || $(PYTHON) -m venv $(VENV); \
+	$(PIP) install -q --upgrade pip; \
+	$(PIP) install -q -e '.[spark,dev,bench]'; \
+	touch $(STAMP); \
+	echo "python environment ready in $$(( $$(date +%s) - start ))s"
+
+setup: $(STAMP)
+	@start=$$(date +%s); $(VENV)/bin/handoff broker fetch-jars; \
+	echo "setup finished (jars checked) in $$(( $$(date +%s) - start ))s"
+
+jars: setup
+
+demo: setup
+	$(VENV)/bin/handoff demo
+
+test: setup
+	$(VENV)/bin/ruff check src tests examples
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest -p no:cacheprovider tests
+
+test-unit: setup
+	$(VENV)/bin/pytest -m unit tests
+
+clean:
+	rm -rf $(VENV) .handoff build *.egg-info

@@ -1,0 +1,167 @@
+"""The one membership interface with two implementations (classic, KIP-848 consumer), sans-I/O.
+
+A membership runs on the network thread.  It is a :class:`~kafka_handoff.protocol.requests.RequestManager`
+(the network thread calls ``poll(now_ms)`` and sends what it returns) and it receives *inputs* as method
+calls carrying ``now_ms``.  It never calls the user's code: whenever a rebalance callback has to run, it
+emits a :class:`CallbackNeeded` event and waits until the application thread reports
+:meth:`Membership.on_callback_completed` for that event's ``seq``.  That waiting is what lets the
+application thread *delay* a revocation (KIP-983): the membership does not acknowledge a revocation
+(KIP-848) or rejoin (classic cooperative) until the revoke callback has completed.
+
+Outputs besides requests are drained with :meth:`Membership.drain_events`:
+
+* :class:`CallbackNeeded` -- run a rebalance callback on the application thread.  For ``REVOKE`` the
+  partitions are still owned (and must no longer be fetched); for ``LOST`` they are already gone from
+  the owned set; for ``ASSIGN`` they are owned but must not be fetched before the callback completed.
+* :class:`AssignmentChanged` -- the owned set changed (the consumer mirrors it into its
+  subscription state).
+* :class:`MetadataNeeded` -- the membership needs fresher metadata (topic ids to resolve, a regex to
+  match, partition counts for the classic leader).
+* :class:`MembershipError` -- a fatal or caller-visible error (the next API call raises it).
+
+The rest of the consumer never knows which implementation runs.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kafka_handoff.protocol.requests import PollResult
+from kafka_handoff.types import ClusterMetadata, ConsumerGroupMetadata, TopicPartition
+
+__all__ = [
+    "AssignmentChanged",
+    "CallbackKind",
+    "CallbackNeeded",
+    "GroupEvent",
+    "Membership",
+    "MembershipError",
+    "MetadataNeeded",
+    "RebalanceMetricsSink",
+    "Subscription",
+]
+
+
+class CallbackKind(enum.Enum):
+    REVOKE = "revoke"
+    ASSIGN = "assign"
+    LOST = "lost"
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """What the application subscribed to: a set of topic names, or a compiled pattern."""
+
+    topics: frozenset[str] = frozenset()
+    pattern: re.Pattern[str] | None = None
+
+    def matches(self, topic: str) -> bool:
+        if self.pattern is not None:
+            return self.pattern.fullmatch(topic) is not None
+        return topic in self.topics
+
+    @property
+    def is_empty(self) -> bool:
+        return self.pattern is None and not self.topics
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackNeeded:
+    kind: CallbackKind
+    partitions: frozenset[TopicPartition]
+    seq: int
+    """Echoed back in ``on_callback_completed`` so stale completions can be told apart."""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentChanged:
+    owned: frozenset[TopicPartition]
+    awaiting_callback: frozenset[TopicPartition] = frozenset()
+    """Newly added partitions that must not be fetched until their ASSIGN callback completed."""
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataNeeded:
+    topics: frozenset[str] = frozenset()
+    all_topics: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MembershipError:
+    error: BaseException
+    fatal: bool = False
+
+
+GroupEvent = CallbackNeeded | AssignmentChanged | MetadataNeeded | MembershipError
+
+
+class RebalanceMetricsSink(Protocol):
+    """Where memberships report rebalance timing (``consumer-coordinator-metrics``)."""
+
+    def rebalance_started(self, now_ms: int) -> None: ...
+
+    def rebalance_completed(self, now_ms: int) -> None: ...
+
+    def rebalance_failed(self, now_ms: int) -> None: ...
+
+
+@dataclass(slots=True)
+class _Seq:
+    value: int = field(default=0)
+
+    def next(self) -> int:
+        self.value += 1
+        return self.value
+
+
+class Membership(Protocol):
+    """What the network thread and the consumer need from a group membership."""
+
+    # --- RequestManager -------------------------------------------------------------------------
+    def poll(self, now_ms: int) -> PollResult: ...
+
+    # --- inputs from the application thread (delivered as events through the network thread) ----
+    def subscribe(self, subscription: Subscription, now_ms: int) -> None:
+        """Set (or change) the subscription; joining starts on the next ``on_app_poll``."""
+
+    def unsubscribe(self, now_ms: int) -> None:
+        """Revoke everything (callback), then leave the group."""
+
+    def on_app_poll(self, now_ms: int) -> None:
+        """The application called ``poll()``: reset the poll timer, join or rejoin if needed."""
+
+    def on_callback_completed(self, seq: int, error: BaseException | None, now_ms: int) -> None: ...
+
+    def on_metadata(self, metadata: ClusterMetadata, now_ms: int) -> None: ...
+
+    def on_coordinator(self, node_id: int | None, now_ms: int) -> None:
+        """The coordinator was found (``node_id``) or lost (``None``)."""
+
+    def leave(self, now_ms: int) -> None:
+        """Leave the group on close (revoke callback first when still a member)."""
+
+    def enforce_rebalance(self, reason: str, now_ms: int) -> None: ...
+
+    # --- outputs --------------------------------------------------------------------------------
+    def drain_events(self) -> list[GroupEvent]: ...
+
+    # --- queries --------------------------------------------------------------------------------
+    @property
+    def owned(self) -> frozenset[TopicPartition]: ...
+
+    @property
+    def state_name(self) -> str: ...
+
+    @property
+    def left(self) -> bool:
+        """True once a leave has completed (or was not needed): close may proceed."""
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """Member id, generation (classic) or member epoch (consumer) and instance id, for commits."""
+
+    def owns(self, partitions: Iterable[TopicPartition]) -> bool: ...

@@ -1,0 +1,271 @@
+"""Request/response framing on top of ``kio``'s generated Kafka message schemas (sans-I/O).
+
+Kafka frames every request and response as ``int32 size`` followed by a header and a body.  The header
+version follows from whether the API version is "flexible" (request header v2 / response header v1) or not
+(v1 / v0); ApiVersions responses always use response header v0 so that a client can parse them before it
+knows what the broker speaks.
+
+Request managers describe what they want with :func:`build_request`, which takes plain Python values
+(dicts for nested entities, ints for millisecond durations) and builds the kio entity of the negotiated
+version, dropping fields that version does not have.  That keeps the managers independent of versions.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import struct
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import MISSING, fields, is_dataclass
+from functools import cache
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.schema.index import api_key_map, schema_name_map
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+from kio.static.primitive import i32Timedelta, i64Timedelta
+
+from kafka_handoff.errors import KafkaError
+
+__all__ = [
+    "API_KEYS",
+    "API_NAMES",
+    "FrameDecoder",
+    "ProtocolError",
+    "build_request",
+    "decode_response",
+    "encode_request",
+    "kio_version_range",
+    "request_class",
+    "response_class",
+]
+
+API_NAMES: Mapping[int, str] = api_key_map
+API_KEYS: Mapping[str, int] = types.MappingProxyType({name: key for key, name in api_key_map.items()})
+
+_SIZE = struct.Struct(">i")
+_CORRELATION = struct.Struct(">i")
+
+
+class ProtocolError(KafkaError):
+    """Bytes on the wire do not follow the Kafka protocol (bad frame, unknown correlation id, ...)."""
+
+
+def kio_version_range(api_key: int) -> tuple[int, int]:
+    """The lowest and highest version of an API that kio has schemas for."""
+    versions = schema_name_map[API_NAMES[api_key]]
+    return min(versions), max(versions)
+
+
+@cache
+def request_class(api_key: int, version: int) -> type[Any]:
+    module = load_payload_module(api_key, version, EntityType.request)
+    return _payload_class(module, "Request")
+
+
+@cache
+def response_class(api_key: int, version: int) -> type[Any]:
+    module = load_payload_module(api_key, version, EntityType.response)
+    return _payload_class(module, "Response")
+
+
+def _payload_class(module: types.ModuleType, suffix: str) -> type[Any]:
+    for name, value in vars(module).items():
+        if (
+            name.endswith(suffix)
+            and isinstance(value, type)
+            and getattr(value, "__type__", None) in (EntityType.request, EntityType.response)
+        ):
+            return value
+    raise LookupError(f"no {suffix} payload class in {module.__name__}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Building requests from plain values
+
+
+@cache
+def _field_plan(cls: type[Any]) -> dict[str, tuple[Any, bool]]:
+    """Map each field name to (its type, whether it has a default)."""
+    plan: dict[str, tuple[Any, bool]] = {}
+    for f in fields(cls):
+        has_default = f.default is not MISSING or f.default_factory is not MISSING
+        plan[f.name] = (f.type, has_default)
+    return plan
+
+
+def _convert(value: Any, tp: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _convert(value, args[0]) if len(args) == 1 else value
+    if origin is tuple:
+        (inner, *_rest) = typing.get_args(tp)
+        return tuple(_convert(v, inner) for v in value)
+    if isinstance(tp, type):
+        if is_dataclass(tp):
+            if isinstance(value, tp):
+                return value
+            if isinstance(value, Mapping):
+                return _build(tp, value)
+            raise TypeError(f"expected a mapping for {tp.__name__}, got {type(value).__name__}")
+        if issubclass(tp, (i32Timedelta, i64Timedelta)):
+            if isinstance(value, datetime.timedelta):
+                return tp.parse(value)
+            return tp.parse(datetime.timedelta(milliseconds=int(value)))
+    return value
+
+
+def _build(cls: type[Any], values: Mapping[str, Any]) -> Any:
+    plan = _field_plan(cls)
+    kwargs: dict[str, Any] = {}
+    for name, value in values.items():
+        entry = plan.get(name)
+        if entry is None:
+            continue  # field absent in this version: dropped on purpose
+        kwargs[name] = _convert(value, entry[0])
+    missing = [n for n, (_t, has_default) in plan.items() if not has_default and n not in kwargs]
+    for name in missing:
+        tp = plan[name][0]
+        # Nullable fields without default become None; required scalars are a programming error.
+        if type(None) in typing.get_args(tp):
+            kwargs[name] = None
+        elif typing.get_origin(tp) is tuple:
+            kwargs[name] = ()
+        else:
+            raise TypeError(f"{cls.__qualname__} v{getattr(cls, '__version__', '?')} needs field {name!r}")
+    return cls(**kwargs)
+
+
+def build_request(api_key: int, version: int, values: Mapping[str, Any]) -> Any:
+    """Build the kio request entity of ``version`` from plain values.
+
+    Nested entities are given as mappings, lists become tuples, ints given for ``timedelta`` fields are
+    milliseconds.  Fields that the version lacks are dropped; missing nullable fields become ``None``.
+    """
+    return _build(request_class(api_key, version), values)
+
+
+# --------------------------------------------------------------------------------------------------
+# Framing
+
+
+@cache
+def _request_writer(cls: type[Any]) -> Any:
+    return entity_writer(cls)
+
+
+@cache
+def _header_writer(flexible: bool) -> tuple[type[Any], Any]:
+    if flexible:
+        from kio.schema.request_header.v2.header import RequestHeader as H2
+
+        return H2, entity_writer(H2)
+    from kio.schema.request_header.v1.header import RequestHeader as H1
+
+    return H1, entity_writer(H1)
+
+
+@cache
+def _response_reader(cls: type[Any]) -> Any:
+    return entity_reader(cls)
+
+
+_API_VERSIONS_KEY = 18
+
+
+def encode_request(payload: Any, correlation_id: int, client_id: str | None) -> bytes:
+    """Frame a kio request entity: size prefix, request header, body."""
+    header_cls, header_writer = _header_writer(bool(payload.__flexible__))
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    header_writer(
+        buf,
+        header_cls(
+            request_api_key=payload.__api_key__,
+            request_api_version=payload.__version__,
+            correlation_id=correlation_id,
+            client_id=client_id,
+        ),
+    )
+    _request_writer(type(payload))(buf, payload)
+    data = buf.getbuffer()
+    _SIZE.pack_into(data, 0, len(data) - 4)
+    out = bytes(data)
+    data.release()
+    return out
+
+
+def response_correlation_id(frame: bytes | memoryview) -> int:
+    """The correlation id at the start of a response frame (size prefix already removed)."""
+    (cid,) = _CORRELATION.unpack_from(frame, 0)
+    return int(cid)
+
+
+def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> Any:
+    """Decode a response frame (without its size prefix) of a request sent with ``api_key``/``version``."""
+    cls = response_class(api_key, version)
+    offset = 4  # correlation id
+    if cls.__flexible__ and api_key != _API_VERSIONS_KEY:
+        # Response header v1: correlation id followed by tagged fields (usually the single byte 0).
+        num_tags, size = _read_uvarint(frame, offset)
+        offset += size
+        for _ in range(num_tags):
+            _tag, size = _read_uvarint(frame, offset)
+            offset += size
+            length, size = _read_uvarint(frame, offset)
+            offset += size + length
+    try:
+        value, _consumed = _response_reader(cls)(memoryview(frame)[offset:], 0)
+    except Exception as exc:  # kio raises several error types for malformed input
+        raise ProtocolError(f"cannot decode {API_NAMES[api_key]} v{version} response: {exc}") from exc
+    return value
+
+
+def _read_uvarint(buf: bytes | memoryview, offset: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    start = offset
+    while True:
+        byte = buf[offset]
+        offset += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, offset - start
+        shift += 7
+        if shift > 28:
+            raise ProtocolError("uvarint longer than 5 bytes in response header")
+
+
+class FrameDecoder:
+    """Splits a byte stream into size-prefixed frames.  Feed bytes, take whole frames."""
+
+    def __init__(self, max_frame_bytes: int = 512 * 1024 * 1024) -> None:
+        self._buf = bytearray()
+        self._max = max_frame_bytes
+
+    def feed(self, data: bytes | memoryview) -> list[bytes]:
+        self._buf += data
+        frames: list[bytes] = []
+        buf = self._buf
+        pos = 0
+        end = len(buf)
+        while end - pos >= 4:
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size < 0 or size > self._max:
+                raise ProtocolError(f"invalid frame size {size}")
+            if end - pos - 4 < size:
+                break
+            frames.append(bytes(buf[pos + 4 : pos + 4 + size]))
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+        return frames
+
+    def pending_bytes(self) -> int:
+        return len(self._buf)
