@@ -62,18 +62,6 @@ class NoOffsetForPartitionError(KafkaError):
     """No committed offset and ``auto.offset.reset=none``."""
 
 
-class OffsetOutOfRangeError(KafkaError):
-    """The fetch position is out of range and ``auto.offset.reset=none``."""
-
-
-class UnsupportedVersionError(KafkaError):
-    """The broker does not support a version of an API that this client needs."""
-
-
-class GroupProtocolUnsupportedError(UnsupportedVersionError):
-    """The cluster does not serve the KIP-848 consumer group protocol."""
-
-
 class FencedError(KafkaError):
     """This member was fenced by the group coordinator; its partitions are lost."""
 
@@ -102,6 +90,202 @@ class BrokerResponseError(KafkaError):
         return bool(self.code.retriable)
 
 
+class OffsetOutOfRangeError(BrokerResponseError):
+    code = ErrorCode.offset_out_of_range
+
+
+class CorruptMessageError(BrokerResponseError):
+    code = ErrorCode.corrupt_message
+
+
+class UnknownTopicOrPartitionError(BrokerResponseError):
+    code = ErrorCode.unknown_topic_or_partition
+
+
+class LeaderNotAvailableError(BrokerResponseError):
+    code = ErrorCode.leader_not_available
+
+
+class NotLeaderOrFollowerError(BrokerResponseError):
+    code = ErrorCode.not_leader_or_follower
+
+
+class RequestTimedOutError(BrokerResponseError):
+    code = ErrorCode.request_timed_out
+
+
+class NetworkExceptionError(BrokerResponseError):
+    code = ErrorCode.network_exception
+
+
+class CoordinatorLoadInProgressError(BrokerResponseError):
+    code = ErrorCode.coordinator_load_in_progress
+
+
+class CoordinatorNotAvailableError(BrokerResponseError):
+    code = ErrorCode.coordinator_not_available
+
+
+class NotCoordinatorError(BrokerResponseError):
+    code = ErrorCode.not_coordinator
+
+
+class IllegalGenerationError(BrokerResponseError):
+    code = ErrorCode.illegal_generation
+
+
+class InconsistentGroupProtocolError(BrokerResponseError):
+    code = ErrorCode.inconsistent_group_protocol
+
+
+class UnknownMemberIdError(BrokerResponseError):
+    code = ErrorCode.unknown_member_id
+
+
+class InvalidSessionTimeoutError(BrokerResponseError):
+    code = ErrorCode.invalid_session_timeout
+
+
+class RebalanceInProgressError(BrokerResponseError):
+    code = ErrorCode.rebalance_in_progress
+
+
+class TopicAuthorizationFailedError(BrokerResponseError):
+    code = ErrorCode.topic_authorization_failed
+
+
+class GroupAuthorizationFailedError(BrokerResponseError):
+    code = ErrorCode.group_authorization_failed
+
+
+class UnsupportedVersionError(BrokerResponseError):
+    code = ErrorCode.unsupported_version
+
+
+class TopicAlreadyExistsError(BrokerResponseError):
+    code = ErrorCode.topic_already_exists
+
+
+class InvalidPartitionsError(BrokerResponseError):
+    code = ErrorCode.invalid_partitions
+
+
+class InvalidReplicationFactorError(BrokerResponseError):
+    code = ErrorCode.invalid_replication_factor
+
+
+class MemberIdRequiredError(BrokerResponseError):
+    code = ErrorCode.member_id_required
+
+
+class FencedInstanceIdError(BrokerResponseError):
+    code = ErrorCode.fenced_instance_id
+
+
+class FencedMemberEpochError(BrokerResponseError):
+    code = ErrorCode.fenced_member_epoch
+
+
+class StaleMemberEpochError(BrokerResponseError):
+    code = ErrorCode.stale_member_epoch
+
+
+class UnreleasedInstanceIdError(BrokerResponseError):
+    code = ErrorCode.unreleased_instance_id
+
+
+class UnknownTopicIdError(BrokerResponseError):
+    code = ErrorCode.unknown_topic_id
+
+
+class FencedLeaderEpochError(BrokerResponseError):
+    code = ErrorCode.fenced_leader_epoch
+
+
+class UnknownLeaderEpochError(BrokerResponseError):
+    code = ErrorCode.unknown_leader_epoch
+
+
+class OutOfOrderSequenceNumberError(BrokerResponseError):
+    code = ErrorCode.out_of_order_sequence_number
+
+
+class DuplicateSequenceNumberError(BrokerResponseError):
+    code = ErrorCode.duplicate_sequence_number
+
+
+class InvalidProducerEpochError(BrokerResponseError):
+    code = ErrorCode.invalid_producer_epoch
+
+
+class UnknownProducerIdError(BrokerResponseError):
+    code = ErrorCode.unknown_producer_id
+
+
+class GroupIdNotFoundError(BrokerResponseError):
+    code = ErrorCode.group_id_not_found
+
+
+class GroupMaxSizeReachedError(BrokerResponseError):
+    code = ErrorCode.group_max_size_reached
+
+
+class UnsupportedAssignorError(BrokerResponseError):
+    code = ErrorCode.unsupported_assignor
+
+
+class InvalidRegularExpressionError(BrokerResponseError):
+    code = ErrorCode.invalid_regular_expression
+
+
+class OffsetMetadataTooLargeError(BrokerResponseError):
+    code = ErrorCode.offset_metadata_too_large
+
+
+class InvalidCommitOffsetSizeError(BrokerResponseError):
+    code = ErrorCode.invalid_commit_offset_size
+
+
+class MessageTooLargeError(BrokerResponseError):
+    code = ErrorCode.message_too_large
+
+
+class RecordListTooLargeError(BrokerResponseError):
+    code = ErrorCode.record_list_too_large
+
+
+class NotEnoughReplicasError(BrokerResponseError):
+    code = ErrorCode.not_enough_replicas
+
+
+class NotEnoughReplicasAfterAppendError(BrokerResponseError):
+    code = ErrorCode.not_enough_replicas_after_append
+
+
+class KafkaStorageErrorError(BrokerResponseError):
+    code = ErrorCode.kafka_storage_error
+
+
+class InvalidRequestError(BrokerResponseError):
+    code = ErrorCode.invalid_request
+
+
+class ProducerFencedError(BrokerResponseError):
+    code = ErrorCode.producer_fenced
+
+
+class InvalidTopicExceptionError(BrokerResponseError):
+    code = ErrorCode.invalid_topic_exception
+
+
+class UnknownServerErrorError(BrokerResponseError):
+    code = ErrorCode.unknown_server_error
+
+
+class GroupProtocolUnsupportedError(UnsupportedVersionError):
+    """The cluster does not serve the KIP-848 consumer group protocol."""
+
+
 _BY_CODE: dict[int, type[BrokerResponseError]] = {}
 
 
@@ -115,8 +299,11 @@ def _make(code: ErrorCode) -> type[BrokerResponseError]:
     return cls
 
 
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and issubclass(_cls, BrokerResponseError) and _cls is not BrokerResponseError:
+        _BY_CODE[int(_cls.code)] = _cls
 for _code in ErrorCode:
-    if _code is not ErrorCode.none:
+    if _code is not ErrorCode.none and int(_code) not in _BY_CODE:
         _make(_code)
 
 

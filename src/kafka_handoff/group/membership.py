@@ -18,6 +18,9 @@ Outputs besides requests are drained with :meth:`Membership.drain_events`:
 * :class:`MetadataNeeded` -- the membership needs fresher metadata (topic ids to resolve, a regex to
   match, partition counts for the classic leader).
 * :class:`MembershipError` -- a fatal or caller-visible error (the next API call raises it).
+* :class:`CoordinatorNeeded` -- the membership considers the coordinator unknown (never found, or
+  NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / a disconnect): (re)discover it and report the result
+  with :meth:`Membership.on_coordinator`.
 
 The rest of the consumer never knows which implementation runs.
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import enum
 import re
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -37,6 +41,7 @@ __all__ = [
     "AssignmentChanged",
     "CallbackKind",
     "CallbackNeeded",
+    "CoordinatorNeeded",
     "GroupEvent",
     "Membership",
     "MembershipError",
@@ -89,6 +94,8 @@ class AssignmentChanged:
 class MetadataNeeded:
     topics: frozenset[str] = frozenset()
     all_topics: bool = False
+    topic_ids: frozenset[uuid.UUID] = frozenset()
+    """Topic ids (KIP-848 target assignment) that the membership could not resolve to names yet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +104,14 @@ class MembershipError:
     fatal: bool = False
 
 
-GroupEvent = CallbackNeeded | AssignmentChanged | MetadataNeeded | MembershipError
+@dataclass(frozen=True, slots=True)
+class CoordinatorNeeded:
+    """The coordinator is unknown to the membership: find it and call ``on_coordinator``."""
+
+    reason: str = ""
+
+
+GroupEvent = CallbackNeeded | AssignmentChanged | MetadataNeeded | MembershipError | CoordinatorNeeded
 
 
 class RebalanceMetricsSink(Protocol):

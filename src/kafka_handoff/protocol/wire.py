@@ -23,6 +23,7 @@ from functools import cache
 from typing import Any
 
 from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
@@ -36,6 +37,8 @@ __all__ = [
     "FrameDecoder",
     "ProtocolError",
     "build_request",
+    "build_response",
+    "encode_response",
     "decode_response",
     "encode_request",
     "kio_version_range",
@@ -52,6 +55,23 @@ _CORRELATION = struct.Struct(">i")
 
 class ProtocolError(KafkaError):
     """Bytes on the wire do not follow the Kafka protocol (bad frame, unknown correlation id, ...)."""
+
+
+_F = typing.TypeVar("_F")
+
+
+def _type_cache(fn: typing.Callable[[type[Any]], _F]) -> typing.Callable[[type[Any]], _F]:
+    """Memoise a function of a class (``functools.cache`` is typed for hashable arguments only)."""
+    memo: dict[type[Any], _F] = {}
+
+    def wrapper(cls: type[Any]) -> _F:
+        try:
+            return memo[cls]
+        except KeyError:
+            value = memo[cls] = fn(cls)
+            return value
+
+    return wrapper
 
 
 def kio_version_range(api_key: int) -> tuple[int, int]:
@@ -87,7 +107,7 @@ def _payload_class(module: types.ModuleType, suffix: str) -> type[Any]:
 # Building requests from plain values
 
 
-@cache
+@_type_cache
 def _field_plan(cls: type[Any]) -> dict[str, tuple[Any, bool]]:
     """Map each field name to (its type, whether it has a default)."""
     plan: dict[str, tuple[Any, bool]] = {}
@@ -114,6 +134,8 @@ def _convert(value: Any, tp: Any) -> Any:
             if isinstance(value, Mapping):
                 return _build(tp, value)
             raise TypeError(f"expected a mapping for {tp.__name__}, got {type(value).__name__}")
+        if issubclass(tp, ErrorCode):
+            return value if isinstance(value, ErrorCode) else ErrorCode(int(value))
         if issubclass(tp, (i32Timedelta, i64Timedelta)):
             if isinstance(value, datetime.timedelta):
                 return tp.parse(value)
@@ -151,11 +173,27 @@ def build_request(api_key: int, version: int, values: Mapping[str, Any]) -> Any:
     return _build(request_class(api_key, version), values)
 
 
+def build_response(api_key: int, version: int, values: Mapping[str, Any]) -> Any:
+    """Build a kio response entity from plain values (tests and tools; same rules as
+    :func:`build_request`)."""
+    return _build(response_class(api_key, version), values)
+
+
+def encode_response(response: Any, correlation_id: int) -> bytes:
+    """A response frame without its size prefix, as :func:`decode_response` takes it (tests and tools)."""
+    buf = io.BytesIO()
+    buf.write(_CORRELATION.pack(correlation_id))
+    if response.__flexible__ and response.__api_key__ != _API_VERSIONS_KEY:
+        buf.write(b"\0")
+    entity_writer(type(response))(buf, response)
+    return buf.getvalue()
+
+
 # --------------------------------------------------------------------------------------------------
 # Framing
 
 
-@cache
+@_type_cache
 def _request_writer(cls: type[Any]) -> Any:
     return entity_writer(cls)
 
@@ -171,7 +209,7 @@ def _header_writer(flexible: bool) -> tuple[type[Any], Any]:
     return H1, entity_writer(H1)
 
 
-@cache
+@_type_cache
 def _response_reader(cls: type[Any]) -> Any:
     return entity_reader(cls)
 

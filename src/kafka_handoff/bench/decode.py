@@ -1,0 +1,132 @@
+"""Record batch codec benchmark: ``python -m kafka_handoff.bench.decode``.
+
+Encodes N records (default 1M, 100-byte values, null keys) into ~16 KB batches, groups the batches into 1 MiB
+fetch responses (``max.partition.fetch.bytes``' default), then decodes every response and reports records/s
+for the object path (:func:`decode_batches`) and the columnar path (:func:`decode_batches_columnar`), per
+codec.  Encoding throughput is reported too.  ``--profile`` prints a cProfile of the object path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import pstats
+import random
+import time
+from collections.abc import Callable
+
+from kafka_handoff.protocol.compression import CompressionType, compression_type_from_name
+from kafka_handoff.protocol.records import RecordBatchBuilder, decode_batches, decode_batches_columnar
+
+FETCH_BYTES = 1024 * 1024
+
+
+def make_values(count: int, size: int, seed: int = 7) -> list[bytes]:
+    """Moderately compressible values (words from a small vocabulary), like typical JSON-ish payloads."""
+    rng = random.Random(seed)
+    words = [bytes(rng.choices(b"abcdefghijklmnopqrstuvwxyz", k=rng.randint(3, 9))) for _ in range(512)]
+    pool: list[bytes] = []
+    for _ in range(1024):
+        parts: list[bytes] = []
+        n = 0
+        while n < size:
+            w = rng.choice(words)
+            parts.append(w)
+            n += len(w) + 1
+        pool.append(b" ".join(parts)[:size])
+    return [pool[i % len(pool)] for i in range(count)]
+
+
+def encode(values: list[bytes], codec: CompressionType, batch_bytes: int) -> tuple[list[bytes], float]:
+    """(fetch responses, seconds spent encoding)."""
+    batches: list[bytes] = []
+    t0 = time.perf_counter()
+    builder = RecordBatchBuilder(base_offset=0, compression=codec)
+    offset = 0
+    ts = 1_700_000_000_000
+    for i, value in enumerate(values):
+        builder.append(None, value, ts + (i >> 6))
+        if builder.size_in_bytes >= batch_bytes:
+            batches.append(builder.build())
+            offset += builder.count
+            builder = RecordBatchBuilder(base_offset=offset, compression=codec)
+    if builder.count:
+        batches.append(builder.build())
+    elapsed = time.perf_counter() - t0
+    responses: list[bytes] = []
+    current: list[bytes] = []
+    size = 0
+    for b in batches:
+        if size + len(b) > FETCH_BYTES and current:
+            responses.append(b"".join(current))
+            current, size = [], 0
+        current.append(b)
+        size += len(b)
+    if current:
+        responses.append(b"".join(current))
+    return responses, elapsed
+
+
+def run_decode(responses: list[bytes], fn: Callable[[bytes], int], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        t0 = time.perf_counter()
+        total = 0
+        for data in responses:
+            total += fn(data)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--batch-bytes", type=int, default=16 * 1024)
+    ap.add_argument("--codecs", default="none,lz4,zstd", help="comma-separated: none,gzip,snappy,lz4,zstd")
+    ap.add_argument("--repeat", type=int, default=3, help="decode runs per case (best is reported)")
+    ap.add_argument("--no-crc", action="store_true", help="decode with check_crcs=False")
+    ap.add_argument("--profile", action="store_true", help="cProfile the object path of the first codec")
+    args = ap.parse_args(argv)
+
+    values = make_values(args.records, args.value_size)
+    check = not args.no_crc
+    print(
+        f"{args.records:,} records x {args.value_size} B values, ~{args.batch_bytes // 1024} KiB batches, "
+        f"1 MiB fetch responses, check_crcs={check}"
+    )
+    print(f"{'codec':<8}{'bytes':>12}{'encode rec/s':>15}{'objects rec/s':>16}{'columnar rec/s':>17}")
+    for name in args.codecs.split(","):
+        codec = compression_type_from_name(name)
+        responses, enc_s = encode(values, codec, args.batch_bytes)
+        nbytes = sum(len(r) for r in responses)
+
+        def objects(data: bytes) -> int:
+            res = decode_batches(data, topic="t", partition=0, check_crcs=check)
+            res.raise_error()
+            return len(res.records)
+
+        def columnar(data: bytes) -> int:
+            res = decode_batches_columnar(data, topic="t", partition=0, check_crcs=check)
+            res.raise_error()
+            return len(res.columns)
+
+        assert sum(objects(r) for r in responses) == args.records
+        obj_s = run_decode(responses, objects, args.repeat)
+        col_s = run_decode(responses, columnar, args.repeat)
+        n = args.records
+        print(f"{name:<8}{nbytes:>12,}{n / enc_s:>15,.0f}{n / obj_s:>16,.0f}{n / col_s:>17,.0f}")
+        if args.profile:
+            args.profile = False
+            prof = cProfile.Profile()
+            prof.enable()
+            for r in responses:
+                objects(r)
+            prof.disable()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(8)
+
+
+if __name__ == "__main__":
+    main()

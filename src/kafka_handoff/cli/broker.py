@@ -1,0 +1,119 @@
+"""``handoff broker start|stop|status|fetch-jars``: a real Kafka broker in the background.
+
+Brokers started here are detached: they keep running after the command returns, until
+``handoff broker stop`` (same ``--data-dir``).  Several can run side by side with different data dirs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DATA_DIR = Path(".handoff") / "broker"
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "broker",
+        help="start/stop/inspect a local Apache Kafka broker (KRaft) for tests and demos",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = parser.add_subparsers(dest="broker_action", metavar="ACTION", required=True)
+
+    start = actions.add_parser(
+        "start", help="start a broker in the background and print its bootstrap servers"
+    )
+    start.add_argument("--nodes", type=int, choices=(1, 3), default=1, help="1 broker, or a 3-node cluster")
+    _data_dir_arg(start)
+    start.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness")
+    start.set_defaults(func=cmd_start)
+
+    stop = actions.add_parser("stop", help="stop the broker (SIGTERM, SIGKILL after --timeout)")
+    _data_dir_arg(stop)
+    stop.add_argument("--timeout", type=float, default=10.0, help="seconds before SIGKILL")
+    stop.set_defaults(func=cmd_stop)
+
+    status = actions.add_parser("status", help="show whether the broker runs (exit 0 if it does, 1 if not)")
+    _data_dir_arg(status)
+    status.set_defaults(func=cmd_status)
+
+    fetch = actions.add_parser("fetch-jars", help="resolve the Kafka jars from Maven Central (once)")
+    fetch.set_defaults(func=cmd_fetch_jars)
+
+
+def _data_dir_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=DEFAULT_DATA_DIR,
+        help=f"where the broker keeps its state, storage and logs (default: {DEFAULT_DATA_DIR})",
+    )
+
+
+def _err(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def cmd_fetch_jars(args: argparse.Namespace) -> int:
+    from kafka_handoff import devbroker
+
+    try:
+        jars = devbroker.ensure_jars()
+    except devbroker.JarResolutionError as exc:
+        _err(f"handoff: {exc}")
+        return 1
+    how = "resolved from Maven Central" if jars.resolved_now else "already cached"
+    print(f"Kafka {jars.version} jars {how} in {jars.seconds:.1f}s: {jars.libs}")
+    return 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    from kafka_handoff import devbroker
+
+    started = time.monotonic()
+    try:
+        cluster = devbroker.start(args.nodes, args.data_dir, supervised=False, timeout=args.timeout)
+    except devbroker.BrokerAlreadyRunningError as exc:
+        _err(f"handoff: {exc}")
+        print(exc.bootstrap_servers)
+        return 0
+    except (devbroker.BrokerStartError, devbroker.JarResolutionError) as exc:
+        _err(f"handoff: {exc}")
+        return 1
+    print(cluster.bootstrap_servers)
+    _err(
+        f"Kafka {cluster.kafka_version}, {len(cluster.nodes)} node(s), ready in "
+        f"{time.monotonic() - started:.1f}s (JVM start to ready {cluster.start_seconds:.1f}s); "
+        f"data and logs in {cluster.data_dir}; stop with: handoff broker stop --data-dir {args.data_dir}"
+    )
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from kafka_handoff import devbroker
+
+    started = time.monotonic()
+    if devbroker.stop(args.data_dir, timeout=args.timeout):
+        _err(f"broker in {args.data_dir} stopped in {time.monotonic() - started:.1f}s")
+    else:
+        _err(f"no broker recorded in {args.data_dir}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from kafka_handoff import devbroker
+
+    state = devbroker.status(args.data_dir)
+    if state is None:
+        print(f"not running (no broker recorded in {args.data_dir})")
+        return 1
+    word = "running" if state.all_running else ("degraded" if state.running else "not running")
+    print(f"{word}: Kafka {state.kafka_version}, cluster id {state.cluster_id}, data dir {state.data_dir}")
+    print(f"bootstrap servers: {state.bootstrap_servers}")
+    for node in state.nodes:
+        print(f"  node {node.node_id}  {node.bootstrap}  pid {node.pid}  {'up' if node.alive else 'down'}")
+    return 0 if state.running else 1

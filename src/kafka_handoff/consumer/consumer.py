@@ -1,0 +1,684 @@
+"""The ``Consumer``: the application-thread facade of the threading model in seed 002.
+
+Every API call becomes an application event run on the network thread; blocking calls wait on the
+event's future with their timeout.  ``poll()`` posts a poll event (resets the poll timer, starts joining),
+runs rebalance callbacks the membership asked for (on this thread, as in the seeds), then collects
+records from the fetch buffer, decoding them here so the network thread stays free for heartbeats.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, TypeVar
+
+from kafka_handoff.config import ConsumerConfig, parse_consumer_config
+from kafka_handoff.consumer.collector import Collector
+from kafka_handoff.consumer.fetcher import FetchBuffer, FetchManager
+from kafka_handoff.consumer.offsets import EARLIEST, LATEST, CommitManager, OffsetsManager
+from kafka_handoff.consumer.records import ConsumerRecords
+from kafka_handoff.consumer.subscription import SubscriptionState, SubscriptionType
+from kafka_handoff.errors import (
+    IllegalStateError,
+    KafkaError,
+    KafkaTimeoutError,
+    UnknownTopicOrPartitionError,
+    WakeupError,
+)
+from kafka_handoff.group.coordinator import CoordinatorManager
+from kafka_handoff.group.membership import Subscription
+from kafka_handoff.metrics import FetchMetrics, Metrics, RebalanceMetrics
+from kafka_handoff.network.client import NetworkClient
+from kafka_handoff.network.thread import BackgroundError, NetworkThread
+from kafka_handoff.protocol.metadata import MetadataManager
+from kafka_handoff.protocol.requests import MonotonicClock, RequestManager
+from kafka_handoff.types import (
+    ClusterMetadata,
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    PartitionInfo,
+    TopicPartition,
+)
+
+__all__ = ["Consumer"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_client_ids = itertools.count(1)
+
+
+class Consumer:
+    """A Kafka consumer.  Not thread-safe, except :meth:`wakeup` (as in Java)."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        props = dict(config or {})
+        for key, value in kwargs.items():
+            props[key.replace("_", ".")] = value
+        self._config: ConsumerConfig = parse_consumer_config(props)
+        cfg = self._config
+        self._closed = False
+        self._clock = MonotonicClock()
+        self.client_id: str = cfg.get("client.id") or f"consumer-{next(_client_ids)}"
+        self.group_id: str | None = cfg.get("group.id")
+        self._default_timeout_ms = int(cfg.get("default.api.timeout.ms"))
+        self._subs = SubscriptionState(str(cfg.get("auto.offset.reset")))
+        self._buffer = FetchBuffer()
+        self._metrics = Metrics(clock=self._clock.now_ms)
+        self._fetch_metrics = FetchMetrics(self._metrics, client_id=self.client_id)
+        self._rebalance_metrics = RebalanceMetrics(
+            self._metrics,
+            client_id=self.client_id,
+            assigned_partitions=lambda: len(self._subs.assigned()),
+        )
+        self._background: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._pending_error: BaseException | None = None
+        self._wakeup_requested = threading.Event()
+        self._fatal: BaseException | None = None
+
+        isolation = 1 if cfg.get("isolation.level") == "read_committed" else 0
+        self._metadata = MetadataManager(
+            max_age_ms=int(cfg.get("metadata.max.age.ms")),
+            retry_backoff_ms=int(cfg.get("retry.backoff.ms")),
+            retry_backoff_max_ms=int(cfg.get("retry.backoff.max.ms")),
+            allow_auto_topic_creation=bool(cfg.get("allow.auto.create.topics")),
+            topics=self._metadata_topics,
+        )
+        self._extra_metadata_topics: set[str] = set()
+        client = NetworkClient(
+            list(cfg.bootstrap_addresses()),
+            client_id=self.client_id,
+            request_timeout_ms=int(cfg.get("request.timeout.ms")),
+            connect_timeout_ms=int(cfg.get("socket.connection.setup.timeout.ms")),
+            reconnect_backoff_ms=int(cfg.get("reconnect.backoff.ms")),
+            reconnect_backoff_max_ms=int(cfg.get("reconnect.backoff.max.ms")),
+            receive_buffer_bytes=int(cfg.get("receive.buffer.bytes")),
+            send_buffer_bytes=int(cfg.get("send.buffer.bytes")),
+        )
+        self._client = client
+        self._metadata.listeners.append(lambda cluster, now: client.update_brokers(cluster.brokers.values()))
+
+        self._coordinator: CoordinatorManager | None = None
+        self._commits: CommitManager | None = None
+        self.membership: Any = None
+        managers: list[RequestManager] = [self._metadata]
+        if self.group_id is not None:
+            self._coordinator = CoordinatorManager(
+                self.group_id,
+                retry_backoff_ms=int(cfg.get("retry.backoff.ms")),
+                retry_backoff_max_ms=int(cfg.get("retry.backoff.max.ms")),
+            )
+            coordinator = self._coordinator
+            coordinator.listeners.append(lambda node, now: client.set_coordinator(node, now))
+
+            def on_disconnect(node: int, is_coordinator: bool, now: int) -> None:
+                if is_coordinator:
+                    coordinator.mark_unknown(now, "disconnected")
+
+            client.disconnect_listeners.append(on_disconnect)
+            self._commits = CommitManager(
+                self.group_id,
+                self._coordinator,
+                self._subs,
+                group_metadata=self._group_metadata_nt,
+                owned=self._owned_nt,
+                auto_commit=bool(cfg.get("enable.auto.commit")),
+                auto_commit_interval_ms=int(cfg.get("auto.commit.interval.ms")),
+                retry_backoff_ms=int(cfg.get("retry.backoff.ms")),
+                retry_backoff_max_ms=int(cfg.get("retry.backoff.max.ms")),
+                on_commit_latency=self._rebalance_metrics.record_commit,
+                on_auto_commit_error=lambda exc: log.warning("auto-commit failed: %s", exc),
+            )
+            managers += [self._coordinator, self._commits]
+        self._offsets = OffsetsManager(
+            self._subs,
+            self._metadata,
+            isolation_level=isolation,
+            retry_backoff_ms=int(cfg.get("retry.backoff.ms")),
+            committed_lookup=self._committed_lookup_nt if self._commits is not None else None,
+            on_error=lambda exc: self._background.put(BackgroundError(exc)),
+        )
+        self._fetcher = FetchManager(
+            self._subs,
+            self._metadata,
+            self._buffer,
+            fetch_min_bytes=int(cfg.get("fetch.min.bytes")),
+            fetch_max_bytes=int(cfg.get("fetch.max.bytes")),
+            fetch_max_wait_ms=int(cfg.get("fetch.max.wait.ms")),
+            max_partition_fetch_bytes=int(cfg.get("max.partition.fetch.bytes")),
+            isolation_level=isolation,
+            rack_id=str(cfg.get("client.rack") or ""),
+            retry_backoff_ms=int(cfg.get("retry.backoff.ms")),
+            on_fetched=self._fetch_metrics.record_fetch,
+        )
+        managers += [self._offsets, self._fetcher]
+        self._managers = managers
+        self._collector = Collector(
+            self._subs,
+            self._buffer,
+            max_poll_records=int(cfg.get("max.poll.records")),
+            check_crcs=bool(cfg.get("check.crcs")),
+            read_committed=isolation == 1,
+            key_deserializer=cfg.get("key.deserializer"),
+            value_deserializer=cfg.get("value.deserializer"),
+            on_records=self._fetch_metrics.record_consumed,
+        )
+        self._thread = NetworkThread(
+            client,
+            managers,
+            self._clock,
+            name=f"kafka-handoff-network-{self.client_id}",
+            background_events=self._background,
+            on_close=self._on_close_nt,
+        )
+        self._group_hooks_init()
+        self._thread.start()
+
+    # ==================================================================================== helpers
+    def _group_hooks_init(self) -> None:
+        """Extended by the group layer (membership wiring)."""
+
+    def _metadata_topics(self) -> frozenset[str] | None:
+        if self._subs.type is SubscriptionType.AUTO_PATTERN:
+            return None
+        topics = {tp.topic for tp in self._subs.assigned()}
+        topics |= set(self._subs.subscription.topics)
+        topics |= self._extra_metadata_topics
+        return frozenset(topics)
+
+    def _group_metadata_nt(self) -> ConsumerGroupMetadata:
+        if self.membership is not None:
+            meta: ConsumerGroupMetadata = self.membership.group_metadata()
+            return meta
+        return ConsumerGroupMetadata(self.group_id or "", -1, "", self._config.get("group.instance.id"))
+
+    def _owned_nt(self) -> frozenset[TopicPartition] | None:
+        if self.membership is not None and self._subs.has_auto_assignment:
+            owned: frozenset[TopicPartition] = self.membership.owned
+            return owned
+        return None
+
+    def _committed_lookup_nt(
+        self, parts: set[TopicPartition], done: Callable[[dict[TopicPartition, Any], int], None]
+    ) -> bool:
+        assert self._commits is not None
+        fut: Future[dict[TopicPartition, OffsetAndMetadata | None]] = Future()
+
+        def on_done(f: Future[dict[TopicPartition, OffsetAndMetadata | None]]) -> None:
+            now = self._clock.now_ms()
+            exc = f.exception()
+            if exc is not None:
+                done({tp: exc for tp in parts}, now)
+            else:
+                done(dict(f.result()), now)
+
+        fut.add_done_callback(on_done)
+        self._commits.fetch_committed(parts, fut, self._clock.now_ms() + self._default_timeout_ms)
+        return True
+
+    def _on_close_nt(self, now: int) -> bool:
+        done = True
+        if self.membership is not None:
+            done = bool(self.membership.left)
+        if self._commits is not None and self._commits.pending():
+            done = False
+        return done
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("this consumer has already been closed")
+
+    def _timeout_ms(self, timeout: float | None) -> int:
+        if timeout is None:
+            return self._default_timeout_ms
+        return max(0, int(timeout * 1000))
+
+    def _wait(self, future: Future[T], timeout_ms: int, what: str) -> T:
+        """Wait for a network-thread result; honours wakeup() and surfaces background errors."""
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        while True:
+            self._raise_background_errors()
+            if self._wakeup_requested.is_set():
+                self._wakeup_requested.clear()
+                raise WakeupError(f"{what} was interrupted by wakeup()")
+            remaining = deadline - time.monotonic()
+            try:
+                return future.result(max(0.0, min(remaining, 0.1)))
+            except FutureTimeout:
+                if remaining <= 0:
+                    future.cancel()
+                    raise KafkaTimeoutError(f"{what} did not complete within {timeout_ms} ms") from None
+
+    def _call(self, fn: Callable[[int, Future[Any]], None], timeout_ms: int, what: str) -> Any:
+        self._ensure_open()
+        deadline = self._clock.now_ms() + timeout_ms
+        fut = self._thread.call(fn, deadline_ms=deadline, name=what)
+        return self._wait(fut, timeout_ms + 50, what)
+
+    def _run_nt(self, fn: Callable[[int], T]) -> T:
+        """Run a quick state change on the network thread and wait for it."""
+        self._ensure_open()
+
+        def run(now: int, fut: Future[Any]) -> None:
+            fut.set_result(fn(now))
+
+        result: T = self._wait(self._thread.call(run), 30_000, "network thread call")
+        return result
+
+    def _raise_background_errors(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+        error: BaseException | None = None
+        while True:
+            try:
+                event = self._background.get_nowait()
+            except queue.Empty:
+                break
+            self._handle_background_event(event)
+            if isinstance(event, BackgroundError):
+                if event.fatal:
+                    self._fatal = event.error
+                if error is None:
+                    error = event.error
+        if error is not None:
+            raise error
+
+    def _handle_background_event(self, event: Any) -> None:
+        """Run application-thread work posted by the network thread (commit callbacks; the group layer
+        adds rebalance callbacks)."""
+        if isinstance(event, _CommitCallback):
+            event.callback(event.offsets, event.error)
+
+    # ==================================================================================== assign mode
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        self._ensure_open()
+        parts = [TopicPartition(*tp) for tp in partitions]
+        for tp in parts:
+            if not tp.topic or not tp.topic.strip():
+                raise ValueError("topic names must be non-empty")
+        if self._subs.has_auto_assignment:
+            raise IllegalStateError("assign() cannot be used while subscribed; call unsubscribe() first")
+
+        def run(now: int) -> None:
+            if self._commits is not None and self._commits.auto_commit and self._subs.assigned():
+                # As Java: commit consumed offsets of partitions being unassigned (async, best effort).
+                removed = self._subs.assigned() - set(parts)
+                offsets = {tp: o for tp, o in self._commits.consumed_offsets().items() if tp in removed}
+                if offsets:
+                    self._commits.commit(offsets, Future(), now + 5000, retry=False, now_ms=now)
+            self._subs.assign_from_user(parts)
+            self._collector.drop_partitions(lambda tp: tp in set(parts))
+            self._metadata.request_update()
+
+        self._run_nt(run)
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        self._ensure_open()
+        return self._subs.assigned()
+
+    def subscription(self) -> frozenset[str]:
+        self._ensure_open()
+        return frozenset(self._subs.subscription.topics)
+
+    # ==================================================================================== poll
+    def poll(self, timeout: float | None = 0.0) -> ConsumerRecords:
+        """Return records fetched for the assigned partitions, waiting up to ``timeout`` seconds."""
+        self._ensure_open()
+        if self._subs.type is SubscriptionType.NONE:
+            raise IllegalStateError("consumer is not subscribed to any topics or assigned any partitions")
+        timeout_s = 0.0 if timeout is None else max(0.0, float(timeout))
+        deadline = time.monotonic() + timeout_s
+        self._on_poll_start()
+        while True:
+            self._raise_background_errors()
+            self._check_wakeup()
+            early = self._before_collect()
+            records = self._collector.collect()
+            if records or early:
+                return self._make_records(records)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return self._make_records({})
+            self._thread.wakeup()
+            self._buffer.wait(
+                min(remaining, 0.1),
+                lambda: len(self._buffer) > 0 or not self._background.empty(),
+            )
+
+    def _on_poll_start(self) -> None:
+        """Extended by the group layer: poll event (poll timer, join), revoke-list bookkeeping."""
+
+    def _before_collect(self) -> bool:
+        """Extended by the group layer: run pending callbacks; True makes poll() return early."""
+        return False
+
+    def _make_records(self, records: dict[TopicPartition, list[Any]]) -> ConsumerRecords:
+        return ConsumerRecords(records)
+
+    def _check_wakeup(self) -> None:
+        if self._wakeup_requested.is_set() or self._buffer.take_wakeup():
+            self._wakeup_requested.clear()
+            self._buffer.take_wakeup()
+            raise WakeupError("poll() was interrupted by wakeup()")
+
+    def wakeup(self) -> None:
+        """Interrupt a blocking call from another thread: it raises :class:`WakeupError`."""
+        self._wakeup_requested.set()
+        self._buffer.wakeup()
+
+    # ==================================================================================== positions
+    def position(self, partition: TopicPartition, timeout: float | None = None) -> int:
+        """The offset of the next record that will be fetched (initialising it if needed)."""
+        self._ensure_open()
+        tp = TopicPartition(*partition)
+        if not self._subs.is_assigned(tp):
+            raise IllegalStateError(f"position() of partition {tp}, which is not assigned to this consumer")
+        deadline = time.monotonic() + self._timeout_ms(timeout) / 1000.0
+        while True:
+            self._raise_background_errors()
+            pos = self._subs.position(tp)
+            if pos is not None:
+                return pos.offset
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(f"the position of {tp} could not be determined within the timeout")
+            self._thread.wakeup()
+            self._buffer.wait(0.02, lambda: False)
+
+    def seek(self, partition: TopicPartition, offset: int | OffsetAndMetadata) -> None:
+        self._ensure_open()
+        tp = TopicPartition(*partition)
+        if isinstance(offset, OffsetAndMetadata):
+            off, epoch = offset.offset, offset.leader_epoch
+        else:
+            off, epoch = int(offset), None
+        if off < 0:
+            raise ValueError(f"seek offset must not be negative, got {off}")
+        self._subs.seek(tp, off, epoch)
+        self._collector.drop_partitions(lambda p: p != tp)
+        self._thread.wakeup()
+
+    def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        self._reset_to("earliest", partitions)
+
+    def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        self._reset_to("latest", partitions)
+
+    def _reset_to(self, strategy: str, partitions: Iterable[TopicPartition] | None) -> None:
+        self._ensure_open()
+        parts = self._subs.assigned() if partitions is None else [TopicPartition(*p) for p in partitions]
+        for tp in parts:
+            self._subs.request_reset(tp, strategy)
+        keep = set(parts)
+        self._collector.drop_partitions(lambda p: p not in keep)
+        self._thread.wakeup()
+
+    # ==================================================================================== offsets lookup
+    def _list_offsets(
+        self, timestamps: Mapping[TopicPartition, int], timeout: float | None, what: str
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        timeout_ms = self._timeout_ms(timeout)
+        ts = {TopicPartition(*tp): t for tp, t in timestamps.items()}
+        if not ts:
+            return {}
+        topics = {tp.topic for tp in ts}
+
+        def run(now: int, fut: Future[Any]) -> None:
+            self._extra_metadata_topics.update(topics)
+            self._offsets.lookup(ts, fut, now + timeout_ms)
+
+        try:
+            result: dict[TopicPartition, OffsetAndTimestamp | None] = self._call(run, timeout_ms, what)
+        finally:
+            self._extra_metadata_topics.difference_update(topics - {tp.topic for tp in self._subs.assigned()})
+        return result
+
+    def beginning_offsets(
+        self, partitions: Iterable[TopicPartition], timeout: float | None = None
+    ) -> dict[TopicPartition, int]:
+        result = self._list_offsets({tp: EARLIEST for tp in partitions}, timeout, "beginning_offsets")
+        return {tp: (v.offset if v is not None else 0) for tp, v in result.items()}
+
+    def end_offsets(
+        self, partitions: Iterable[TopicPartition], timeout: float | None = None
+    ) -> dict[TopicPartition, int]:
+        result = self._list_offsets({tp: LATEST for tp in partitions}, timeout, "end_offsets")
+        return {tp: (v.offset if v is not None else 0) for tp, v in result.items()}
+
+    def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int], timeout: float | None = None
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        for tp, t in timestamps.items():
+            if t < 0:
+                raise ValueError(f"the target time for partition {tp} is negative ({t})")
+        return self._list_offsets(timestamps, timeout, "offsets_for_times")
+
+    def current_lag(self, partition: TopicPartition) -> int | None:
+        """Lag from the last fetch response (``None`` if unknown), without a network call."""
+        self._ensure_open()
+        st = self._subs.get(TopicPartition(*partition))
+        if st is None or st.position is None or st.high_watermark is None:
+            return None
+        end = st.last_stable_offset if self._config.get("isolation.level") == "read_committed" else None
+        return max(0, (end if end is not None and end >= 0 else st.high_watermark) - st.position.offset)
+
+    # ==================================================================================== pause
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        self._ensure_open()
+        parts = [TopicPartition(*p) for p in partitions]
+        self._subs.pause(parts)
+        keep = set(parts)
+        self._collector.drop_partitions(lambda p: p not in keep)
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        self._ensure_open()
+        self._subs.resume([TopicPartition(*p) for p in partitions])
+        self._thread.wakeup()
+
+    def paused(self) -> frozenset[TopicPartition]:
+        self._ensure_open()
+        return self._subs.paused()
+
+    # ==================================================================================== commits
+    def _require_group(self, what: str) -> CommitManager:
+        if self._commits is None:
+            raise KafkaError(f"{what} needs a group.id in the consumer configuration")
+        return self._commits
+
+    def _consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        return {
+            tp: OffsetAndMetadata(pos.offset, "", pos.leader_epoch) for tp, pos in self._subs.all_consumed().items()
+        }
+
+    @staticmethod
+    def _normalize_offsets(
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        out: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, om in offsets.items():
+            value = om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(int(om))
+            if value.offset < 0:
+                raise ValueError(f"invalid negative offset {value.offset} for partition {tp}")
+            out[TopicPartition(*tp)] = value
+        return out
+
+    def commit_sync(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit ``offsets`` (default: the consumed positions of all assigned partitions) and wait."""
+        self._ensure_open()
+        commits = self._require_group("commit_sync()")
+        to_commit = self._consumed_offsets() if offsets is None else self._normalize_offsets(offsets)
+        timeout_ms = self._timeout_ms(timeout)
+
+        def run(now: int, fut: Future[Any]) -> None:
+            commits.commit(to_commit, fut, now + timeout_ms, retry=True, now_ms=now)
+
+        self._call(run, timeout_ms, "commit_sync()")
+
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
+        callback: Callable[[dict[TopicPartition, OffsetAndMetadata], BaseException | None], None] | None = None,
+    ) -> Future[None]:
+        """Commit without waiting; ``callback(offsets, error)`` runs on the application thread inside a
+        later ``poll()`` (or another blocking call), as in Java."""
+        self._ensure_open()
+        commits = self._require_group("commit_async()")
+        to_commit = self._consumed_offsets() if offsets is None else self._normalize_offsets(offsets)
+        timeout_ms = self._default_timeout_ms
+        fut = self._thread.call(
+            lambda now, f: commits.commit(to_commit, f, now + timeout_ms, retry=False, now_ms=now),
+            name="commit_async()",
+        )
+        if callback is not None:
+            cb = callback
+
+            def done(f: Future[Any]) -> None:
+                self._background.put(_CommitCallback(cb, to_commit, f.exception()))
+                self._buffer.notify()
+
+            fut.add_done_callback(done)
+        return fut
+
+    def committed(
+        self, partitions: Iterable[TopicPartition], timeout: float | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        self._ensure_open()
+        commits = self._require_group("committed()")
+        parts = {TopicPartition(*p) for p in partitions}
+        timeout_ms = self._timeout_ms(timeout)
+
+        def run(now: int, fut: Future[Any]) -> None:
+            commits.fetch_committed(parts, fut, now + timeout_ms)
+
+        result: dict[TopicPartition, OffsetAndMetadata | None] = self._call(run, timeout_ms, "committed()")
+        return result
+
+    # ==================================================================================== metadata
+    def _fresh_metadata(self, topics: frozenset[str] | None, timeout: float | None, what: str) -> ClusterMetadata:
+        timeout_ms = self._timeout_ms(timeout)
+
+        def run(now: int, fut: Future[Any]) -> None:
+            self._metadata.wait_for_update(fut, topics)
+
+        cluster: ClusterMetadata = self._call(run, timeout_ms, what)
+        return cluster
+
+    def partitions_for(self, topic: str, timeout: float | None = None) -> list[PartitionInfo]:
+        self._ensure_open()
+        cluster = self._fresh_metadata(frozenset({topic}), timeout, "partitions_for()")
+        parts = cluster.partitions_for(topic)
+        if parts is None:
+            code = cluster.topic_errors.get(topic)
+            if code is not None and code != 3:
+                from kafka_handoff.errors import error_for_code
+
+                raise error_for_code(code, f"topic {topic}")
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+        return list(parts)
+
+    def list_topics(self, timeout: float | None = None) -> dict[str, list[PartitionInfo]]:
+        self._ensure_open()
+        cluster = self._fresh_metadata(None, timeout, "list_topics()")
+        exclude_internal = bool(self._config.get("exclude.internal.topics"))
+        return {
+            t: list(parts)
+            for t, parts in cluster.partitions.items()
+            if not (exclude_internal and t in cluster.internal_topics)
+        }
+
+    def metrics(self) -> dict[str, float]:
+        """Current metric values keyed ``"group:name"`` (Java's names)."""
+        return self._metrics.as_dict()
+
+    @property
+    def config(self) -> ConsumerConfig:
+        return self._config
+
+    # ==================================================================================== group (base)
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        self._ensure_open()
+        if self.group_id is None:
+            raise KafkaError("group_metadata() needs a group.id")
+        return self._run_nt(lambda now: self._group_metadata_nt())
+
+    def subscribe(self, topics: Iterable[str] | re.Pattern[str] | str, listener: Any = None) -> None:
+        raise NotImplementedError("subscribe() is provided by the group layer")
+
+    def unsubscribe(self) -> None:
+        self._ensure_open()
+
+        def run(now: int) -> None:
+            self._subs.unsubscribe()
+            self._collector.drop_partitions(lambda tp: False)
+
+        self._run_nt(run)
+
+    # ==================================================================================== close
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Close the consumer: leave the group (if a member), commit if auto-commit is on, stop the network
+        thread.  Returns within ``timeout`` seconds even if brokers are unreachable."""
+        if self._closed:
+            return
+        timeout_ms = self._timeout_ms(timeout)
+        start = time.monotonic()
+        try:
+            self._close_group(timeout_ms)
+        except Exception:  # noqa: BLE001 - close must not fail on group errors
+            log.debug("error leaving the group on close", exc_info=True)
+        if self._commits is not None and self._commits.auto_commit and self._subs.assigned():
+            offsets = self._consumed_offsets()
+            owned = self._owned_nt()
+            if owned is not None:
+                offsets = {tp: o for tp, o in offsets.items() if tp in owned}
+            commits = self._commits
+            left = timeout_ms - int((time.monotonic() - start) * 1000)
+            if offsets and left > 0:
+                try:
+                    fut = self._thread.call(
+                        lambda now, f: commits.commit(offsets, f, now + left, retry=True, now_ms=now)
+                    )
+                    fut.result(left / 1000.0)
+                except Exception:  # noqa: BLE001
+                    log.debug("auto-commit on close failed", exc_info=True)
+        self._closed = True
+        left = timeout_ms - int((time.monotonic() - start) * 1000)
+        self._thread.close(max(0, left))
+
+    def _close_group(self, timeout_ms: int) -> None:
+        """Extended by the group layer: leave the group, running the revoke callback."""
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @staticmethod
+    def new_member_id() -> str:
+        return str(uuid.uuid4())
+
+
+class _CommitCallback:
+    __slots__ = ("callback", "error", "offsets")
+
+    def __init__(
+        self,
+        callback: Callable[[dict[TopicPartition, OffsetAndMetadata], BaseException | None], None],
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+        error: BaseException | None,
+    ) -> None:
+        self.callback = callback
+        self.offsets = offsets
+        self.error = error

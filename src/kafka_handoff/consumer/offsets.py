@@ -1,0 +1,638 @@
+"""Offsets: position initialisation, ListOffsets queries and offset commit/fetch (sans-I/O managers).
+
+``OffsetsManager`` gives every assigned partition without a position one: the committed offset first
+(when the consumer has a ``group.id``), else ``auto.offset.reset``.  It also serves the user's
+``beginning_offsets``/``end_offsets``/``offsets_for_times``.
+
+``CommitManager`` sends OffsetCommit/OffsetFetch to the coordinator with the member id and the
+generation (classic) or member epoch (KIP-848), retries retriable failures until the caller's deadline,
+refuses up front to commit partitions this member does not own, and runs the auto-commit timer.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from kafka_handoff.consumer.subscription import SubscriptionState
+from kafka_handoff.errors import (
+    CommitFailedError,
+    KafkaError,
+    KafkaTimeoutError,
+    NoOffsetForPartitionError,
+    error_for_code,
+)
+from kafka_handoff.group.coordinator import CoordinatorManager
+from kafka_handoff.protocol.metadata import MetadataManager
+from kafka_handoff.protocol.requests import COORDINATOR, PollResult, UnsentRequest
+from kafka_handoff.protocol.versions import ApiKey
+from kafka_handoff.types import ConsumerGroupMetadata, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+
+__all__ = ["CommitManager", "OffsetsManager"]
+
+EARLIEST = -2
+LATEST = -1
+
+_COORDINATOR_ERRORS = {14, 15, 16}  # load in progress, not available, not coordinator
+_FENCED_ERRORS = {25, 22, 82, 110}  # unknown member id, illegal generation, fenced instance id, fenced epoch
+_STALE_EPOCH = 113
+
+
+def _strategy_timestamp(strategy: str, wall_ms: int) -> int:
+    if strategy == "earliest":
+        return EARLIEST
+    if strategy == "latest":
+        return LATEST
+    if strategy.startswith("by_duration:"):
+        from kafka_handoff.config import parse_iso8601_duration_ms
+
+        return wall_ms - parse_iso8601_duration_ms(strategy.split(":", 1)[1])
+    raise ValueError(f"unknown reset strategy {strategy!r}")
+
+
+@dataclass(slots=True)
+class _Lookup:
+    """A ListOffsets lookup of many partitions, possibly on several leaders."""
+
+    timestamps: dict[TopicPartition, int]
+    future: Future[dict[TopicPartition, OffsetAndTimestamp | None]]
+    deadline_ms: int
+    results: dict[TopicPartition, OffsetAndTimestamp | None]
+    in_flight: set[TopicPartition]
+
+
+class OffsetsManager:
+    def __init__(
+        self,
+        subscriptions: SubscriptionState,
+        metadata: MetadataManager,
+        *,
+        isolation_level: int,
+        retry_backoff_ms: int,
+        committed_lookup: Callable[[set[TopicPartition], Callable[[dict[TopicPartition, Any], int], None]], bool]
+        | None = None,
+        wall_clock_ms: Callable[[], int] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        import time
+
+        self._subs = subscriptions
+        self._metadata = metadata
+        self._isolation = isolation_level
+        self._backoff = retry_backoff_ms
+        self._committed_lookup = committed_lookup
+        self._wall = wall_clock_ms or (lambda: int(time.time() * 1000))
+        self._on_error = on_error
+        self._lookups: list[_Lookup] = []
+        self._resetting: set[TopicPartition] = set()
+        self._awaiting_committed: set[TopicPartition] = set()
+        self._next_reset_ms: dict[TopicPartition, int] = {}
+
+    # ------------------------------------------------------------------ user lookups
+    def lookup(
+        self,
+        timestamps: Mapping[TopicPartition, int],
+        future: Future[dict[TopicPartition, OffsetAndTimestamp | None]],
+        deadline_ms: int,
+    ) -> None:
+        self._lookups.append(_Lookup(dict(timestamps), future, deadline_ms, {}, set()))
+        missing = {tp.topic for tp in timestamps if self._metadata.cluster.leader_for(tp) is None}
+        if missing:
+            self._metadata.request_update()
+
+    # ------------------------------------------------------------------ poll
+    def poll(self, now_ms: int) -> PollResult:
+        requests: list[UnsentRequest] = []
+        wait = 5000
+        # 1. Positions.
+        needs = self._subs.needs_position()
+        committed_needed: set[TopicPartition] = set()
+        resets: dict[TopicPartition, tuple[int, str, int]] = {}
+        for tp, (strategy, pepoch) in needs.items():
+            if tp in self._resetting or tp in self._awaiting_committed:
+                continue
+            if self._next_reset_ms.get(tp, 0) > now_ms:
+                wait = min(wait, self._next_reset_ms[tp] - now_ms)
+                continue
+            if strategy == "committed":
+                if self._committed_lookup is not None:
+                    committed_needed.add(tp)
+                    continue
+                strategy = self._subs.default_reset
+                self._subs.request_reset(tp, strategy)
+                pepoch = self._subs.state(tp).position_epoch
+            if strategy == "none":
+                self._next_reset_ms[tp] = now_ms + (1 << 30)
+                if self._on_error is not None:
+                    self._on_error(
+                        NoOffsetForPartitionError(
+                            f"no committed offset for partition {tp} and auto.offset.reset=none"
+                        )
+                    )
+                continue
+            try:
+                ts = _strategy_timestamp(strategy, self._wall())
+            except ValueError as exc:
+                if self._on_error is not None:
+                    self._on_error(KafkaError(str(exc)))
+                continue
+            resets[tp] = (ts, strategy, pepoch)
+        if committed_needed and self._committed_lookup is not None:
+            parts = set(committed_needed)
+
+            def on_committed(result: dict[TopicPartition, Any], now: int) -> None:
+                self._awaiting_committed.difference_update(parts)
+                for tp in parts:
+                    st = self._subs.get(tp)
+                    if st is None or st.reset_strategy != "committed":
+                        continue
+                    value = result.get(tp)
+                    if isinstance(value, BaseException):
+                        self._next_reset_ms[tp] = now + self._backoff
+                        continue
+                    if value is not None:
+                        self._subs.maybe_seek_unvalidated(tp, value.offset, st.position_epoch, "committed")
+                    else:
+                        self._subs.request_reset(tp, self._subs.default_reset)
+
+            if self._committed_lookup(parts, on_committed):
+                self._awaiting_committed |= parts
+        if resets:
+            requests.extend(self._list_offsets_for_resets(resets, now_ms))
+        # 2. User lookups.
+        for lookup in list(self._lookups):
+            if lookup.future.done():
+                self._lookups.remove(lookup)
+                continue
+            if now_ms >= lookup.deadline_ms:
+                self._lookups.remove(lookup)
+                lookup.future.set_exception(KafkaTimeoutError("listing offsets timed out"))
+                continue
+            todo = {
+                tp: ts
+                for tp, ts in lookup.timestamps.items()
+                if tp not in lookup.results and tp not in lookup.in_flight
+            }
+            if todo:
+                requests.extend(self._list_offsets_for_lookup(lookup, todo, now_ms))
+                wait = min(wait, self._backoff)
+        return PollResult(requests, wait if (requests or self._lookups) else wait)
+
+    def _by_leader(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> tuple[dict[int, dict[TopicPartition, int]], bool]:
+        cluster = self._metadata.cluster
+        out: dict[int, dict[TopicPartition, int]] = collections.defaultdict(dict)
+        missing = False
+        for tp, ts in timestamps.items():
+            leader = cluster.leader_for(tp)
+            if leader is None:
+                missing = True
+                continue
+            out[leader][tp] = ts
+        if missing:
+            self._metadata.request_update()
+        return out, missing
+
+    def _request(
+        self,
+        node: int,
+        timestamps: dict[TopicPartition, int],
+        on_result: Callable[[TopicPartition, int, int, int, int, int], None],
+        on_failure: Callable[[BaseException, int], None],
+    ) -> UnsentRequest:
+        by_topic: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
+        for tp, ts in timestamps.items():
+            by_topic[tp.topic].append((tp.partition, ts))
+        values = {
+            "replica_id": -1,
+            "isolation_level": self._isolation,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {"partition_index": p, "current_leader_epoch": -1, "timestamp": ts} for p, ts in parts
+                    ],
+                }
+                for topic, parts in by_topic.items()
+            ],
+            "timeout": 30000,
+        }
+
+        def on_response(response: Any, _version: int, now: int) -> None:
+            for t in response.topics:
+                for p in t.partitions:
+                    on_result(
+                        TopicPartition(t.name, int(p.partition_index)),
+                        int(p.error_code),
+                        int(p.offset),
+                        int(p.timestamp),
+                        int(getattr(p, "leader_epoch", -1)),
+                        now,
+                    )
+
+        return UnsentRequest(
+            api_key=ApiKey.LIST_OFFSETS,
+            node=node,
+            values=values,
+            on_response=on_response,
+            on_failure=on_failure,
+            min_version=1,
+        )
+
+    def _list_offsets_for_resets(
+        self, resets: dict[TopicPartition, tuple[int, str, int]], now_ms: int
+    ) -> list[UnsentRequest]:
+        grouped, _missing = self._by_leader({tp: v[0] for tp, v in resets.items()})
+        requests = []
+        for node, timestamps in grouped.items():
+            parts = set(timestamps)
+            self._resetting |= parts
+
+            def on_result(tp: TopicPartition, code: int, offset: int, _ts: int, _le: int, now: int) -> None:
+                self._resetting.discard(tp)
+                ts_, strategy, pepoch = resets[tp]
+                if code != 0 or offset < 0:
+                    if code in (3, 5, 6, 74, 75):
+                        self._metadata.request_update()
+                    self._next_reset_ms[tp] = now + self._backoff
+                    return
+                self._subs.maybe_seek_unvalidated(tp, offset, pepoch, strategy)
+
+            def on_failure(error: BaseException, now: int, parts: set[TopicPartition] = parts) -> None:
+                self._resetting.difference_update(parts)
+                for tp in parts:
+                    self._next_reset_ms[tp] = now + self._backoff
+                self._metadata.request_update()
+
+            requests.append(self._request(node, timestamps, on_result, on_failure))
+        return requests
+
+    def _list_offsets_for_lookup(
+        self, lookup: _Lookup, todo: dict[TopicPartition, int], now_ms: int
+    ) -> list[UnsentRequest]:
+        grouped, _missing = self._by_leader(todo)
+        requests = []
+        for node, timestamps in grouped.items():
+            parts = set(timestamps)
+            lookup.in_flight |= parts
+
+            def on_result(tp: TopicPartition, code: int, offset: int, ts: int, le: int, now: int) -> None:
+                lookup.in_flight.discard(tp)
+                if code == 0:
+                    lookup.results[tp] = (
+                        OffsetAndTimestamp(offset, ts, le if le >= 0 else None) if offset >= 0 else None
+                    )
+                elif code in (3, 5, 6, 74, 75):
+                    self._metadata.request_update()
+                else:
+                    lookup.future.set_exception(error_for_code(code, f"listing offsets of {tp}"))
+                    return
+                if len(lookup.results) == len(lookup.timestamps) and not lookup.future.done():
+                    lookup.future.set_result(dict(lookup.results))
+
+            def on_failure(error: BaseException, now: int, parts: set[TopicPartition] = parts) -> None:
+                lookup.in_flight.difference_update(parts)
+                self._metadata.request_update()
+
+            requests.append(self._request(node, timestamps, on_result, on_failure))
+        return requests
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Commit:
+    offsets: dict[TopicPartition, OffsetAndMetadata]
+    future: Future[None]
+    deadline_ms: int
+    retry: bool
+    attempts: int = 0
+    next_ms: int = 0
+    in_flight: bool = False
+    started_ms: int = 0
+
+
+@dataclass(slots=True)
+class _Fetch:
+    partitions: set[TopicPartition]
+    future: Future[dict[TopicPartition, OffsetAndMetadata | None]]
+    deadline_ms: int
+    attempts: int = 0
+    next_ms: int = 0
+    in_flight: bool = False
+
+
+class CommitManager:
+    def __init__(
+        self,
+        group_id: str,
+        coordinator: CoordinatorManager,
+        subscriptions: SubscriptionState,
+        *,
+        group_metadata: Callable[[], ConsumerGroupMetadata],
+        owned: Callable[[], frozenset[TopicPartition] | None],
+        auto_commit: bool,
+        auto_commit_interval_ms: int,
+        retry_backoff_ms: int,
+        retry_backoff_max_ms: int,
+        require_stable: bool = True,
+        on_commit_latency: Callable[[int], None] | None = None,
+        on_auto_commit_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self._coordinator = coordinator
+        self._subs = subscriptions
+        self._group_metadata = group_metadata
+        self._owned = owned
+        self.auto_commit = auto_commit
+        self._interval = auto_commit_interval_ms
+        self._backoff = retry_backoff_ms
+        self._backoff_max = retry_backoff_max_ms
+        self._require_stable = require_stable
+        self._commits: collections.deque[_Commit] = collections.deque()
+        self._fetches: list[_Fetch] = []
+        self._next_auto_ms: int | None = None
+        self._on_latency = on_commit_latency
+        self._on_auto_error = on_auto_commit_error
+        self.auto_commit_enabled_now: Callable[[], bool] = lambda: True
+        self.last_committed: dict[TopicPartition, OffsetAndMetadata] = {}
+
+    # ------------------------------------------------------------------ inputs
+    def commit(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        future: Future[None],
+        deadline_ms: int,
+        *,
+        retry: bool = True,
+        now_ms: int = 0,
+    ) -> None:
+        owned = self._owned()
+        if owned is not None:
+            not_owned = sorted(str(tp) for tp in offsets if tp not in owned)
+            if not_owned:
+                future.set_exception(
+                    CommitFailedError(
+                        f"cannot commit offsets for partitions this member does not own: {', '.join(not_owned)}"
+                    )
+                )
+                return
+        if not offsets:
+            future.set_result(None)
+            return
+        self._coordinator.wanted = True
+        self._commits.append(_Commit(dict(offsets), future, deadline_ms, retry, started_ms=now_ms))
+
+    def fetch_committed(
+        self,
+        partitions: set[TopicPartition],
+        future: Future[dict[TopicPartition, OffsetAndMetadata | None]],
+        deadline_ms: int,
+    ) -> None:
+        self._coordinator.wanted = True
+        self._fetches.append(_Fetch(set(partitions), future, deadline_ms))
+
+    def reset_auto_commit_timer(self, now_ms: int) -> None:
+        self._next_auto_ms = now_ms + self._interval
+
+    def consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        return {
+            tp: OffsetAndMetadata(pos.offset, "", pos.leader_epoch)
+            for tp, pos in self._subs.all_consumed().items()
+        }
+
+    def pending(self) -> bool:
+        return bool(self._commits) or bool(self._fetches)
+
+    # ------------------------------------------------------------------ poll
+    def poll(self, now_ms: int) -> PollResult:
+        if self.auto_commit:
+            if self._next_auto_ms is None:
+                self._next_auto_ms = now_ms + self._interval
+            elif now_ms >= self._next_auto_ms:
+                self._next_auto_ms = now_ms + self._interval
+                if self.auto_commit_enabled_now():
+                    self._auto_commit(now_ms)
+        requests: list[UnsentRequest] = []
+        wait = 5000 if self._next_auto_ms is None else max(0, self._next_auto_ms - now_ms)
+        for c in list(self._commits):
+            if c.future.done():
+                self._commits.remove(c)
+                continue
+            if now_ms >= c.deadline_ms:
+                self._commits.remove(c)
+                c.future.set_exception(KafkaTimeoutError("offset commit did not complete within the timeout"))
+                continue
+            if c.in_flight:
+                continue
+            if c.next_ms > now_ms:
+                wait = min(wait, c.next_ms - now_ms)
+                continue
+            if self._coordinator.coordinator is None:
+                self._coordinator.wanted = True
+                wait = min(wait, self._backoff)
+                continue
+            requests.append(self._commit_request(c))
+        for f in list(self._fetches):
+            if f.future.done():
+                self._fetches.remove(f)
+                continue
+            if now_ms >= f.deadline_ms:
+                self._fetches.remove(f)
+                f.future.set_exception(KafkaTimeoutError("fetching committed offsets timed out"))
+                continue
+            if f.in_flight:
+                continue
+            if f.next_ms > now_ms:
+                wait = min(wait, f.next_ms - now_ms)
+                continue
+            if self._coordinator.coordinator is None:
+                self._coordinator.wanted = True
+                wait = min(wait, self._backoff)
+                continue
+            requests.append(self._fetch_request(f))
+        return PollResult(requests, wait)
+
+    def _auto_commit(self, now_ms: int) -> None:
+        offsets = self.consumed_offsets()
+        owned = self._owned()
+        if owned is not None:
+            offsets = {tp: o for tp, o in offsets.items() if tp in owned}
+        offsets = {tp: o for tp, o in offsets.items() if self.last_committed.get(tp) != o}
+        if not offsets:
+            return
+        fut: Future[None] = Future()
+
+        def done(f: Future[None]) -> None:
+            exc = f.exception()
+            if exc is not None and self._on_auto_error is not None:
+                self._on_auto_error(exc)
+
+        fut.add_done_callback(done)
+        self.commit(offsets, fut, now_ms + self._interval, retry=False, now_ms=now_ms)
+
+    def _retry_later(self, item: _Commit | _Fetch, now_ms: int) -> None:
+        item.attempts += 1
+        delay = min(self._backoff_max, self._backoff * 2 ** min(item.attempts - 1, 10))
+        item.next_ms = now_ms + int(delay * random.uniform(0.8, 1.2))
+
+    def _commit_request(self, c: _Commit) -> UnsentRequest:
+        c.in_flight = True
+        meta = self._group_metadata()
+        by_topic: dict[str, list[tuple[int, OffsetAndMetadata]]] = collections.defaultdict(list)
+        for tp, om in c.offsets.items():
+            by_topic[tp.topic].append((tp.partition, om))
+        values = {
+            "group_id": self.group_id,
+            "generation_id_or_member_epoch": meta.generation_id,
+            "generation_id": meta.generation_id,
+            "member_id": meta.member_id,
+            "group_instance_id": meta.group_instance_id,
+            "retention_time": -1,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {
+                            "partition_index": p,
+                            "committed_offset": om.offset,
+                            "committed_leader_epoch": -1 if om.leader_epoch is None else om.leader_epoch,
+                            "committed_metadata": om.metadata,
+                        }
+                        for p, om in parts
+                    ],
+                }
+                for topic, parts in by_topic.items()
+            ],
+        }
+
+        def on_response(response: Any, _version: int, now: int) -> None:
+            c.in_flight = False
+            errors: dict[TopicPartition, int] = {}
+            for t in response.topics:
+                for p in t.partitions:
+                    code = int(p.error_code)
+                    if code:
+                        errors[TopicPartition(t.name, int(p.partition_index))] = code
+            if not errors:
+                self.last_committed.update(c.offsets)
+                if self._on_latency is not None:
+                    self._on_latency(now - c.started_ms)
+                c.future.set_result(None)
+                return
+            codes = set(errors.values())
+            if codes & {15, 16}:
+                self._coordinator.mark_unknown(now)
+            if codes & _FENCED_ERRORS:
+                c.future.set_exception(
+                    CommitFailedError(
+                        "offset commit failed: this member is no longer part of the group "
+                        f"({error_for_code(next(iter(codes & _FENCED_ERRORS)))}); its partitions may have been "
+                        "reassigned to another member"
+                    )
+                )
+                return
+            retriable = all(
+                code in _COORDINATOR_ERRORS or code in (7, 13, 27, _STALE_EPOCH) or error_for_code(code).retriable
+                for code in codes
+            )
+            if retriable and c.retry and now < c.deadline_ms:
+                # Keep only the partitions that failed; the rest were committed.
+                done = {tp: om for tp, om in c.offsets.items() if tp not in errors}
+                self.last_committed.update(done)
+                c.offsets = {tp: om for tp, om in c.offsets.items() if tp in errors}
+                self._retry_later(c, now)
+                return
+            first_tp, first_code = next(iter(errors.items()))
+            c.future.set_exception(error_for_code(first_code, f"committing offset for {first_tp}"))
+
+        def on_failure(error: BaseException, now: int) -> None:
+            c.in_flight = False
+            self._coordinator.mark_unknown(now)
+            if c.retry and now < c.deadline_ms:
+                self._retry_later(c, now)
+            else:
+                c.future.set_exception(error)
+
+        return UnsentRequest(
+            api_key=ApiKey.OFFSET_COMMIT,
+            node=COORDINATOR,
+            values=values,
+            on_response=on_response,
+            on_failure=on_failure,
+            min_version=2,
+        )
+
+    def _fetch_request(self, f: _Fetch) -> UnsentRequest:
+        f.in_flight = True
+        meta = self._group_metadata()
+        by_topic: dict[str, list[int]] = collections.defaultdict(list)
+        for tp in f.partitions:
+            by_topic[tp.topic].append(tp.partition)
+        topics = [{"name": t, "partition_indexes": sorted(ps)} for t, ps in by_topic.items()]
+
+        def build(version: int) -> dict[str, Any]:
+            if version >= 8:
+                group: dict[str, Any] = {"group_id": self.group_id, "topics": topics}
+                if version >= 9:
+                    group["member_id"] = meta.member_id or None
+                    group["member_epoch"] = meta.generation_id
+                return {"groups": [group], "require_stable": self._require_stable}
+            return {"group_id": self.group_id, "topics": topics, "require_stable": self._require_stable}
+
+        def on_response(response: Any, version: int, now: int) -> None:
+            f.in_flight = False
+            if version >= 8:
+                group = response.groups[0]
+                top_code = int(group.error_code)
+                topics_resp = group.topics
+            else:
+                top_code = int(getattr(response, "error_code", 0))
+                topics_resp = response.topics
+            if top_code:
+                if top_code in _COORDINATOR_ERRORS or top_code in (_STALE_EPOCH, 27):
+                    if top_code in (15, 16):
+                        self._coordinator.mark_unknown(now)
+                    self._retry_later(f, now)
+                    return
+                f.future.set_exception(error_for_code(top_code, "fetching committed offsets"))
+                return
+            result: dict[TopicPartition, OffsetAndMetadata | None] = {}
+            for t in topics_resp:
+                for p in t.partitions:
+                    code = int(p.error_code)
+                    tp = TopicPartition(t.name, int(p.partition_index))
+                    if code in (14, 15, 16) or code == 88:  # UNSTABLE_OFFSET_COMMIT: retry
+                        self._retry_later(f, now)
+                        return
+                    if code:
+                        f.future.set_exception(error_for_code(code, f"fetching committed offset of {tp}"))
+                        return
+                    off = int(p.committed_offset)
+                    le = int(getattr(p, "committed_leader_epoch", -1))
+                    result[tp] = (
+                        OffsetAndMetadata(off, p.metadata or "", le if le >= 0 else None) if off >= 0 else None
+                    )
+            for tp in f.partitions:
+                result.setdefault(tp, None)
+            f.future.set_result(result)
+
+        def on_failure(error: BaseException, now: int) -> None:
+            f.in_flight = False
+            self._coordinator.mark_unknown(now)
+            self._retry_later(f, now)
+
+        return UnsentRequest(
+            api_key=ApiKey.OFFSET_FETCH,
+            node=COORDINATOR,
+            build=build,
+            on_response=on_response,
+            on_failure=on_failure,
+            min_version=1,
+        )

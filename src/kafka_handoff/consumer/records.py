@@ -1,0 +1,74 @@
+"""What ``Consumer.poll()`` returns."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from kafka_handoff.types import ConsumerRecord, TopicPartition
+
+__all__ = ["ConsumerRecords"]
+
+_EMPTY: frozenset[TopicPartition] = frozenset()
+
+
+class ConsumerRecords:
+    """Records of one ``poll()``, grouped by partition (iterable; ``len()`` is the record count).
+
+    KIP-983 "Variant 1": the same three sets the consumer's methods return are attributes here, so one
+    ``poll()`` tells everything: ``to_be_revoked_partitions`` (revoke requested; completes at the start of
+    the next ``poll()`` unless delayed), ``lost_partitions`` (lost since the previous poll) and
+    ``revoke_delayed_partitions`` is not exposed -- use ``Consumer.delay_revoke``.
+    """
+
+    __slots__ = ("_by_tp", "_count", "lost_partitions", "to_be_revoked_partitions")
+
+    def __init__(
+        self,
+        by_partition: Mapping[TopicPartition, list[ConsumerRecord]] | None = None,
+        *,
+        to_be_revoked: frozenset[TopicPartition] = _EMPTY,
+        lost: frozenset[TopicPartition] = _EMPTY,
+    ) -> None:
+        self._by_tp: dict[TopicPartition, list[ConsumerRecord]] = dict(by_partition or {})
+        self._count = sum(len(v) for v in self._by_tp.values())
+        self.to_be_revoked_partitions = to_be_revoked
+        self.lost_partitions = lost
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        for records in self._by_tp.values():
+            yield from records
+
+    def __len__(self) -> int:
+        return self._count
+
+    def count(self) -> int:
+        return self._count
+
+    def is_empty(self) -> bool:
+        return self._count == 0
+
+    def __bool__(self) -> bool:
+        return self._count > 0
+
+    def partitions(self) -> frozenset[TopicPartition]:
+        return frozenset(self._by_tp)
+
+    def records(self, partition: TopicPartition) -> list[ConsumerRecord]:
+        return list(self._by_tp.get(partition, ()))
+
+    def by_partition(self) -> dict[TopicPartition, list[ConsumerRecord]]:
+        return dict(self._by_tp)
+
+    def next_offsets(self) -> dict[TopicPartition, int]:
+        """For each partition, the offset after its last record here (what to commit once processed)."""
+        return {tp: recs[-1].offset + 1 for tp, recs in self._by_tp.items() if recs}
+
+    def __repr__(self) -> str:
+        return f"ConsumerRecords(count={self._count}, partitions={len(self._by_tp)})"
+
+    def __getitem__(self, partition: TopicPartition) -> list[ConsumerRecord]:
+        return self.records(partition)
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, ConsumerRecords) and self._by_tp == other._by_tp

@@ -1,0 +1,249 @@
+"""Subscription state: what the consumer is assigned and where it stands on each partition.
+
+Shared by the application thread and the network thread (as in Java's ``SubscriptionState``), so every
+method takes the lock.  Per partition it keeps the position, paused flag, and the two flags that make a
+partition *not fetchable*: pending revocation (KIP-983: once a revoke is requested, no more records) and
+awaiting the assigned callback (KIP-848: newly assigned partitions are fetched only after it succeeded).
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kafka_handoff.errors import IllegalStateError
+from kafka_handoff.group.membership import Subscription
+from kafka_handoff.types import TopicPartition
+
+__all__ = ["FetchPosition", "PartitionState", "SubscriptionState", "SubscriptionType"]
+
+
+class SubscriptionType(enum.Enum):
+    NONE = "none"
+    AUTO_TOPICS = "topics"
+    AUTO_PATTERN = "pattern"
+    USER_ASSIGNED = "assigned"
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPosition:
+    offset: int
+    leader_epoch: int | None = None
+
+
+@dataclass(slots=True)
+class PartitionState:
+    position: FetchPosition | None = None
+    paused: bool = False
+    pending_revocation: bool = False
+    awaiting_callback: bool = False
+    reset_strategy: str | None = None
+    """Set when the position must be (re)initialised: 'committed' first (groups), or a reset strategy."""
+    high_watermark: int | None = None
+    last_stable_offset: int | None = None
+    log_start_offset: int | None = None
+    position_epoch: int = 0
+    """Bumped on every seek/reset so fetches issued for an older position are discarded."""
+
+    @property
+    def fetchable(self) -> bool:
+        return (
+            self.position is not None
+            and not self.paused
+            and not self.pending_revocation
+            and not self.awaiting_callback
+        )
+
+
+class SubscriptionState:
+    def __init__(self, default_reset: str) -> None:
+        self._lock = threading.RLock()
+        self._type = SubscriptionType.NONE
+        self.subscription = Subscription()
+        self._parts: dict[TopicPartition, PartitionState] = {}
+        self.default_reset = default_reset
+        self.version = 0
+        """Bumped on every assignment change (lets collectors drop stale data)."""
+
+    # ------------------------------------------------------------------ subscription
+    @property
+    def type(self) -> SubscriptionType:
+        return self._type
+
+    def _set_type(self, t: SubscriptionType) -> None:
+        if self._type is not SubscriptionType.NONE and self._type is not t:
+            raise IllegalStateError(
+                "subscription to topics, partitions and pattern are mutually exclusive; "
+                "call unsubscribe() first"
+            )
+        self._type = t
+
+    def subscribe(self, subscription: Subscription) -> None:
+        with self._lock:
+            self._set_type(
+                SubscriptionType.AUTO_PATTERN if subscription.pattern is not None else SubscriptionType.AUTO_TOPICS
+            )
+            self.subscription = subscription
+
+    def assign_from_user(self, partitions: Iterable[TopicPartition]) -> None:
+        with self._lock:
+            parts = set(partitions)
+            if not parts:
+                self.unsubscribe()
+                return
+            self._set_type(SubscriptionType.USER_ASSIGNED)
+            self._replace(parts)
+
+    def unsubscribe(self) -> None:
+        with self._lock:
+            self._type = SubscriptionType.NONE
+            self.subscription = Subscription()
+            self._parts.clear()
+            self.version += 1
+
+    @property
+    def has_auto_assignment(self) -> bool:
+        return self._type in (SubscriptionType.AUTO_TOPICS, SubscriptionType.AUTO_PATTERN)
+
+    # ------------------------------------------------------------------ assignment
+    def _replace(self, parts: set[TopicPartition]) -> None:
+        new: dict[TopicPartition, PartitionState] = {}
+        for tp in parts:
+            state = self._parts.get(tp)
+            new[tp] = state if state is not None else PartitionState(reset_strategy="committed")
+        self._parts = new
+        self.version += 1
+
+    def set_group_assignment(self, owned: Iterable[TopicPartition], awaiting: Iterable[TopicPartition]) -> None:
+        """Mirror the membership's owned set (network thread)."""
+        with self._lock:
+            owned_set = set(owned)
+            self._replace(owned_set)
+            for tp in awaiting:
+                st = self._parts.get(tp)
+                if st is not None:
+                    st.awaiting_callback = True
+
+    def mark_pending_revocation(self, partitions: Iterable[TopicPartition]) -> None:
+        with self._lock:
+            for tp in partitions:
+                st = self._parts.get(tp)
+                if st is not None:
+                    st.pending_revocation = True
+
+    def clear_awaiting_callback(self, partitions: Iterable[TopicPartition]) -> None:
+        with self._lock:
+            for tp in partitions:
+                st = self._parts.get(tp)
+                if st is not None:
+                    st.awaiting_callback = False
+
+    def assigned(self) -> frozenset[TopicPartition]:
+        with self._lock:
+            return frozenset(self._parts)
+
+    def is_assigned(self, tp: TopicPartition) -> bool:
+        with self._lock:
+            return tp in self._parts
+
+    def state(self, tp: TopicPartition) -> PartitionState:
+        with self._lock:
+            st = self._parts.get(tp)
+            if st is None:
+                raise IllegalStateError(f"partition {tp} is not currently assigned to this consumer")
+            return st
+
+    def get(self, tp: TopicPartition) -> PartitionState | None:
+        with self._lock:
+            return self._parts.get(tp)
+
+    # ------------------------------------------------------------------ positions
+    def seek(self, tp: TopicPartition, offset: int, leader_epoch: int | None = None) -> None:
+        with self._lock:
+            st = self.state(tp)
+            st.position = FetchPosition(offset, leader_epoch)
+            st.reset_strategy = None
+            st.position_epoch += 1
+
+    def request_reset(self, tp: TopicPartition, strategy: str) -> None:
+        with self._lock:
+            st = self.state(tp)
+            st.position = None
+            st.reset_strategy = strategy
+            st.position_epoch += 1
+
+    def maybe_seek_unvalidated(self, tp: TopicPartition, offset: int, expected_epoch: int, strategy: str) -> bool:
+        """Set a position found by a lookup, unless the partition was seeked/reset meanwhile."""
+        with self._lock:
+            st = self._parts.get(tp)
+            if st is None or st.position_epoch != expected_epoch or st.reset_strategy != strategy:
+                return False
+            st.position = FetchPosition(offset)
+            st.reset_strategy = None
+            st.position_epoch += 1
+            return True
+
+    def advance(self, tp: TopicPartition, expected_epoch: int, offset: int, leader_epoch: int | None) -> bool:
+        """Move the position after records were returned (application thread)."""
+        with self._lock:
+            st = self._parts.get(tp)
+            if st is None or st.position_epoch != expected_epoch or st.position is None:
+                return False
+            st.position = FetchPosition(offset, leader_epoch if leader_epoch is not None else st.position.leader_epoch)
+            return True
+
+    def position(self, tp: TopicPartition) -> FetchPosition | None:
+        with self._lock:
+            return self.state(tp).position
+
+    def needs_position(self) -> dict[TopicPartition, tuple[str, int]]:
+        """Partitions without a position: (strategy, position epoch)."""
+        with self._lock:
+            return {
+                tp: (st.reset_strategy or self.default_reset, st.position_epoch)
+                for tp, st in self._parts.items()
+                if st.position is None and not st.pending_revocation
+            }
+
+    def fetchable(self) -> dict[TopicPartition, tuple[FetchPosition, int]]:
+        with self._lock:
+            return {
+                tp: (st.position, st.position_epoch)
+                for tp, st in self._parts.items()
+                if st.fetchable and st.position is not None
+            }
+
+    def all_consumed(self) -> dict[TopicPartition, FetchPosition]:
+        with self._lock:
+            return {tp: st.position for tp, st in self._parts.items() if st.position is not None}
+
+    # ------------------------------------------------------------------ pause
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        with self._lock:
+            for tp in partitions:
+                self.state(tp).paused = True
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        with self._lock:
+            for tp in partitions:
+                self.state(tp).paused = False
+
+    def paused(self) -> frozenset[TopicPartition]:
+        with self._lock:
+            return frozenset(tp for tp, st in self._parts.items() if st.paused)
+
+    def update_watermarks(
+        self, tp: TopicPartition, high: int | None, lso: int | None, log_start: int | None
+    ) -> None:
+        with self._lock:
+            st = self._parts.get(tp)
+            if st is None:
+                return
+            if high is not None and high >= 0:
+                st.high_watermark = high
+            if lso is not None and lso >= 0:
+                st.last_stable_offset = lso
+            if log_start is not None and log_start >= 0:
+                st.log_start_offset = log_start

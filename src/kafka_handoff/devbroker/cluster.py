@@ -1,0 +1,809 @@
+"""Starting, probing and stopping real Apache Kafka (KRaft) brokers for tests and demos.
+
+``start(nodes=1|3, data_dir=...)`` formats storage (static quorum, cluster id generated here), launches
+every node at once on 127.0.0.1 with free ports, and returns once each node answers an ApiVersions
+request and a Metadata response from each node lists every node id.  The pids and ports are written to
+``<data_dir>/state.json`` so that ``stop(data_dir)`` and ``status(data_dir)`` work from any process.
+
+Two ownership modes:
+
+* ``supervised=True`` (tests, ``handoff demo``): each JVM runs under a tiny supervisor process
+  (``_supervisor.py``) that kills it when this Python process goes away, even by SIGKILL; an ``atexit``
+  hook stops what is still running at a normal exit.
+* ``supervised=False`` (``handoff broker start``): the JVM is detached into its own session and outlives
+  the starting process; ``handoff broker stop`` ends it.
+
+Stopping sends SIGTERM to every JVM at once and SIGKILL to whatever is still alive after a bound
+(default 10 s).  Before signalling a pid from ``state.json`` its command line is checked (it must be
+``kafka.Kafka`` with this node's properties file), so a reused pid is never signalled.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+
+from kafka_handoff.devbroker.config import (
+    ALLOWED_NODE_COUNTS,
+    NodeSpec,
+    format_command,
+    generate_cluster_id,
+    java_executable,
+    render_properties,
+    server_command,
+)
+from kafka_handoff.devbroker.jars import KAFKA_VERSION, ensure_jars
+from kafka_handoff.devbroker.probe import ProbeConnection, create_topic, fetch_metadata
+from kafka_handoff.errors import ConfigError, KafkaError, KafkaTimeoutError
+from kafka_handoff.protocol.wire import ProtocolError
+from kafka_handoff.types import ClusterMetadata
+
+__all__ = [
+    "DEFAULT_STOP_TIMEOUT_S",
+    "BrokerAlreadyRunningError",
+    "BrokerStartError",
+    "Cluster",
+    "ClusterStatus",
+    "Node",
+    "NodeStatus",
+    "start",
+    "status",
+    "stop",
+]
+
+log = logging.getLogger("kafka_handoff.devbroker")
+
+DEFAULT_STOP_TIMEOUT_S = 10.0
+DEFAULT_START_TIMEOUT_S = 120.0
+STATE_FILE = "state.json"
+_MARKER_FILE = ".kafka-handoff-devbroker"
+_STATE_FORMAT = 1
+_BIND_RETRIES = 3
+_SUPERVISOR = Path(__file__).with_name("_supervisor.py")
+_LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+
+
+class BrokerStartError(KafkaError):
+    """The broker could not be started (format failed, JVM died, not ready in time)."""
+
+
+class BrokerAlreadyRunningError(BrokerStartError):
+    """``start`` was asked to use a data dir whose broker is still running."""
+
+    def __init__(self, message: str, bootstrap_servers: str) -> None:
+        super().__init__(message)
+        self.bootstrap_servers = bootstrap_servers
+
+
+@dataclass(slots=True)
+class Node:
+    """One running (or stopped) node of a :class:`Cluster`."""
+
+    node_id: int
+    host: str
+    port: int
+    controller_port: int
+    node_dir: Path
+    pid: int | None = None
+    supervisor_pid: int | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def properties_path(self) -> Path:
+        return self.node_dir / "server.properties"
+
+    @property
+    def log_path(self) -> Path:
+        return self.node_dir / "logs" / "server.log"
+
+    @property
+    def stdout_path(self) -> Path:
+        return self.node_dir / "logs" / "stdout.log"
+
+    def spec(self) -> NodeSpec:
+        return NodeSpec(self.node_id, self.port, self.controller_port, self.node_dir, self.host)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    node_id: int
+    bootstrap: str
+    pid: int | None
+    alive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatus:
+    data_dir: Path
+    bootstrap_servers: str
+    kafka_version: str
+    cluster_id: str
+    supervised: bool
+    nodes: tuple[NodeStatus, ...]
+
+    @property
+    def running(self) -> bool:
+        return any(n.alive for n in self.nodes)
+
+    @property
+    def all_running(self) -> bool:
+        return all(n.alive for n in self.nodes)
+
+
+# --------------------------------------------------------------------------------------------------
+# Process helpers (Linux /proc; plain kill(0) elsewhere)
+
+
+def _pid_alive(pid: int) -> bool:
+    """True when ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
+    return state not in (b"Z", b"X", b"x")
+
+
+def _is_node_jvm(pid: int, properties_path: Path) -> bool:
+    """True when ``pid`` is alive and is the Kafka JVM of the node with ``properties_path``."""
+    if not _pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # no /proc: trust the pid
+    return b"kafka.Kafka" in args and str(properties_path).encode() in args
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+# --------------------------------------------------------------------------------------------------
+# Ports
+
+_ports_lock = threading.Lock()
+_handed_out: set[int] = set()
+
+
+def _free_ports(count: int) -> list[int]:
+    """Ports the kernel picked as free on 127.0.0.1; never the same port twice in this process."""
+    with _ports_lock:
+        socks: list[socket.socket] = []
+        ports: list[int] = []
+        try:
+            while len(ports) < count:
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.bind(("127.0.0.1", 0))
+                port = int(s.getsockname()[1])
+                if port not in _handed_out:
+                    ports.append(port)
+        finally:
+            for s in socks:
+                s.close()
+        _handed_out.update(ports)
+        return ports
+
+
+# --------------------------------------------------------------------------------------------------
+# The cluster handle
+
+_live_lock = threading.Lock()
+_live: set[Cluster] = set()
+
+
+@atexit.register
+def _stop_owned_clusters() -> None:
+    with _live_lock:
+        clusters = list(_live)
+    for cluster in clusters:
+        with contextlib.suppress(Exception):
+            cluster.stop()
+
+
+class Cluster:
+    """A running dev broker (1 node) or cluster (3 nodes).  Use :func:`start` to get one."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        cluster_id: str,
+        nodes: list[Node],
+        *,
+        supervised: bool,
+        ephemeral: bool,
+        overrides: Mapping[str, str] | None = None,
+        started_at: float | None = None,
+    ) -> None:
+        self.data_dir = data_dir
+        self.cluster_id = cluster_id
+        self.nodes = nodes
+        self.supervised = supervised
+        self.ephemeral = ephemeral
+        self.overrides = dict(overrides or {})
+        self.started_at = started_at if started_at is not None else time.time()
+        #: Seconds from launching the JVMs until ready (set by :func:`start`).
+        self.start_seconds: float = 0.0
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}  # node id -> supervisor or detached JVM
+        self._lock = threading.RLock()
+        self._stopped = False
+
+    # -- plain facts ---------------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    @property
+    def node_ids(self) -> list[int]:
+        return [n.node_id for n in self.nodes]
+
+    @property
+    def kafka_version(self) -> str:
+        return KAFKA_VERSION
+
+    def node(self, node_id: int) -> Node:
+        for n in self.nodes:
+            if n.node_id == node_id:
+                return n
+        raise KeyError(f"no node {node_id} in cluster (nodes: {self.node_ids})")
+
+    def pids(self) -> list[int]:
+        """The JVM pids (and supervisor pids) this cluster started, alive or not."""
+        out: list[int] = []
+        for n in self.nodes:
+            out += [p for p in (n.pid, n.supervisor_pid) if p is not None]
+        return out
+
+    def is_alive(self, node_id: int) -> bool:
+        n = self.node(node_id)
+        return n.pid is not None and _is_node_jvm(n.pid, n.properties_path)
+
+    def metadata(self, topics: Iterable[str] | None = None, timeout: float = 5.0) -> ClusterMetadata:
+        return fetch_metadata(self.bootstrap_servers, topics, timeout)
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication: int | None = None,
+        configs: Mapping[str, str] | None = None,
+        *,
+        exist_ok: bool = False,
+    ) -> ClusterMetadata:
+        """Create a topic (CreateTopics through the probe client) and wait for its leaders."""
+        rf = len(self.nodes) if replication is None else replication
+        return create_topic(self.bootstrap_servers, name, partitions, rf, configs, exist_ok=exist_ok)
+
+    def __repr__(self) -> str:
+        return f"Cluster({self.bootstrap_servers!r}, data_dir={str(self.data_dir)!r})"
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- launching -----------------------------------------------------------------------------
+
+    def _launch(self, node: Node, classpath: str, java: str) -> None:
+        node.stdout_path.parent.mkdir(parents=True, exist_ok=True)
+        cmd = server_command(node.spec(), classpath, _LOG4J_CONFIG, java)
+        previous = self._procs.pop(node.node_id, None)
+        if previous is not None:  # an earlier process of this node that died: reap it
+            _close_pipes(previous)
+            previous.poll()
+        if self.supervised:
+            sup = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",
+                    str(_SUPERVISOR),
+                    str(DEFAULT_STOP_TIMEOUT_S),
+                    str(node.stdout_path),
+                    "--",
+                    *cmd,
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # a terminal's Ctrl-C reaches the owner only; it tears down in order
+            )
+            node.supervisor_pid = sup.pid
+            node.pid = _read_child_pid(sup, node)
+            self._procs[node.node_id] = sup
+        else:
+            with open(node.stdout_path, "ab") as out:
+                jvm = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            node.pid = jvm.pid
+            node.supervisor_pid = None
+            self._procs[node.node_id] = jvm
+
+    def _wait_ready(self, node_ids: Iterable[int], deadline: float) -> None:
+        """ApiVersions on every node, then Metadata on every node listing all node ids."""
+        expected = set(self.node_ids)
+        pending = list(node_ids)
+        while pending:
+            still = []
+            for nid in pending:
+                self._check_running(nid)
+                if not _probe_api_versions(self.node(nid)):
+                    still.append(nid)
+            pending = still
+            if pending:
+                self._check_deadline(deadline, f"no ApiVersions answer from node(s) {pending}")
+                time.sleep(0.1)
+        pending = list(node_ids)
+        while pending:
+            still = []
+            for nid in pending:
+                self._check_running(nid)
+                listed = _probe_metadata_brokers(self.node(nid))
+                if listed is None or not expected <= listed:
+                    still.append(nid)
+            pending = still
+            if pending:
+                self._check_deadline(
+                    deadline, f"Metadata from node(s) {pending} does not list all of {sorted(expected)}"
+                )
+                time.sleep(0.1)
+
+    def _check_running(self, node_id: int) -> None:
+        node = self.node(node_id)
+        proc = self._procs.get(node_id)
+        dead = not (node.pid is not None and _pid_alive(node.pid))
+        if proc is not None and proc.poll() is not None:
+            dead = True
+        if dead:
+            raise _NodeDiedError(node, _tail(node.stdout_path, 20) + "\n" + _tail(node.log_path, 40))
+
+    def _check_deadline(self, deadline: float, what: str) -> None:
+        if time.monotonic() >= deadline:
+            logs = "\n".join(
+                f"--- node {n.node_id} ({n.log_path}):\n{_tail(n.log_path, 15)}" for n in self.nodes
+            )
+            raise BrokerStartError(f"broker not ready in time: {what}\n{logs}")
+
+    # -- stopping ------------------------------------------------------------------------------
+
+    def stop(self, timeout: float = DEFAULT_STOP_TIMEOUT_S) -> None:
+        """SIGTERM every JVM, SIGKILL after ``timeout`` seconds; wait until all are gone."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._terminate(self.nodes, timeout)
+            self._stopped = True
+            with _live_lock:
+                _live.discard(self)
+            if self.ephemeral:
+                shutil.rmtree(self.data_dir, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    (self.data_dir / STATE_FILE).unlink()
+
+    def _terminate(self, nodes: Iterable[Node], timeout: float, sig: int = signal.SIGTERM) -> None:
+        nodes = list(nodes)
+        targets = [n for n in nodes if n.pid is not None and _is_node_jvm(n.pid, n.properties_path)]
+        for n in targets:
+            assert n.pid is not None
+            _signal(n.pid, sig)
+            _signal(n.pid, signal.SIGCONT)  # a paused (SIGSTOPped) JVM must see the signal
+        if not self._wait_gone(targets, timeout):
+            for n in targets:
+                if n.pid is not None and _pid_alive(n.pid):
+                    log.warning(
+                        "node %d (pid %d) ignored SIGTERM for %.0fs; SIGKILL", n.node_id, n.pid, timeout
+                    )
+                    _signal(n.pid, signal.SIGKILL)
+            if not self._wait_gone(targets, 10.0):
+                raise KafkaTimeoutError(f"Kafka JVMs {[n.pid for n in targets]} still alive after SIGKILL")
+        # Supervisors exit once their JVM is gone; reap them (and detached JVMs we started).
+        for n in nodes:
+            proc = self._procs.pop(n.node_id, None)
+            if proc is not None:
+                _close_pipes(proc)
+                try:
+                    proc.wait(5.0)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            elif n.supervisor_pid is not None and _pid_alive(n.supervisor_pid):
+                _wait_pid_gone(n.supervisor_pid, 5.0)
+
+    def _wait_gone(self, nodes: list[Node], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            for n in nodes:
+                proc = self._procs.get(n.node_id)
+                if proc is not None:
+                    proc.poll()  # reap a detached JVM we are the parent of
+            if not any(n.pid is not None and _pid_alive(n.pid) for n in nodes):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+    # -- fault injection on single nodes -------------------------------------------------------
+
+    def stop_node(self, node_id: int, *, kill: bool = False, timeout: float = DEFAULT_STOP_TIMEOUT_S) -> None:
+        """Stop one node: SIGTERM (then SIGKILL after ``timeout``), or SIGKILL right away (``kill=True``)."""
+        with self._lock:
+            node = self.node(node_id)
+            self._terminate([node], timeout, signal.SIGKILL if kill else signal.SIGTERM)
+            node.pid = None
+            node.supervisor_pid = None
+            self._write_state()
+
+    def restart_node(self, node_id: int, timeout: float = DEFAULT_START_TIMEOUT_S) -> None:
+        """Start a stopped node again with its storage and ports; wait until it is back in Metadata."""
+        with self._lock:
+            node = self.node(node_id)
+            if self.is_alive(node_id):
+                raise BrokerStartError(f"node {node_id} is still running")
+            jars = ensure_jars()
+            self._launch(node, jars.classpath, java_executable())
+            self._write_state()
+        self._wait_ready([node_id], time.monotonic() + timeout)
+
+    def heal(self, timeout: float = DEFAULT_START_TIMEOUT_S) -> None:
+        """Resume paused nodes and restart stopped ones; return once every node serves Metadata again."""
+        deadline = time.monotonic() + timeout
+        for node in self.nodes:
+            self.resume_node(node.node_id)
+            if not self.is_alive(node.node_id):
+                self.restart_node(node.node_id, max(1.0, deadline - time.monotonic()))
+        self._wait_ready(self.node_ids, deadline)
+
+    def pause_node(self, node_id: int) -> None:
+        """SIGSTOP the node's JVM (a hung broker: connections stay open, nothing is answered)."""
+        node = self.node(node_id)
+        if node.pid is not None and _is_node_jvm(node.pid, node.properties_path):
+            _signal(node.pid, signal.SIGSTOP)
+
+    def resume_node(self, node_id: int) -> None:
+        node = self.node(node_id)
+        if node.pid is not None and _is_node_jvm(node.pid, node.properties_path):
+            _signal(node.pid, signal.SIGCONT)
+
+    # -- state file ----------------------------------------------------------------------------
+
+    def _write_state(self) -> None:
+        state = {
+            "format": _STATE_FORMAT,
+            "kafka_version": KAFKA_VERSION,
+            "cluster_id": self.cluster_id,
+            "supervised": self.supervised,
+            "ephemeral": self.ephemeral,
+            "owner_pid": os.getpid(),
+            "started_at": self.started_at,
+            "bootstrap_servers": self.bootstrap_servers,
+            "overrides": self.overrides,
+            "nodes": [{**asdict(n), "node_dir": str(n.node_dir)} for n in self.nodes],
+        }
+        path = self.data_dir / STATE_FILE
+        tmp = path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def _from_state(cls, data_dir: Path) -> Cluster | None:
+        try:
+            state = json.loads((data_dir / STATE_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise BrokerStartError(f"{data_dir / STATE_FILE}: unreadable broker state: {exc}") from exc
+        nodes = [
+            Node(
+                node_id=int(n["node_id"]),
+                host=str(n["host"]),
+                port=int(n["port"]),
+                controller_port=int(n["controller_port"]),
+                node_dir=Path(n["node_dir"]),
+                pid=n.get("pid"),
+                supervisor_pid=n.get("supervisor_pid"),
+            )
+            for n in state["nodes"]
+        ]
+        return cls(
+            data_dir,
+            str(state["cluster_id"]),
+            nodes,
+            supervised=bool(state.get("supervised", False)),
+            ephemeral=bool(state.get("ephemeral", False)),
+            overrides=state.get("overrides") or {},
+            started_at=float(state.get("started_at", 0.0)),
+        )
+
+
+class _NodeDiedError(BrokerStartError):
+    def __init__(self, node: Node, output: str) -> None:
+        super().__init__(
+            f"Kafka node {node.node_id} (pid {node.pid}) exited during startup:\n{output.strip()}"
+        )
+        self.node = node
+        self.output = output
+
+    @property
+    def port_in_use(self) -> bool:
+        return "Address already in use" in self.output or "BindException" in self.output
+
+
+def _read_child_pid(sup: subprocess.Popen[bytes], node: Node) -> int:
+    """The JVM pid that the supervisor prints as its first line."""
+    assert sup.stdout is not None
+    ready, _, _ = select.select([sup.stdout], [], [], 30.0)
+    line = sup.stdout.readline() if ready else b""
+    try:
+        return int(line.strip())
+    except ValueError:
+        sup.kill()
+        sup.wait()
+        raise BrokerStartError(
+            f"supervisor for node {node.node_id} did not report a JVM pid:\n{_tail(node.stdout_path)}"
+        ) from None
+
+
+def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
+def _wait_pid_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while _pid_alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _probe_api_versions(node: Node) -> bool:
+    try:
+        with ProbeConnection(node.host, node.port, 2.0) as conn:
+            conn.api_versions()
+        return True
+    except (OSError, ProtocolError, KafkaError):
+        return False
+
+
+def _probe_metadata_brokers(node: Node) -> set[int] | None:
+    try:
+        with ProbeConnection(node.host, node.port, 2.0) as conn:
+            return set(conn.metadata([]).brokers)
+    except (OSError, ProtocolError, KafkaError):
+        return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Module-level API
+
+
+def _prepare_data_dir(data_dir: Path) -> None:
+    """Make ``data_dir`` ours and empty of previous node storage (refuse foreign non-empty dirs)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    marker = data_dir / _MARKER_FILE
+    if not marker.exists():
+        if any(data_dir.iterdir()):
+            raise BrokerStartError(
+                f"{data_dir}: not empty and not a kafka-handoff broker dir; pick another --data-dir"
+            )
+        marker.write_text("kafka-handoff devbroker data dir; safe to delete when no broker runs\n")
+    for child in data_dir.iterdir():
+        if child.is_dir() and child.name.startswith("node-"):
+            shutil.rmtree(child)
+    with contextlib.suppress(FileNotFoundError):
+        (data_dir / STATE_FILE).unlink()
+
+
+def _format_all(specs: list[NodeSpec], cluster_id: str, classpath: str, java: str, timeout: float) -> None:
+    procs = []
+    for spec in specs:
+        spec.logs_dir.mkdir(parents=True, exist_ok=True)
+        cmd = format_command(spec, cluster_id, classpath, _LOG4J_CONFIG, java)
+        procs.append((spec, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
+    failures = []
+    for spec, proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        (spec.logs_dir / "format.log").write_bytes(out)
+        if proc.returncode != 0:
+            failures.append(
+                f"node {spec.node_id}: exit {proc.returncode}\n{out.decode('utf-8', 'replace')[-3000:]}"
+            )
+    if failures:
+        raise BrokerStartError("formatting Kafka storage failed:\n" + "\n".join(failures))
+
+
+def start(
+    nodes: int = 1,
+    data_dir: str | os.PathLike[str] | None = None,
+    *,
+    supervised: bool = True,
+    timeout: float = DEFAULT_START_TIMEOUT_S,
+    overrides: Mapping[str, str] | None = None,
+) -> Cluster:
+    """Start a 1- or 3-node KRaft cluster on 127.0.0.1 and wait until it serves clients.
+
+    ``data_dir`` ``None``: a fresh temporary directory, removed again by :meth:`Cluster.stop`.
+    ``overrides``: extra or replaced broker settings (dotted Kafka names).
+    """
+    if nodes not in ALLOWED_NODE_COUNTS:
+        raise ConfigError(f"nodes: {nodes!r} is not allowed; allowed values: 1, 3")
+    jars = ensure_jars()
+    java = java_executable()
+    ephemeral = data_dir is None
+    root = Path(tempfile.mkdtemp(prefix="handoff-broker-")) if data_dir is None else Path(data_dir).resolve()
+    if not ephemeral:
+        existing = Cluster._from_state(root) if (root / STATE_FILE).exists() else None
+        if existing is not None:
+            alive = [
+                n for n in existing.nodes if n.pid is not None and _is_node_jvm(n.pid, n.properties_path)
+            ]
+            if alive:
+                raise BrokerAlreadyRunningError(
+                    f"a broker is already running from {root} at {existing.bootstrap_servers}",
+                    existing.bootstrap_servers,
+                )
+    _prepare_data_dir(root)
+    cluster_id = generate_cluster_id()
+    last_error: BrokerStartError | None = None
+    for attempt in range(1, _BIND_RETRIES + 1):
+        ports = _free_ports(2 * nodes)
+        members = [
+            Node(i + 1, "127.0.0.1", ports[2 * i], ports[2 * i + 1], root / f"node-{i + 1}")
+            for i in range(nodes)
+        ]
+        cluster = Cluster(
+            root, cluster_id, members, supervised=supervised, ephemeral=ephemeral, overrides=overrides
+        )
+        specs = [m.spec() for m in members]
+        for spec in specs:
+            spec.node_dir.mkdir(parents=True, exist_ok=True)
+            spec.properties_path.write_text(
+                render_properties(spec, specs, overrides=overrides), encoding="utf-8"
+            )
+        try:
+            _format_all(specs, cluster_id, jars.classpath, java, timeout)
+            launched = time.monotonic()
+            if supervised:
+                with _live_lock:
+                    _live.add(cluster)
+            try:
+                for m in members:  # all nodes at once: a KRaft quorum needs a majority to elect a leader
+                    cluster._launch(m, jars.classpath, java)
+            finally:
+                cluster._write_state()
+            cluster._wait_ready(cluster.node_ids, launched + timeout)
+            cluster.start_seconds = time.monotonic() - launched
+            log.info(
+                "Kafka %s: %d node(s) ready at %s in %.1fs",
+                KAFKA_VERSION,
+                nodes,
+                cluster.bootstrap_servers,
+                cluster.start_seconds,
+            )
+            return cluster
+        except _NodeDiedError as exc:
+            _abandon(cluster)
+            last_error = exc
+            if not exc.port_in_use:
+                break
+            log.warning("port collision on attempt %d; retrying with new ports", attempt)
+            for m in members:
+                shutil.rmtree(m.node_dir, ignore_errors=True)
+        except BaseException:
+            _abandon(cluster)
+            if ephemeral:
+                shutil.rmtree(root, ignore_errors=True)
+            raise
+    if ephemeral:
+        shutil.rmtree(root, ignore_errors=True)
+    assert last_error is not None
+    raise last_error
+
+
+def _abandon(cluster: Cluster) -> None:
+    """Stop whatever a failed start launched."""
+    with contextlib.suppress(Exception):
+        cluster._terminate(cluster.nodes, 5.0)
+    cluster._stopped = True
+    with _live_lock:
+        _live.discard(cluster)
+
+
+def stop(data_dir: str | os.PathLike[str], timeout: float = DEFAULT_STOP_TIMEOUT_S) -> bool:
+    """Stop the broker whose state is in ``data_dir``; False when none was recorded there."""
+    root = Path(data_dir).resolve()
+    cluster = Cluster._from_state(root)
+    if cluster is None:
+        return False
+    with _live_lock:
+        for live in _live:
+            if live.data_dir == root:  # started by this process: use the handle (reaps children)
+                cluster = live
+                break
+    cluster.stop(timeout)
+    return True
+
+
+def status(data_dir: str | os.PathLike[str]) -> ClusterStatus | None:
+    """What ``data_dir``'s state file says and which of its JVMs are alive; None when there is no state."""
+    root = Path(data_dir).resolve()
+    cluster = Cluster._from_state(root)
+    if cluster is None:
+        return None
+    return ClusterStatus(
+        data_dir=root,
+        bootstrap_servers=cluster.bootstrap_servers,
+        kafka_version=KAFKA_VERSION,
+        cluster_id=cluster.cluster_id,
+        supervised=cluster.supervised,
+        nodes=tuple(
+            NodeStatus(
+                n.node_id,
+                n.bootstrap,
+                n.pid,
+                n.pid is not None and _is_node_jvm(n.pid, n.properties_path),
+            )
+            for n in cluster.nodes
+        ),
+    )

@@ -1,0 +1,1381 @@
+"""Classic group membership (Join/Sync/Heartbeat/LeaveGroup), eager and KIP-429 cooperative, sans-I/O.
+
+:class:`ClassicMembership` implements :class:`~kafka_handoff.group.membership.Membership` for
+``group.protocol=classic``.  It follows Java's ``AbstractCoordinator``/``ConsumerCoordinator``: the member
+states UNJOINED -> PREPARING_REBALANCE (JoinGroup sent) -> COMPLETING_REBALANCE (JoinGroup answered,
+SyncGroup pending) -> STABLE, "join prepare" callbacks before every JoinGroup, the leader's client-side
+assignment, "join complete" callbacks after SyncGroup, heartbeats, the poll timer and LeaveGroup.  It sends
+nothing itself: ``poll(now_ms)`` returns :class:`~kafka_handoff.protocol.requests.UnsentRequest` objects for
+the coordinator and every other output is an event drained with :meth:`ClassicMembership.drain_events`.
+
+Rebalance protocol
+    EAGER unless every configured assignor supports COOPERATIVE (then COOPERATIVE), as in Java.
+
+Callbacks (KIP-429 semantics, the order of the seed's "ConsumerRebalanceListener and ConsumerPartitionAssignor
+Semantics")
+    * before JoinGroup ("join prepare"): generation reset (fenced / unknown member / poll timeout) ->
+      LOST(all owned); else EAGER -> REVOKE(all owned); COOPERATIVE -> REVOKE(owned partitions of topics no
+      longer subscribed).  A REVOKE is never emitted for an empty set; the JoinGroup waits for completion.
+    * after SyncGroup ("join complete"): COOPERATIVE -> REVOKE(owned - assigned) if non-empty, then
+      ``assignor.on_assignment``, then ``AssignmentChanged`` and ASSIGN(assigned - owned), always, even
+      when empty.  When that REVOKE completes the member rejoins (the follow-up rebalance that lets the
+      partitions move).  An assignment naming topics outside the subscription is not applied: the member
+      rejoins.
+    * LOST(all owned) immediately when the generation is reset by UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION /
+      FENCED_INSTANCE_ID (Heartbeat, SyncGroup, JoinGroup or a commit) or when ``max.poll.interval.ms``
+      expires; LOST(vanished) when metadata says owned partitions of subscribed topics no longer exist.
+    * Callback errors are the application thread's business (it reports them); the rebalance completes.
+
+Ownership while a callback is outstanding
+    A partition stays in :attr:`ClassicMembership.owned` until its REVOKE callback completed (the application
+    may still commit it; nobody else can own it yet, see below).  ``AssignmentChanged.owned`` always equals
+    :attr:`owned`, so after a cooperative SyncGroup that revokes ``R`` and adds ``A`` the events are
+    ``REVOKE(R)``, ``AssignmentChanged(owned=assigned | R, awaiting_callback=A)``, ``ASSIGN(A)`` and, once
+    the REVOKE completes, ``AssignmentChanged(owned=assigned)``.  LOST partitions leave ``owned`` before
+    the LOST event is emitted.
+
+Delayed revocation (KIP-983) -- the rule implemented here
+    The application thread may take as long as it likes to complete a REVOKE callback; heartbeats continue
+    meanwhile (the member is still STABLE in its generation, and a classic coordinator in
+    PreparingRebalance still accepts offset commits of the current generation, so the application can
+    commit what it finished).  The JoinGroup that follows a revocation is only sent once every outstanding
+    callback has completed, and it never claims a partition whose REVOKE is outstanding.  A partition
+    that is not claimed may be handed to another member as soon as the rebalance that our JoinGroup joins
+    completes; so sending that JoinGroup is the point where the partition must have been given up.
+
+    *Never hold a revoked partition past the point where another member may own it.*  Other members can
+    get a partition we are revoking only (a) through a rebalance that includes our JoinGroup, (b) if the
+    coordinator expels us: because we did not rejoin within the rebalance timeout of a rebalance someone
+    else started, or because no heartbeat reached it within ``session.timeout.ms``, or (c) after our
+    generation was reset.  Hence:
+
+    * no rebalance in progress at the coordinator (our own follow-up, our subscription change, an eager
+      ``enforce_rebalance``): the member waits for the REVOKE indefinitely; no one else can own the
+      partitions before our JoinGroup, so nothing is lost.
+    * the coordinator told us a rebalance is in progress (Heartbeat or commit REBALANCE_IN_PROGRESS): the
+      coordinator started it after it answered our last successful heartbeat (sent at ``t``), so it
+      waits for us until at least ``t + rebalance.timeout`` (``max.poll.interval.ms``).  The member keeps
+      waiting for the REVOKE until ``t + rebalance_timeout - margin`` (margin: ``revoke_deadline_margin_ms``,
+      default 10 % of the rebalance timeout); then the still-pending partitions are declared LOST (they
+      leave ``owned``; a late completion of the REVOKE is ignored, as its ``seq`` is stale) and the JoinGroup
+      is sent at once, without them, and without waiting for any other callback.  The member does *not*
+      rejoin claiming them as owned: a revoking partition is never reported in JoinGroup.
+    * no successful heartbeat within ``session.timeout.ms`` (the coordinator may have expired us): pending
+      revocations are declared LOST at once (the coordinator is also marked unknown, as in Java).
+    * generation reset: LOST(all owned) at once, superseding every outstanding REVOKE/ASSIGN (a late
+      completion of those is ignored); the JoinGroup waits for the LOST callback (as Java's synchronous
+      ``onJoinPrepare`` does).
+
+Static membership (``group.instance.id``)
+    The instance id goes into JoinGroup (v5+), SyncGroup and Heartbeat (v3+).  A static member never sends
+    LeaveGroup (close, unsubscribe, poll timeout), as in Java since 2.3, so a restart within the session
+    timeout gets its partitions back without a rebalance.  FENCED_INSTANCE_ID is fatal.
+
+Metrics
+    ``RebalanceMetricsSink.rebalance_started`` when the JoinGroup of a new rebalance is sent (retries of a
+    failed attempt belong to the same rebalance, as in Java), ``rebalance_failed`` on each failed
+    JoinGroup/SyncGroup attempt (MEMBER_ID_REQUIRED included, as in Java), ``rebalance_completed`` when the
+    ASSIGN callback of the rebalance completed.  Join/sync/heartbeat counters and latencies are in
+    :attr:`ClassicMembership.stats`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafka_handoff.errors import (
+    ConfigError,
+    FencedError,
+    IllegalStateError,
+    KafkaError,
+    UnsupportedVersionError,
+    error_for_code,
+)
+from kafka_handoff.group.assignors import is_builtin_cooperative, select_protocol
+from kafka_handoff.group.assignors.base import (
+    MemberAssignment,
+    MemberSubscription,
+    PartitionAssignor,
+    RebalanceProtocol,
+)
+from kafka_handoff.group.membership import (
+    AssignmentChanged,
+    CallbackKind,
+    CallbackNeeded,
+    CoordinatorNeeded,
+    GroupEvent,
+    MembershipError,
+    MetadataNeeded,
+    RebalanceMetricsSink,
+    Subscription,
+)
+from kafka_handoff.group.protocol_data import (
+    ConsumerProtocolError,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+from kafka_handoff.group.validate import validate_cooperative_assignment
+from kafka_handoff.protocol.requests import COORDINATOR, MAX_POLL_WAIT_MS, PollResult, UnsentRequest
+from kafka_handoff.types import ClusterMetadata, ConsumerGroupMetadata, TopicPartition
+
+__all__ = [
+    "NO_GENERATION",
+    "ClassicMembership",
+    "Generation",
+    "MemberState",
+]
+
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+
+PROTOCOL_TYPE = "consumer"
+JOIN_GROUP_TIMEOUT_LAPSE_MS = 5000
+"""JoinGroup may block at the coordinator for the rebalance timeout; its request timeout adds this."""
+
+_MAX_REASON = 255
+
+_E = ErrorCode
+
+
+class MemberState(enum.Enum):
+    UNJOINED = "UNJOINED"
+    PREPARING_REBALANCE = "PREPARING_REBALANCE"
+    COMPLETING_REBALANCE = "COMPLETING_REBALANCE"
+    STABLE = "STABLE"
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    generation_id: int = -1
+    member_id: str = ""
+    protocol_name: str | None = None
+
+    @property
+    def is_reset(self) -> bool:
+        """No generation or no member id: the member is not (or no longer) part of a generation."""
+        return self.generation_id == -1 or self.member_id == ""
+
+
+NO_GENERATION = Generation()
+
+
+class _Leave(enum.Enum):
+    NONE = "none"
+    PREPARING = "preparing"  # waiting for the revoke/lost callbacks
+    SENDING = "sending"  # LeaveGroup in flight
+    DONE = "done"
+
+
+@dataclass(slots=True)
+class _LeaderJob:
+    members: list[tuple[str, str | None, bytes]]
+    protocol_name: str
+    skip_assignment: bool
+    metadata_wait_version: int | None = None
+
+
+@dataclass(slots=True)
+class _Stats:
+    values: dict[str, int] = field(
+        default_factory=lambda: {
+            "join_total": 0,
+            "join_time_ms_total": 0,
+            "join_time_ms_max": 0,
+            "sync_total": 0,
+            "sync_time_ms_total": 0,
+            "sync_time_ms_max": 0,
+            "heartbeat_total": 0,
+            "heartbeat_response_time_ms_max": 0,
+            "last_heartbeat_send_ms": -1,
+            "poll_timeouts": 0,
+            "callback_errors": 0,
+        }
+    )
+
+    def latency(self, prefix: str, ms: int) -> None:
+        self.values[f"{prefix}_total"] += 1
+        self.values[f"{prefix}_time_ms_total"] += ms
+        self.values[f"{prefix}_time_ms_max"] = max(self.values[f"{prefix}_time_ms_max"], ms)
+
+
+class ClassicMembership:
+    """The classic consumer group membership; see the module docstring for the behaviour."""
+
+    def __init__(
+        self,
+        group_id: str,
+        assignors: Sequence[PartitionAssignor],
+        *,
+        group_instance_id: str | None = None,
+        session_timeout_ms: int = 45_000,
+        rebalance_timeout_ms: int = 300_000,
+        heartbeat_interval_ms: int = 3_000,
+        rack_id: str | None = None,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1_000,
+        request_timeout_ms: int = 30_000,
+        metrics: RebalanceMetricsSink | None = None,
+        exclude_internal_topics: bool = True,
+        revoke_deadline_margin_ms: int | None = None,
+    ) -> None:
+        if not assignors:
+            raise ConfigError("partition.assignment.strategy: at least one assignor is required")
+        if not group_id:
+            raise ConfigError("group.id: a non-empty group id is required for group membership")
+        if heartbeat_interval_ms >= session_timeout_ms:
+            raise ConfigError(
+                f"heartbeat.interval.ms ({heartbeat_interval_ms}) must be lower than session.timeout.ms "
+                f"({session_timeout_ms})"
+            )
+        if rebalance_timeout_ms <= 0:
+            raise ConfigError(f"max.poll.interval.ms: must be positive, got {rebalance_timeout_ms}")
+        names = [a.name for a in assignors]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"partition.assignment.strategy: duplicate assignor names in {names}")
+        self.group_id = group_id
+        self.group_instance_id = group_instance_id or None
+        self.protocol = select_protocol(assignors)
+        self._assignors: tuple[PartitionAssignor, ...] = tuple(assignors)
+        self._session_timeout_ms = session_timeout_ms
+        self._rebalance_timeout_ms = rebalance_timeout_ms
+        self._heartbeat_interval_ms = heartbeat_interval_ms
+        self._rack_id = rack_id or None
+        self._retry_backoff_ms = max(0, retry_backoff_ms)
+        self._retry_backoff_max_ms = max(self._retry_backoff_ms, retry_backoff_max_ms)
+        self._request_timeout_ms = request_timeout_ms
+        self._metrics = metrics
+        self._exclude_internal = exclude_internal_topics
+        self._deadline_margin_ms = (
+            rebalance_timeout_ms // 10 if revoke_deadline_margin_ms is None else revoke_deadline_margin_ms
+        )
+
+        # subscription
+        self._subscription = Subscription()
+        self._subscribed_topics: frozenset[str] = frozenset()
+        self._joined_topics: frozenset[str] = frozenset()
+        self._metadata: ClusterMetadata | None = None
+        self._metadata_version = 0
+        self._snapshot: dict[str, int | None] = {}
+
+        # membership
+        self._state = MemberState.UNJOINED
+        self._generation = NO_GENERATION
+        self._is_leader = False
+        self._coordinator: int | None = None
+        self._coordinator_requested = False
+        self._rejoin_needed = True
+        self._rejoin_reason = "initial join"
+        self._needs_join_prepare = True
+        self._awaiting_app_poll = True
+        self._join_backoff_until_ms = 0
+        self._join_attempts = 0
+        self._join_token: object | None = None
+        self._sync_token: object | None = None
+        self._leader_job: _LeaderJob | None = None
+        self._join_deadline_ms: int | None = None
+        self._fatal: BaseException | None = None
+
+        # ownership and callbacks
+        self._assigned: frozenset[TopicPartition] = frozenset()
+        self._revoking: dict[int, frozenset[TopicPartition]] = {}
+        self._followup: set[int] = set()
+        self._waiting: set[int] = set()
+        self._assign_seq: int | None = None
+        self._seq = 0
+        self._events: list[GroupEvent] = []
+        self._outbox: list[UnsentRequest] = []
+        self._rebalance_open = False
+
+        # timers
+        self._last_app_poll_ms = 0
+        self._session_deadline_ms = 0
+        self._hb_next_ms = 0
+        self._hb_attempts = 0
+        self._hb_token: object | None = None
+        self._stable_evidence_ms = 0
+
+        # leaving
+        self._leave = _Leave.NONE
+        self._leave_reason = ""
+        self._clear_subscription_on_leave = False
+        self._rejoin_after_leave = False
+        self._leave_token: object | None = None
+
+        self._stats = _Stats()
+
+    # ------------------------------------------------------------------------------------------------
+    # queries
+
+    @property
+    def owned(self) -> frozenset[TopicPartition]:
+        """Assigned partitions plus those whose REVOKE callback has not completed yet."""
+        if not self._revoking:
+            return self._assigned
+        out = set(self._assigned)
+        for parts in self._revoking.values():
+            out |= parts
+        return frozenset(out)
+
+    @property
+    def assigned(self) -> frozenset[TopicPartition]:
+        """The current generation's assignment as applied (owned minus partitions being revoked)."""
+        return self._assigned
+
+    @property
+    def revoking(self) -> frozenset[TopicPartition]:
+        out: set[TopicPartition] = set()
+        for parts in self._revoking.values():
+            out |= parts
+        return frozenset(out)
+
+    @property
+    def state(self) -> MemberState:
+        return self._state
+
+    @property
+    def state_name(self) -> str:
+        return self._state.value
+
+    @property
+    def generation(self) -> Generation:
+        return self._generation
+
+    @property
+    def is_leader(self) -> bool:
+        return self._is_leader
+
+    @property
+    def left(self) -> bool:
+        return self._leave is _Leave.DONE
+
+    @property
+    def fatal_error(self) -> BaseException | None:
+        return self._fatal
+
+    @property
+    def waiting_for_callbacks(self) -> frozenset[int]:
+        """Sequence numbers of callbacks the next JoinGroup (or LeaveGroup) waits for."""
+        return frozenset(self._waiting)
+
+    @property
+    def rejoin_needed(self) -> bool:
+        return self._rejoin_needed
+
+    @property
+    def join_deadline_ms(self) -> int | None:
+        """When pending revocations are declared lost so the JoinGroup makes the rebalance timeout."""
+        return self._join_deadline_ms
+
+    @property
+    def subscribed_topics(self) -> frozenset[str]:
+        return self._subscribed_topics
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters and latencies for Java's classic-only metrics (join/sync/heartbeat)."""
+        return dict(self._stats.values)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        g = self._generation
+        return ConsumerGroupMetadata(self.group_id, g.generation_id, g.member_id, self.group_instance_id)
+
+    def generation_if_stable(self) -> ConsumerGroupMetadata | None:
+        """The group metadata for commits, or ``None`` while a rebalance is in progress (Java's
+        ``generationIfStable``): commits then wait for the rebalance to complete."""
+        if self._state is not MemberState.STABLE:
+            return None
+        return self.group_metadata()
+
+    def owns(self, partitions: Iterable[TopicPartition]) -> bool:
+        owned = self.owned
+        return all(tp in owned for tp in partitions)
+
+    def drain_events(self) -> list[GroupEvent]:
+        events, self._events = self._events, []
+        return events
+
+    # ------------------------------------------------------------------------------------------------
+    # inputs
+
+    def subscribe(self, subscription: Subscription, now_ms: int) -> None:
+        if subscription.is_empty:
+            self.unsubscribe(now_ms)
+            return
+        changed = subscription != self._subscription
+        self._subscription = subscription
+        if self._leave is _Leave.DONE:
+            self._leave = _Leave.NONE  # subscribing again after unsubscribe()
+        elif self._leave is not _Leave.NONE:
+            # subscribe() during unsubscribe(): join again with the new subscription once the leave is done.
+            self._clear_subscription_on_leave = False
+            self._rejoin_after_leave = True
+        if subscription.pattern is not None:
+            self._events.append(MetadataNeeded(all_topics=True))
+            topics = self._match_pattern() if self._metadata is not None else frozenset()
+        else:
+            topics = subscription.topics
+            self._events.append(MetadataNeeded(topics=topics))
+        self._set_subscribed_topics(topics, "subscription changed")
+        if changed or self._state is MemberState.UNJOINED:
+            self._awaiting_app_poll = True
+        if self._coordinator is None:
+            self._need_coordinator("group membership needs the coordinator")
+
+    def unsubscribe(self, now_ms: int) -> None:
+        self._start_leave(now_ms, "the consumer unsubscribed from all topics", clear_subscription=True)
+
+    def leave(self, now_ms: int) -> None:
+        self._start_leave(now_ms, "the consumer is being closed", clear_subscription=False)
+
+    def on_app_poll(self, now_ms: int) -> None:
+        self._last_app_poll_ms = now_ms
+        self._awaiting_app_poll = False
+
+    def enforce_rebalance(self, reason: str, now_ms: int) -> None:
+        """Request a rebalance; a no-op while one is already in progress (as ``enforceRebalance``)."""
+        if self._state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
+            return
+        if self._subscription.is_empty or self._leave is not _Leave.NONE:
+            return
+        self._request_rejoin(reason or "rebalance enforced by the application")
+
+    def on_coordinator(self, node_id: int | None, now_ms: int) -> None:
+        self._coordinator = node_id
+        if node_id is not None:
+            self._coordinator_requested = False
+            self._session_deadline_ms = now_ms + self._session_timeout_ms
+
+    def on_callback_completed(self, seq: int, error: BaseException | None, now_ms: int) -> None:
+        if error is not None:
+            self._stats.values["callback_errors"] += 1
+        parts = self._revoking.pop(seq, None)
+        if parts is not None:
+            self._events.append(AssignmentChanged(owned=self.owned))
+            if seq in self._followup:
+                self._followup.discard(seq)
+                if self._leave is _Leave.NONE and self._state is MemberState.STABLE:
+                    self._request_rejoin("need to revoke partitions and re-join")
+        self._waiting.discard(seq)
+        if seq == self._assign_seq:
+            self._assign_seq = None
+            if self._rebalance_open:
+                self._rebalance_open = False
+                if self._metrics is not None:
+                    self._metrics.rebalance_completed(now_ms)
+
+    def on_metadata(self, metadata: ClusterMetadata, now_ms: int) -> None:
+        self._metadata = metadata
+        self._metadata_version += 1
+        if self._subscription.pattern is not None:
+            matched = self._match_pattern()
+            if matched != self._subscribed_topics:
+                self._set_subscribed_topics(matched, "topics matching the subscribed pattern changed")
+        self._handle_vanished_partitions()
+        if (
+            self._state is MemberState.STABLE
+            and not self._rejoin_needed
+            and self._leave is _Leave.NONE
+            and self._metadata_changed()
+        ):
+            self._request_rejoin("cached metadata has changed (partition count of a subscribed topic)")
+        if self._leader_job is not None:
+            self._try_leader_assignment(now_ms)
+
+    def on_commit_error(self, error_code: int, sent: ConsumerGroupMetadata, now_ms: int) -> None:
+        """Apply an OffsetCommit group error (KIP-429 triggers): REBALANCE_IN_PROGRESS -> rejoin keeping the
+        owned partitions; UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION -> reset generation, LOST(all), rejoin;
+        FENCED_INSTANCE_ID -> fatal.  ``sent`` is the group metadata the commit carried."""
+        code = int(error_code)
+        if self._fatal is not None:
+            return
+        unchanged = (
+            sent.generation_id == self._generation.generation_id
+            and sent.member_id == self._generation.member_id
+        )
+        if code == _E.rebalance_in_progress:
+            if self._state is MemberState.STABLE and self._leave is _Leave.NONE:
+                self._request_rejoin("offset commit failed since group is already rebalancing")
+                self._start_join_deadline()
+        elif code in (_E.unknown_member_id, _E.illegal_generation):
+            if unchanged:
+                self._reset_generation(
+                    reset_member_id=code == _E.unknown_member_id,
+                    reason=f"encountered {_E(code).name.upper()} from OFFSET_COMMIT response",
+                    now_ms=now_ms,
+                )
+        elif code == _E.fenced_instance_id and unchanged:
+            self._fail_fatal(self._fenced_error(), now_ms)
+
+    # ------------------------------------------------------------------------------------------------
+    # the request manager
+
+    def poll(self, now_ms: int) -> PollResult:
+        if self._fatal is None and self._leave is not _Leave.DONE:
+            self._check_poll_timer(now_ms)
+            self._check_session_timeout(now_ms)
+            self._check_join_deadline(now_ms)
+            if self._leave is _Leave.PREPARING:
+                self._drive_leave(now_ms)
+            elif self._leave is _Leave.NONE:
+                self._drive_join(now_ms)
+            self._drive_heartbeat(now_ms)
+        unsent, self._outbox = self._outbox, []
+        return PollResult(unsent, self._wait_ms(now_ms))
+
+    def _wait_ms(self, now_ms: int) -> int:
+        if self._fatal is not None or self._leave is _Leave.DONE:
+            return MAX_POLL_WAIT_MS
+        candidates = [MAX_POLL_WAIT_MS]
+        in_group = self._state in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE)
+        if in_group and self._coordinator is not None:
+            if self._hb_token is None:
+                candidates.append(self._hb_next_ms - now_ms)
+            candidates.append(self._session_deadline_ms - now_ms)
+        if in_group and self._leave is _Leave.NONE:
+            candidates.append(self._last_app_poll_ms + self._rebalance_timeout_ms - now_ms)
+        if self._join_backoff_until_ms > now_ms:
+            candidates.append(self._join_backoff_until_ms - now_ms)
+        if self._join_deadline_ms is not None and self._waiting:
+            candidates.append(self._join_deadline_ms - now_ms)
+        return max(0, min(candidates))
+
+    # ------------------------------------------------------------------------------------------------
+    # timers
+
+    def _check_poll_timer(self, now_ms: int) -> None:
+        if self._leave is not _Leave.NONE:
+            return
+        if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
+            return
+        if now_ms - self._last_app_poll_ms < self._rebalance_timeout_ms:
+            return
+        self._stats.values["poll_timeouts"] += 1
+        self._maybe_send_leave_group("consumer poll timeout has expired.", now_ms, for_leave=False)
+        self._reset_generation(
+            reset_member_id=True, reason="consumer poll timeout has expired", now_ms=now_ms
+        )
+        self._awaiting_app_poll = True
+
+    def _check_session_timeout(self, now_ms: int) -> None:
+        if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
+            return
+        if self._coordinator is None or now_ms < self._session_deadline_ms:
+            return
+        self._mark_coordinator_unknown("session timed out without receiving a heartbeat response")
+        # The coordinator may have expired us: another member may get what we are revoking.
+        self._give_up_revocations("no heartbeat response within session.timeout.ms")
+
+    def _check_join_deadline(self, now_ms: int) -> None:
+        if self._join_deadline_ms is None or now_ms < self._join_deadline_ms:
+            return
+        if self._waiting or self._revoking:
+            self._give_up_revocations("revocation not completed within the rebalance timeout")
+
+    def _start_join_deadline(self) -> None:
+        deadline = self._stable_evidence_ms + self._rebalance_timeout_ms - self._deadline_margin_ms
+        if self._join_deadline_ms is None or deadline < self._join_deadline_ms:
+            self._join_deadline_ms = deadline
+
+    def _backoff_ms(self, attempts: int) -> int:
+        return int(min(self._retry_backoff_ms * (2 ** min(attempts, 30)), self._retry_backoff_max_ms))
+
+    # ------------------------------------------------------------------------------------------------
+    # joining
+
+    def _drive_join(self, now_ms: int) -> None:
+        if self._subscription.is_empty or self._awaiting_app_poll:
+            return
+        if self._state is MemberState.COMPLETING_REBALANCE or self._join_token is not None:
+            return
+        if not (
+            self._rejoin_needed or self._state in (MemberState.UNJOINED, MemberState.PREPARING_REBALANCE)
+        ):
+            return
+        if self._subscription.pattern is not None and self._metadata is None:
+            return  # the topics the pattern matches are not known yet
+        if self._coordinator is None:
+            self._need_coordinator("joining the group needs the coordinator")
+            return
+        if now_ms < self._join_backoff_until_ms:
+            return
+        if self._needs_join_prepare:
+            self._needs_join_prepare = False
+            self._join_prepare(now_ms)
+        if self._waiting:
+            if self._join_deadline_ms is not None and now_ms >= self._join_deadline_ms:
+                self._give_up_revocations("revocation not completed within the rebalance timeout")
+            else:
+                return
+        self._send_join(now_ms)
+
+    def _join_prepare(self, now_ms: int) -> None:
+        """Java's ``onJoinPrepare``: the callbacks that precede a JoinGroup."""
+        if self._generation.is_reset:
+            self._lose_all("the member's generation was reset: it is no longer part of the group", now_ms)
+        elif self.protocol is RebalanceProtocol.EAGER:
+            self._revoke(self._assigned, "eager rebalance: revoking all partitions before rejoining")
+        else:
+            gone = frozenset(tp for tp in self._assigned if tp.topic not in self._subscribed_topics)
+            self._revoke(gone, "partitions of topics no longer subscribed")
+        self._is_leader = False
+
+    def _join_protocols(self) -> list[dict[str, Any]]:
+        topics = tuple(sorted(self._subscribed_topics))
+        owned = tuple(sorted(self._assigned))
+        out: list[dict[str, Any]] = []
+        for assignor in self._assignors:
+            sub = MemberSubscription(
+                topics=topics,
+                user_data=assignor.subscription_user_data(frozenset(topics)),
+                owned_partitions=owned,
+                generation_id=self._generation.generation_id,
+                rack_id=self._rack_id,
+            )
+            out.append({"name": assignor.name, "metadata": encode_subscription(sub)})
+        return out
+
+    def _send_join(self, now_ms: int) -> None:
+        try:
+            protocols = self._join_protocols()
+        except Exception as exc:  # a user assignor's subscription_user_data failed
+            self._fail_visible(KafkaError(f"cannot build the JoinGroup subscription: {exc!r}"), now_ms)
+            return
+        reason = self._rejoin_reason
+        self._state = MemberState.PREPARING_REBALANCE
+        self._rejoin_needed = False
+        self._rejoin_reason = ""
+        self._join_deadline_ms = None
+        self._joined_topics = self._subscribed_topics
+        self._snapshot = self._partition_counts(self._subscribed_topics)
+        if not self._rebalance_open:
+            self._rebalance_open = True
+            if self._metrics is not None:
+                self._metrics.rebalance_started(now_ms)
+        token = object()
+        self._join_token = token
+        sent_generation = self._generation
+        values = {
+            "group_id": self.group_id,
+            "session_timeout": self._session_timeout_ms,
+            "rebalance_timeout": self._rebalance_timeout_ms,
+            "member_id": self._generation.member_id,
+            "group_instance_id": self.group_instance_id,
+            "protocol_type": PROTOCOL_TYPE,
+            "protocols": protocols,
+            "reason": reason[:_MAX_REASON] or None,
+        }
+
+        def on_response(resp: Any, version: int, t: int) -> None:
+            self._on_join_response(token, sent_generation, now_ms, resp, t)
+
+        def on_failure(exc: BaseException, t: int) -> None:
+            if token is not self._join_token:
+                return
+            self._join_token = None
+            self._request_failed("JoinGroup", exc, t)
+
+        self._outbox.append(
+            UnsentRequest(
+                api_key=JOIN_GROUP,
+                node=COORDINATOR,
+                values=values,
+                on_response=on_response,
+                on_failure=on_failure,
+                timeout_ms=max(
+                    self._request_timeout_ms, self._rebalance_timeout_ms + JOIN_GROUP_TIMEOUT_LAPSE_MS
+                ),
+                min_version=5 if self.group_instance_id is not None else 0,
+                created_ms=now_ms,
+            )
+        )
+
+    def _on_join_response(
+        self, token: object, sent: Generation, sent_ms: int, resp: Any, now_ms: int
+    ) -> None:
+        if token is not self._join_token:
+            return  # stale: the member reset or left meanwhile
+        self._join_token = None
+        code = int(resp.error_code)
+        if code == _E.none:
+            self._stats.latency("join", max(0, now_ms - sent_ms))
+            protocol_type = getattr(resp, "protocol_type", None)
+            if protocol_type is not None and protocol_type != PROTOCOL_TYPE:
+                self._fail_visible(
+                    error_for_code(_E.inconsistent_group_protocol, f"protocol type {protocol_type!r}"), now_ms
+                )
+                return
+            protocol_name = resp.protocol_name
+            if protocol_name is None or self._assignor(protocol_name) is None:
+                self._fail_visible(
+                    IllegalStateError(f"Coordinator selected invalid assignment protocol: {protocol_name}"),
+                    now_ms,
+                )
+                return
+            self._generation = Generation(int(resp.generation_id), str(resp.member_id), str(protocol_name))
+            self._state = MemberState.COMPLETING_REBALANCE
+            # Java's heartbeat.resetTimeouts(): session, heartbeat and poll timers restart.
+            self._session_deadline_ms = now_ms + self._session_timeout_ms
+            self._hb_next_ms = now_ms + self._heartbeat_interval_ms
+            self._hb_attempts = 0
+            self._last_app_poll_ms = max(self._last_app_poll_ms, now_ms)
+            self._stable_evidence_ms = now_ms
+            if resp.leader == resp.member_id:
+                self._is_leader = True
+                members = [
+                    (str(m.member_id), getattr(m, "group_instance_id", None), bytes(m.metadata))
+                    for m in resp.members
+                ]
+                self._leader_job = _LeaderJob(
+                    members, str(protocol_name), bool(getattr(resp, "skip_assignment", False))
+                )
+                self._try_leader_assignment(now_ms)
+            else:
+                self._send_sync([], now_ms)
+            return
+
+        error = error_for_code(code, "JoinGroup")
+        if code == _E.coordinator_load_in_progress:
+            self._join_retry(now_ms, backoff=True)
+        elif code == _E.unknown_member_id:
+            if self._generation == sent:
+                self._reset_generation(
+                    reset_member_id=True,
+                    reason="encountered UNKNOWN_MEMBER_ID from JOIN_GROUP",
+                    now_ms=now_ms,
+                )
+            self._join_retry(now_ms, backoff=False)
+        elif code in (_E.coordinator_not_available, _E.not_coordinator):
+            self._mark_coordinator_unknown(f"JoinGroup failed with {_E(code).name.upper()}")
+            self._join_retry(now_ms, backoff=True)
+        elif code == _E.fenced_instance_id:
+            self._fail_fatal(self._fenced_error(), now_ms)
+        elif code == _E.member_id_required:
+            self._generation = Generation(-1, str(resp.member_id), None)
+            self._join_retry(
+                now_ms, backoff=False, reason=f"need to re-join with the given member-id: {resp.member_id}"
+            )
+        elif code == _E.rebalance_in_progress:
+            self._join_retry(now_ms, backoff=False)
+        else:
+            # INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT, INVALID_GROUP_ID,
+            # GROUP_AUTHORIZATION_FAILED, GROUP_MAX_SIZE_REACHED, UNSUPPORTED_VERSION and anything unexpected:
+            # raised to the caller (Java throws them from poll); retried after the next application poll.
+            self._fail_visible(error, now_ms)
+
+    def _join_retry(self, now_ms: int, *, backoff: bool, reason: str = "") -> None:
+        """A failed JoinGroup/SyncGroup attempt: the same rebalance is retried."""
+        if self._metrics is not None:
+            self._metrics.rebalance_failed(now_ms)
+        if self._state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
+            self._state = MemberState.PREPARING_REBALANCE
+        self._leader_job = None
+        self._request_rejoin(reason or "rebalance failed")
+        if backoff:
+            self._join_backoff_until_ms = now_ms + self._backoff_ms(self._join_attempts)
+            self._join_attempts += 1
+
+    def _request_failed(self, api: str, exc: BaseException, now_ms: int) -> None:
+        if isinstance(exc, UnsupportedVersionError):
+            self._fail_visible(exc, now_ms)
+            return
+        self._mark_coordinator_unknown(f"{api} request failed: {exc}")
+        self._join_retry(now_ms, backoff=True)
+
+    # --- leader ---------------------------------------------------------------------------------------
+
+    def _try_leader_assignment(self, now_ms: int) -> None:
+        job = self._leader_job
+        if job is None:
+            return
+        try:
+            subscriptions = {
+                member_id: decode_subscription(metadata, instance_id)
+                for member_id, instance_id, metadata in job.members
+            }
+        except ConsumerProtocolError as exc:
+            self._leader_job = None
+            self._fail_visible(exc, now_ms)
+            return
+        topics = frozenset(t for sub in subscriptions.values() for t in sub.topics)
+        if not job.skip_assignment:
+            md = self._metadata
+            missing = [t for t in topics if md is None or t not in md.partitions]
+            if missing:
+                if job.metadata_wait_version is None:
+                    job.metadata_wait_version = self._metadata_version
+                    self._events.append(MetadataNeeded(topics=topics))
+                    return
+                if self._metadata_version == job.metadata_wait_version:
+                    return  # wait for the metadata we asked for
+        self._leader_job = None
+        counts = self._partition_counts(topics)
+        # Topics the metadata does not name are absent from the cluster for this assignment.
+        group_snapshot: dict[str, int | None] = {t: counts.get(t) for t in topics}
+        self._snapshot.update(group_snapshot)
+        if job.skip_assignment:
+            # KIP-814: a static leader rejoining skips the assignment; the coordinator keeps the current one.
+            self._send_sync([], now_ms)
+            return
+        assignor = self._assignor(job.protocol_name)
+        if assignor is None:
+            self._fail_visible(
+                IllegalStateError(f"Coordinator selected invalid assignment protocol: {job.protocol_name}"),
+                now_ms,
+            )
+            return
+        partitions_per_topic = {t: n for t, n in counts.items() if n}
+        try:
+            result = assignor.assign(partitions_per_topic, subscriptions)
+            if self.protocol is RebalanceProtocol.COOPERATIVE and not is_builtin_cooperative(assignor):
+                validate_cooperative_assignment(
+                    {m: s.owned_partitions for m, s in subscriptions.items()}, result
+                )
+            assignments = [
+                {"member_id": member_id, "assignment": encode_assignment(result[member_id])}
+                for member_id in sorted(result)
+            ]
+            for member_id in sorted(set(subscriptions) - set(result)):
+                assignments.append(
+                    {"member_id": member_id, "assignment": encode_assignment(MemberAssignment(()))}
+                )
+        except IllegalStateError as exc:
+            self._fail_visible(exc, now_ms)
+            return
+        except Exception as exc:
+            self._fail_visible(KafkaError(f"assignor {assignor.name!r} failed: {exc!r}"), now_ms)
+            return
+        self._send_sync(assignments, now_ms)
+
+    def _assignor(self, name: str) -> PartitionAssignor | None:
+        for assignor in self._assignors:
+            if assignor.name == name:
+                return assignor
+        return None
+
+    # --- sync -----------------------------------------------------------------------------------------
+
+    def _send_sync(self, assignments: list[dict[str, Any]], now_ms: int) -> None:
+        token = object()
+        self._sync_token = token
+        gen = self._generation
+        values = {
+            "group_id": self.group_id,
+            "generation_id": gen.generation_id,
+            "member_id": gen.member_id,
+            "group_instance_id": self.group_instance_id,
+            "protocol_type": PROTOCOL_TYPE,
+            "protocol_name": gen.protocol_name,
+            "assignments": assignments,
+        }
+
+        def on_response(resp: Any, version: int, t: int) -> None:
+            self._on_sync_response(token, gen, now_ms, resp, t)
+
+        def on_failure(exc: BaseException, t: int) -> None:
+            if token is not self._sync_token:
+                return
+            self._sync_token = None
+            self._request_failed("SyncGroup", exc, t)
+
+        self._outbox.append(
+            UnsentRequest(
+                api_key=SYNC_GROUP,
+                node=COORDINATOR,
+                values=values,
+                on_response=on_response,
+                on_failure=on_failure,
+                min_version=3 if self.group_instance_id is not None else 0,
+                created_ms=now_ms,
+            )
+        )
+
+    def _on_sync_response(
+        self, token: object, sent: Generation, sent_ms: int, resp: Any, now_ms: int
+    ) -> None:
+        if token is not self._sync_token:
+            return
+        self._sync_token = None
+        code = int(resp.error_code)
+        if code == _E.none:
+            self._stats.latency("sync", max(0, now_ms - sent_ms))
+            protocol_type = getattr(resp, "protocol_type", None)
+            protocol_name = getattr(resp, "protocol_name", None)
+            if protocol_type is not None and protocol_type != PROTOCOL_TYPE:
+                self._fail_visible(
+                    error_for_code(_E.inconsistent_group_protocol, f"protocol type {protocol_type!r}"), now_ms
+                )
+                return
+            if self._generation.is_reset or self._state is not MemberState.COMPLETING_REBALANCE:
+                self._join_retry(now_ms, backoff=False)
+                return
+            if protocol_name is not None and protocol_name != self._generation.protocol_name:
+                self._fail_visible(
+                    error_for_code(_E.inconsistent_group_protocol, f"protocol name {protocol_name!r}"), now_ms
+                )
+                return
+            self._state = MemberState.STABLE
+            self._join_attempts = 0
+            self._join_backoff_until_ms = 0
+            self._stable_evidence_ms = now_ms
+            self._on_join_complete(bytes(resp.assignment), now_ms)
+            return
+
+        if code == _E.rebalance_in_progress:
+            self._join_retry(now_ms, backoff=False, reason="the group began another rebalance")
+        elif code == _E.fenced_instance_id:
+            self._fail_fatal(self._fenced_error(), now_ms)
+        elif code in (_E.unknown_member_id, _E.illegal_generation):
+            if self._generation == sent:
+                self._reset_generation(
+                    reset_member_id=code == _E.unknown_member_id,
+                    reason=f"encountered {_E(code).name.upper()} from SYNC_GROUP response",
+                    now_ms=now_ms,
+                )
+            self._join_retry(now_ms, backoff=False)
+        elif code in (_E.coordinator_not_available, _E.not_coordinator):
+            self._mark_coordinator_unknown(f"SyncGroup failed with {_E(code).name.upper()}")
+            self._join_retry(now_ms, backoff=True)
+        else:
+            # GROUP_AUTHORIZATION_FAILED and anything unexpected: raised to the caller.
+            self._fail_visible(error_for_code(code, "SyncGroup"), now_ms)
+
+    def _on_join_complete(self, data: bytes, now_ms: int) -> None:
+        """Java's ``onJoinComplete`` (KIP-429 step 3)."""
+        self._needs_join_prepare = True
+        assignor = self._assignor(self._generation.protocol_name or "")
+        if assignor is None:  # checked at JoinGroup already
+            self._fail_visible(IllegalStateError("no assignor for the group's protocol"), now_ms)
+            return
+        try:
+            assignment = decode_assignment(data)
+        except ConsumerProtocolError as exc:
+            self._fail_visible(exc, now_ms)
+            return
+        assigned = frozenset(assignment.partitions)
+        if not all(self._subscription.matches(tp.topic) for tp in assigned):
+            self._request_rejoin("assigned partitions do not match the current subscription")
+            return
+        owned_before = self.owned
+        added = assigned - owned_before
+        revoked = self._assigned - assigned
+        if revoked:
+            self._revoke(
+                revoked,
+                "partitions assigned to another member: revoke, then rejoin",
+                followup=self.protocol is RebalanceProtocol.COOPERATIVE,
+            )
+        on_assignment_error: BaseException | None = None
+        try:
+            assignor.on_assignment(assignment, self._generation.generation_id)
+        except Exception as exc:
+            on_assignment_error = exc
+        self._assigned = assigned
+        self._events.append(AssignmentChanged(owned=self.owned, awaiting_callback=added))
+        seq = self._emit_callback(CallbackKind.ASSIGN, added, "rebalance completed")
+        self._assign_seq = seq
+        self._waiting.add(seq)
+        if on_assignment_error is not None:
+            self._events.append(
+                MembershipError(
+                    KafkaError(f"assignor {assignor.name!r} on_assignment failed: {on_assignment_error!r}")
+                )
+            )
+        if self._subscribed_topics != self._joined_topics:
+            self._request_rejoin("subscription changed during the rebalance")
+        elif self._metadata_changed():
+            self._request_rejoin("cached metadata has changed during the rebalance")
+
+    # ------------------------------------------------------------------------------------------------
+    # heartbeats
+
+    def _drive_heartbeat(self, now_ms: int) -> None:
+        if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
+            return
+        if self._coordinator is None or self._hb_token is not None or now_ms < self._hb_next_ms:
+            return
+        if self._leave not in (_Leave.NONE, _Leave.PREPARING):
+            return
+        token = object()
+        self._hb_token = token
+        gen = self._generation
+        self._hb_next_ms = now_ms + self._heartbeat_interval_ms
+        self._stats.values["last_heartbeat_send_ms"] = now_ms
+        values = {
+            "group_id": self.group_id,
+            "generation_id": gen.generation_id,
+            "member_id": gen.member_id,
+            "group_instance_id": self.group_instance_id,
+        }
+
+        def on_response(resp: Any, version: int, t: int) -> None:
+            self._on_heartbeat_response(token, gen, now_ms, resp, t)
+
+        def on_failure(exc: BaseException, t: int) -> None:
+            if token is not self._hb_token:
+                return
+            self._hb_token = None
+            if not isinstance(exc, UnsupportedVersionError):
+                self._mark_coordinator_unknown(f"Heartbeat request failed: {exc}")
+            self._heartbeat_failed(t)
+
+        self._outbox.append(
+            UnsentRequest(
+                api_key=HEARTBEAT,
+                node=COORDINATOR,
+                values=values,
+                on_response=on_response,
+                on_failure=on_failure,
+                min_version=3 if self.group_instance_id is not None else 0,
+                created_ms=now_ms,
+            )
+        )
+
+    def _heartbeat_failed(self, now_ms: int) -> None:
+        self._hb_next_ms = now_ms + self._backoff_ms(self._hb_attempts)
+        self._hb_attempts += 1
+
+    def _heartbeat_received(self, now_ms: int) -> None:
+        self._hb_attempts = 0
+        self._session_deadline_ms = now_ms + self._session_timeout_ms
+
+    def _on_heartbeat_response(
+        self, token: object, sent: Generation, sent_ms: int, resp: Any, now_ms: int
+    ) -> None:
+        if token is not self._hb_token:
+            return
+        self._hb_token = None
+        values = self._stats.values
+        values["heartbeat_total"] += 1
+        values["heartbeat_response_time_ms_max"] = max(
+            values["heartbeat_response_time_ms_max"], now_ms - sent_ms
+        )
+        code = int(resp.error_code)
+        if code == _E.none:
+            self._heartbeat_received(now_ms)
+            if sent == self._generation:
+                self._stable_evidence_ms = max(self._stable_evidence_ms, sent_ms)
+        elif code in (_E.coordinator_not_available, _E.not_coordinator):
+            self._mark_coordinator_unknown(f"Heartbeat failed with {_E(code).name.upper()}")
+            self._heartbeat_failed(now_ms)
+        elif code == _E.rebalance_in_progress:
+            # Heartbeating on during a rebalance keeps the member in the group for the rebalance timeout.
+            self._heartbeat_received(now_ms)
+            if self._state is MemberState.STABLE and sent == self._generation:
+                self._request_rejoin("group is already rebalancing")
+                self._start_join_deadline()
+        elif code in (_E.illegal_generation, _E.unknown_member_id, _E.fenced_instance_id):
+            if sent != self._generation:
+                self._heartbeat_received(now_ms)  # stale generation: ignored, as in Java
+            elif code == _E.fenced_instance_id and self.group_instance_id is not None:
+                self._fail_fatal(self._fenced_error(), now_ms)
+            else:
+                self._reset_generation(
+                    reset_member_id=code != _E.illegal_generation,
+                    reason=f"encountered {_E(code).name.upper()} from HEARTBEAT response",
+                    now_ms=now_ms,
+                )
+        elif code == _E.group_authorization_failed:
+            self._events.append(MembershipError(error_for_code(code, f"group {self.group_id!r} (Heartbeat)")))
+            self._heartbeat_failed(now_ms)
+        else:
+            self._heartbeat_failed(now_ms)
+
+    # ------------------------------------------------------------------------------------------------
+    # leaving
+
+    def _start_leave(self, now_ms: int, reason: str, *, clear_subscription: bool) -> None:
+        if self._leave in (_Leave.PREPARING, _Leave.SENDING):
+            self._clear_subscription_on_leave |= clear_subscription
+            return
+        if self._leave is _Leave.DONE:
+            if clear_subscription:
+                self._clear_subscription()
+            return
+        self._leave = _Leave.PREPARING
+        self._leave_reason = reason
+        self._clear_subscription_on_leave = clear_subscription
+        self._rejoin_after_leave = False
+        # Java's onLeavePrepare: LOST if no generation or mid-rebalance (commits cannot succeed), else REVOKE.
+        if self._fatal is not None:
+            pass
+        elif self._generation.is_reset or self._state in (
+            MemberState.PREPARING_REBALANCE,
+            MemberState.COMPLETING_REBALANCE,
+        ):
+            self._lose_all("leaving the group without a stable generation", now_ms)
+        else:
+            self._revoke(self._assigned, "leaving the group")
+        self._join_token = None
+        self._sync_token = None
+        self._leader_job = None
+        self._drive_leave(now_ms)
+
+    def _drive_leave(self, now_ms: int) -> None:
+        if self._waiting and self._fatal is None:
+            return
+        sent = False
+        if self._fatal is None:
+            sent = self._maybe_send_leave_group(self._leave_reason, now_ms, for_leave=True)
+        self._generation = NO_GENERATION
+        self._state = MemberState.UNJOINED
+        self._needs_join_prepare = True
+        self._rejoin_needed = True
+        self._join_deadline_ms = None
+        if sent:
+            self._leave = _Leave.SENDING
+        else:
+            self._finish_leave()
+
+    def _finish_leave(self) -> None:
+        self._leave_token = None
+        if self._rejoin_after_leave:
+            self._rejoin_after_leave = False
+            self._leave = _Leave.NONE
+            self._awaiting_app_poll = True
+            return
+        if self._clear_subscription_on_leave:
+            self._clear_subscription()
+        self._leave = _Leave.DONE
+
+    def _clear_subscription(self) -> None:
+        self._subscription = Subscription()
+        self._subscribed_topics = frozenset()
+        self._joined_topics = frozenset()
+
+    def _maybe_send_leave_group(self, reason: str, now_ms: int, *, for_leave: bool) -> bool:
+        """Send LeaveGroup if this is a dynamic member of a generation (Java's ``maybeLeaveGroup``)."""
+        if self.group_instance_id is not None or self._coordinator is None:
+            return False
+        if self._state is MemberState.UNJOINED or not self._generation.member_id:
+            return False
+        token = object()
+        if for_leave:
+            self._leave_token = token
+        member_id = self._generation.member_id
+
+        def done(*_args: Any) -> None:
+            if for_leave and token is self._leave_token and self._leave is _Leave.SENDING:
+                self._finish_leave()
+
+        self._outbox.append(
+            UnsentRequest(
+                api_key=LEAVE_GROUP,
+                node=COORDINATOR,
+                values={
+                    "group_id": self.group_id,
+                    "member_id": member_id,
+                    "members": [
+                        {"member_id": member_id, "group_instance_id": None, "reason": reason[:_MAX_REASON]}
+                    ],
+                },
+                on_response=done,
+                on_failure=done,
+                created_ms=now_ms,
+            )
+        )
+        return True
+
+    # ------------------------------------------------------------------------------------------------
+    # callbacks and ownership
+
+    def _emit_callback(self, kind: CallbackKind, partitions: frozenset[TopicPartition], reason: str) -> int:
+        self._seq += 1
+        self._events.append(CallbackNeeded(kind, partitions, self._seq, reason))
+        return self._seq
+
+    def _revoke(self, partitions: Iterable[TopicPartition], reason: str, *, followup: bool = False) -> None:
+        parts = frozenset(partitions) & self._assigned
+        if not parts:
+            return
+        self._assigned = self._assigned - parts
+        seq = self._emit_callback(CallbackKind.REVOKE, parts, reason)
+        self._revoking[seq] = parts
+        self._waiting.add(seq)
+        if followup:
+            self._followup.add(seq)
+
+    def _lose(self, partitions: Iterable[TopicPartition], reason: str) -> None:
+        """LOST for some owned partitions (no wait: nobody can be handed them through us)."""
+        parts = frozenset(partitions) & self.owned
+        if not parts:
+            return
+        self._assigned = self._assigned - parts
+        for seq, revoking in list(self._revoking.items()):
+            rest = revoking - parts
+            if rest:
+                self._revoking[seq] = rest
+            else:
+                del self._revoking[seq]
+                self._waiting.discard(seq)
+                self._followup.discard(seq)
+        self._events.append(AssignmentChanged(owned=self.owned))
+        self._emit_callback(CallbackKind.LOST, parts, reason)
+
+    def _lose_all(self, reason: str, now_ms: int) -> None:
+        """LOST(all owned), superseding every outstanding callback; the next JoinGroup waits for it."""
+        parts = self.owned
+        if not parts:
+            return
+        self._assigned = frozenset()
+        self._revoking.clear()
+        self._followup.clear()
+        self._waiting.clear()
+        if self._assign_seq is not None:
+            # The rebalance's ASSIGN is superseded: that rebalance did not complete for this member.
+            self._assign_seq = None
+            if self._rebalance_open:
+                self._rebalance_open = False
+                if self._metrics is not None:
+                    self._metrics.rebalance_failed(now_ms)
+        self._events.append(AssignmentChanged(owned=frozenset()))
+        seq = self._emit_callback(CallbackKind.LOST, parts, reason)
+        self._waiting.add(seq)
+
+    def _give_up_revocations(self, reason: str) -> None:
+        """Pending revocations become LOST; the JoinGroup stops waiting for any callback."""
+        parts = self.revoking
+        self._revoking.clear()
+        self._followup.clear()
+        self._waiting.clear()
+        if parts:
+            self._events.append(AssignmentChanged(owned=self.owned))
+            self._emit_callback(CallbackKind.LOST, parts, reason)
+
+    def _request_rejoin(self, reason: str) -> None:
+        self._rejoin_needed = True
+        if not self._rejoin_reason:
+            self._rejoin_reason = reason
+
+    def _reset_generation(self, *, reset_member_id: bool, reason: str, now_ms: int) -> None:
+        """Java's ``resetStateAndRejoin``; the owned partitions are LOST at once (see module docstring)."""
+        member_id = "" if reset_member_id else self._generation.member_id
+        self._generation = Generation(-1, member_id, None)
+        self._state = MemberState.UNJOINED
+        self._join_token = None
+        self._sync_token = None
+        self._leader_job = None
+        self._is_leader = False
+        self._join_deadline_ms = None
+        self._needs_join_prepare = True
+        self._rejoin_needed = True
+        self._rejoin_reason = reason
+        self._lose_all(reason, now_ms)
+
+    def _fail_visible(self, error: BaseException, now_ms: int) -> None:
+        """A failed rebalance attempt the caller must see; retried after the next application poll."""
+        self._events.append(MembershipError(error, fatal=False))
+        self._join_retry(now_ms, backoff=True)
+        self._awaiting_app_poll = True
+
+    def _fail_fatal(self, error: BaseException, now_ms: int) -> None:
+        if self._metrics is not None and self._rebalance_open:
+            self._metrics.rebalance_failed(now_ms)
+            self._rebalance_open = False
+        self._generation = NO_GENERATION
+        self._state = MemberState.UNJOINED
+        self._join_token = self._sync_token = self._hb_token = None
+        self._leader_job = None
+        self._lose_all("the member was fenced", now_ms)
+        self._waiting.clear()
+        self._fatal = error
+        self._events.append(MembershipError(error, fatal=True))
+
+    def _fenced_error(self) -> FencedError:
+        error = FencedError(
+            f"group.instance.id {self.group_instance_id!r} of group {self.group_id!r} was fenced by another "
+            f"instance with the same id (FENCED_INSTANCE_ID); close this consumer"
+        )
+        error.__cause__ = error_for_code(_E.fenced_instance_id)
+        return error
+
+    # ------------------------------------------------------------------------------------------------
+    # coordinator
+
+    def _need_coordinator(self, reason: str) -> None:
+        if not self._coordinator_requested:
+            self._coordinator_requested = True
+            self._events.append(CoordinatorNeeded(reason))
+
+    def _mark_coordinator_unknown(self, reason: str) -> None:
+        if self._coordinator is not None:
+            self._coordinator = None
+            self._coordinator_requested = False
+        self._need_coordinator(reason)
+
+    # ------------------------------------------------------------------------------------------------
+    # metadata and subscription
+
+    def _match_pattern(self) -> frozenset[str]:
+        md = self._metadata
+        pattern = self._subscription.pattern
+        if md is None or pattern is None:
+            return frozenset()
+        return frozenset(
+            t
+            for t in md.topics()
+            if pattern.fullmatch(t) is not None
+            and not (self._exclude_internal and t in md.internal_topics)
+            and md.topic_errors.get(t, 0) != _E.unknown_topic_or_partition
+        )
+
+    def _set_subscribed_topics(self, topics: frozenset[str], reason: str) -> None:
+        if topics == self._subscribed_topics:
+            return
+        self._subscribed_topics = topics
+        if self._leave is not _Leave.NONE or (
+            self._state is MemberState.UNJOINED and self._generation.is_reset
+        ):
+            return
+        self._request_rejoin(reason)
+        if self._join_token is None and self._sync_token is None and self._leader_job is None:
+            self._needs_join_prepare = True
+
+    def _partition_counts(self, topics: Iterable[str]) -> dict[str, int | None]:
+        """Known partition counts: ``None`` for topics the metadata reports as unknown; topics the
+        metadata does not mention are left out."""
+        md = self._metadata
+        out: dict[str, int | None] = {}
+        if md is None:
+            return out
+        for topic in topics:
+            if md.topic_errors.get(topic, 0) == _E.unknown_topic_or_partition:
+                out[topic] = None
+            else:
+                parts = md.partitions.get(topic)
+                if parts:
+                    out[topic] = len(parts)
+        return out
+
+    def _metadata_changed(self) -> bool:
+        if not self._snapshot:
+            return False
+        current = self._partition_counts(self._snapshot)
+        return any(topic in current and current[topic] != count for topic, count in self._snapshot.items())
+
+    def _handle_vanished_partitions(self) -> None:
+        md = self._metadata
+        if md is None:
+            return
+        gone: set[TopicPartition] = set()
+        for tp in self.owned:
+            if tp.topic not in self._subscribed_topics:
+                continue
+            if md.topic_errors.get(tp.topic, 0) == _E.unknown_topic_or_partition:
+                gone.add(tp)
+                continue
+            parts = md.partitions.get(tp.topic)
+            if parts and tp.partition not in {p.partition for p in parts}:
+                gone.add(tp)
+        if gone:
+            self._lose(gone, "partitions no longer exist (topic deleted)")
+            if self._state is not MemberState.UNJOINED and self._leave is _Leave.NONE:
+                self._request_rejoin("owned partitions no longer exist")

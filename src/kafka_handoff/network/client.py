@@ -1,0 +1,417 @@
+"""The network client: every socket of one Kafka client, multiplexed with ``selectors``.
+
+Owned by the network thread; not thread-safe except for :meth:`NetworkClient.wakeup`.  Request managers
+hand it :class:`~kafka_handoff.protocol.requests.UnsentRequest` objects; it picks the destination
+connection (a broker id, the least loaded broker, or the group coordinator), negotiates API versions with
+each broker, frames the request for the negotiated version, and calls the request's completion handler on
+the network thread when the response arrives, the connection fails or the request times out.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import selectors
+import socket
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from kafka_handoff.errors import (
+    ConnectionError_,
+    CoordinatorNotAvailableError,
+    KafkaError,
+    UnsupportedVersionError,
+)
+from kafka_handoff.network.connection import BrokerConnection, ConnState, InFlight, timeout_error
+from kafka_handoff.protocol.requests import ANY_NODE, COORDINATOR, UnsentRequest
+from kafka_handoff.protocol.versions import pick_version
+from kafka_handoff.types import BrokerNode
+
+__all__ = ["NetworkClient", "parse_bootstrap"]
+
+log = logging.getLogger(__name__)
+
+_BOOTSTRAP_BASE = -1000
+_COORDINATOR_BASE = 1 << 30
+
+
+def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    out: list[tuple[str, int]] = []
+    for raw in items:
+        item = raw.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"bootstrap server {item!r} is not host:port")
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
+@dataclass(slots=True)
+class _Backoff:
+    attempts: int = 0
+    next_ms: int = 0
+
+
+class NetworkClient:
+    def __init__(
+        self,
+        bootstrap: list[tuple[str, int]],
+        *,
+        client_id: str,
+        request_timeout_ms: int = 30000,
+        connect_timeout_ms: int = 10000,
+        reconnect_backoff_ms: int = 50,
+        reconnect_backoff_max_ms: int = 1000,
+        receive_buffer_bytes: int = 65536,
+        send_buffer_bytes: int = 131072,
+        max_in_flight_per_connection: int = 5,
+    ) -> None:
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.connect_timeout_ms = connect_timeout_ms
+        self._reconnect_base = reconnect_backoff_ms
+        self._reconnect_max = reconnect_backoff_max_ms
+        self._rcvbuf = receive_buffer_bytes
+        self._sndbuf = send_buffer_bytes
+        self.max_in_flight = max_in_flight_per_connection
+        self._bootstrap: dict[int, tuple[str, int]] = {
+            _BOOTSTRAP_BASE - i: hp for i, hp in enumerate(bootstrap)
+        }
+        self._brokers: dict[int, BrokerNode] = {}
+        self.coordinator_id: int | None = None
+        self._coordinator_address: tuple[str, int] | None = None
+        self._conns: dict[int, BrokerConnection] = {}
+        self._pending: dict[int, collections.deque[UnsentRequest]] = collections.defaultdict(collections.deque)
+        self._backoff: dict[int, _Backoff] = collections.defaultdict(_Backoff)
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._masks: dict[int, int] = {}
+        self.disconnect_listeners: list[Callable[[int, bool, int], None]] = []
+        """Called as ``listener(node_id, is_coordinator_connection, now_ms)`` when a connection is lost."""
+        self._closed = False
+
+    # ------------------------------------------------------------------ topology
+    def update_brokers(self, brokers: Iterable[BrokerNode]) -> None:
+        self._brokers = {b.node_id: b for b in brokers}
+
+    def set_coordinator(self, node: BrokerNode | None, now_ms: int) -> None:
+        """Route ``COORDINATOR`` requests to ``node`` (``None``: unknown; its connection is dropped)."""
+        old = self.coordinator_id
+        if node is None:
+            self.coordinator_id = None
+            self._coordinator_address = None
+        else:
+            self.coordinator_id = node.node_id
+            self._coordinator_address = (node.host, node.port)
+        if old is not None and (node is None or node.node_id != old):
+            conn_id = _COORDINATOR_BASE + old
+            if conn_id in self._conns or self._pending.get(conn_id):
+                self._disconnect(conn_id, CoordinatorNotAvailableError("coordinator changed"), now_ms)
+
+    def known_nodes(self) -> list[int]:
+        return list(self._brokers) or list(self._bootstrap)
+
+    def _address(self, conn_id: int) -> tuple[str, int] | None:
+        if conn_id <= _BOOTSTRAP_BASE:
+            return self._bootstrap.get(conn_id)
+        if conn_id >= _COORDINATOR_BASE:
+            if self._coordinator_address is not None and conn_id - _COORDINATOR_BASE == self.coordinator_id:
+                return self._coordinator_address
+            node = conn_id - _COORDINATOR_BASE
+        else:
+            node = conn_id
+        b = self._brokers.get(node)
+        return (b.host, b.port) if b is not None else None
+
+    def _logical_node(self, conn_id: int) -> int:
+        return conn_id - _COORDINATOR_BASE if conn_id >= _COORDINATOR_BASE else conn_id
+
+    # ------------------------------------------------------------------ sending
+    def wakeup(self) -> None:
+        """Interrupt a blocking :meth:`poll` from any thread."""
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass
+
+    def is_ready(self, node_id: int) -> bool:
+        conn = self._conns.get(node_id)
+        return conn is not None and conn.ready
+
+    def in_flight_count(self, node_id: int) -> int:
+        conn = self._conns.get(node_id)
+        return (conn.in_flight_count() if conn else 0) + len(self._pending.get(node_id, ()))
+
+    def send(self, request: UnsentRequest, now_ms: int) -> None:
+        """Queue a request for its destination; it is written as soon as the connection is ready."""
+        if self._closed:
+            self._fail(request, KafkaError("the client is closed"), now_ms)
+            return
+        conn_id = self._resolve(request.node, now_ms)
+        if conn_id is None:
+            err: KafkaError = (
+                CoordinatorNotAvailableError("coordinator unknown")
+                if request.node == COORDINATOR
+                else ConnectionError_(f"no address known for broker {request.node}")
+            )
+            self._fail(request, err, now_ms)
+            return
+        request.created_ms = request.created_ms or now_ms
+        self._pending[conn_id].append(request)
+
+    def _resolve(self, node: int, now_ms: int) -> int | None:
+        if node == COORDINATOR:
+            if self.coordinator_id is None:
+                return None
+            return _COORDINATOR_BASE + self.coordinator_id
+        if node == ANY_NODE:
+            return self.least_loaded_node(now_ms)
+        return node if self._address(node) is not None else None
+
+    def least_loaded_node(self, now_ms: int) -> int | None:
+        candidates = list(self._brokers) or list(self._bootstrap)
+        if not candidates:
+            return None
+        random.shuffle(candidates)
+        best: int | None = None
+        best_load = 1 << 30
+        for node in candidates:
+            conn = self._conns.get(node)
+            if conn is not None and conn.ready:
+                load = self.in_flight_count(node)
+                if load < best_load:
+                    best, best_load = node, load
+        if best is not None:
+            return best
+        for node in candidates:
+            conn = self._conns.get(node)
+            if conn is not None and conn.state is not ConnState.DISCONNECTED:
+                return node
+        for node in candidates:
+            if self._backoff[node].next_ms <= now_ms:
+                return node
+        return min(candidates, key=lambda n: self._backoff[n].next_ms)
+
+    # ------------------------------------------------------------------ poll
+    def poll(self, timeout_ms: int, now_ms: int, clock: Callable[[], int]) -> None:
+        """Connect, write, wait up to ``timeout_ms`` for I/O, read, dispatch responses and timeouts."""
+        self._start_connections(now_ms)
+        self._flush_pending(now_ms)
+        self._update_interest()
+        deadline = self._next_deadline()
+        if deadline is not None:
+            timeout_ms = max(0, min(timeout_ms, deadline - now_ms))
+        events = self._selector.select(timeout_ms / 1000.0 if timeout_ms > 0 else 0)
+        now_ms = clock()
+        for key, mask in events:
+            conn_id = key.data
+            if conn_id is None:
+                self._drain_wakeups()
+                continue
+            conn = self._conns.get(conn_id)
+            if conn is None or conn.sock is None:
+                continue
+            try:
+                if conn.state is ConnState.CONNECTING:
+                    if mask & selectors.EVENT_WRITE:
+                        conn.finish_connect(now_ms, self.request_timeout_ms)
+                        self._backoff[conn_id] = _Backoff()
+                    continue
+                if mask & selectors.EVENT_WRITE:
+                    conn.write()
+                if mask & selectors.EVENT_READ:
+                    was_ready = conn.ready
+                    results = conn.read(now_ms, self.request_timeout_ms)
+                    if conn.ready and not was_ready:
+                        self._flush_pending(now_ms)
+                    for entry, response in results:
+                        self._complete(entry, response, now_ms)
+            except (KafkaError, OSError) as exc:
+                self._disconnect(conn_id, exc, now_ms)
+        self._expire(now_ms)
+        self._flush_pending(now_ms)
+        for conn_id, conn in list(self._conns.items()):
+            if conn.ready and conn.wants_write():
+                try:
+                    conn.write()
+                except KafkaError as exc:
+                    self._disconnect(conn_id, exc, now_ms)
+
+    def _drain_wakeups(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def _start_connections(self, now_ms: int) -> None:
+        for conn_id, queue in self._pending.items():
+            if not queue:
+                continue
+            conn = self._conns.get(conn_id)
+            if conn is not None and conn.state is not ConnState.DISCONNECTED:
+                continue
+            backoff = self._backoff[conn_id]
+            if backoff.next_ms > now_ms:
+                continue
+            self._connect(conn_id, now_ms)
+
+    def _connect(self, conn_id: int, now_ms: int) -> None:
+        address = self._address(conn_id)
+        if address is None:
+            self._fail_pending(conn_id, ConnectionError_(f"no address known for broker {conn_id}"), now_ms)
+            return
+        conn = BrokerConnection(
+            self._logical_node(conn_id),
+            address[0],
+            address[1],
+            self.client_id,
+            receive_buffer_bytes=self._rcvbuf,
+            send_buffer_bytes=self._sndbuf,
+        )
+        try:
+            conn.connect(now_ms, self.connect_timeout_ms)
+        except (KafkaError, OSError) as exc:
+            self._conns[conn_id] = conn
+            self._disconnect(conn_id, exc, now_ms)
+            return
+        self._conns[conn_id] = conn
+        assert conn.sock is not None
+        self._selector.register(conn.sock, selectors.EVENT_WRITE, conn_id)
+        self._masks[conn_id] = selectors.EVENT_WRITE
+
+    def _flush_pending(self, now_ms: int) -> None:
+        for conn_id, queue in self._pending.items():
+            if not queue:
+                continue
+            conn = self._conns.get(conn_id)
+            if conn is None or not conn.ready:
+                continue
+            while queue and conn.in_flight_count() < self.max_in_flight + 1:
+                request = queue.popleft()
+                try:
+                    version = pick_version(conn.versions, request.api_key, request.min_version, request.max_version)
+                    timeout = request.timeout_ms if request.timeout_ms is not None else self.request_timeout_ms
+                    conn.send(request, version, now_ms, timeout)
+                except UnsupportedVersionError as exc:
+                    self._fail(request, exc, now_ms)
+                    continue
+                if not request.expect_response and request.on_response is not None:
+                    request.on_response(None, version, now_ms)
+            try:
+                conn.write()
+            except KafkaError as exc:
+                self._disconnect(conn_id, exc, now_ms)
+
+    def _update_interest(self) -> None:
+        for conn_id, conn in self._conns.items():
+            if conn.sock is None:
+                continue
+            mask = selectors.EVENT_READ
+            if conn.wants_write():
+                mask |= selectors.EVENT_WRITE
+            if conn.state is ConnState.CONNECTING:
+                mask = selectors.EVENT_WRITE
+            if self._masks.get(conn_id) != mask:
+                self._selector.modify(conn.sock, mask, conn_id)
+                self._masks[conn_id] = mask
+
+    def _next_deadline(self) -> int | None:
+        deadlines = [d for c in self._conns.values() if (d := c.next_deadline()) is not None]
+        for conn_id, queue in self._pending.items():
+            if queue:
+                conn = self._conns.get(conn_id)
+                if conn is None or conn.state is ConnState.DISCONNECTED:
+                    deadlines.append(self._backoff[conn_id].next_ms)
+        return min(deadlines) if deadlines else None
+
+    def _expire(self, now_ms: int) -> None:
+        for conn_id, conn in list(self._conns.items()):
+            if conn.state is ConnState.CONNECTING and conn.connect_deadline_ms <= now_ms:
+                self._disconnect(
+                    conn_id, ConnectionError_(f"connecting to {conn.host}:{conn.port} timed out"), now_ms
+                )
+                continue
+            expired = conn.expired(now_ms)
+            if expired:
+                self._disconnect(conn_id, timeout_error(expired[0], conn.host, conn.port), now_ms)
+        # Requests that waited for a connection longer than their timeout fail too.
+        for _conn_id, queue in self._pending.items():
+            keep: collections.deque[UnsentRequest] = collections.deque()
+            while queue:
+                request = queue.popleft()
+                timeout = request.timeout_ms if request.timeout_ms is not None else self.request_timeout_ms
+                if request.created_ms + timeout <= now_ms:
+                    self._fail(request, ConnectionError_("no connection to the broker within the timeout"), now_ms)
+                else:
+                    keep.append(request)
+            queue.extend(keep)
+
+    # ------------------------------------------------------------------ completion
+    def _complete(self, entry: InFlight, response: object, now_ms: int) -> None:
+        request = entry.request
+        if request is not None and request.on_response is not None:
+            request.on_response(response, entry.version, now_ms)
+
+    def _fail(self, request: UnsentRequest, error: BaseException, now_ms: int) -> None:
+        if request.on_failure is not None:
+            request.on_failure(error, now_ms)
+
+    def _fail_pending(self, conn_id: int, error: BaseException, now_ms: int) -> None:
+        queue = self._pending.get(conn_id)
+        while queue:
+            self._fail(queue.popleft(), error, now_ms)
+
+    def _disconnect(self, conn_id: int, error: BaseException, now_ms: int) -> None:
+        conn = self._conns.pop(conn_id, None)
+        self._masks.pop(conn_id, None)
+        failed: list[InFlight] = []
+        if conn is not None:
+            if conn.sock is not None:
+                try:
+                    self._selector.unregister(conn.sock)
+                except (KeyError, ValueError):
+                    pass
+            failed = conn.close()
+            log.debug("disconnected from %s:%s: %s", conn.host, conn.port, error)
+        backoff = self._backoff[conn_id]
+        backoff.attempts += 1
+        delay = min(self._reconnect_max, self._reconnect_base * (2 ** min(backoff.attempts - 1, 16)))
+        backoff.next_ms = now_ms + int(delay * random.uniform(0.8, 1.2))
+        err = error if isinstance(error, KafkaError) else ConnectionError_(str(error))
+        for entry in failed:
+            if entry.request is not None:
+                self._fail(entry.request, err, now_ms)
+        # Requests waiting for this connection fail too, so their managers can retry elsewhere.
+        self._fail_pending(conn_id, err, now_ms)
+        for listener in self.disconnect_listeners:
+            listener(self._logical_node(conn_id), conn_id >= _COORDINATOR_BASE, now_ms)
+
+    def disconnect(self, node_id: int, now_ms: int) -> None:
+        self._disconnect(node_id, ConnectionError_("disconnected on request"), now_ms)
+
+    def has_in_flight(self) -> bool:
+        return any(c.in_flight for c in self._conns.values()) or any(self._pending.values())
+
+    def close(self) -> None:
+        self._closed = True
+        for conn_id in list(self._conns):
+            conn = self._conns.pop(conn_id)
+            if conn.sock is not None:
+                try:
+                    self._selector.unregister(conn.sock)
+                except (KeyError, ValueError):
+                    pass
+            conn.close()
+        try:
+            self._selector.close()
+        finally:
+            self._wake_r.close()
+            self._wake_w.close()

@@ -1,0 +1,235 @@
+"""One non-blocking connection to one broker: connect, ApiVersions handshake, framed requests in order.
+
+The connection is driven by :class:`~kafka_handoff.network.client.NetworkClient` from the network thread
+only; it is not thread-safe and never blocks.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import errno
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from kafka_handoff.errors import ConnectionError_, KafkaError, KafkaTimeoutError, error_for_code
+from kafka_handoff.protocol import wire
+from kafka_handoff.protocol.requests import UnsentRequest
+from kafka_handoff.protocol.versions import ApiKey, negotiate
+
+__all__ = ["BrokerConnection", "ConnState", "InFlight"]
+
+_RECV_CHUNK = 1 << 20
+
+
+class ConnState(enum.Enum):
+    DISCONNECTED = "disconnected"
+    CONNECTING = "connecting"
+    HANDSHAKE = "handshake"  # ApiVersions in flight
+    READY = "ready"
+
+
+@dataclass(slots=True)
+class InFlight:
+    correlation_id: int
+    api_key: int
+    version: int
+    request: UnsentRequest | None  # None for the internal ApiVersions handshake
+    deadline_ms: int
+    sent_ms: int
+
+
+class BrokerConnection:
+    def __init__(
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        client_id: str,
+        *,
+        software_name: str = "kafka-handoff",
+        software_version: str = "0.1.0",
+        receive_buffer_bytes: int = 65536,
+        send_buffer_bytes: int = 131072,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.state = ConnState.DISCONNECTED
+        self.sock: socket.socket | None = None
+        self.versions: dict[int, int] = {}
+        self.in_flight: collections.deque[InFlight] = collections.deque()
+        self._out = bytearray()
+        self._decoder = wire.FrameDecoder()
+        self._correlation = 0
+        self._software = (software_name, software_version)
+        self._rcvbuf = receive_buffer_bytes
+        self._sndbuf = send_buffer_bytes
+        self._api_versions_version = 3
+        self.connect_deadline_ms = 0
+        self.last_activity_ms = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def connect(self, now_ms: int, timeout_ms: int) -> None:
+        infos = socket.getaddrinfo(self.host, self.port, 0, socket.SOCK_STREAM)
+        family, _type, proto, _canon, addr = infos[0]
+        sock = socket.socket(family, socket.SOCK_STREAM, proto)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._rcvbuf > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, max(self._rcvbuf, 1 << 20))
+        if self._sndbuf > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._sndbuf)
+        err = sock.connect_ex(addr)
+        if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
+            sock.close()
+            raise ConnectionError_(f"cannot connect to {self.host}:{self.port}: {errno.errorcode.get(err, err)}")
+        self.sock = sock
+        self.state = ConnState.CONNECTING
+        self.connect_deadline_ms = now_ms + timeout_ms
+        self.last_activity_ms = now_ms
+
+    def finish_connect(self, now_ms: int, request_timeout_ms: int) -> None:
+        """Called when the socket becomes writable while CONNECTING."""
+        assert self.sock is not None
+        err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            raise ConnectionError_(f"cannot connect to {self.host}:{self.port}: {errno.errorcode.get(err, err)}")
+        self.state = ConnState.HANDSHAKE
+        self._send_api_versions(now_ms, request_timeout_ms)
+
+    def _send_api_versions(self, now_ms: int, request_timeout_ms: int) -> None:
+        v = self._api_versions_version
+        values: dict[str, Any] = {}
+        if v >= 3:
+            values = {"client_software_name": self._software[0], "client_software_version": self._software[1]}
+        payload = wire.build_request(ApiKey.API_VERSIONS, v, values)
+        self._enqueue(payload, ApiKey.API_VERSIONS, v, None, now_ms, request_timeout_ms)
+
+    def close(self) -> list[InFlight]:
+        """Close the socket; returns the requests that were in flight (they failed)."""
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+        self.sock = None
+        self.state = ConnState.DISCONNECTED
+        failed = list(self.in_flight)
+        self.in_flight.clear()
+        self._out.clear()
+        self._decoder = wire.FrameDecoder()
+        self.versions = {}
+        return [f for f in failed if f.request is not None]
+
+    # ------------------------------------------------------------------ sending
+    @property
+    def ready(self) -> bool:
+        return self.state is ConnState.READY
+
+    def in_flight_count(self) -> int:
+        return len(self.in_flight)
+
+    def send(self, request: UnsentRequest, version: int, now_ms: int, timeout_ms: int) -> None:
+        payload = wire.build_request(request.api_key, version, request.body(version))
+        self._enqueue(payload, request.api_key, version, request, now_ms, timeout_ms)
+
+    def _enqueue(
+        self,
+        payload: Any,
+        api_key: int,
+        version: int,
+        request: UnsentRequest | None,
+        now_ms: int,
+        timeout_ms: int,
+    ) -> None:
+        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        cid = self._correlation
+        self._out += wire.encode_request(payload, cid, self.client_id)
+        if request is None or request.expect_response:
+            self.in_flight.append(InFlight(cid, api_key, version, request, now_ms + timeout_ms, now_ms))
+
+    def wants_write(self) -> bool:
+        return self.state is ConnState.CONNECTING or bool(self._out)
+
+    def write(self) -> None:
+        assert self.sock is not None
+        if not self._out:
+            return
+        try:
+            n = self.sock.send(self._out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            raise ConnectionError_(f"connection to {self.host}:{self.port} failed while sending: {exc}") from exc
+        del self._out[:n]
+
+    # ------------------------------------------------------------------ receiving
+    def read(self, now_ms: int, request_timeout_ms: int) -> list[tuple[InFlight, Any]]:
+        """Read what is available; returns (in-flight entry, decoded response) pairs for user requests."""
+        assert self.sock is not None
+        frames: list[bytes] = []
+        while True:
+            try:
+                data = self.sock.recv(_RECV_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                raise ConnectionError_(f"connection to {self.host}:{self.port} failed: {exc}") from exc
+            if not data:
+                raise ConnectionError_(f"connection to {self.host}:{self.port} was closed by the broker")
+            frames.extend(self._decoder.feed(data))
+            if len(data) < _RECV_CHUNK:
+                break
+        if frames:
+            self.last_activity_ms = now_ms
+        out: list[tuple[InFlight, Any]] = []
+        for frame in frames:
+            if not self.in_flight:
+                raise wire.ProtocolError(f"unexpected response from {self.host}:{self.port}")
+            entry = self.in_flight.popleft()
+            cid = wire.response_correlation_id(frame)
+            if cid != entry.correlation_id:
+                raise wire.ProtocolError(
+                    f"correlation id mismatch from {self.host}:{self.port}: got {cid}, "
+                    f"expected {entry.correlation_id}"
+                )
+            response = wire.decode_response(entry.api_key, entry.version, frame)
+            if entry.request is None:
+                self._on_api_versions(response, now_ms, request_timeout_ms)
+            else:
+                out.append((entry, response))
+        return out
+
+    def _on_api_versions(self, response: Any, now_ms: int, request_timeout_ms: int) -> None:
+        code = int(response.error_code)
+        if code == 35 and self._api_versions_version > 0:  # UNSUPPORTED_VERSION: retry with v0
+            broker_max = max(
+                (int(k.max_version) for k in response.api_keys if int(k.api_key) == ApiKey.API_VERSIONS),
+                default=0,
+            )
+            self._api_versions_version = min(broker_max, self._api_versions_version - 1)
+            self._send_api_versions(now_ms, request_timeout_ms)
+            return
+        if code != 0:
+            raise error_for_code(code, f"ApiVersions from {self.host}:{self.port}")
+        broker = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
+        self.versions = negotiate(broker)
+        self.state = ConnState.READY
+
+    def expired(self, now_ms: int) -> list[InFlight]:
+        """In-flight requests past their deadline (the caller closes the connection then)."""
+        return [f for f in self.in_flight if f.deadline_ms <= now_ms]
+
+    def next_deadline(self) -> int | None:
+        deadlines = [f.deadline_ms for f in self.in_flight]
+        if self.state is ConnState.CONNECTING:
+            deadlines.append(self.connect_deadline_ms)
+        return min(deadlines) if deadlines else None
+
+
+def timeout_error(entry: InFlight, host: str, port: int) -> KafkaError:
+    name = wire.API_NAMES.get(entry.api_key, str(entry.api_key))
+    return KafkaTimeoutError(f"{name} request to {host}:{port} timed out")

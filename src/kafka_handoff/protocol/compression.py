@@ -1,0 +1,189 @@
+"""Record batch compression codecs (the ``records`` section of a v2 batch), on top of ``cramjam``.
+
+Codec ids are the low three bits of a batch's attributes: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
+
+What the Java client writes, and what this module writes:
+
+* gzip: a gzip member (RFC 1952).  Decompression accepts concatenated members.
+* snappy: Java wraps snappy in the *xerial* stream format -- a 16-byte header (``\\x82SNAPPY\\x00``, version
+  int32 BE, compatible-version int32 BE) followed by chunks of (int32 BE compressed length, raw snappy block).
+  We write the same (32 KiB chunks, like xerial's default).  On decompression the header is detected;
+  without it the data is treated as one raw snappy block (what some non-Java clients write), and Google's
+  snappy framing format (``\\xff\\x06\\x00\\x00sNaPpY``) is accepted as well.  Concatenated xerial
+  streams are accepted.
+* lz4: the LZ4 *frame* format with independent blocks (Java's reader rejects linked blocks) and 64 KiB blocks.
+  Java's default level (9) uses lz4's fast compressor; so does ``level=None``.
+* zstd: a zstd frame.  Decompression accepts several concatenated frames (also for gzip and lz4).
+
+Every decompression failure raises :class:`~kafka_handoff.errors.CorruptRecordError` (without topic/partition;
+the record batch decoder adds those).
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import IntEnum
+from typing import Final
+
+import cramjam
+
+from kafka_handoff.errors import ConfigError, CorruptRecordError
+
+__all__ = [
+    "DEFAULT_LEVELS",
+    "CompressionType",
+    "compress",
+    "compression_type_from_name",
+    "decompress",
+]
+
+
+class CompressionType(IntEnum):
+    """Compression codec ids as stored in bits 0-2 of a record batch's attributes."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+    @property
+    def config_name(self) -> str:
+        """The value of ``compression.type`` naming this codec (``none``, ``gzip``, ...)."""
+        return self.name.lower()
+
+
+#: Java's default levels (KIP-390: ``compression.gzip.level`` -1 = Deflater's 6, ``compression.lz4.level`` 9,
+#: ``compression.zstd.level`` 3).
+DEFAULT_LEVELS: Final[dict[CompressionType, int]] = {
+    CompressionType.GZIP: 6,
+    CompressionType.LZ4: 9,
+    CompressionType.ZSTD: 3,
+}
+
+_NAMES: Final[dict[str, CompressionType]] = {c.config_name: c for c in CompressionType}
+
+
+def compression_type_from_name(name: str, key: str = "compression.type") -> CompressionType:
+    """The codec for a ``compression.type`` value; :class:`ConfigError` naming ``key`` when unknown."""
+    codec = _NAMES.get(name.strip().lower()) if isinstance(name, str) else None
+    if codec is None:
+        allowed = ", ".join(_NAMES)
+        raise ConfigError(f"Invalid value {name!r} for configuration {key}: allowed values are {allowed}")
+    return codec
+
+
+# ---------------------------------------------------------------------------------------------------------
+# snappy (xerial framing)
+
+XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
+_XERIAL_HEADER: Final = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_HEADER_LEN: Final = 16
+_XERIAL_BLOCK: Final = 32 * 1024
+_GOOGLE_SNAPPY_MAGIC: Final = b"\xff\x06\x00\x00sNaPpY"
+_INT32_BE: Final = struct.Struct(">i")
+
+
+def _snappy_compress_xerial(data: bytes | memoryview) -> bytes:
+    mv = memoryview(data)
+    parts = [_XERIAL_HEADER]
+    pack = _INT32_BE.pack
+    compress_raw = cramjam.snappy.compress_raw
+    for start in range(0, len(mv), _XERIAL_BLOCK):
+        block = bytes(compress_raw(mv[start : start + _XERIAL_BLOCK]))
+        parts.append(pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _snappy_decompress(data: bytes | memoryview) -> bytes:
+    mv = memoryview(data)
+    if bytes(mv[:8]) == XERIAL_MAGIC:
+        return _snappy_decompress_xerial(mv)
+    if bytes(mv[:10]) == _GOOGLE_SNAPPY_MAGIC:
+        return bytes(cramjam.snappy.decompress(mv))
+    return bytes(cramjam.snappy.decompress_raw(mv))
+
+
+def _snappy_decompress_xerial(mv: memoryview) -> bytes:
+    out: list[bytes] = []
+    pos = 0
+    end = len(mv)
+    decompress_raw = cramjam.snappy.decompress_raw
+    unpack_from = _INT32_BE.unpack_from
+    while pos < end:
+        if bytes(mv[pos : pos + 8]) == XERIAL_MAGIC:  # a (possibly concatenated) stream header
+            if end - pos < _XERIAL_HEADER_LEN:
+                raise CorruptRecordError("snappy: truncated xerial stream header")
+            pos += _XERIAL_HEADER_LEN
+            continue
+        if end - pos < 4:
+            raise CorruptRecordError("snappy: truncated xerial chunk length")
+        (size,) = unpack_from(mv, pos)
+        pos += 4
+        if size < 0 or pos + size > end:
+            raise CorruptRecordError(
+                f"snappy: xerial chunk of {size} bytes exceeds the {end - pos} bytes left"
+            )
+        out.append(bytes(decompress_raw(mv[pos : pos + size])))
+        pos += size
+    return b"".join(out)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# lz4 (frame format, independent blocks)
+
+
+def _lz4_compress(data: bytes | memoryview, level: int | None) -> bytes:
+    # Java: the default level (9) selects lz4's fast compressor; any other level the HC compressor.
+    cj_level = 0 if level is None or level == DEFAULT_LEVELS[CompressionType.LZ4] else level
+    compressor = cramjam.lz4.Compressor(level=cj_level, content_checksum=False, block_linked=False)
+    compressor.compress(data)
+    return bytes(compressor.finish())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# public entry points
+
+
+def _level(codec: CompressionType, level: int | None) -> int:
+    return DEFAULT_LEVELS[codec] if level is None else level
+
+
+def compress(codec: CompressionType | int, data: bytes | memoryview, level: int | None = None) -> bytes:
+    """Compress ``data`` (a batch's serialized records) the way the Java producer does.
+
+    ``level=None`` uses Java's default level for the codec (:data:`DEFAULT_LEVELS`).
+    """
+    if codec == CompressionType.NONE:
+        return bytes(data)
+    if codec == CompressionType.GZIP:
+        return bytes(cramjam.gzip.compress(data, level=_level(CompressionType.GZIP, level)))
+    if codec == CompressionType.SNAPPY:
+        return _snappy_compress_xerial(data)
+    if codec == CompressionType.LZ4:
+        return _lz4_compress(data, level)
+    if codec == CompressionType.ZSTD:
+        return bytes(cramjam.zstd.compress(data, level=_level(CompressionType.ZSTD, level)))
+    raise ValueError(f"unknown compression codec id {int(codec)} (allowed: 0-4)")
+
+
+def decompress(codec: CompressionType | int, data: bytes | memoryview) -> bytes:
+    """Decompress a batch's records section; :class:`CorruptRecordError` when the data is not valid."""
+    try:
+        if codec == CompressionType.GZIP:
+            return bytes(cramjam.gzip.decompress(data))
+        if codec == CompressionType.SNAPPY:
+            return _snappy_decompress(data)
+        if codec == CompressionType.LZ4:
+            return bytes(cramjam.lz4.decompress(data))
+        if codec == CompressionType.ZSTD:
+            return bytes(cramjam.zstd.decompress(data))
+        if codec == CompressionType.NONE:
+            return bytes(data)
+    except CorruptRecordError:
+        raise
+    except Exception as exc:  # cramjam.DecompressionError and friends
+        name = CompressionType(codec).config_name
+        raise CorruptRecordError(f"{name} decompression failed: {exc}") from exc
+    raise CorruptRecordError(f"unknown compression codec id {int(codec)} in record batch attributes")

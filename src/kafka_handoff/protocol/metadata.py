@@ -1,0 +1,173 @@
+"""Cluster metadata: parsing Metadata responses and the metadata request manager (sans-I/O).
+
+Used by every client (consumer, producer, admin).  The manager keeps the latest
+:class:`~kafka_handoff.types.ClusterMetadata`, refreshes it every ``metadata.max.age.ms`` or when someone
+asks (:meth:`MetadataManager.request_update`), and notifies listeners with every new snapshot.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from kafka_handoff.protocol.requests import ANY_NODE, PollResult, UnsentRequest
+from kafka_handoff.protocol.versions import ApiKey
+from kafka_handoff.types import BrokerNode, ClusterMetadata, PartitionInfo
+
+__all__ = ["MetadataManager", "parse_metadata"]
+
+
+def parse_metadata(response: Any) -> ClusterMetadata:
+    brokers = {
+        int(b.node_id): BrokerNode(int(b.node_id), str(b.host), int(b.port), b.rack) for b in response.brokers
+    }
+    partitions: dict[str, tuple[PartitionInfo, ...]] = {}
+    topic_ids: dict[str, Any] = {}
+    internal: set[str] = set()
+    errors: dict[str, int] = {}
+    for t in response.topics:
+        name = t.name
+        if name is None:
+            continue
+        code = int(t.error_code)
+        if code != 0:
+            errors[name] = code
+            continue
+        tid = getattr(t, "topic_id", None)
+        if tid is not None and tid.int != 0:
+            topic_ids[name] = tid
+        if getattr(t, "is_internal", False):
+            internal.add(name)
+        parts = [
+            PartitionInfo(
+                topic=name,
+                partition=int(p.partition_index),
+                leader=int(p.leader_id),
+                leader_epoch=int(getattr(p, "leader_epoch", -1)),
+                replicas=tuple(int(r) for r in p.replica_nodes),
+                isr=tuple(int(r) for r in p.isr_nodes),
+                offline_replicas=tuple(int(r) for r in getattr(p, "offline_replicas", ())),
+                error_code=int(p.error_code),
+            )
+            for p in t.partitions
+        ]
+        parts.sort(key=lambda p: p.partition)
+        partitions[name] = tuple(parts)
+    return ClusterMetadata(
+        brokers=brokers,
+        controller_id=int(getattr(response, "controller_id", -1)),
+        cluster_id=getattr(response, "cluster_id", None),
+        partitions=partitions,
+        topic_ids=topic_ids,
+        internal_topics=frozenset(internal),
+        topic_errors=errors,
+    )
+
+
+class MetadataManager:
+    """Keeps cluster metadata fresh for a set of topics (or all topics)."""
+
+    def __init__(
+        self,
+        *,
+        max_age_ms: int = 300000,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1000,
+        allow_auto_topic_creation: bool = True,
+        topics: Callable[[], frozenset[str] | None] = lambda: frozenset(),
+    ) -> None:
+        self.cluster = ClusterMetadata()
+        self._max_age = max_age_ms
+        self._backoff_base = retry_backoff_ms
+        self._backoff_max = retry_backoff_max_ms
+        self._auto_create = allow_auto_topic_creation
+        self._topics = topics
+        """Returns the topics to fetch, or ``None`` for all topics."""
+        self._last_refresh_ms: int | None = None
+        self._need_update = True
+        self._in_flight = False
+        self._attempts = 0
+        self._next_attempt_ms = 0
+        self._waiters: list[tuple[Future[ClusterMetadata], frozenset[str] | None]] = []
+        self.listeners: list[Callable[[ClusterMetadata, int], None]] = []
+        self.last_error: BaseException | None = None
+        self.updates = 0
+
+    def request_update(self) -> None:
+        self._need_update = True
+
+    def wait_for_update(self, future: Future[ClusterMetadata], extra_topics: frozenset[str] | None = None) -> None:
+        """Complete ``future`` with the snapshot of the next successful refresh.  ``extra_topics`` are
+        fetched in that refresh even if nobody subscribed to them (``None`` = all topics)."""
+        self._waiters.append((future, extra_topics))
+        self._need_update = True
+
+    def poll(self, now_ms: int) -> PollResult:
+        if self._in_flight:
+            return PollResult.idle()
+        due = self._need_update or self._last_refresh_ms is None or now_ms - self._last_refresh_ms >= self._max_age
+        if not due:
+            assert self._last_refresh_ms is not None
+            return PollResult.idle(self._last_refresh_ms + self._max_age - now_ms)
+        if now_ms < self._next_attempt_ms:
+            return PollResult.idle(self._next_attempt_ms - now_ms)
+        topics = self._topics()
+        all_topics = topics is None
+        for _fut, extra in self._waiters:
+            if extra is None:
+                all_topics = True
+            elif topics is not None:
+                topics = topics | extra
+        self._in_flight = True
+        self._need_update = False
+        waiters = list(self._waiters)
+        self._waiters.clear()
+        names = None if all_topics else sorted(topics or ())
+
+        def build(version: int) -> dict[str, Any]:
+            return {
+                "topics": None if names is None else [{"name": n, "topic_id": None} for n in names],
+                "allow_auto_topic_creation": self._auto_create,
+                "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False,
+            }
+
+        def on_response(response: Any, _version: int, now: int) -> None:
+            self._in_flight = False
+            cluster = parse_metadata(response)
+            self._last_refresh_ms = now
+            self._attempts = 0
+            self.updates += 1
+            if any(code in (3, 5) for code in cluster.topic_errors.values()) or any(
+                p.leader < 0 for parts in cluster.partitions.values() for p in parts
+            ):
+                # Topic being created or leader election: refresh again soon.
+                self._need_update = True
+                self._next_attempt_ms = now + self._backoff_base
+            self.cluster = cluster
+            for listener in self.listeners:
+                listener(cluster, now)
+            for fut, _extra in waiters:
+                if not fut.done():
+                    fut.set_result(cluster)
+
+        def on_failure(error: BaseException, now: int) -> None:
+            self._in_flight = False
+            self._need_update = True
+            self._attempts += 1
+            self.last_error = error
+            delay = min(self._backoff_max, self._backoff_base * 2 ** min(self._attempts, 10))
+            self._next_attempt_ms = now + int(delay * random.uniform(0.8, 1.2))
+            self._waiters.extend(waiters)
+
+        request = UnsentRequest(
+            api_key=ApiKey.METADATA,
+            node=ANY_NODE,
+            build=build,
+            on_response=on_response,
+            on_failure=on_failure,
+            min_version=1,
+        )
+        return PollResult([request], self._backoff_base)

@@ -1,0 +1,141 @@
+"""Shared fixtures: a real Kafka broker (session), a 3-node cluster (module), unique topics (function).
+
+Brokers come from :mod:`kafka_handoff.devbroker` in supervised mode, so no JVM outlives the test run:
+
+* normal end, failure, Ctrl-C (SIGINT) -> pytest tears the fixtures down (SIGTERM, SIGKILL after 10 s);
+* SIGTERM / SIGHUP to pytest -> turned into KeyboardInterrupt below, so the same orderly teardown runs;
+* anything that skips teardown -> devbroker's ``atexit`` hook; and if the process dies without running
+  Python at all (SIGKILL, OOM killer), each JVM's supervisor sees its owner vanish and kills the JVM.
+
+Environment:
+
+* ``HANDOFF_BOOTSTRAP=host:port[,...]`` -- use that running broker for ``broker`` instead of starting one.
+* ``HANDOFF_CLUSTER_BOOTSTRAP=host:port,...`` -- the same for ``cluster`` (3 brokers expected).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import pytest
+
+from kafka_handoff import devbroker
+
+
+@dataclass(frozen=True)
+class ExternalBroker:
+    """A broker (or cluster) the test run did not start; only its address is known."""
+
+    bootstrap_servers: str
+    managed: bool = False
+
+
+BrokerLike = devbroker.Cluster | ExternalBroker
+TopicFactory = Callable[..., str]
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"received signal {signal.Signals(signum).name}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Make SIGTERM/SIGHUP behave like Ctrl-C so fixture teardown stops the brokers.  Only when nobody
+    # else has claimed these signals (pytest itself handles SIGINT).
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):
+            signal.signal(sig, _interrupt)
+
+
+def _external(var: str) -> ExternalBroker | None:
+    value = os.environ.get(var, "").strip()
+    return ExternalBroker(value) if value else None
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[BrokerLike]:
+    """A single-node Kafka broker for the whole session (``.bootstrap_servers``)."""
+    external = _external("HANDOFF_BOOTSTRAP")
+    if external is not None:
+        yield external
+        return
+    cluster = devbroker.start(nodes=1)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[BrokerLike]:
+    """A 3-node KRaft cluster (nodes 1, 2, 3; combined broker+controller) for one test module.
+
+    Fault tests may stop/kill/pause nodes through the :class:`kafka_handoff.devbroker.Cluster` methods;
+    call ``cluster.heal()`` to bring every node back for the next test.
+    """
+    external = _external("HANDOFF_CLUSTER_BOOTSTRAP")
+    if external is not None:
+        yield external
+        return
+    started = devbroker.start(nodes=3)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def _topic_name(test_name: str) -> str:
+    base = re.sub(r"[^a-zA-Z0-9._-]+", "-", test_name).strip("-.")[:60] or "topic"
+    return f"{base}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def topic_factory(request: pytest.FixtureRequest) -> Iterator[TopicFactory]:
+    """``topic_factory(partitions=8, replication=1, configs=None, *, on=None) -> unique topic name``.
+
+    Creates the topic with confluent-kafka's AdminClient on ``on`` (a broker/cluster fixture value or a
+    bootstrap string; default: the session ``broker``) and returns once every bootstrap server's
+    Metadata shows a leader for every partition.  Topics are deleted again after the test.
+    """
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    admin_mod = pytest.importorskip("confluent_kafka.admin")
+    created: list[tuple[str, str]] = []
+
+    def make(
+        partitions: int = 8,
+        replication: int = 1,
+        configs: Mapping[str, str] | None = None,
+        *,
+        on: BrokerLike | str | None = None,
+    ) -> str:
+        target: Any = request.getfixturevalue("broker") if on is None else on
+        bootstrap = target if isinstance(target, str) else target.bootstrap_servers
+        name = _topic_name(request.node.name)
+        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
+        new_topic = admin_mod.NewTopic(
+            name, num_partitions=partitions, replication_factor=replication, config=dict(configs or {})
+        )
+        futures = admin.create_topics([new_topic], operation_timeout=30, request_timeout=60)
+        futures[name].result(timeout=60)
+        created.append((bootstrap, name))
+        devbroker.wait_for_topic(bootstrap, name, partitions, timeout=60)
+        return name
+
+    yield make
+
+    by_bootstrap: dict[str, list[str]] = {}
+    for bootstrap, name in created:
+        by_bootstrap.setdefault(bootstrap, []).append(name)
+    for bootstrap, names in by_bootstrap.items():
+        try:
+            admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
+            for future in admin.delete_topics(names, operation_timeout=10, request_timeout=15).values():
+                future.result(timeout=20)
+        except Exception:  # best effort: the broker may be gone (fault tests) or the topic deleted already
+            pass

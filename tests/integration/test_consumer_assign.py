@@ -1,0 +1,264 @@
+"""The consumer in assign mode against the real broker (issue: consumer core)."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from kafka_handoff import IllegalStateError, WakeupError
+from kafka_handoff.consumer import Consumer
+from kafka_handoff.types import OffsetAndMetadata, TopicPartition
+
+pytestmark = pytest.mark.integration
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+
+def produce(bootstrap: str, topic: str, count: int, *, partitions: int, value_bytes: int = 100,
+            compression: str = "none", extra: dict[str, Any] | None = None) -> dict[int, str]:
+    """Produce ``count`` records round-robin over partitions with librdkafka; return per-partition digests."""
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "linger.ms": 20,
+        "batch.num.messages": 5000,
+        "compression.type": compression,
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+    }
+    conf.update(extra or {})
+    producer = confluent_kafka.Producer(conf)
+    digests = {p: hashlib.sha256() for p in range(partitions)}
+    pad = b"x" * max(0, value_bytes - 12)
+    for i in range(count):
+        p = i % partitions
+        value = b"%012d" % i + pad
+        key = b"k%d" % i
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, partition=p,
+                                 headers=[("h", b"%d" % (i % 7))] if i % 97 == 0 else None)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        digests[p].update(key + b"|" + value)
+        if i % 10000 == 0:
+            producer.poll(0)
+    assert producer.flush(120) == 0
+    return {p: d.hexdigest() for p, d in digests.items()}
+
+
+def consume_all(consumer: Consumer, expected: int, timeout_s: float = 180.0) -> dict[int, list[Any]]:
+    by_partition: dict[int, list[Any]] = defaultdict(list)
+    got = 0
+    deadline = time.monotonic() + timeout_s
+    while got < expected:
+        assert time.monotonic() < deadline, f"consumed only {got} of {expected} records"
+        records = consumer.poll(1.0)
+        for r in records:
+            by_partition[r.partition].append(r)
+        got += len(records)
+    return by_partition
+
+
+def check_order_and_digests(by_partition: dict[int, list[Any]], digests: dict[int, str]) -> None:
+    for p, expected_digest in digests.items():
+        records = by_partition.get(p, [])
+        offsets = [r.offset for r in records]
+        assert offsets == list(range(len(offsets))), f"partition {p}: offsets not contiguous from 0"
+        d = hashlib.sha256()
+        for r in records:
+            d.update(r.key + b"|" + r.value)
+        assert d.hexdigest() == expected_digest, f"partition {p}: content differs"
+
+
+@pytest.mark.slow
+def test_one_million_uncompressed_records_in_order(broker: Any, topic_factory: Any) -> None:
+    topic = topic_factory(partitions=8)
+    count = 1_000_000
+    digests = produce(broker.bootstrap_servers, topic, count, partitions=8)
+    with Consumer({"bootstrap.servers": broker.bootstrap_servers, "auto.offset.reset": "earliest"}) as c:
+        c.assign([TopicPartition(topic, p) for p in range(8)])
+        by_partition = consume_all(c, count)
+        assert sum(len(v) for v in by_partition.values()) == count
+        check_order_and_digests(by_partition, digests)
+        assert c.poll(0.2).count() == 0  # nothing beyond what was produced
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_records_in_order(broker: Any, topic_factory: Any, codec: str) -> None:
+    topic = topic_factory(partitions=8)
+    count = 100_000
+    digests = produce(broker.bootstrap_servers, topic, count, partitions=8, compression=codec)
+    with Consumer({"bootstrap.servers": broker.bootstrap_servers, "auto.offset.reset": "earliest"}) as c:
+        c.assign([TopicPartition(topic, p) for p in range(8)])
+        by_partition = consume_all(c, count)
+        check_order_and_digests(by_partition, digests)
+
+
+def test_headers_keys_timestamps_roundtrip(broker: Any, topic_factory: Any) -> None:
+    topic = topic_factory(partitions=1)
+    p = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap_servers})
+    p.produce(topic, value=b"v1", key=None, partition=0, timestamp=1_600_000_000_123,
+              headers=[("a", b"1"), ("b", None), ("a", b"2")])
+    p.produce(topic, value=None, key=b"tombstone", partition=0)
+    assert p.flush(30) == 0
+    with Consumer({"bootstrap.servers": broker.bootstrap_servers, "auto.offset.reset": "earliest"}) as c:
+        c.assign([TopicPartition(topic, 0)])
+        records = list(consume_all(c, 2)[0])
+    first, second = records
+    assert (first.key, first.value, first.timestamp) == (None, b"v1", 1_600_000_000_123)
+    assert list(first.headers) == [("a", b"1"), ("b", None), ("a", b"2")]
+    assert (second.key, second.value) == (b"tombstone", None)
+    assert first.leader_epoch is not None and first.leader_epoch >= 0
+
+
+def test_read_committed_hides_aborted_transactions(broker: Any, topic_factory: Any) -> None:
+    topic = topic_factory(partitions=1)
+    tp = TopicPartition(topic, 0)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": broker.bootstrap_servers, "transactional.id": f"tx-{topic}"}
+    )
+    producer.init_transactions(30)
+    for txn, commit in enumerate([True, False, True, False, True]):
+        producer.begin_transaction()
+        for i in range(10):
+            producer.produce(topic, value=b"%d-%d-%s" % (txn, i, b"c" if commit else b"a"), partition=0)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    committed_expected = [b"%d-%d-c" % (t, i) for t in (0, 2, 4) for i in range(10)]
+
+    with Consumer({"bootstrap.servers": broker.bootstrap_servers, "auto.offset.reset": "earliest",
+                   "isolation.level": "read_committed"}) as c:
+        c.assign([tp])
+        values = [r.value for r in consume_all(c, 30)[0]]
+        assert values == committed_expected
+        # The position moved past the final commit marker, and nothing else arrives.
+        assert c.poll(0.5).count() == 0
+        end = c.end_offsets([tp])[tp]
+        assert c.position(tp) == end
+
+    with Consumer({"bootstrap.servers": broker.bootstrap_servers, "auto.offset.reset": "earliest"}) as c:
+        c.assign([tp])
+        values = [r.value for r in consume_all(c, 50)[0]]
+        assert len(values) == 50  # read_uncommitted sees aborted records too
+        assert sum(1 for v in values if v.endswith(b"-a")) == 20
+
+
+def test_seek_pause_resume_and_commit(broker: Any, topic_factory: Any) -> None:
+    topic = topic_factory(partitions=2)
+    produce(broker.bootstrap_servers, topic, 200, partitions=2, value_bytes=20)
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    group = f"g-{topic}"
+    with Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group,
+                   "auto.offset.reset": "earliest", "enable.auto.commit": False}) as c:
+        c.assign([tp0, tp1])
+        assert c.assignment() == {tp0, tp1}
+        assert c.beginning_offsets([tp0, tp1]) == {tp0: 0, tp1: 0}
+        assert c.end_offsets([tp0, tp1]) == {tp0: 100, tp1: 100}
+        assert c.position(tp0) == 0
+
+        c.pause([tp1])
+        assert c.paused() == {tp1}
+        got = consume_all(c, 100)
+        assert set(got) == {0}, "a paused partition returned records"
+        assert c.poll(0.3).count() == 0
+        c.resume([tp1])
+        got = consume_all(c, 100)
+        assert [r.offset for r in got[1]] == list(range(100))
+
+        c.seek(tp0, 42)
+        assert c.position(tp0) == 42
+        got = consume_all(c, 58)
+        assert [r.offset for r in got[0]] == list(range(42, 100))
+
+        c.seek_to_beginning([tp1])
+        assert c.position(tp1) == 0
+        c.seek_to_end([tp0])
+        assert c.position(tp0) == 100
+
+        c.commit_sync({tp0: OffsetAndMetadata(17, "meta"), tp1: 33})
+        committed = c.committed([tp0, tp1])
+        assert committed[tp0] is not None and committed[tp0].offset == 17
+        assert committed[tp0].metadata == "meta"
+        assert committed[tp1] is not None and committed[tp1].offset == 33
+
+        results: list[Any] = []
+        c.commit_async({tp0: 18}, callback=lambda offsets, err: results.append((offsets, err)))
+        deadline = time.monotonic() + 30
+        while not results:
+            assert time.monotonic() < deadline
+            c.poll(0.1)
+        assert results[0][1] is None
+        assert c.committed([tp0])[tp0].offset == 18  # type: ignore[union-attr]
+
+    # A new consumer in the same group starts at the committed offsets.
+    with Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group,
+                   "auto.offset.reset": "earliest"}) as c:
+        c.assign([tp0, tp1])
+        assert c.position(tp0) == 18
+        assert c.position(tp1) == 33
+
+
+def test_auto_offset_reset_latest_and_none(broker: Any, topic_factory: Any) -> None:
+    topic = topic_factory(partitions=1)
+    produce(broker.bootstrap_servers, topic, 10, partitions=1, value_bytes=20)
+    tp = TopicPartition(topic, 0)
+    with Consumer({"bootstrap.servers": broker.bootstrap_servers}) as c:  # default: latest
+        c.assign([tp])
+        assert c.position(tp) == 10
+    with Consumer({"bootstrap.servers": broker.bootstrap_servers, "auto.offset.reset": "none",
+                   "group.id": f"none-{topic}"}) as c:
+        c.assign([tp])
+        from kafka_handoff.errors import NoOffsetForPartitionError
+
+        with pytest.raises(NoOffsetForPartitionError, match=str(tp)):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                c.poll(0.2)
+
+
+def test_wakeup_interrupts_blocking_poll(broker: Any, topic_factory: Any) -> None:
+    topic = topic_factory(partitions=1)
+    with Consumer({"bootstrap.servers": broker.bootstrap_servers}) as c:
+        c.assign([TopicPartition(topic, 0)])
+        started = threading.Event()
+
+        def wake() -> None:
+            started.wait(10)
+            c.wakeup()
+
+        t = threading.Thread(target=wake)
+        t.start()
+        started.set()
+        t0 = time.monotonic()
+        with pytest.raises(WakeupError):
+            c.poll(60.0)
+        assert time.monotonic() - t0 < 30
+        t.join()
+        assert c.poll(0).count() == 0  # usable afterwards
+
+
+def test_closed_consumer_rejects_calls(broker: Any) -> None:
+    c = Consumer({"bootstrap.servers": broker.bootstrap_servers})
+    c.close()
+    with pytest.raises(IllegalStateError):
+        c.poll(0)
+    c.close()  # idempotent
+
+
+def test_list_topics_and_partitions_for(broker: Any, topic_factory: Any) -> None:
+    topic = topic_factory(partitions=3)
+    with Consumer({"bootstrap.servers": broker.bootstrap_servers}) as c:
+        parts = c.partitions_for(topic)
+        assert sorted(p.partition for p in parts) == [0, 1, 2]
+        assert all(p.leader >= 0 for p in parts)
+        topics = c.list_topics()
+        assert topic in topics
+        assert "__consumer_offsets" not in topics

@@ -1,0 +1,173 @@
+"""The background network thread: start, wake-up, close with pending requests, error propagation.
+
+No broker is involved: requests go to a loopback port nobody listens on (connection refused) or to a
+listening socket that never answers, so the thread's own behaviour is what is tested.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+
+from kafka_handoff.errors import ConnectionError_, KafkaError, KafkaTimeoutError
+from kafka_handoff.network.client import NetworkClient
+from kafka_handoff.network.thread import BackgroundError, NetworkThread
+from kafka_handoff.protocol.requests import MonotonicClock, PollResult, UnsentRequest
+from kafka_handoff.protocol.versions import ApiKey
+
+pytestmark = pytest.mark.unit
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _OneShot:
+    """A manager that sends one request when armed."""
+
+    def __init__(self) -> None:
+        self.pending: list[UnsentRequest] = []
+
+    def poll(self, now_ms: int) -> PollResult:
+        out, self.pending = self.pending, []
+        return PollResult(out, 5000)
+
+
+class _Exploding:
+    def __init__(self) -> None:
+        self.armed = threading.Event()
+
+    def poll(self, now_ms: int) -> PollResult:
+        if self.armed.is_set():
+            self.armed.clear()
+            raise RuntimeError("manager bug")
+        return PollResult.idle()
+
+
+def _thread(port: int, managers: list[Any], request_timeout_ms: int = 30000) -> NetworkThread:
+    client = NetworkClient([("127.0.0.1", port)], client_id="t", request_timeout_ms=request_timeout_ms,
+                           connect_timeout_ms=2000)
+    t = NetworkThread(client, managers, MonotonicClock())
+    t.start()
+    return t
+
+
+def test_events_run_on_the_network_thread_and_complete_futures() -> None:
+    t = _thread(_free_port(), [])
+    try:
+        names = t.call_sync(lambda now: threading.current_thread().name, timeout_s=5)
+        assert names.startswith("kafka-handoff-network")
+        assert t.call_sync(lambda now: now > 0, timeout_s=5) is True
+    finally:
+        t.close(1000)
+    assert not t.alive
+
+
+def test_wakeup_interrupts_a_long_select() -> None:
+    # The only manager asks to be polled again in 5 s; an event must still run immediately.
+    t = _thread(_free_port(), [_OneShot()])
+    try:
+        t.call_sync(lambda now: None, timeout_s=5)  # thread is in its loop
+        start = time.monotonic()
+        t.call_sync(lambda now: None, timeout_s=5)
+        assert time.monotonic() - start < 1.0
+    finally:
+        t.close(1000)
+
+
+def test_event_exception_reaches_the_caller() -> None:
+    t = _thread(_free_port(), [])
+    try:
+        def boom(now: int) -> None:
+            raise ValueError("bad input")
+
+        with pytest.raises(ValueError, match="bad input"):
+            t.call_sync(boom, timeout_s=5)
+        assert t.alive  # the thread survives
+    finally:
+        t.close(1000)
+
+
+def test_manager_error_is_delivered_on_the_background_queue() -> None:
+    exploding = _Exploding()
+    t = _thread(_free_port(), [exploding])
+    try:
+        exploding.armed.set()
+        t.wakeup()
+        event = t.background_events.get(timeout=5)
+        assert isinstance(event, BackgroundError)
+        assert isinstance(event.error, RuntimeError) and "manager bug" in str(event.error)
+        assert t.alive
+    finally:
+        t.close(1000)
+
+
+def test_connection_refused_fails_the_request() -> None:
+    manager = _OneShot()
+    t = _thread(_free_port(), [manager])
+    failure: Future[BaseException] = Future()
+    try:
+        def arm(now: int) -> None:
+            manager.pending.append(UnsentRequest(
+                api_key=ApiKey.METADATA, node=-1, values={"topics": None},
+                on_response=lambda r, v, n: failure.set_exception(AssertionError("unexpected response")),
+                on_failure=lambda e, n: failure.set_result(e)))
+
+        t.call_sync(arm, timeout_s=5)
+        error = failure.result(10)
+        assert isinstance(error, ConnectionError_)
+    finally:
+        t.close(1000)
+
+
+def test_request_timeout_and_close_with_pending_requests_is_bounded() -> None:
+    # A server that accepts connections but never answers (not even ApiVersions).
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(5)
+    port = server.getsockname()[1]
+    manager = _OneShot()
+    t = _thread(port, [manager], request_timeout_ms=300)
+    failures: list[BaseException] = []
+    done = threading.Event()
+    try:
+        def arm(now: int) -> None:
+            manager.pending.append(UnsentRequest(
+                api_key=ApiKey.METADATA, node=-1, values={"topics": None}, timeout_ms=300,
+                on_failure=lambda e, n: (failures.append(e), done.set())))
+
+        t.call_sync(arm, timeout_s=5)
+        assert done.wait(10), "request never failed"
+        assert isinstance(failures[0], (KafkaTimeoutError, ConnectionError_))
+
+        # An event that never completes fails at its deadline (the reaper).
+        fut = t.call(lambda now, f: None, deadline_ms=t.clock.now_ms() + 200, name="never")
+        with pytest.raises(KafkaTimeoutError, match="never"):
+            fut.result(5)
+
+        # Close while another event is pending: it is failed, and close returns within its bound.
+        pending = t.call(lambda now, f: None, deadline_ms=t.clock.now_ms() + 60_000, name="pending")
+        start = time.monotonic()
+        t.close(500)
+        assert time.monotonic() - start < 3.0
+        with pytest.raises(KafkaError):
+            pending.result(1)
+        assert not t.alive
+    finally:
+        server.close()
+        t.close(0)
+
+
+def test_submit_after_stop_fails_immediately() -> None:
+    t = _thread(_free_port(), [])
+    t.close(500)
+    fut = t.call(lambda now, f: f.set_result(1))
+    with pytest.raises(KafkaError):
+        fut.result(1)
