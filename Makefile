@@ -13,11 +13,18 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --upgrade pip; \
 	$(PIP) install -q -e '.[spark,dev,bench]'; \
 	touch $(STAMP); \
+	echo $$(( $$(date +%s) - start )) > $(VENV)/.setup-seconds; \
 	echo "python environment ready in $$(( $$(date +%s) - start ))s"
 
 setup: $(STAMP)
-	@start=$$(date +%s); $(VENV)/bin/handoff broker fetch-jars; \
-	echo "setup finished (jars checked) in $$(( $$(date +%s) - start ))s"
+	@start=$$(date +%s); $(VENV)/bin/handoff broker fetch-jars || exit 1; \
+	jars=$$(( $$(date +%s) - start )); \
+	if [ -f $(VENV)/.setup-seconds ]; then \
+	  py=$$(cat $(VENV)/.setup-seconds); rm -f $(VENV)/.setup-seconds; \
+	  echo "first-time setup took $$(( py + jars ))s (python environment $${py}s, Kafka jars $${jars}s)"; \
+	else \
+	  echo "setup checked in $${jars}s"; \
+	fi
 
 jars: setup
 

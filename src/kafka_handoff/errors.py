@@ -66,7 +66,7 @@ class FencedError(KafkaError):
     """This member was fenced by the group coordinator; its partitions are lost."""
 
 
-class ConnectionError_(KafkaError):  # noqa: N801 - avoid shadowing the builtin
+class ConnectionError_(KafkaError):
     """A connection to a broker failed or was closed."""
 
     retriable = True
@@ -294,7 +294,9 @@ def _class_name(code: ErrorCode) -> str:
 
 
 def _make(code: ErrorCode) -> type[BrokerResponseError]:
-    cls = type(_class_name(code), (BrokerResponseError,), {"code": code, "__doc__": f"Broker error {code.name}."})
+    cls = type(
+        _class_name(code), (BrokerResponseError,), {"code": code, "__doc__": f"Broker error {code.name}."}
+    )
     _BY_CODE[int(code)] = cls
     return cls
 

@@ -19,14 +19,23 @@ pytestmark = pytest.mark.integration
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
 
-def produce(bootstrap: str, topic: str, count: int, *, partitions: int, value_bytes: int = 100,
-            compression: str = "none", extra: dict[str, Any] | None = None) -> dict[int, str]:
+def produce(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    *,
+    partitions: int,
+    value_bytes: int = 100,
+    compression: str = "none",
+    extra: dict[str, Any] | None = None,
+) -> dict[int, str]:
     """Produce ``count`` records round-robin over partitions with librdkafka; return per-partition digests."""
     conf = {
         "bootstrap.servers": bootstrap,
         "linger.ms": 20,
         "batch.num.messages": 5000,
         "compression.type": compression,
+        "enable.idempotence": True,  # strict order per partition, so the digests compare log order
         "queue.buffering.max.messages": 1_000_000,
         "queue.buffering.max.kbytes": 1_048_576,
     }
@@ -40,8 +49,13 @@ def produce(bootstrap: str, topic: str, count: int, *, partitions: int, value_by
         key = b"k%d" % i
         while True:
             try:
-                producer.produce(topic, value=value, key=key, partition=p,
-                                 headers=[("h", b"%d" % (i % 7))] if i % 97 == 0 else None)
+                producer.produce(
+                    topic,
+                    value=value,
+                    key=key,
+                    partition=p,
+                    headers=[("h", b"%d" % (i % 7))] if i % 97 == 0 else None,
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -103,8 +117,14 @@ def test_compressed_records_in_order(broker: Any, topic_factory: Any, codec: str
 def test_headers_keys_timestamps_roundtrip(broker: Any, topic_factory: Any) -> None:
     topic = topic_factory(partitions=1)
     p = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap_servers})
-    p.produce(topic, value=b"v1", key=None, partition=0, timestamp=1_600_000_000_123,
-              headers=[("a", b"1"), ("b", None), ("a", b"2")])
+    p.produce(
+        topic,
+        value=b"v1",
+        key=None,
+        partition=0,
+        timestamp=1_600_000_000_123,
+        headers=[("a", b"1"), ("b", None), ("a", b"2")],
+    )
     p.produce(topic, value=None, key=b"tombstone", partition=0)
     assert p.flush(30) == 0
     with Consumer({"bootstrap.servers": broker.bootstrap_servers, "auto.offset.reset": "earliest"}) as c:
@@ -128,14 +148,20 @@ def test_read_committed_hides_aborted_transactions(broker: Any, topic_factory: A
         producer.begin_transaction()
         for i in range(10):
             producer.produce(topic, value=b"%d-%d-%s" % (txn, i, b"c" if commit else b"a"), partition=0)
+        producer.flush(30)  # write the records before the marker, so aborted data is really in the log
         if commit:
             producer.commit_transaction(30)
         else:
             producer.abort_transaction(30)
     committed_expected = [b"%d-%d-c" % (t, i) for t in (0, 2, 4) for i in range(10)]
 
-    with Consumer({"bootstrap.servers": broker.bootstrap_servers, "auto.offset.reset": "earliest",
-                   "isolation.level": "read_committed"}) as c:
+    with Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    ) as c:
         c.assign([tp])
         values = [r.value for r in consume_all(c, 30)[0]]
         assert values == committed_expected
@@ -156,8 +182,14 @@ def test_seek_pause_resume_and_commit(broker: Any, topic_factory: Any) -> None:
     produce(broker.bootstrap_servers, topic, 200, partitions=2, value_bytes=20)
     tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
     group = f"g-{topic}"
-    with Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group,
-                   "auto.offset.reset": "earliest", "enable.auto.commit": False}) as c:
+    with Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    ) as c:
         c.assign([tp0, tp1])
         assert c.assignment() == {tp0, tp1}
         assert c.beginning_offsets([tp0, tp1]) == {tp0: 0, tp1: 0}
@@ -199,8 +231,9 @@ def test_seek_pause_resume_and_commit(broker: Any, topic_factory: Any) -> None:
         assert c.committed([tp0])[tp0].offset == 18  # type: ignore[union-attr]
 
     # A new consumer in the same group starts at the committed offsets.
-    with Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group,
-                   "auto.offset.reset": "earliest"}) as c:
+    with Consumer(
+        {"bootstrap.servers": broker.bootstrap_servers, "group.id": group, "auto.offset.reset": "earliest"}
+    ) as c:
         c.assign([tp0, tp1])
         assert c.position(tp0) == 18
         assert c.position(tp1) == 33
@@ -213,8 +246,13 @@ def test_auto_offset_reset_latest_and_none(broker: Any, topic_factory: Any) -> N
     with Consumer({"bootstrap.servers": broker.bootstrap_servers}) as c:  # default: latest
         c.assign([tp])
         assert c.position(tp) == 10
-    with Consumer({"bootstrap.servers": broker.bootstrap_servers, "auto.offset.reset": "none",
-                   "group.id": f"none-{topic}"}) as c:
+    with Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "auto.offset.reset": "none",
+            "group.id": f"none-{topic}",
+        }
+    ) as c:
         c.assign([tp])
         from kafka_handoff.errors import NoOffsetForPartitionError
 

@@ -84,7 +84,9 @@ def test_range_orders_static_members_first_by_instance_id() -> None:
 
 def test_range_static_assignment_survives_member_id_changes() -> None:
     before = RangeAssignor().assign({"t": 5}, {"x": sub("t", instance="A"), "y": sub("t", instance="B")})
-    after = RangeAssignor().assign({"t": 5}, {"new-b": sub("t", instance="B"), "new-a": sub("t", instance="A")})
+    after = RangeAssignor().assign(
+        {"t": 5}, {"new-b": sub("t", instance="B"), "new-a": sub("t", instance="A")}
+    )
     assert before["x"].partitions == after["new-a"].partitions
     assert before["y"].partitions == after["new-b"].partitions
 
@@ -196,14 +198,18 @@ def test_get_assignor_rejects_bad_values_naming_the_key(value: object, match: st
 
 
 def test_get_assignors_default_and_comma_separated() -> None:
-    assert [a.name for a in get_assignors()] == list(DEFAULT_ASSIGNMENT_STRATEGY) == ["range", "cooperative-sticky"]
+    assert (
+        [a.name for a in get_assignors()]
+        == list(DEFAULT_ASSIGNMENT_STRATEGY)
+        == ["range", "cooperative-sticky"]
+    )
     assert [a.name for a in get_assignors("roundrobin, sticky")] == ["roundrobin", "sticky"]
 
 
 def test_get_assignors_rejects_empty_and_duplicate_names() -> None:
-    with pytest.raises(ConfigError, match="partition.assignment.strategy.*at least one"):
+    with pytest.raises(ConfigError, match=r"partition\.assignment\.strategy.*at least one"):
         get_assignors([])
-    with pytest.raises(ConfigError, match="partition.assignment.strategy.*at least one"):
+    with pytest.raises(ConfigError, match=r"partition\.assignment\.strategy.*at least one"):
         get_assignors(" , ")
     with pytest.raises(ConfigError, match="'range' is used in more than one assignor"):
         get_assignors(["range", "org.apache.kafka.clients.consumer.RangeAssignor"])
@@ -226,11 +232,15 @@ def test_eager_only_assignors_select_eager(names: list[str]) -> None:
 
 
 def test_custom_cooperative_with_cooperative_sticky_selects_cooperative() -> None:
-    assert select_protocol([CustomCooperative(), CooperativeStickyAssignor()]) is RebalanceProtocol.COOPERATIVE
+    assert (
+        select_protocol([CustomCooperative(), CooperativeStickyAssignor()]) is RebalanceProtocol.COOPERATIVE
+    )
 
 
 def test_no_common_protocol_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match=r"no commonly supported rebalance protocol.*custom=\['COOPERATIVE'\]"):
+    with pytest.raises(
+        ConfigError, match=r"no commonly supported rebalance protocol.*custom=\['COOPERATIVE'\]"
+    ):
         select_protocol([RangeAssignor(), CustomCooperative()])
     with pytest.raises(ConfigError, match="at least one assignor"):
         select_protocol([])

@@ -1,5 +1,5 @@
-"""Compression codecs for record batches: round trips, the exact framings Java writes and reads (xerial snappy,
-LZ4 frames with independent blocks), multi-frame input, and clear errors for corrupt data."""
+"""Compression codecs for record batches: round trips, the exact framings Java writes and reads (xerial
+snappy, LZ4 frames with independent blocks), multi-frame input, and clear errors for corrupt data."""
 
 from __future__ import annotations
 
@@ -91,7 +91,9 @@ def test_lz4_frame_has_independent_64k_blocks() -> None:
 
 def test_lz4_java_default_level_is_the_fast_compressor() -> None:
     data = _sample(50_000)
-    assert compress(CompressionType.LZ4, data) == compress(CompressionType.LZ4, data, DEFAULT_LEVELS[CompressionType.LZ4])
+    assert compress(CompressionType.LZ4, data) == compress(
+        CompressionType.LZ4, data, DEFAULT_LEVELS[CompressionType.LZ4]
+    )
     hc = compress(CompressionType.LZ4, data, 12)
     assert decompress(CompressionType.LZ4, hc) == data
 

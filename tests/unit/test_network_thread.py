@@ -52,8 +52,9 @@ class _Exploding:
 
 
 def _thread(port: int, managers: list[Any], request_timeout_ms: int = 30000) -> NetworkThread:
-    client = NetworkClient([("127.0.0.1", port)], client_id="t", request_timeout_ms=request_timeout_ms,
-                           connect_timeout_ms=2000)
+    client = NetworkClient(
+        [("127.0.0.1", port)], client_id="t", request_timeout_ms=request_timeout_ms, connect_timeout_ms=2000
+    )
     t = NetworkThread(client, managers, MonotonicClock())
     t.start()
     return t
@@ -85,6 +86,7 @@ def test_wakeup_interrupts_a_long_select() -> None:
 def test_event_exception_reaches_the_caller() -> None:
     t = _thread(_free_port(), [])
     try:
+
         def boom(now: int) -> None:
             raise ValueError("bad input")
 
@@ -114,11 +116,17 @@ def test_connection_refused_fails_the_request() -> None:
     t = _thread(_free_port(), [manager])
     failure: Future[BaseException] = Future()
     try:
+
         def arm(now: int) -> None:
-            manager.pending.append(UnsentRequest(
-                api_key=ApiKey.METADATA, node=-1, values={"topics": None},
-                on_response=lambda r, v, n: failure.set_exception(AssertionError("unexpected response")),
-                on_failure=lambda e, n: failure.set_result(e)))
+            manager.pending.append(
+                UnsentRequest(
+                    api_key=ApiKey.METADATA,
+                    node=-1,
+                    values={"topics": None},
+                    on_response=lambda r, v, n: failure.set_exception(AssertionError("unexpected response")),
+                    on_failure=lambda e, n: failure.set_result(e),
+                )
+            )
 
         t.call_sync(arm, timeout_s=5)
         error = failure.result(10)
@@ -138,10 +146,17 @@ def test_request_timeout_and_close_with_pending_requests_is_bounded() -> None:
     failures: list[BaseException] = []
     done = threading.Event()
     try:
+
         def arm(now: int) -> None:
-            manager.pending.append(UnsentRequest(
-                api_key=ApiKey.METADATA, node=-1, values={"topics": None}, timeout_ms=300,
-                on_failure=lambda e, n: (failures.append(e), done.set())))
+            manager.pending.append(
+                UnsentRequest(
+                    api_key=ApiKey.METADATA,
+                    node=-1,
+                    values={"topics": None},
+                    timeout_ms=300,
+                    on_failure=lambda e, n: (failures.append(e), done.set()),
+                )
+            )
 
         t.call_sync(arm, timeout_s=5)
         assert done.wait(10), "request never failed"

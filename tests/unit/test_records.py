@@ -1,5 +1,5 @@
-"""Record batch v2 codec: hand-built byte vectors (written from the protocol spec, independent of the encoder),
-encode/decode round trips (hypothesis), truncation, CRC and structural corruption, control batches,
+"""Record batch v2 codec: hand-built byte vectors (written from the protocol spec, independent of the
+encoder), encode/decode round trips (hypothesis), truncation, CRC and structural corruption, control batches,
 read_committed filtering of aborted transactions, LogAppendTime, start offsets, compression framings."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from kio.schema.fetch.v17.response import AbortedTransaction
 
 from kafka_handoff.errors import CorruptRecordError
 from kafka_handoff.protocol import records as records_module
-from kafka_handoff.protocol.compression import CompressionType, compress
+from kafka_handoff.protocol.compression import CompressionType
 from kafka_handoff.protocol.records import (
     ControlType,
     DecodedRecords,
@@ -83,17 +83,20 @@ def spec_batch(
     base_sequence: int = -1,
     magic: int = 2,
 ) -> bytes:
-    after_crc = struct.pack(
-        ">hiqqqhii",
-        attributes,
-        last_offset_delta,
-        base_ts,
-        max_ts,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        count,
-    ) + records
+    after_crc = (
+        struct.pack(
+            ">hiqqqhii",
+            attributes,
+            last_offset_delta,
+            base_ts,
+            max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            count,
+        )
+        + records
+    )
     crc = crc32c(after_crc)
     return struct.pack(">qiibI", base_offset, 4 + 1 + 4 + len(after_crc), epoch, magic, crc) + after_crc
 
@@ -129,12 +132,28 @@ def test_varint_vectors_of_the_spec_writer() -> None:
     assert zz(-(2**63)) == b"\xff" * 9 + b"\x01"
 
 
+VARINT_VALUES = [0, -1, 1, 63, -64, 64, 8191, -8192, 8192, 2**31 - 1, -(2**31), 2**63 - 1, -(2**63)]
+
+
+@pytest.mark.parametrize("value", VARINT_VALUES)
+def test_varint_reader_matches_the_spec_writer(value: int) -> None:
+    encoded = zz(value)
+    assert records_module._read_zz(encoded + b"tail", 0) == (value, len(encoded))
+
+
+def test_varint_longer_than_ten_bytes_is_malformed() -> None:
+    with pytest.raises(ValueError, match="longer than 10 bytes"):
+        records_module._read_zz(b"\xff" * 11 + b"\x01", 0)
+
+
+# fmt: off
 HAND_RECORDS = (
     # length 17, attrs, tsDelta 0, offsetDelta 0, key "k1", value "hello", 1 header h=v
     b"\x22" + b"\x00" + b"\x00" + b"\x00" + b"\x04k1" + b"\x0ahello" + b"\x02" + b"\x02h" + b"\x02v"
     # length 6, attrs, tsDelta 5, offsetDelta 1, null key, null value, 0 headers
     + b"\x0c" + b"\x00" + b"\x0a" + b"\x02" + b"\x01" + b"\x01" + b"\x00"
 )
+# fmt: on
 
 
 def test_hand_built_batch_decodes() -> None:
@@ -153,7 +172,9 @@ def test_hand_built_batch_decodes() -> None:
 def test_encoder_writes_the_hand_built_bytes() -> None:
     batch = spec_batch(HAND_RECORDS, count=2, base_offset=100, last_offset_delta=1, max_ts=T0 + 5, epoch=5)
     encoded = encode_batch(
-        [(b"k1", b"hello", T0, [("h", b"v")]), (None, None, T0 + 5)], base_offset=100, partition_leader_epoch=5
+        [(b"k1", b"hello", T0, [("h", b"v")]), (None, None, T0 + 5)],
+        base_offset=100,
+        partition_leader_epoch=5,
     )
     assert encoded == batch
 
@@ -193,7 +214,9 @@ def test_hand_built_compressed_batches_every_codec() -> None:
     raw = bytes(cramjam.snappy.compress_raw(recs))
     payloads[2] = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + struct.pack(">i", len(raw)) + raw
     for codec, payload in payloads.items():
-        batch = spec_batch(payload, count=2, base_offset=0, last_offset_delta=1, attributes=codec, max_ts=T0 + 1)
+        batch = spec_batch(
+            payload, count=2, base_offset=0, last_offset_delta=1, attributes=codec, max_ts=T0 + 1
+        )
         res = decode(batch)
         assert res.error is None, codec
         assert triples(res) == [(0, b"a", b"1" * 50), (1, b"b", b"2" * 50)]
@@ -279,10 +302,13 @@ def test_round_trip_property(
         builder = RecordBatchBuilder(base_offset=offset, compression=codec, partition_leader_epoch=epoch)
         for i, (k, v, ts, hs) in enumerate(recs):
             delta = builder.append(k, v, T0 + ts, hs, offset_delta=i * (gap + 1))
+            leader_epoch = None if epoch < 0 else epoch
+            key_size, value_size = -1 if k is None else len(k), -1 if v is None else len(v)
             expected.append(
-                ConsumerRecord("t", 3, offset + delta, T0 + ts, 0, k, v, tuple(hs), None if epoch < 0 else epoch,
-                               -1 if k is None else len(k), -1 if v is None else len(v))
-            )  # fmt: skip
+                ConsumerRecord(
+                    "t", 3, offset + delta, T0 + ts, 0, k, v, tuple(hs), leader_epoch, key_size, value_size
+                )
+            )
         data += builder.build()
         offset += (len(recs) - 1) * (gap + 1) + 1
     res = decode(data)
@@ -358,8 +384,15 @@ def test_accepts_bytes_subclass_bytearray_and_memoryview() -> None:
         assert triples(decode(data)) == [(3, b"k", b"v")]  # type: ignore[arg-type]
 
 
+def test_none_and_empty_data() -> None:
+    for data in (None, b""):
+        res = decode(data, start_offset=7)  # type: ignore[arg-type]
+        assert (res.records, res.next_offset, res.batches) == ([], 7, 0)
+        assert (res.partial_bytes, res.error) == (0, None)
+
+
 def test_fast_record_construction_is_active() -> None:
-    # If ConsumerRecord gains fields, records.py must learn them (the slow constructor path is used meanwhile).
+    # If ConsumerRecord gains fields, records.py must learn them (meanwhile the slow constructor is used).
     assert records_module._FAST_NEW
     assert tuple(f.name for f in dataclasses.fields(ConsumerRecord)) == records_module._CONSUMER_RECORD_FIELDS
 
@@ -378,7 +411,9 @@ def test_slow_construction_path_gives_equal_records(monkeypatch: pytest.MonkeyPa
 def _three_batches() -> tuple[bytes, bytes, bytes]:
     b1 = encode_batch([(b"a", b"1", T0), (b"b", b"2", T0)], base_offset=0, partition_leader_epoch=4)
     b2 = encode_batch([(b"c", b"3" * 40, T0)], base_offset=2, partition_leader_epoch=4)
-    b3 = encode_batch([(b"d", b"4", T0)], base_offset=3, compression=CompressionType.LZ4, partition_leader_epoch=5)
+    b3 = encode_batch(
+        [(b"d", b"4", T0)], base_offset=3, compression=CompressionType.LZ4, partition_leader_epoch=5
+    )
     return b1, b2, b3
 
 
@@ -453,11 +488,18 @@ def _structural_cases() -> dict[str, tuple[bytes, str]]:
         "count too low": (batch(ok, count=1), "bytes left after the declared record count"),
         "record length": (batch(wrong_len + spec_record(1, 0, b"k", b"v")), "record length says"),
         "negative key length": (batch(b"\x10\x00\x00\x00\x03k\x02v\x00" + ok[9:]), "invalid key length -2"),
-        "negative value length": (batch(b"\x10\x00\x00\x00\x02k\x05v\x00" + ok[9:]), "invalid value length -3"),
+        "negative value length": (
+            batch(b"\x10\x00\x00\x00\x02k\x05v\x00" + ok[9:]),
+            "invalid value length -3",
+        ),
         "bad header key": (batch(b"\x16\x00\x00\x00\x02k\x02v\x02\x02\xff\x01" + ok[9:]), "utf-8"),
         "bad lz4 payload": (batch(b"garbage-not-lz4", attributes=3), "lz4 decompression failed"),
         "unknown codec": (batch(ok, attributes=5), "unknown compression codec id 5"),
         "negative count": (batch(ok, count=-1), "invalid record count -1"),
+        "negative last offset delta": (
+            spec_batch(ok, count=2, base_offset=5, last_offset_delta=-1),
+            "invalid last offset delta -1",
+        ),
     }
 
 
@@ -515,10 +557,9 @@ def test_start_offset_past_the_data() -> None:
 
 
 def test_control_batches_are_hidden_but_advance_the_position() -> None:
-    data = (
-        encode_batch([(None, b"a", T0)], base_offset=0, producer_id=5, producer_epoch=0, transactional=True)
-        + encode_control_batch(ControlType.COMMIT, base_offset=1, producer_id=5, producer_epoch=0, timestamp=T0)
-    )
+    data = encode_batch(
+        [(None, b"a", T0)], base_offset=0, producer_id=5, producer_epoch=0, transactional=True
+    ) + encode_control_batch(ControlType.COMMIT, base_offset=1, producer_id=5, producer_epoch=0, timestamp=T0)
     for read_committed in (False, True):
         res = decode(data, read_committed=read_committed)
         assert triples(res) == [(0, None, b"a")]
@@ -544,8 +585,15 @@ P1, P2 = 1000, 2000
 
 
 def _txn(offset: int, pid: int, *values: bytes) -> bytes:
-    return encode_batch([(None, v, T0) for v in values], base_offset=offset, producer_id=pid, producer_epoch=0,
-                        base_sequence=0, transactional=True, compression=CompressionType.SNAPPY)  # fmt: skip
+    return encode_batch(
+        [(None, v, T0) for v in values],
+        base_offset=offset,
+        producer_id=pid,
+        producer_epoch=0,
+        base_sequence=0,
+        transactional=True,
+        compression=CompressionType.SNAPPY,
+    )
 
 
 def _marker(kind: ControlType, offset: int, pid: int) -> bytes:
@@ -576,7 +624,9 @@ def test_read_committed_filters_aborted_transactions() -> None:
     # kio's AbortedTransaction objects work as well
     kio_aborted = (AbortedTransaction(producer_id=P1, first_offset=0),)  # type: ignore[arg-type]
     assert _values(decode(data, read_committed=True, aborted_transactions=kio_aborted)) == _values(res)
-    cols = decode_batches_columnar(data, topic="t", partition=3, read_committed=True, aborted_transactions=[(P1, 0)])
+    cols = decode_batches_columnar(
+        data, topic="t", partition=3, read_committed=True, aborted_transactions=[(P1, 0)]
+    )
     assert cols.columns.values == _values(res)
 
 
@@ -589,7 +639,10 @@ def test_read_uncommitted_returns_aborted_data() -> None:
 def test_abort_marker_deactivates_producer_and_later_abort_reactivates() -> None:
     data = _txn_log(ControlType.ABORT)
     # only the first transaction listed: P1's second transaction is not aborted per the broker's list
-    assert _values(decode(data, read_committed=True, aborted_transactions=[(P1, 0)]))[-2:] == [b"p1-d", b"p1-e"]
+    assert _values(decode(data, read_committed=True, aborted_transactions=[(P1, 0)]))[-2:] == [
+        b"p1-d",
+        b"p1-e",
+    ]
     # both listed (out of order on purpose): both dropped
     res = decode(data, read_committed=True, aborted_transactions=[(P1, 9), (P1, 0)])
     assert _values(res) == [b"p2-a", b"p2-b", b"plain-a", b"plain-b"]

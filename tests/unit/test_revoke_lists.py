@@ -18,14 +18,14 @@ D = TopicPartition("u", 0)
 
 
 def poll_until_completed(lists: RevokeLists, tp: TopicPartition, delays: int, max_polls: int = 20) -> int:
-    """Play polls 1, 2, ...; after each poll (between polls) delay ``tp`` while ``delays`` remain.
-    Return the number of the poll at whose start ``tp``'s revoke completed."""
+    """The revoke was requested during poll 0.  In each interval between polls delay ``tp`` while ``delays``
+    remain, then start the next poll; return the number of the poll at whose start the revoke completed."""
     for poll in range(1, max_polls + 1):
-        if tp in lists.start_of_poll():
-            return poll
         if delays:
             assert lists.delay_revoke([tp]) is True
             delays -= 1
+        if tp in lists.start_of_poll():
+            return poll
     raise AssertionError(f"{tp} never completed")
 
 
@@ -130,6 +130,17 @@ def test_delay_revoke_returns_false_for_lost_partitions() -> None:
     assert lists.delay_revoke([A]) is False  # after the report, A is simply not pending
 
 
+def test_delay_revoke_is_refused_for_a_partition_lost_in_this_poll_even_if_revoke_is_requested_again() -> (
+    None
+):
+    lists = RevokeLists()
+    lists.on_lost([A])
+    lists.on_revoke_requested([A])  # reassigned and asked back within the same poll: still reported lost
+    assert lists.lost_partitions() == {A}
+    assert lists.delay_revoke([A]) is False
+    assert lists.start_of_poll() == {A}
+
+
 def test_loss_while_delayed_cancels_the_completion() -> None:
     lists = RevokeLists()
     lists.on_revoke_requested([A])
@@ -143,11 +154,11 @@ def test_loss_while_delayed_cancels_the_completion() -> None:
 def test_delay_is_refused_once_the_deadline_is_reached() -> None:
     lists = RevokeLists()
     lists.on_revoke_requested([A], deadline_ms=1_000)
-    lists.on_revoke_requested([B])
     assert lists.delay_revoke([A], now_ms=999) is True
     lists.start_of_poll()
+    lists.on_revoke_requested([B])
     assert lists.delay_revoke([A, B], now_ms=1_000) is False
-    assert lists.to_be_revoked_partitions() == {A}  # nothing moved
+    assert lists.to_be_revoked_partitions() == {A, B}  # nothing moved
     assert lists.delay_revoke([B], now_ms=10**9) is True  # no deadline for B
     assert lists.delay_revoke([A]) is True  # no clock given: deadline not checked
 

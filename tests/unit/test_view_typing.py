@@ -1,4 +1,4 @@
-"""The restricted view's static type: mypy --strict rejects the dangerous operations and accepts the safe ones.
+"""The view's static type: mypy --strict rejects the dangerous operations and accepts the safe ones.
 
 One mypy run checks both snippets in ``typing_snippets/`` (about 7-10 s on 2 cores, fresh cache under
 ``tmp_path``, ``--no-incremental``).  ``--follow-imports=silent`` keeps errors in the imported project

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.unit
 
 
 def test_encode_request_frames_header_and_body() -> None:
-    req = wire.build_request(ApiKey.API_VERSIONS, 3, {"client_software_name": "x", "client_software_version": "1"})
+    req = wire.build_request(
+        ApiKey.API_VERSIONS, 3, {"client_software_name": "x", "client_software_version": "1"}
+    )
     frame = wire.encode_request(req, 7, "cid")
     (size,) = struct.unpack_from(">i", frame)
     assert size == len(frame) - 4
@@ -41,14 +43,21 @@ def test_build_request_drops_fields_absent_in_version_and_converts_values() -> N
     v1 = wire.build_request(
         ApiKey.CONSUMER_GROUP_HEARTBEAT,
         1,
-        {"group_id": "g", "member_id": "m", "member_epoch": 3, "rebalance_timeout": 5000,
-         "subscribed_topic_regex": "a.*", "topic_partitions": [{"topic_id": tid, "partitions": [1, 2]}]},
+        {
+            "group_id": "g",
+            "member_id": "m",
+            "member_epoch": 3,
+            "rebalance_timeout": 5000,
+            "subscribed_topic_regex": "a.*",
+            "topic_partitions": [{"topic_id": tid, "partitions": [1, 2]}],
+        },
     )
     assert v1.subscribed_topic_regex == "a.*"
     assert v1.rebalance_timeout.total_seconds() == 5
     assert v1.topic_partitions[0].partitions == (1, 2)
     v0 = wire.build_request(
-        ApiKey.CONSUMER_GROUP_HEARTBEAT, 0,
+        ApiKey.CONSUMER_GROUP_HEARTBEAT,
+        0,
         {"group_id": "g", "member_id": "m", "member_epoch": 3, "subscribed_topic_regex": "a.*"},
     )
     assert not hasattr(v0, "subscribed_topic_regex")
@@ -63,8 +72,13 @@ def test_build_request_rejects_missing_required_field() -> None:
 @pytest.mark.parametrize("version", [0, 3])
 def test_api_versions_response_decodes_with_header_v0(version: int) -> None:
     resp = wire.build_response(
-        ApiKey.API_VERSIONS, version,
-        {"error_code": 0, "throttle_time": 0, "api_keys": [{"api_key": 1, "min_version": 4, "max_version": 17}]},
+        ApiKey.API_VERSIONS,
+        version,
+        {
+            "error_code": 0,
+            "throttle_time": 0,
+            "api_keys": [{"api_key": 1, "min_version": 4, "max_version": 17}],
+        },
     )
     frame = wire.encode_response(resp, 99)
     assert wire.response_correlation_id(frame) == 99

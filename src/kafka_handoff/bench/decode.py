@@ -3,7 +3,8 @@
 Encodes N records (default 1M, 100-byte values, null keys) into ~16 KB batches, groups the batches into 1 MiB
 fetch responses (``max.partition.fetch.bytes``' default), then decodes every response and reports records/s
 for the object path (:func:`decode_batches`) and the columnar path (:func:`decode_batches_columnar`), per
-codec.  Encoding throughput is reported too.  ``--profile`` prints a cProfile of the object path.
+codec.  Encoding throughput is reported too.  Times are process CPU time (best of ``--repeat`` runs), so
+other load on the machine disturbs them less.  ``--profile`` prints a cProfile of the object path.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def make_values(count: int, size: int, seed: int = 7) -> list[bytes]:
 def encode(values: list[bytes], codec: CompressionType, batch_bytes: int) -> tuple[list[bytes], float]:
     """(fetch responses, seconds spent encoding)."""
     batches: list[bytes] = []
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     builder = RecordBatchBuilder(base_offset=0, compression=codec)
     offset = 0
     ts = 1_700_000_000_000
@@ -53,7 +54,7 @@ def encode(values: list[bytes], codec: CompressionType, batch_bytes: int) -> tup
             builder = RecordBatchBuilder(base_offset=offset, compression=codec)
     if builder.count:
         batches.append(builder.build())
-    elapsed = time.perf_counter() - t0
+    elapsed = time.process_time() - t0
     responses: list[bytes] = []
     current: list[bytes] = []
     size = 0
@@ -72,11 +73,11 @@ def run_decode(responses: list[bytes], fn: Callable[[bytes], int], repeat: int) 
     best = float("inf")
     for _ in range(repeat):
         gc.collect()
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         total = 0
         for data in responses:
             total += fn(data)
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, time.process_time() - t0)
     return best
 
 

@@ -66,7 +66,7 @@ def cmd_fetch_jars(args: argparse.Namespace) -> int:
     except devbroker.JarResolutionError as exc:
         _err(f"handoff: {exc}")
         return 1
-    how = "resolved from Maven Central" if jars.resolved_now else "already cached"
+    how = "resolved with Maven" if jars.resolved_now else "already cached"
     print(f"Kafka {jars.version} jars {how} in {jars.seconds:.1f}s: {jars.libs}")
     return 0
 

@@ -53,7 +53,7 @@ class Collector:
         st = self._subs.get(f.tp)
         if st is None or st.position is None or st.position_epoch != f.position_epoch:
             return False
-        if st.pending_revocation or st.awaiting_callback or self.excluded(f.tp):
+        if st.paused or st.pending_revocation or st.awaiting_callback or self.excluded(f.tp):
             return False
         return st.position.offset == f.fetch_offset or f.initialized
 

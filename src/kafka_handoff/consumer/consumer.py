@@ -23,8 +23,14 @@ from typing import Any, TypeVar
 from kafka_handoff.config import ConsumerConfig, parse_consumer_config
 from kafka_handoff.consumer.collector import Collector
 from kafka_handoff.consumer.fetcher import FetchBuffer, FetchManager
+from kafka_handoff.consumer.listener import (
+    AnyRebalanceListener,
+    RebalanceListenerHolder,
+    invoke_callback,
+)
 from kafka_handoff.consumer.offsets import EARLIEST, LATEST, CommitManager, OffsetsManager
 from kafka_handoff.consumer.records import ConsumerRecords
+from kafka_handoff.consumer.revoke import RevokeLists
 from kafka_handoff.consumer.subscription import SubscriptionState, SubscriptionType
 from kafka_handoff.errors import (
     IllegalStateError,
@@ -34,7 +40,15 @@ from kafka_handoff.errors import (
     WakeupError,
 )
 from kafka_handoff.group.coordinator import CoordinatorManager
-from kafka_handoff.group.membership import Subscription
+from kafka_handoff.group.membership import (
+    AssignmentChanged,
+    CallbackKind,
+    CallbackNeeded,
+    CoordinatorNeeded,
+    MembershipError,
+    MetadataNeeded,
+    Subscription,
+)
 from kafka_handoff.metrics import FetchMetrics, Metrics, RebalanceMetrics
 from kafka_handoff.network.client import NetworkClient
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
@@ -185,7 +199,90 @@ class Consumer:
 
     # ==================================================================================== helpers
     def _group_hooks_init(self) -> None:
-        """Extended by the group layer (membership wiring)."""
+        self._listeners = RebalanceListenerHolder()
+        self._revoke = RevokeLists()
+        self._protocol = str(self._config.get("group.protocol"))
+        self._early_return = False
+        self._callback_error: BaseException | None = None
+        self._deferred_callbacks: list[CallbackNeeded] = []
+        self._leaving = False
+        self._collector.excluded = self._revoke.is_revoke_requested
+        self._thread.add_after_poll(self._drain_membership_nt)
+        if self._coordinator is not None:
+            coordinator = self._coordinator
+
+            def on_coordinator(node: Any, now: int) -> None:
+                if self.membership is not None:
+                    self.membership.on_coordinator(None if node is None else node.node_id, now)
+
+            coordinator.listeners.append(on_coordinator)
+
+            def on_metadata(cluster: ClusterMetadata, now: int) -> None:
+                if self.membership is not None:
+                    self.membership.on_metadata(cluster, now)
+
+            self._metadata.listeners.append(on_metadata)
+
+    def _create_membership(self) -> Any:
+        """The membership implementation ``group.protocol`` selects (the rest of the consumer does not know
+        which one runs)."""
+        cfg = self._config
+        assert self.group_id is not None
+        common = {
+            "group_instance_id": cfg.get("group.instance.id"),
+            "rack_id": cfg.get("client.rack") or None,
+            "rebalance_timeout_ms": int(cfg.get("max.poll.interval.ms")),
+            "retry_backoff_ms": int(cfg.get("retry.backoff.ms")),
+            "retry_backoff_max_ms": int(cfg.get("retry.backoff.max.ms")),
+            "metrics": self._rebalance_metrics,
+        }
+        if self._protocol == "consumer":
+            from kafka_handoff.group.consumer_membership import ConsumerMembership
+
+            return ConsumerMembership(
+                self.group_id, server_assignor=cfg.get("group.remote.assignor"), **common
+            )
+        from kafka_handoff.group.assignors import get_assignors
+        from kafka_handoff.group.classic_membership import ClassicMembership
+
+        return ClassicMembership(
+            self.group_id,
+            get_assignors(cfg.get("partition.assignment.strategy")),
+            session_timeout_ms=int(cfg.get("session.timeout.ms")),
+            heartbeat_interval_ms=int(cfg.get("heartbeat.interval.ms")),
+            request_timeout_ms=int(cfg.get("request.timeout.ms")),
+            exclude_internal_topics=bool(cfg.get("exclude.internal.topics")),
+            **common,
+        )
+
+    def _drain_membership_nt(self, now: int) -> None:
+        """Network thread, after every network poll: apply what the membership asked for."""
+        membership = self.membership
+        if membership is None:
+            return
+        notify = False
+        for event in membership.drain_events():
+            if isinstance(event, AssignmentChanged):
+                self._subs.set_group_assignment(event.owned, event.awaiting_callback)
+            elif isinstance(event, CallbackNeeded):
+                if event.kind is CallbackKind.REVOKE:
+                    # From now on nothing more is fetched for them (KIP-983: no more records).
+                    self._subs.mark_pending_revocation(event.partitions)
+                self._background.put(event)
+                notify = True
+            elif isinstance(event, MetadataNeeded):
+                if event.topics:
+                    self._extra_metadata_topics.update(event.topics)
+                self._metadata.request_update()
+            elif isinstance(event, CoordinatorNeeded):
+                if self._coordinator is not None:
+                    self._coordinator.mark_unknown(now, event.reason)
+                    self._coordinator.wanted = True
+            elif isinstance(event, MembershipError):
+                self._background.put(BackgroundError(event.error, fatal=event.fatal))
+                notify = True
+        if notify:
+            self._buffer.notify()
 
     def _metadata_topics(self) -> frozenset[str] | None:
         if self._subs.type is SubscriptionType.AUTO_PATTERN:
@@ -297,6 +394,84 @@ class Consumer:
         adds rebalance callbacks)."""
         if isinstance(event, _CommitCallback):
             event.callback(event.offsets, event.error)
+        elif isinstance(event, CallbackNeeded):
+            if self._in_poll or self._leaving:
+                self._on_callback_needed(event)
+            else:
+                # Rebalance callbacks run inside poll() (or while leaving), never inside another call.
+                self._deferred_callbacks.append(event)
+
+    # ==================================================================================== rebalance callbacks
+    def _record_callback_latency(self, kind: CallbackKind, ms: float) -> None:
+        self._rebalance_metrics.record_callback(kind.value, ms)
+
+    def _run_listener(
+        self, kind: CallbackKind, partitions: frozenset[TopicPartition]
+    ) -> BaseException | None:
+        listener = self._listeners.active if self._in_poll else self._listeners.resolve()
+        return invoke_callback(listener, kind, partitions, self, record_latency=self._record_callback_latency)
+
+    def _note_error(self, error: BaseException | None) -> None:
+        if error is not None and self._callback_error is None:
+            self._callback_error = error
+
+    def _complete_nt(self, seq: int, error: BaseException | None) -> None:
+        membership = self.membership
+        if membership is None:
+            return
+        self._thread.call(lambda now, f: f.set_result(membership.on_callback_completed(seq, error, now)))
+
+    def _on_callback_needed(self, event: CallbackNeeded) -> None:
+        parts = event.partitions
+        if event.kind is CallbackKind.REVOKE:
+            deadline = self._clock.now_ms() + int(0.8 * int(self._config.get("max.poll.interval.ms")))
+            self._revoke.on_revoke_requested(parts, event.seq, deadline_ms=deadline)
+            self._collector.drop_partitions(lambda tp: tp not in parts)
+            self._early_return = True
+            if self._leaving:
+                # unsubscribe()/close(): no later poll will complete it.
+                self._complete_revokes(self._revoke.complete_all())
+            return
+        if event.kind is CallbackKind.LOST:
+            self._revoke.on_lost(parts)
+            self._collector.drop_partitions(lambda tp: tp not in parts)
+            error = self._run_listener(CallbackKind.LOST, parts) if parts else None
+            self._note_error(error)
+            self._report_completed_revokes()
+            self._complete_nt(event.seq, error)
+            self._early_return = True
+            return
+        # ASSIGN: always invoked, even for an empty set.
+        error = self._run_listener(CallbackKind.ASSIGN, parts)
+        self._note_error(error)
+        if error is None or self._protocol != "consumer":
+            self._subs.clear_awaiting_callback(parts)
+        self._complete_nt(event.seq, error)
+        self._thread.wakeup()
+
+    def _complete_revokes(self, completed: frozenset[TopicPartition]) -> None:
+        """Run the revoke callback for partitions whose revoke completes now, then tell the membership."""
+        if completed:
+            owned = self._subs.assigned()
+            parts = frozenset(tp for tp in completed if tp in owned) or completed
+            if self._commits is not None and self._commits.auto_commit:
+                offsets = {tp: o for tp, o in self._consumed_offsets().items() if tp in parts}
+                if offsets:
+                    try:
+                        self.commit_sync(
+                            offsets, timeout=int(self._config.get("max.poll.interval.ms")) / 1000
+                        )
+                    except KafkaError as exc:
+                        log.warning("auto-commit before revocation failed: %s", exc)
+            error = self._run_listener(CallbackKind.REVOKE, parts)
+            if error is not None:
+                self._revoke.note_callback_error(parts, error)
+                self._note_error(error)
+        self._report_completed_revokes()
+
+    def _report_completed_revokes(self) -> None:
+        for done in self._revoke.take_completed():
+            self._complete_nt(done.seq, done.error)
 
     # ==================================================================================== assign mode
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
@@ -354,15 +529,74 @@ class Consumer:
                 lambda: len(self._buffer) > 0 or not self._background.empty(),
             )
 
+    _in_poll = False
+
     def _on_poll_start(self) -> None:
-        """Extended by the group layer: poll event (poll timer, join), revoke-list bookkeeping."""
+        """Start of poll(): KIP-983 start-of-poll rules (complete due revokes), then the poll event."""
+        self._listeners.begin_poll()
+        self._early_return = False
+        self._callback_error = None
+        self._in_poll = True
+        try:
+            self._complete_revokes(self._revoke.start_of_poll())
+        finally:
+            self._in_poll = False
+        membership = self.membership
+        if membership is not None:
+            self._thread.call(lambda now, f: f.set_result(membership.on_app_poll(now)))
 
     def _before_collect(self) -> bool:
-        """Extended by the group layer: run pending callbacks; True makes poll() return early."""
-        return False
+        """Run callbacks the membership asked for; True makes poll() return now (revoke requested or
+        partitions lost, so the application learns at once)."""
+        self._in_poll = True
+        try:
+            while self._deferred_callbacks:
+                self._on_callback_needed(self._deferred_callbacks.pop(0))
+            self._raise_background_errors()
+        finally:
+            self._in_poll = False
+        if self._callback_error is not None:
+            error, self._callback_error = self._callback_error, None
+            raise error
+        early = self._early_return
+        self._early_return = False
+        return early
 
     def _make_records(self, records: dict[TopicPartition, list[Any]]) -> ConsumerRecords:
-        return ConsumerRecords(records)
+        return ConsumerRecords(
+            records,
+            to_be_revoked=self._revoke.to_be_revoked_partitions(),
+            lost=self._revoke.lost_partitions(),
+        )
+
+    # ==================================================================================== KIP-983
+    def to_be_revoked_partitions(self) -> frozenset[TopicPartition]:
+        """Partitions whose revoke was requested and completes at the start of the next ``poll()`` unless
+        :meth:`delay_revoke` is called for them (KIP-983)."""
+        self._ensure_open()
+        return self._revoke.to_be_revoked_partitions()
+
+    def lost_partitions(self) -> frozenset[TopicPartition]:
+        """Partitions lost during the last ``poll()`` (KIP-983); their work must be abandoned."""
+        self._ensure_open()
+        return self._revoke.lost_partitions()
+
+    def delay_revoke(self, partitions: Iterable[TopicPartition]) -> bool:
+        """Postpone the revoke of ``partitions`` by one more ``poll()`` (KIP-983).
+
+        Returns False (and changes nothing) when any of them is lost or not pending revocation, or when
+        delaying further would run into the rebalance timeout (``max.poll.interval.ms``): under KIP-848 the
+        broker fences a member that does not acknowledge a revocation within it, and every partition of the
+        member is lost; under the classic protocol the follow-up rebalance waits for this member.
+        """
+        self._ensure_open()
+        return self._revoke.delay_revoke([TopicPartition(*tp) for tp in partitions], self._clock.now_ms())
+
+    def set_rebalance_listener(self, listener: AnyRebalanceListener | None) -> None:
+        """Set (or with ``None`` remove) the rebalance listener; the value set last before the next
+        ``poll()`` wins, also over a listener given to ``subscribe()`` (KIP-1306)."""
+        self._ensure_open()
+        self._listeners.set_rebalance_listener(listener)
 
     def _check_wakeup(self) -> None:
         if self._wakeup_requested.is_set() or self._buffer.take_wakeup():
@@ -495,7 +729,8 @@ class Consumer:
 
     def _consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
         return {
-            tp: OffsetAndMetadata(pos.offset, "", pos.leader_epoch) for tp, pos in self._subs.all_consumed().items()
+            tp: OffsetAndMetadata(pos.offset, "", pos.leader_epoch)
+            for tp, pos in self._subs.all_consumed().items()
         }
 
     @staticmethod
@@ -529,7 +764,8 @@ class Consumer:
     def commit_async(
         self,
         offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
-        callback: Callable[[dict[TopicPartition, OffsetAndMetadata], BaseException | None], None] | None = None,
+        callback: Callable[[dict[TopicPartition, OffsetAndMetadata], BaseException | None], None]
+        | None = None,
     ) -> Future[None]:
         """Commit without waiting; ``callback(offsets, error)`` runs on the application thread inside a
         later ``poll()`` (or another blocking call), as in Java."""
@@ -566,7 +802,9 @@ class Consumer:
         return result
 
     # ==================================================================================== metadata
-    def _fresh_metadata(self, topics: frozenset[str] | None, timeout: float | None, what: str) -> ClusterMetadata:
+    def _fresh_metadata(
+        self, topics: frozenset[str] | None, timeout: float | None, what: str
+    ) -> ClusterMetadata:
         timeout_ms = self._timeout_ms(timeout)
 
         def run(now: int, fut: Future[Any]) -> None:
@@ -613,17 +851,104 @@ class Consumer:
             raise KafkaError("group_metadata() needs a group.id")
         return self._run_nt(lambda now: self._group_metadata_nt())
 
-    def subscribe(self, topics: Iterable[str] | re.Pattern[str] | str, listener: Any = None) -> None:
-        raise NotImplementedError("subscribe() is provided by the group layer")
+    def subscribe(
+        self,
+        topics: Iterable[str] | re.Pattern[str] | str,
+        listener: AnyRebalanceListener | None = None,
+    ) -> None:
+        """Join the group (on the next ``poll()``) for ``topics``: names, or a compiled pattern.
+
+        ``listener`` is deprecated: use :meth:`set_rebalance_listener`.
+        """
+        self._ensure_open()
+        if self.group_id is None:
+            raise KafkaError(
+                "subscribe() needs group.id in the consumer configuration (group management); "
+                "use assign() without a group"
+            )
+        if isinstance(topics, re.Pattern):
+            subscription = Subscription(pattern=topics)
+        else:
+            names = [topics] if isinstance(topics, str) else list(topics)
+            for t in names:
+                if not isinstance(t, str) or not t.strip():
+                    raise ValueError(f"topic names must be non-empty strings, got {t!r}")
+            if not names:
+                self.unsubscribe()
+                return
+            subscription = Subscription(topics=frozenset(names))
+        if self._subs.type is SubscriptionType.USER_ASSIGNED:
+            raise IllegalStateError("subscribe() cannot be used after assign(); call unsubscribe() first")
+        self._listeners.set_from_subscribe(listener, stacklevel=3)
+        if self.membership is None:
+            self.membership = self._create_membership()
+        membership = self.membership
+        coordinator = self._coordinator
+        assert coordinator is not None
+
+        def run(now: int) -> None:
+            self._subs.subscribe(subscription)
+            if coordinator.coordinator is not None:
+                membership.on_coordinator(coordinator.coordinator.node_id, now)
+            coordinator.wanted = True
+            membership.subscribe(subscription, now)
+            self._metadata.request_update()
+            if self._metadata.cluster.brokers:
+                membership.on_metadata(self._metadata.cluster, now)
+            if membership not in self._thread.managers:
+                self._thread.managers.insert(2, membership)
+
+        self._run_nt(run)
 
     def unsubscribe(self) -> None:
+        """Leave the group (running the revoke callback for everything owned) or drop the assignment."""
         self._ensure_open()
+        if self.membership is not None and self._subs.has_auto_assignment:
+            self._leave_group(self._default_timeout_ms)
 
         def run(now: int) -> None:
             self._subs.unsubscribe()
             self._collector.drop_partitions(lambda tp: False)
 
         self._run_nt(run)
+        self._revoke.clear()
+
+    def _leave_group(self, timeout_ms: int) -> None:
+        """Revoke everything (callbacks on this thread) and leave; bounded by ``timeout_ms``."""
+        membership = self.membership
+        if membership is None:
+            return
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        self._leaving = True
+        try:
+            self._leave_group_loop(membership, deadline)
+        finally:
+            self._leaving = False
+
+    def _leave_group_loop(self, membership: Any, deadline: float) -> None:
+        # Callbacks that arrived between polls, then pending delayed revokes, complete now.
+        while self._deferred_callbacks:
+            self._on_callback_needed(self._deferred_callbacks.pop(0))
+        self._complete_revokes(self._revoke.complete_all())
+        self._run_nt(lambda now: membership.leave(now))
+        while time.monotonic() < deadline:
+            try:
+                self._raise_background_errors()
+            except KafkaError as exc:
+                log.debug("error while leaving the group: %s", exc)
+            if self._run_nt(lambda now: bool(membership.left)):
+                break
+            self._thread.wakeup()
+            self._buffer.wait(0.05, lambda: not self._background.empty())
+        if self._callback_error is not None:
+            error, self._callback_error = self._callback_error, None
+            log.warning("rebalance callback failed while leaving the group: %r", error)
+
+    def enforce_rebalance(self, reason: str = "") -> None:
+        self._ensure_open()
+        membership = self.membership
+        if membership is not None:
+            self._run_nt(lambda now: membership.enforce_rebalance(reason or "enforce_rebalance()", now))
 
     # ==================================================================================== close
     def close(self, timeout: float | None = 30.0) -> None:
@@ -635,7 +960,7 @@ class Consumer:
         start = time.monotonic()
         try:
             self._close_group(timeout_ms)
-        except Exception:  # noqa: BLE001 - close must not fail on group errors
+        except Exception:
             log.debug("error leaving the group on close", exc_info=True)
         if self._commits is not None and self._commits.auto_commit and self._subs.assigned():
             offsets = self._consumed_offsets()
@@ -650,14 +975,17 @@ class Consumer:
                         lambda now, f: commits.commit(offsets, f, now + left, retry=True, now_ms=now)
                     )
                     fut.result(left / 1000.0)
-                except Exception:  # noqa: BLE001
+                except Exception:
                     log.debug("auto-commit on close failed", exc_info=True)
         self._closed = True
         left = timeout_ms - int((time.monotonic() - start) * 1000)
         self._thread.close(max(0, left))
 
     def _close_group(self, timeout_ms: int) -> None:
-        """Extended by the group layer: leave the group, running the revoke callback."""
+        if self.membership is not None and self._subs.has_auto_assignment:
+            leave = bool(self._config.get("internal.leave.group.on.close"))
+            if leave:
+                self._leave_group(timeout_ms)
 
     def __enter__(self) -> Consumer:
         return self

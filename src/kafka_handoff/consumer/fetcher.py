@@ -25,7 +25,15 @@ from kafka_handoff.types import TopicPartition
 __all__ = ["CompletedFetch", "FetchBuffer", "FetchManager"]
 
 # Errors that mean "our metadata is stale": refresh it and fetch again.
-_METADATA_ERRORS = {3, 5, 6, 74, 75, 100, 103}  # unknown topic/partition, leader n/a, not leader, fenced/unknown
+_METADATA_ERRORS = {
+    3,
+    5,
+    6,
+    74,
+    75,
+    100,
+    103,
+}  # unknown topic/partition, leader n/a, not leader, fenced/unknown
 # leader epoch, unknown topic id, inconsistent topic id
 _RETRY_ERRORS = {7, 13, 56, 9}  # request timed out, network exception, kafka storage error, replica n/a
 
@@ -266,7 +274,8 @@ class FetchManager:
                         if records:
                             total_bytes += len(records)
                             aborted = tuple(
-                                (int(a.producer_id), int(a.first_offset)) for a in (p.aborted_transactions or ())
+                                (int(a.producer_id), int(a.first_offset))
+                                for a in (p.aborted_transactions or ())
                             )
                             completed.append(
                                 CompletedFetch(
@@ -286,7 +295,9 @@ class FetchManager:
                         self._metadata.request_update()
                     else:
                         completed.append(
-                            CompletedFetch(tp, fetch_offset, pepoch, None, error=error_for_code(code, str(tp)))
+                            CompletedFetch(
+                                tp, fetch_offset, pepoch, None, error=error_for_code(code, str(tp))
+                            )
                         )
             if completed:
                 self._buffer.add(completed)

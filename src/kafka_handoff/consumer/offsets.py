@@ -73,7 +73,9 @@ class OffsetsManager:
         *,
         isolation_level: int,
         retry_backoff_ms: int,
-        committed_lookup: Callable[[set[TopicPartition], Callable[[dict[TopicPartition, Any], int], None]], bool]
+        committed_lookup: Callable[
+            [set[TopicPartition], Callable[[dict[TopicPartition, Any], int], None]], bool
+        ]
         | None = None,
         wall_clock_ms: Callable[[], int] | None = None,
         on_error: Callable[[BaseException], None] | None = None,
@@ -180,7 +182,7 @@ class OffsetsManager:
             if todo:
                 requests.extend(self._list_offsets_for_lookup(lookup, todo, now_ms))
                 wait = min(wait, self._backoff)
-        return PollResult(requests, wait if (requests or self._lookups) else wait)
+        return PollResult(requests, wait)
 
     def _by_leader(
         self, timestamps: Mapping[TopicPartition, int]
@@ -255,7 +257,7 @@ class OffsetsManager:
 
             def on_result(tp: TopicPartition, code: int, offset: int, _ts: int, _le: int, now: int) -> None:
                 self._resetting.discard(tp)
-                ts_, strategy, pepoch = resets[tp]
+                _ts_unused, strategy, pepoch = resets[tp]
                 if code != 0 or offset < 0:
                     if code in (3, 5, 6, 74, 75):
                         self._metadata.request_update()
@@ -379,7 +381,8 @@ class CommitManager:
             if not_owned:
                 future.set_exception(
                     CommitFailedError(
-                        f"cannot commit offsets for partitions this member does not own: {', '.join(not_owned)}"
+                        "cannot commit offsets for partitions this member does not own: "
+                        + ", ".join(not_owned)
                     )
                 )
                 return
@@ -533,13 +536,15 @@ class CommitManager:
                 c.future.set_exception(
                     CommitFailedError(
                         "offset commit failed: this member is no longer part of the group "
-                        f"({error_for_code(next(iter(codes & _FENCED_ERRORS)))}); its partitions may have been "
-                        "reassigned to another member"
+                        f"({error_for_code(next(iter(codes & _FENCED_ERRORS)))}); its partitions may have "
+                        "been reassigned to another member"
                     )
                 )
                 return
             retriable = all(
-                code in _COORDINATOR_ERRORS or code in (7, 13, 27, _STALE_EPOCH) or error_for_code(code).retriable
+                code in _COORDINATOR_ERRORS
+                or code in (7, 13, 27, _STALE_EPOCH)
+                or error_for_code(code).retriable
                 for code in codes
             )
             if retriable and c.retry and now < c.deadline_ms:
@@ -617,7 +622,9 @@ class CommitManager:
                     off = int(p.committed_offset)
                     le = int(getattr(p, "committed_leader_epoch", -1))
                     result[tp] = (
-                        OffsetAndMetadata(off, p.metadata or "", le if le >= 0 else None) if off >= 0 else None
+                        OffsetAndMetadata(off, p.metadata or "", le if le >= 0 else None)
+                        if off >= 0
+                        else None
                     )
             for tp in f.partitions:
                 result.setdefault(tp, None)

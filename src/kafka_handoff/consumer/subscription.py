@@ -83,7 +83,9 @@ class SubscriptionState:
     def subscribe(self, subscription: Subscription) -> None:
         with self._lock:
             self._set_type(
-                SubscriptionType.AUTO_PATTERN if subscription.pattern is not None else SubscriptionType.AUTO_TOPICS
+                SubscriptionType.AUTO_PATTERN
+                if subscription.pattern is not None
+                else SubscriptionType.AUTO_TOPICS
             )
             self.subscription = subscription
 
@@ -116,7 +118,9 @@ class SubscriptionState:
         self._parts = new
         self.version += 1
 
-    def set_group_assignment(self, owned: Iterable[TopicPartition], awaiting: Iterable[TopicPartition]) -> None:
+    def set_group_assignment(
+        self, owned: Iterable[TopicPartition], awaiting: Iterable[TopicPartition]
+    ) -> None:
         """Mirror the membership's owned set (network thread)."""
         with self._lock:
             owned_set = set(owned)
@@ -174,7 +178,9 @@ class SubscriptionState:
             st.reset_strategy = strategy
             st.position_epoch += 1
 
-    def maybe_seek_unvalidated(self, tp: TopicPartition, offset: int, expected_epoch: int, strategy: str) -> bool:
+    def maybe_seek_unvalidated(
+        self, tp: TopicPartition, offset: int, expected_epoch: int, strategy: str
+    ) -> bool:
         """Set a position found by a lookup, unless the partition was seeked/reset meanwhile."""
         with self._lock:
             st = self._parts.get(tp)
@@ -191,7 +197,9 @@ class SubscriptionState:
             st = self._parts.get(tp)
             if st is None or st.position_epoch != expected_epoch or st.position is None:
                 return False
-            st.position = FetchPosition(offset, leader_epoch if leader_epoch is not None else st.position.leader_epoch)
+            st.position = FetchPosition(
+                offset, leader_epoch if leader_epoch is not None else st.position.leader_epoch
+            )
             return True
 
     def position(self, tp: TopicPartition) -> FetchPosition | None:

@@ -66,6 +66,17 @@ Delayed revocation (KIP-983) -- the rule implemented here
       completion of those is ignored); the JoinGroup waits for the LOST callback (as Java's synchronous
       ``onJoinPrepare`` does).
 
+Timers
+    Heartbeats every ``heartbeat.interval.ms`` in COMPLETING_REBALANCE and STABLE (so also while callbacks
+    are outstanding), at most one in flight, ``retry.backoff.ms`` doubling up to ``retry.backoff.max.ms``
+    after failures.  No successful heartbeat within ``session.timeout.ms`` -> the coordinator is marked
+    unknown (:class:`~kafka_handoff.group.membership.CoordinatorNeeded`).  No ``on_app_poll`` within
+    ``max.poll.interval.ms`` -> LeaveGroup (dynamic members), generation reset, LOST(all owned), and no
+    rejoin before the next ``on_app_poll``.  The first join also waits for an ``on_app_poll``; later rejoins
+    run from ``poll`` alone.  Non-retriable JoinGroup/SyncGroup errors are emitted as non-fatal
+    :class:`~kafka_handoff.group.membership.MembershipError` and retried after the next ``on_app_poll``
+    (Java throws them from ``poll()`` and retries in the next one); FENCED_INSTANCE_ID is fatal.
+
 Static membership (``group.instance.id``)
     The instance id goes into JoinGroup (v5+), SyncGroup and Heartbeat (v3+).  A static member never sends
     LeaveGroup (close, unsubscribe, poll timeout), as in Java since 2.3, so a restart within the session
@@ -302,6 +313,7 @@ class ClassicMembership:
         self._hb_attempts = 0
         self._hb_token: object | None = None
         self._stable_evidence_ms = 0
+        self._alive_evidence_ms = 0
 
         # leaving
         self._leave = _Leave.NONE
@@ -450,8 +462,8 @@ class ClassicMembership:
 
     def on_coordinator(self, node_id: int | None, now_ms: int) -> None:
         self._coordinator = node_id
+        self._coordinator_requested = False
         if node_id is not None:
-            self._coordinator_requested = False
             self._session_deadline_ms = now_ms + self._session_timeout_ms
 
     def on_callback_completed(self, seq: int, error: BaseException | None, now_ms: int) -> None:
@@ -546,6 +558,8 @@ class ClassicMembership:
             candidates.append(self._join_backoff_until_ms - now_ms)
         if self._join_deadline_ms is not None and self._waiting:
             candidates.append(self._join_deadline_ms - now_ms)
+        if self._revoking and in_group:
+            candidates.append(self._alive_evidence_ms + self._session_timeout_ms - now_ms)
         return max(0, min(candidates))
 
     # ------------------------------------------------------------------------------------------------
@@ -568,11 +582,13 @@ class ClassicMembership:
     def _check_session_timeout(self, now_ms: int) -> None:
         if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
             return
+        if self._revoking and now_ms >= self._alive_evidence_ms + self._session_timeout_ms:
+            # No request of ours reached the coordinator within the session timeout: it may have expired us,
+            # and then another member may get what we are revoking.
+            self._give_up_revocations("no heartbeat response within session.timeout.ms")
         if self._coordinator is None or now_ms < self._session_deadline_ms:
             return
         self._mark_coordinator_unknown("session timed out without receiving a heartbeat response")
-        # The coordinator may have expired us: another member may get what we are revoking.
-        self._give_up_revocations("no heartbeat response within session.timeout.ms")
 
     def _check_join_deadline(self, now_ms: int) -> None:
         if self._join_deadline_ms is None or now_ms < self._join_deadline_ms:
@@ -727,7 +743,10 @@ class ClassicMembership:
             self._hb_next_ms = now_ms + self._heartbeat_interval_ms
             self._hb_attempts = 0
             self._last_app_poll_ms = max(self._last_app_poll_ms, now_ms)
-            self._stable_evidence_ms = now_ms
+            # The coordinator processed our JoinGroup after we sent it: lower bounds for when it last saw
+            # us and for when any later rebalance began.
+            self._stable_evidence_ms = max(self._stable_evidence_ms, sent_ms)
+            self._alive_evidence_ms = max(self._alive_evidence_ms, sent_ms)
             if resp.leader == resp.member_id:
                 self._is_leader = True
                 members = [
@@ -925,7 +944,8 @@ class ClassicMembership:
             self._state = MemberState.STABLE
             self._join_attempts = 0
             self._join_backoff_until_ms = 0
-            self._stable_evidence_ms = now_ms
+            self._stable_evidence_ms = max(self._stable_evidence_ms, sent_ms)
+            self._alive_evidence_ms = max(self._alive_evidence_ms, sent_ms)
             self._on_join_complete(bytes(resp.assignment), now_ms)
             return
 
@@ -1059,9 +1079,12 @@ class ClassicMembership:
             values["heartbeat_response_time_ms_max"], now_ms - sent_ms
         )
         code = int(resp.error_code)
+        if code in (_E.none, _E.rebalance_in_progress) and sent == self._generation:
+            self._alive_evidence_ms = max(self._alive_evidence_ms, sent_ms)
         if code == _E.none:
             self._heartbeat_received(now_ms)
             if sent == self._generation:
+                # the group was stable when the coordinator processed this heartbeat
                 self._stable_evidence_ms = max(self._stable_evidence_ms, sent_ms)
         elif code in (_E.coordinator_not_available, _E.not_coordinator):
             self._mark_coordinator_unknown(f"Heartbeat failed with {_E(code).name.upper()}")

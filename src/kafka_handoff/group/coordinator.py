@@ -20,7 +20,9 @@ __all__ = ["CoordinatorManager"]
 
 
 class CoordinatorManager:
-    def __init__(self, group_id: str, *, retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1000) -> None:
+    def __init__(
+        self, group_id: str, *, retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1000
+    ) -> None:
         self.group_id = group_id
         self.coordinator: BrokerNode | None = None
         self._backoff_base = retry_backoff_ms
@@ -53,7 +55,9 @@ class CoordinatorManager:
         def on_response(response: Any, version: int, now: int) -> None:
             self._in_flight = False
             if version >= 4:
-                entries = [c for c in response.coordinators if c.key == self.group_id] or list(response.coordinators)
+                entries = [c for c in response.coordinators if c.key == self.group_id] or list(
+                    response.coordinators
+                )
                 c = entries[0]
                 code, node_id, host, port = int(c.error_code), int(c.node_id), c.host, int(c.port)
                 message = c.error_message

@@ -85,7 +85,9 @@ class NetworkClient:
         self.coordinator_id: int | None = None
         self._coordinator_address: tuple[str, int] | None = None
         self._conns: dict[int, BrokerConnection] = {}
-        self._pending: dict[int, collections.deque[UnsentRequest]] = collections.defaultdict(collections.deque)
+        self._pending: dict[int, collections.deque[UnsentRequest]] = collections.defaultdict(
+            collections.deque
+        )
         self._backoff: dict[int, _Backoff] = collections.defaultdict(_Backoff)
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -297,8 +299,12 @@ class NetworkClient:
             while queue and conn.in_flight_count() < self.max_in_flight + 1:
                 request = queue.popleft()
                 try:
-                    version = pick_version(conn.versions, request.api_key, request.min_version, request.max_version)
-                    timeout = request.timeout_ms if request.timeout_ms is not None else self.request_timeout_ms
+                    version = pick_version(
+                        conn.versions, request.api_key, request.min_version, request.max_version
+                    )
+                    timeout = (
+                        request.timeout_ms if request.timeout_ms is not None else self.request_timeout_ms
+                    )
                     conn.send(request, version, now_ms, timeout)
                 except UnsupportedVersionError as exc:
                     self._fail(request, exc, now_ms)
@@ -349,7 +355,9 @@ class NetworkClient:
                 request = queue.popleft()
                 timeout = request.timeout_ms if request.timeout_ms is not None else self.request_timeout_ms
                 if request.created_ms + timeout <= now_ms:
-                    self._fail(request, ConnectionError_("no connection to the broker within the timeout"), now_ms)
+                    self._fail(
+                        request, ConnectionError_("no connection to the broker within the timeout"), now_ms
+                    )
                 else:
                     keep.append(request)
             queue.extend(keep)

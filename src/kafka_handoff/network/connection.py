@@ -85,7 +85,9 @@ class BrokerConnection:
         err = sock.connect_ex(addr)
         if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
             sock.close()
-            raise ConnectionError_(f"cannot connect to {self.host}:{self.port}: {errno.errorcode.get(err, err)}")
+            raise ConnectionError_(
+                f"cannot connect to {self.host}:{self.port}: {errno.errorcode.get(err, err)}"
+            )
         self.sock = sock
         self.state = ConnState.CONNECTING
         self.connect_deadline_ms = now_ms + timeout_ms
@@ -96,7 +98,9 @@ class BrokerConnection:
         assert self.sock is not None
         err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if err:
-            raise ConnectionError_(f"cannot connect to {self.host}:{self.port}: {errno.errorcode.get(err, err)}")
+            raise ConnectionError_(
+                f"cannot connect to {self.host}:{self.port}: {errno.errorcode.get(err, err)}"
+            )
         self.state = ConnState.HANDSHAKE
         self._send_api_versions(now_ms, request_timeout_ms)
 
@@ -163,7 +167,9 @@ class BrokerConnection:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            raise ConnectionError_(f"connection to {self.host}:{self.port} failed while sending: {exc}") from exc
+            raise ConnectionError_(
+                f"connection to {self.host}:{self.port} failed while sending: {exc}"
+            ) from exc
         del self._out[:n]
 
     # ------------------------------------------------------------------ receiving

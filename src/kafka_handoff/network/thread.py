@@ -137,13 +137,13 @@ class NetworkThread:
                     if self._on_close is not None:
                         try:
                             done = self._on_close(now)
-                        except Exception as exc:  # noqa: BLE001 - report, then stop
+                        except Exception as exc:
                             self._report(exc)
                             done = True
                     if done or now >= self._close_deadline_ms:
                         break
                 self._run_once(now)
-        except BaseException as exc:  # noqa: BLE001 - the thread must never die silently
+        except BaseException as exc:
             log.exception("network thread failed")
             self.fatal_error = exc
             self.background_events.put(BackgroundError(exc, fatal=True))
@@ -152,7 +152,7 @@ class NetworkThread:
             self._fail_events(self.fatal_error or KafkaError("the client is closed"))
             try:
                 self.client.close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.debug("error closing network client", exc_info=True)
 
     def _run_once(self, now: int) -> None:
@@ -161,7 +161,7 @@ class NetworkThread:
         for manager in self.managers:
             try:
                 result = manager.poll(now)
-            except Exception as exc:  # noqa: BLE001 - a manager bug must reach the caller
+            except Exception as exc:
                 self._report(exc)
                 continue
             wait = min(wait, max(0, result.wait_ms))
@@ -176,13 +176,13 @@ class NetworkThread:
                 wait = min(wait, max(0, event.deadline_ms - now))
         try:
             self.client.poll(wait, now, self.clock.now_ms)
-        except Exception as exc:  # noqa: BLE001 - e.g. a response handler raised
+        except Exception as exc:
             self._report(exc)
         now = self.clock.now_ms()
         for hook in self._after_poll:
             try:
                 hook(now)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 self._report(exc)
         self._reap(now)
 
@@ -196,7 +196,7 @@ class NetworkThread:
                 continue
             try:
                 event.run(now, event.future)
-            except BaseException as exc:  # noqa: BLE001 - deliver to the waiting caller
+            except BaseException as exc:
                 if not event.future.done():
                     event.future.set_exception(exc)
                 continue

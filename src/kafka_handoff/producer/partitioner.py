@@ -100,7 +100,12 @@ class BuiltInPartitioner:
         return current
 
     def on_append(
-        self, partition: int, appended_bytes: int, enable_switch: bool, num_partitions: int, available: Sequence[int]
+        self,
+        partition: int,
+        appended_bytes: int,
+        enable_switch: bool,
+        num_partitions: int,
+        available: Sequence[int],
     ) -> None:
         """Account ``appended_bytes`` to ``partition``; switch when enough was produced there."""
         if partition != self._current:
@@ -122,7 +127,9 @@ class BuiltInPartitioner:
             return available[rand % len(available)]
         return rand % max(1, num_partitions)
 
-    def update_load_stats(self, queue_sizes: Sequence[int], partition_ids: Sequence[int], num_partitions: int) -> None:
+    def update_load_stats(
+        self, queue_sizes: Sequence[int], partition_ids: Sequence[int], num_partitions: int
+    ) -> None:
         """Adaptive partitioning input: queue lengths of the partitions with a leader (same order as
         ``partition_ids``).  Partitions with shorter queues become proportionally more likely."""
         length = len(queue_sizes)

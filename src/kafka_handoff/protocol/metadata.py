@@ -98,7 +98,9 @@ class MetadataManager:
     def request_update(self) -> None:
         self._need_update = True
 
-    def wait_for_update(self, future: Future[ClusterMetadata], extra_topics: frozenset[str] | None = None) -> None:
+    def wait_for_update(
+        self, future: Future[ClusterMetadata], extra_topics: frozenset[str] | None = None
+    ) -> None:
         """Complete ``future`` with the snapshot of the next successful refresh.  ``extra_topics`` are
         fetched in that refresh even if nobody subscribed to them (``None`` = all topics)."""
         self._waiters.append((future, extra_topics))
@@ -107,7 +109,11 @@ class MetadataManager:
     def poll(self, now_ms: int) -> PollResult:
         if self._in_flight:
             return PollResult.idle()
-        due = self._need_update or self._last_refresh_ms is None or now_ms - self._last_refresh_ms >= self._max_age
+        due = (
+            self._need_update
+            or self._last_refresh_ms is None
+            or now_ms - self._last_refresh_ms >= self._max_age
+        )
         if not due:
             assert self._last_refresh_ms is not None
             return PollResult.idle(self._last_refresh_ms + self._max_age - now_ms)

@@ -60,6 +60,7 @@ __all__ = [
     "Header",
     "RecordBatchBuilder",
     "RecordColumns",
+    "RecordInput",
     "TimestampType",
     "decode_batches",
     "decode_batches_columnar",
@@ -672,14 +673,14 @@ def _aborted_queue(aborted: Iterable[Any]) -> list[tuple[int, int]]:
 
 
 def _decode(
-    data: bytes | bytearray | memoryview,
+    data: bytes | bytearray | memoryview | None,
     out: DecodedRecords | DecodedColumns,
     check_crcs: bool,
     read_committed: bool,
     aborted_transactions: Iterable[Any],
     start_offset: int,
 ) -> None:
-    buf = data if type(data) is bytes else bytes(data)
+    buf = data if type(data) is bytes else bytes(data or b"")
     view = memoryview(buf)
     n = len(buf)
     topic = out.topic
@@ -736,8 +737,9 @@ def _decode(
                 break
         epoch = ple if ple >= 0 else None
         last_offset = base_offset + last_delta
-        if count < 0:
-            error = _corrupt(f"invalid record count {count}", topic, partition, base_offset)
+        if count < 0 or last_delta < 0:
+            what = f"record count {count}" if count < 0 else f"last offset delta {last_delta}"
+            error = _corrupt(f"invalid {what}", topic, partition, base_offset)
             break
         is_control = attributes & ATTR_CONTROL
         skip = is_control
@@ -850,7 +852,7 @@ def _corrupt(
 
 
 def decode_batches(
-    data: bytes | bytearray | memoryview,
+    data: bytes | bytearray | memoryview | None,
     *,
     topic: str,
     partition: int,
@@ -865,7 +867,8 @@ def decode_batches(
     batches are never returned.  With ``read_committed``, transactional batches of the producers listed in
     ``aborted_transactions`` -- ``(producer_id, first_offset)`` pairs or objects with those attributes (kio's
     ``AbortedTransaction``) -- are dropped until that producer's ABORT marker.  A truncated trailing batch is
-    ignored.  A bad batch stops decoding: see :class:`DecodedRecords` ``error``.
+    ignored; ``None`` (a fetch partition without records) decodes to nothing.  A bad batch stops decoding: see
+    :class:`DecodedRecords` ``error``.
     """
     result = DecodedRecords(topic, partition, start_offset)
     _decode(data, result, check_crcs, read_committed, aborted_transactions, start_offset)
@@ -873,7 +876,7 @@ def decode_batches(
 
 
 def decode_batches_columnar(
-    data: bytes | bytearray | memoryview,
+    data: bytes | bytearray | memoryview | None,
     *,
     topic: str,
     partition: int,

@@ -21,15 +21,21 @@ from kafka_handoff.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicP
 
 
 class Committing(RebalanceListenerBase):
-    def on_partitions_revoked(self, partitions: Collection[TopicPartition], consumer: RebalanceConsumer) -> None:
+    def on_partitions_revoked(
+        self, partitions: Collection[TopicPartition], consumer: RebalanceConsumer
+    ) -> None:
         consumer.commit_sync()
         consumer.commit_sync({tp: OffsetAndMetadata(1) for tp in partitions}, timeout=5.0)
         fut: Future[None] = consumer.commit_async({tp: 1 for tp in partitions}, callback=lambda o, e: None)
         fut.cancel()
-        committed: dict[TopicPartition, OffsetAndMetadata | None] = consumer.committed(partitions, timeout=1.0)
+        committed: dict[TopicPartition, OffsetAndMetadata | None] = consumer.committed(
+            partitions, timeout=1.0
+        )
         assert committed is not None
 
-    def on_partitions_assigned(self, partitions: Collection[TopicPartition], consumer: RebalanceConsumer) -> None:
+    def on_partitions_assigned(
+        self, partitions: Collection[TopicPartition], consumer: RebalanceConsumer
+    ) -> None:
         for tp in partitions:
             position: int = consumer.position(tp, timeout=1.0)
             consumer.seek(tp, position)

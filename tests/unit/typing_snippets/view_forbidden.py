@@ -21,5 +21,7 @@ def misuse(view: RebalanceConsumer, tp: TopicPartition) -> None:
 
 
 class PollingListener(RebalanceListenerBase):
-    def on_partitions_assigned(self, partitions: Collection[TopicPartition], consumer: RebalanceConsumer) -> None:
+    def on_partitions_assigned(
+        self, partitions: Collection[TopicPartition], consumer: RebalanceConsumer
+    ) -> None:
         consumer.poll(0.0)  # forbidden: poll

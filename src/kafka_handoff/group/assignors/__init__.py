@@ -48,9 +48,9 @@ CONFIG_KEY = "partition.assignment.strategy"
 #: Java's default: ``[RangeAssignor, CooperativeStickyAssignor]``
 DEFAULT_ASSIGNMENT_STRATEGY: tuple[str, ...] = ("range", "cooperative-sticky")
 
-_AssignorClass = type[RangeAssignor] | type[RoundRobinAssignor] | type[StickyAssignor] | type[
-    CooperativeStickyAssignor
-]
+_AssignorClass = (
+    type[RangeAssignor] | type[RoundRobinAssignor] | type[StickyAssignor] | type[CooperativeStickyAssignor]
+)
 
 BUILTIN_ASSIGNORS: dict[str, _AssignorClass] = {
     "range": RangeAssignor,
@@ -67,7 +67,8 @@ _JAVA_CLASS_NAMES: dict[str, str] = {
 }
 
 _ALLOWED = (
-    "one of " + ", ".join(repr(n) for n in BUILTIN_ASSIGNORS)
+    "one of "
+    + ", ".join(repr(n) for n in BUILTIN_ASSIGNORS)
     + ", their Java class names (e.g. 'org.apache.kafka.clients.consumer.RangeAssignor'),"
     " a 'module:Class' string, an assignor class or an assignor instance"
 )
@@ -79,8 +80,11 @@ def _bad(value: object, why: str) -> ConfigError:
 
 def _check(candidate: object, original: object) -> PartitionAssignor:
     if not isinstance(candidate, PartitionAssignor):
-        raise _bad(original, "not a partition assignor (needs name, supported_protocols, "
-                             "subscription_user_data, assign, on_assignment)")
+        raise _bad(
+            original,
+            "not a partition assignor (needs name, supported_protocols, "
+            "subscription_user_data, assign, on_assignment)",
+        )
     name = candidate.name
     if not isinstance(name, str) or not name:
         raise _bad(original, "the assignor's name must be a non-empty string")
@@ -142,14 +146,18 @@ def get_assignors(strategy: str | Iterable[object] | None = None) -> list[Partit
     else:
         entries = list(strategy)
     if not entries:
-        raise ConfigError(f"Invalid value {strategy!r} for configuration {CONFIG_KEY}: "
-                          f"at least one assignor is required; allowed: {_ALLOWED}")
+        raise ConfigError(
+            f"Invalid value {strategy!r} for configuration {CONFIG_KEY}: "
+            f"at least one assignor is required; allowed: {_ALLOWED}"
+        )
     assignors = [get_assignor(entry) for entry in entries]
     seen: set[str] = set()
     for assignor in assignors:
         if assignor.name in seen:
-            raise ConfigError(f"Invalid value {strategy!r} for configuration {CONFIG_KEY}: "
-                              f"the assignor name {assignor.name!r} is used in more than one assignor")
+            raise ConfigError(
+                f"Invalid value {strategy!r} for configuration {CONFIG_KEY}: "
+                f"the assignor name {assignor.name!r} is used in more than one assignor"
+            )
         seen.add(assignor.name)
     return assignors
 
@@ -166,8 +174,9 @@ def select_protocol(assignors: Sequence[PartitionAssignor]) -> RebalanceProtocol
         raise ConfigError(
             f"Invalid value {names} for configuration {CONFIG_KEY}: the specified assignors have no commonly "
             "supported rebalance protocol (each assignor's supported_protocols: "
-            + ", ".join(f"{a.name}={[RebalanceProtocol(p).name for p in a.supported_protocols]}"
-                        for a in assignors)
+            + ", ".join(
+                f"{a.name}={[RebalanceProtocol(p).name for p in a.supported_protocols]}" for a in assignors
+            )
             + ")"
         )
     return max(common)

@@ -104,10 +104,15 @@ class _Builder:
         self.present: list[set[str]] = [set() for _ in range(n)]
         self.extra_topics: list[set[str]] = [set() for _ in range(n)]
         self.buckets: dict[int, set[int]] = {0: set(range(n))}
-        self.subscribers: dict[str, list[int]] = {}
+        # members by identical subscription first: then topic -> subscribers is one extend per group
+        groups: dict[frozenset[str], list[int]] = {}
         for i, topics in enumerate(subs):
+            groups.setdefault(topics, []).append(i)
+        subscribers: dict[str, list[int]] = {}
+        for topics, group in groups.items():
             for t in topics:
-                self.subscribers.setdefault(t, []).append(i)
+                subscribers.setdefault(t, []).extend(group)
+        self.subscribers = {t: sorted(ms) for t, ms in subscribers.items()}
 
     # ---------------------------------------------------------------------------------- primitives
 
@@ -163,28 +168,44 @@ class _Builder:
             self.present[i].discard(tp.topic)
         self._set_count(i, self.count[i] - 1)
 
+    @staticmethod
+    def _first_in(store: dict[str, list[int]], topics: frozenset[str]) -> str | None:
+        # dicts iterate in insertion order: the choice does not depend on string hashing
+        for topic in store:
+            if topic in topics:
+                return topic
+        return None
+
     def move(self, src: int, dst: int, extras_only: bool) -> None:
         """Move one partition from ``src`` to ``dst`` (which must subscribe to its topic), an extra if any."""
-        candidates = self.extra_topics[src] & self.subs[dst]
-        from_extra = bool(candidates)
-        if not from_extra:
-            if extras_only:  # pragma: no cover - callers only ask for edges that exist
-                raise AssertionError("no extra partition to move")
-            candidates = set(self.sticky[src]) & self.subs[dst]
-        topic = min(candidates)
+        topic = self._first_in(self.extra[src], self.subs[dst])
+        from_extra = topic is not None
+        if topic is None and not extras_only:
+            topic = self._first_in(self.sticky[src], self.subs[dst])
+        if topic is None:  # pragma: no cover - callers only ask for moves that exist
+            raise AssertionError("no partition to move")
         partition = self.take(src, topic, from_extra)
         self.add(dst, topic, partition)
 
     # ---------------------------------------------------------------------------------- phases
 
     def fill(self, unassigned: dict[str, list[int]]) -> None:
-        order = sorted(unassigned, key=lambda t: (len(self.subscribers.get(t, ())), t))
-        for topic in order:
+        # topics with the fewest subscribers first; topics with the same subscribers one after the other,
+        # so that they share one heap (nothing else changes those members' counts meanwhile)
+        def order_key(topic: str) -> tuple[int, tuple[int, ...], str]:
+            eligible = self.subscribers.get(topic, [])
+            return (len(eligible), tuple(eligible), topic)
+
+        heap: list[tuple[int, int]] = []
+        heap_members: list[int] | None = None
+        for topic in sorted(unassigned, key=order_key):
             eligible = self.subscribers.get(topic)
             if not eligible:
                 continue
-            heap = [(self.count[i], i) for i in eligible]
-            heapq.heapify(heap)
+            if eligible != heap_members:
+                heap = [(self.count[i], i) for i in eligible]
+                heapq.heapify(heap)
+                heap_members = eligible
             for partition in unassigned[topic]:
                 _, i = heapq.heappop(heap)
                 self.add(i, topic, partition)
@@ -236,21 +257,25 @@ class _Builder:
             sources = self.buckets[level]
             parent: dict[int, int] = dict.fromkeys(sources, -1)
             queue = deque(sorted(sources))
+            unvisited = [i for i in receivers if i not in parent]
             target = -1
-            while queue and target < 0:
+            while queue and unvisited and target < 0:
                 x = queue.popleft()
-                topics = self.extra_topics[x] if extras_only else self.present[x]
-                for t in topics:
-                    for y in self.subscribers[t]:
-                        if y in parent:
-                            continue
-                        parent[y] = x
-                        if self.count[y] <= level - 2:
-                            target = y
-                            break
-                        queue.append(y)
-                    if target >= 0:
+                held = (self.extra[x] if extras_only else self.topic_count[x]).keys()
+                if not held:
+                    continue
+                remaining: list[int] = []
+                for pos, y in enumerate(unvisited):
+                    if held.isdisjoint(self.subs[y]):
+                        remaining.append(y)
+                        continue
+                    parent[y] = x
+                    if self.count[y] <= level - 2:
+                        target = y
+                        remaining.extend(unvisited[pos + 1 :])
                         break
+                    queue.append(y)
+                unvisited = remaining
             if target >= 0:
                 path = [target]
                 while parent[path[-1]] >= 0:
@@ -290,10 +315,9 @@ class _Builder:
                             self.add(owner, topic, partition)
                             changed = True
                             continue
-                        candidates = self.extra_topics[owner] & self.subs[holder]
-                        if not candidates:
+                        swap_topic = self._first_in(self.extra[owner], self.subs[holder])
+                        if swap_topic is None:
                             continue
-                        swap_topic = min(candidates)
                         swap_partition = self.take(owner, swap_topic, from_extra=True)
                         self.take_specific(holder, tp)
                         self.add(owner, topic, partition)
@@ -326,8 +350,16 @@ def sticky_assign(
     """
     members = sorted(subscriptions)
     index = {m: i for i, m in enumerate(members)}
-    topics_in_play = {t for m in members for t in subscriptions[m] if partitions_per_topic.get(t, 0) > 0}
-    subs = [frozenset(t for t in subscriptions[m] if t in topics_in_play) for m in members]
+    # many members share one subscription: filter each distinct one once
+    distinct: dict[frozenset[str], frozenset[str]] = {}
+    subs: list[frozenset[str]] = []
+    for m in members:
+        raw = frozenset(subscriptions[m])
+        filtered = distinct.get(raw)
+        if filtered is None:
+            filtered = distinct[raw] = frozenset(t for t in raw if partitions_per_topic.get(t, 0) > 0)
+        subs.append(filtered)
+    topics_in_play: set[str] = set().union(*distinct.values()) if distinct else set()
 
     owners = resolve_claims({t: partitions_per_topic[t] for t in topics_in_play}, claims)
     owner_index: dict[TopicPartition, int] = {}

@@ -9,7 +9,8 @@ The same balanced, sticky assignment as ``sticky``, with two differences:
   valid previous owner while some other member claimed it (i.e. a partition changing owner, or one whose
   ownership is disputed) is *withheld*: left out of the new owner's assignment this round.  The old
   owner sees it missing, revokes it and rejoins; the follow-up rebalance hands it out, now unclaimed.
-  So no partition is ever revoked from one member and added to another in the same rebalance.  :attr:`CooperativeStickyAssignor.last_withheld` tells what was held back.
+  So no partition is ever revoked from one member and added to another in the same rebalance.
+  :attr:`CooperativeStickyAssignor.last_withheld` tells what was held back.
 """
 
 from __future__ import annotations

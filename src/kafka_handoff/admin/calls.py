@@ -1,0 +1,311 @@
+"""The admin client's request manager: one-shot *calls* with retries and deadlines (sans-I/O).
+
+An admin operation is made of :class:`AdminCall` objects.  Each call names its destination (any broker, a
+broker id, or the coordinator of a group), builds its request for the negotiated version, and turns the
+response into a result with ``handle``.  The :class:`AdminCallManager` sends the calls, retries them after
+retriable errors with exponential backoff until their deadline, finds group coordinators with
+FindCoordinator (cached per group, forgotten after coordinator errors), and completes each call's future
+with the result or the final error.
+
+``handle`` decides what is retried: raising a retriable error (``error.retriable``, a lost connection, a
+request timeout) retries the call; raising :class:`NoRetry` fails it at once with the wrapped error;
+raising anything else fails it.  Everything here runs on the network thread; times come from the caller.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka_handoff.errors import (
+    BrokerResponseError,
+    CoordinatorNotAvailableError,
+    KafkaError,
+    KafkaTimeoutError,
+    NotCoordinatorError,
+    error_for_code,
+)
+from kafka_handoff.protocol.requests import ANY_NODE, MAX_POLL_WAIT_MS, PollResult, UnsentRequest
+from kafka_handoff.protocol.versions import ApiKey
+from kafka_handoff.types import BrokerNode
+
+__all__ = ["AdminCall", "AdminCallManager", "GroupCoordinator", "NoRetry", "is_retriable", "set_exception"]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCoordinator:
+    """Destination: the coordinator of ``group_id`` (found with FindCoordinator)."""
+
+    group_id: str
+
+
+Target = int | GroupCoordinator
+"""``ANY_NODE``, a broker id, or :class:`GroupCoordinator`."""
+
+
+class NoRetry(Exception):  # a control-flow wrapper, not an error
+    """Raised by a ``handle`` function: fail the call with ``error`` without retrying."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+_COORDINATOR_ERRORS = (NotCoordinatorError, CoordinatorNotAvailableError)
+
+
+def is_retriable(error: BaseException) -> bool:
+    return isinstance(error, KafkaError) and bool(error.retriable)
+
+
+@dataclass(slots=True, eq=False)
+class AdminCall:
+    """One request of an admin operation, retried until it succeeds, fails for good, or its deadline."""
+
+    name: str
+    """For error messages: ``"CreateTopics(topic 'x')"``."""
+    api_key: int
+    target: Target
+    build: Callable[[int, int], Mapping[str, Any]]
+    """``build(version, timeout_ms) -> request values`` (``timeout_ms``: what is left of the deadline)."""
+    handle: Callable[[Any, int, int], Any]
+    """``handle(response, version, node_id) -> result``; raise to retry or fail (see the module doc)."""
+    deadline_ms: int
+    future: Future[Any] = field(default_factory=Future)
+    min_version: int = 0
+    max_version: int | None = None
+    backoff_max_ms: int | None = None
+    """Cap of this call's retry backoff (``None``: the manager's ``retry.backoff.max.ms``)."""
+    attempts: int = 0
+    next_attempt_ms: int = 0
+    in_flight: bool = False
+    last_error: BaseException | None = None
+
+
+@dataclass(slots=True)
+class _Lookup:
+    in_flight: bool = False
+    attempts: int = 0
+    next_ms: int = 0
+
+
+class AdminCallManager:
+    """Sends :class:`AdminCall` objects; a :class:`~kafka_handoff.protocol.requests.RequestManager`."""
+
+    def __init__(
+        self,
+        *,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1000,
+        request_timeout_ms: int = 30000,
+        max_retries: int = 2**31 - 1,
+        on_unknown_node: Callable[[], None] | None = None,
+    ) -> None:
+        self._backoff_base = retry_backoff_ms
+        self._backoff_max = retry_backoff_max_ms
+        self._request_timeout = request_timeout_ms
+        self._max_retries = max_retries
+        self._on_unknown_node = on_unknown_node
+        self._calls: list[AdminCall] = []
+        self.coordinators: dict[str, BrokerNode] = {}
+        self._lookups: dict[str, _Lookup] = {}
+
+    # ------------------------------------------------------------------ submitting
+    def submit(self, call: AdminCall, now_ms: int) -> None:
+        """Queue ``call``; it is sent on the next :meth:`poll`."""
+        call.next_attempt_ms = now_ms
+        self._calls.append(call)
+
+    def pending(self) -> int:
+        return len(self._calls)
+
+    def fail_all(self, error: BaseException) -> None:
+        """Fail every call not finished yet (the client is closing)."""
+        calls, self._calls = self._calls, []
+        for call in calls:
+            set_exception(call.future, error)
+
+    def forget_coordinator(self, group_id: str) -> None:
+        self.coordinators.pop(group_id, None)
+
+    # ------------------------------------------------------------------ polling
+    def poll(self, now_ms: int) -> PollResult:
+        unsent: list[UnsentRequest] = []
+        wait = MAX_POLL_WAIT_MS
+        keep: list[AdminCall] = []
+        wanted_groups: set[str] = set()
+        for call in self._calls:
+            if call.future.done():  # cancelled by the caller, or completed
+                continue
+            if now_ms >= call.deadline_ms:  # even in flight: a late response is ignored
+                self._timed_out(call)
+                continue
+            keep.append(call)
+            wait = min(wait, call.deadline_ms - now_ms)
+            if call.in_flight:
+                continue
+            if now_ms < call.next_attempt_ms:
+                wait = min(wait, call.next_attempt_ms - now_ms)
+                continue
+            node = self._resolve(call)
+            if node is None:
+                assert isinstance(call.target, GroupCoordinator)
+                wanted_groups.add(call.target.group_id)
+                continue
+            unsent.append(self._request(call, node, now_ms))
+        self._calls = keep
+        for group_id in sorted(wanted_groups):
+            lookup = self._lookups.setdefault(group_id, _Lookup())
+            if lookup.in_flight:
+                continue
+            if now_ms < lookup.next_ms:
+                wait = min(wait, lookup.next_ms - now_ms)
+                continue
+            unsent.append(self._find_coordinator(group_id, lookup, now_ms))
+        return PollResult(unsent, max(0, wait))
+
+    def _resolve(self, call: AdminCall) -> int | None:
+        if isinstance(call.target, GroupCoordinator):
+            node = self.coordinators.get(call.target.group_id)
+            return None if node is None else node.node_id
+        return call.target
+
+    def _request(self, call: AdminCall, node: int, now_ms: int) -> UnsentRequest:
+        call.in_flight = True
+        call.attempts += 1
+        timeout_ms = max(1, min(self._request_timeout, call.deadline_ms - now_ms))
+
+        def on_response(response: Any, version: int, now: int) -> None:
+            call.in_flight = False
+            if call.future.done():
+                return
+            try:
+                result = call.handle(response, version, node)
+            except NoRetry as wrapper:
+                set_exception(call.future, wrapper.error)
+            except BaseException as exc:  # decided below: retry or fail the call
+                self._failed(call, exc, now)
+            else:
+                _set_result(call.future, result)
+
+        def on_failure(error: BaseException, now: int) -> None:
+            call.in_flight = False
+            if not call.future.done():
+                self._failed(call, error, now)
+
+        return UnsentRequest(
+            api_key=call.api_key,
+            node=node,
+            build=lambda version: call.build(version, timeout_ms),
+            on_response=on_response,
+            on_failure=on_failure,
+            timeout_ms=timeout_ms,
+            min_version=call.min_version,
+            max_version=call.max_version,
+        )
+
+    def _failed(self, call: AdminCall, error: BaseException, now_ms: int) -> None:
+        call.last_error = error
+        if isinstance(call.target, GroupCoordinator) and (
+            isinstance(error, _COORDINATOR_ERRORS) or not isinstance(error, BrokerResponseError)
+        ):
+            # The coordinator moved, or its connection failed: find it again before retrying.
+            self.forget_coordinator(call.target.group_id)
+        if not is_retriable(error) or call.attempts > self._max_retries:
+            set_exception(call.future, error)
+            return
+        if not isinstance(error, BrokerResponseError) and self._on_unknown_node is not None:
+            self._on_unknown_node()  # a lost connection or an unknown address: refresh the brokers
+        cap = self._backoff_max if call.backoff_max_ms is None else call.backoff_max_ms
+        delay = _backoff(self._backoff_base, cap, call.attempts)
+        if now_ms + delay >= call.deadline_ms:
+            delay = max(0, call.deadline_ms - now_ms)
+        call.next_attempt_ms = now_ms + delay
+
+    def _timed_out(self, call: AdminCall) -> None:
+        detail = f"; last error: {call.last_error}" if call.last_error is not None else ""
+        error = KafkaTimeoutError(f"{call.name} timed out after {call.attempts} attempt(s){detail}")
+        if call.last_error is not None:
+            error.__cause__ = call.last_error
+        set_exception(call.future, error)
+
+    # ------------------------------------------------------------------ coordinators
+    def _find_coordinator(self, group_id: str, lookup: _Lookup, now_ms: int) -> UnsentRequest:
+        lookup.in_flight = True
+
+        def build(version: int) -> dict[str, Any]:
+            if version >= 4:
+                return {"key_type": 0, "coordinator_keys": [group_id]}
+            return {"key": group_id, "key_type": 0}
+
+        def on_response(response: Any, version: int, now: int) -> None:
+            lookup.in_flight = False
+            if version >= 4:
+                entries = [c for c in response.coordinators if c.key == group_id] or list(
+                    response.coordinators
+                )
+                c = entries[0]
+                code, node_id, host, port, message = (
+                    int(c.error_code),
+                    int(c.node_id),
+                    c.host,
+                    int(c.port),
+                    c.error_message,
+                )
+            else:
+                code, node_id, host, port = (
+                    int(response.error_code),
+                    int(response.node_id),
+                    response.host,
+                    int(response.port),
+                )
+                message = getattr(response, "error_message", None)
+            if code != 0:
+                self._lookup_failed(group_id, lookup, error_for_code(code, message), now)
+                return
+            lookup.attempts = 0
+            self.coordinators[group_id] = BrokerNode(node_id, str(host), port)
+
+        def on_failure(error: BaseException, now: int) -> None:
+            lookup.in_flight = False
+            self._lookup_failed(group_id, lookup, error, now)
+
+        return UnsentRequest(
+            api_key=ApiKey.FIND_COORDINATOR,
+            node=ANY_NODE,
+            build=build,
+            on_response=on_response,
+            on_failure=on_failure,
+        )
+
+    def _lookup_failed(self, group_id: str, lookup: _Lookup, error: BaseException, now_ms: int) -> None:
+        lookup.attempts += 1
+        lookup.next_ms = now_ms + _backoff(self._backoff_base, self._backoff_max, lookup.attempts)
+        for call in self._calls:
+            if call.target == GroupCoordinator(group_id) and not call.future.done():
+                call.last_error = error
+                if not is_retriable(error):
+                    set_exception(call.future, error)
+
+
+def _backoff(base_ms: int, max_ms: int, attempts: int) -> int:
+    delay = min(max_ms, base_ms * 2 ** min(max(attempts - 1, 0), 16))
+    return int(delay * random.uniform(0.8, 1.2)) if delay > 0 else 0
+
+
+def _set_result(future: Future[Any], value: Any) -> None:
+    try:
+        future.set_result(value)
+    except InvalidStateError:  # cancelled by the waiting caller meanwhile
+        pass
+
+
+def set_exception(future: Future[Any], error: BaseException) -> None:
+    """Fail ``future`` unless it is done (or was cancelled by its waiter) already."""
+    try:
+        future.set_exception(error)
+    except InvalidStateError:
+        pass

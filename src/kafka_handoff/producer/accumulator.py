@@ -1,0 +1,496 @@
+"""The record accumulator: per-partition queues of batches between ``send()`` and the network thread.
+
+``send()`` appends to the last open batch of the record's partition (a new batch once ``batch.size`` is
+reached); the network thread asks which brokers have something to send (:meth:`RecordAccumulator.ready`)
+and takes batches off the queues (:meth:`RecordAccumulator.drain`).  Behaviour follows the Java client's
+``RecordAccumulator``:
+
+* a partition's first batch is *sendable* when it is full (or not the only batch), when it waited
+  ``linger.ms``, when a flush or close is in progress, or when senders are blocked waiting for memory;
+  a broker is *ready* when one of its partitions is sendable -- and then every partition it leads gives its
+  first batch to the request (up to ``max.request.size``);
+* memory is bounded: every batch reserves ``max(batch.size, record size)`` bytes of ``buffer.memory`` until
+  its outcome is delivered; ``send()`` blocks up to ``max.block.ms`` for memory, then fails;
+* batches waiting longer than ``delivery.timeout.ms`` expire;
+* a batch that failed with a retriable error goes back to the head of its queue (in sequence order with
+  idempotence) and waits ``retry.backoff.ms`` (doubling up to ``retry.backoff.max.ms``, +-20% jitter).
+
+Thread-safety: one lock guards all queues; ``send()`` holds it only for the append itself.  Times are
+passed in by the caller (``now_ms``); only the memory wait in :meth:`append` blocks (on a condition).
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
+from kafka_handoff.producer.batch import Entry, ProducerBatch
+from kafka_handoff.producer.partitioner import BuiltInPartitioner
+from kafka_handoff.protocol.compression import CompressionType
+from kafka_handoff.protocol.records import RECORD_BATCH_OVERHEAD
+from kafka_handoff.types import TopicPartition
+
+__all__ = ["ReadyCheck", "RecordAccumulator"]
+
+_FAR: Final = 1 << 62
+_COMPRESSION_ESTIMATION_FACTOR: Final = 1.05
+_RATIO_DETERIORATE_STEP: Final = 0.05
+_RATIO_IMPROVE_STEP: Final = 0.005
+
+
+class _TopicInfo:
+    __slots__ = ("available", "num_partitions", "partitioner", "tps")
+
+    def __init__(
+        self,
+        topic: str,
+        num_partitions: int,
+        available: Sequence[int],
+        sticky_batch_size: int,
+        rng: random.Random,
+    ) -> None:
+        self.num_partitions = num_partitions
+        self.available: tuple[int, ...] = tuple(available)
+        self.tps = tuple(TopicPartition(topic, p) for p in range(num_partitions))
+        self.partitioner = BuiltInPartitioner(topic, sticky_batch_size, rng)
+
+
+@dataclass(slots=True)
+class ReadyCheck:
+    """What :meth:`RecordAccumulator.ready` found."""
+
+    nodes: set[int] = field(default_factory=set)
+    next_ready_ms: int = _FAR
+    """The earliest time a partition that is not sendable yet becomes sendable (linger, backoff)."""
+    unknown_leader_topics: set[str] = field(default_factory=set)
+    expired: list[ProducerBatch] = field(default_factory=list)
+    """Queued batches past ``delivery.timeout.ms`` (removed from their queues)."""
+    next_expiry_ms: int = _FAR
+
+
+class RecordAccumulator:
+    def __init__(
+        self,
+        *,
+        batch_size: int = 16384,
+        linger_ms: int = 5,
+        buffer_memory: int = 33554432,
+        compression: CompressionType = CompressionType.NONE,
+        max_request_size: int = 1048576,
+        delivery_timeout_ms: int = 120000,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1000,
+        adaptive_partitioning: bool = True,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.batch_size = max(1, batch_size)
+        self.linger_ms = linger_ms
+        self.buffer_memory = buffer_memory
+        self.compression = compression
+        self.max_request_size = max_request_size
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.retry_backoff_max_ms = max(retry_backoff_ms, retry_backoff_max_ms)
+        self.adaptive = adaptive_partitioning
+        self._rng = rng if rng is not None else random.Random()
+        self._lock = threading.Lock()
+        self._space = threading.Condition(self._lock)
+        self._batches: dict[TopicPartition, collections.deque[ProducerBatch]] = {}
+        self._topics: dict[str, _TopicInfo] = {}
+        self._used = 0
+        self._waiting = 0
+        self._incomplete: set[ProducerBatch] = set()
+        self._flushes = 0
+        self._closed = False
+        self._drain_index: dict[int, int] = {}
+        self._ratio: dict[str, float] = {}
+        self.wait_time_ns_total = 0
+        # Wakeup bookkeeping (see append/ready/finish_poll): when the network thread will look next, and
+        # whether a batch appeared since it last looked.
+        self._next_check_ms = 0
+        self._new_data = False
+        self.waker: Callable[[], None] | None = None
+        """Wakes the network thread (called before ``send()`` blocks for memory: everything becomes
+        sendable then)."""
+
+    # ------------------------------------------------------------------ topics
+    def update_topic(self, topic: str, num_partitions: int, available: Sequence[int]) -> None:
+        """New metadata for ``topic`` (partition count and the partitions that have a leader)."""
+        with self._lock:
+            info = self._topics.get(topic)
+            if info is None or info.num_partitions != num_partitions:
+                self._topics[topic] = _TopicInfo(topic, num_partitions, available, self.batch_size, self._rng)
+            else:
+                info.available = tuple(available)
+
+    def has_topic(self, topic: str) -> bool:
+        return topic in self._topics
+
+    # ------------------------------------------------------------------ append (caller's thread)
+    def append(
+        self,
+        topic: str,
+        partition: int | None,
+        entry: Entry,
+        size: int,
+        now_ms: int,
+        max_block_ms: int = 0,
+        clock: Callable[[], int] | None = None,
+    ) -> bool:
+        """Append one record ``entry`` (estimated ``size`` bytes); ``partition=None`` uses the topic's
+        sticky partition.
+
+        Returns True when the network thread must be woken: a batch became sendable (full, or a new one
+        that lingers) earlier than the network thread planned to look again.  Blocks up to
+        ``max_block_ms`` for buffer memory, then raises :class:`KafkaTimeoutError`; raises
+        :class:`IllegalStateError` once closed.
+        """
+        with self._lock:
+            # Fast path: the record fits the partition's open batch.
+            info = self._topics.get(topic)
+            if info is not None and not self._closed:
+                if partition is None:
+                    pt = info.partitioner
+                    part = pt.current
+                    if part >= 0:
+                        dq = self._batches.get(info.tps[part])
+                        if dq:
+                            last = dq[-1]
+                            if not last.closed and last.size + size <= last.limit:
+                                last.entries.append(entry)
+                                last.size += size
+                                pt.on_append(part, size, False, info.num_partitions, info.available)
+                                return False
+                elif partition < info.num_partitions:
+                    dq = self._batches.get(info.tps[partition])
+                    if dq:
+                        last = dq[-1]
+                        if not last.closed and last.size + size <= last.limit:
+                            last.entries.append(entry)
+                            last.size += size
+                            return False
+            return self._append_slow(topic, partition, entry, size, now_ms, max_block_ms, clock)
+
+    def _append_slow(
+        self,
+        topic: str,
+        partition: int | None,
+        entry: Entry,
+        size: int,
+        now_ms: int,
+        max_block_ms: int,
+        clock: Callable[[], int] | None,
+    ) -> bool:
+        # Called with the lock held.
+        deadline: int | None = None
+        while True:
+            if self._closed:
+                raise IllegalStateError("cannot send: the producer is closed")
+            info = self._topics.get(topic)
+            if info is None:
+                raise IllegalStateError(f"no metadata for topic {topic!r}")  # the producer waits first
+            sticky = partition is None
+            if partition is None:
+                part = info.partitioner.partition(info.num_partitions, info.available)
+                dq = self._batches.get(info.tps[part])
+                if not dq or dq[-1].closed:
+                    # Java: every batch of the sticky partition is full or sent -> maybe switch now.
+                    info.partitioner.on_append(part, 0, True, info.num_partitions, info.available)
+                    part = info.partitioner.partition(info.num_partitions, info.available)
+                    dq = self._batches.get(info.tps[part])
+            else:
+                part = partition
+                if part >= info.num_partitions:
+                    raise IllegalStateError(f"partition {part} of {topic} does not exist")
+                dq = self._batches.get(info.tps[part])
+            tp = info.tps[part]
+            ready_at = now_ms + self.linger_ms
+            if dq:
+                last = dq[-1]
+                if not last.closed:
+                    if last.size + size <= last.limit:
+                        last.entries.append(entry)
+                        last.size += size
+                        if sticky:
+                            info.partitioner.on_append(part, size, False, info.num_partitions, info.available)
+                        return False
+                    last.closed = True  # full: no more appends, sendable
+                    ready_at = now_ms
+            need = max(self.batch_size, size + RECORD_BATCH_OVERHEAD)
+            if self._used + need <= self.buffer_memory:
+                break
+            # Wait for memory (Java: BufferPool.allocate), then start over: the partition may change.
+            now = clock() if clock is not None else now_ms
+            if deadline is None:
+                deadline = now_ms + max_block_ms
+            remaining = deadline - now
+            if remaining <= 0:
+                raise KafkaTimeoutError(
+                    f"failed to allocate {need} bytes within the configured max blocking time "
+                    f"{max_block_ms} ms (total memory: {self.buffer_memory} bytes, available: "
+                    f"{self.buffer_memory - self._used} bytes; buffer.memory)"
+                )
+            self._waiting += 1
+            if self.waker is not None:
+                self.waker()
+            try:
+                self._space.wait(remaining / 1000.0)
+            finally:
+                self._waiting -= 1
+            if clock is not None:
+                self.wait_time_ns_total += max(0, clock() - now) * 1_000_000
+        self._used += need
+        batch = ProducerBatch(tp, now_ms, self._limit(topic), need)
+        batch.entries.append(entry)
+        batch.size += size
+        if dq is None:
+            dq = self._batches[tp] = collections.deque()
+        dq.append(batch)
+        self._incomplete.add(batch)
+        if sticky:
+            info.partitioner.on_append(part, size, False, info.num_partitions, info.available)
+        self._new_data = True
+        if ready_at < self._next_check_ms:
+            self._next_check_ms = ready_at
+            return True
+        return False
+
+    def _limit(self, topic: str) -> int:
+        if self.compression == CompressionType.NONE:
+            return self.batch_size
+        ratio = self._ratio.get(topic, 1.0) * _COMPRESSION_ESTIMATION_FACTOR
+        # Uncompressed bytes that should compress to about batch.size, capped by max.request.size (a batch
+        # must fit a request; brokers limit batches to about 1 MB by default).
+        return max(self.batch_size, min(int(self.batch_size / ratio), self.max_request_size))
+
+    def update_compression_ratio(self, topic: str, observed: float) -> None:
+        """Java's ``CompressionRatioEstimator``: adapt quickly upwards, slowly downwards."""
+        current = self._ratio.get(topic, 1.0)
+        if observed > current:
+            self._ratio[topic] = max(current + _RATIO_DETERIORATE_STEP, observed)
+        elif observed < current:
+            self._ratio[topic] = max(current - _RATIO_IMPROVE_STEP, observed)
+
+    # ------------------------------------------------------------------ network thread
+    def backoff_ms(self, attempts: int) -> int:
+        """The retry backoff before attempt ``attempts + 1`` (exponential, without jitter)."""
+        if attempts <= 0:
+            return 0
+        return int(min(self.retry_backoff_max_ms, self.retry_backoff_ms * (2 ** min(attempts - 1, 30))))
+
+    def ready(self, leaders: Mapping[TopicPartition, int], now_ms: int) -> ReadyCheck:
+        """Which brokers have a sendable batch; expires queued batches past the delivery timeout."""
+        result = ReadyCheck()
+        nodes = result.nodes
+        linger = self.linger_ms
+        delivery = self.delivery_timeout_ms
+        with self._lock:
+            self._new_data = False
+            force = self._flushes > 0 or self._closed or self._waiting > 0
+            for tp, dq in self._batches.items():
+                if not dq:
+                    continue
+                while dq:
+                    first = dq[0]
+                    expires = first.created_ms + delivery
+                    if expires <= now_ms:
+                        dq.popleft()
+                        first.closed = True
+                        result.expired.append(first)
+                        continue
+                    if expires < result.next_expiry_ms:
+                        result.next_expiry_ms = expires
+                    break
+                if not dq:
+                    continue
+                leader = leaders.get(tp, -1)
+                if leader < 0:
+                    result.unknown_leader_topics.add(tp.topic)
+                    continue
+                if leader in nodes:
+                    continue
+                first = dq[0]
+                if first.attempts > 0:
+                    if first.retry_at_ms > now_ms:
+                        result.next_ready_ms = min(result.next_ready_ms, first.retry_at_ms)
+                        continue
+                    nodes.add(leader)
+                    continue
+                if force or len(dq) > 1 or first.closed:
+                    nodes.add(leader)
+                    continue
+                sendable_at = first.created_ms + linger
+                if sendable_at <= now_ms:
+                    nodes.add(leader)
+                else:
+                    result.next_ready_ms = min(result.next_ready_ms, sendable_at)
+            if self.adaptive:
+                self._update_load_stats(leaders)
+        return result
+
+    def finish_poll(self, next_check_ms: int) -> bool:
+        """The network thread will look again at ``next_check_ms``.  Returns True when a batch was created
+        since :meth:`ready` ran (then it must look again at once instead)."""
+        with self._lock:
+            if self._new_data:
+                self._next_check_ms = 0
+                return True
+            self._next_check_ms = next_check_ms
+            return False
+
+    def _update_load_stats(self, leaders: Mapping[TopicPartition, int]) -> None:
+        for info in self._topics.values():
+            if info.partitioner.current < 0 or info.num_partitions < 2:
+                continue
+            sizes: list[int] = []
+            ids: list[int] = []
+            for p in info.available:
+                tp = info.tps[p]
+                if leaders.get(tp, -1) < 0:
+                    continue
+                dq = self._batches.get(tp)
+                sizes.append(len(dq) if dq else 0)
+                ids.append(p)
+            info.partitioner.update_load_stats(sizes, ids, info.num_partitions)
+
+    def drain(
+        self,
+        partitions_by_node: Mapping[int, Sequence[TopicPartition]],
+        nodes: Iterable[int],
+        max_request_size: int,
+        now_ms: int,
+        may_drain: Callable[[ProducerBatch], bool] | None = None,
+        on_drained: Callable[[ProducerBatch], None] | None = None,
+    ) -> dict[int, list[ProducerBatch]]:
+        """Take up to ``max_request_size`` bytes of batches, one per partition, for each node.
+
+        ``may_drain`` vetoes a partition's first batch (idempotence ordering); ``on_drained`` runs (under the
+        lock) for each batch taken, e.g. to assign its sequence number."""
+        out: dict[int, list[ProducerBatch]] = {}
+        with self._lock:
+            for node in nodes:
+                parts = partitions_by_node.get(node)
+                if not parts:
+                    continue
+                n = len(parts)
+                start = self._drain_index.get(node, 0) % n
+                size = 0
+                taken: list[ProducerBatch] = []
+                last_index = start
+                for i in range(n):
+                    index = (start + i) % n
+                    dq = self._batches.get(parts[index])
+                    if not dq:
+                        continue
+                    first = dq[0]
+                    if first.attempts > 0 and first.retry_at_ms > now_ms:
+                        continue
+                    estimate = self._wire_estimate(first)
+                    if taken and size + estimate > max_request_size:
+                        break
+                    if may_drain is not None and not may_drain(first):
+                        continue
+                    dq.popleft()
+                    first.closed = True
+                    if on_drained is not None:
+                        on_drained(first)
+                    taken.append(first)
+                    size += estimate
+                    last_index = index
+                if taken:
+                    self._drain_index[node] = last_index + 1
+                    out[node] = taken
+        return out
+
+    def _wire_estimate(self, batch: ProducerBatch) -> int:
+        if batch.payload is not None:
+            return len(batch.payload)
+        if self.compression == CompressionType.NONE:
+            return batch.size
+        ratio = self._ratio.get(batch.topic, 1.0) * _COMPRESSION_ESTIMATION_FACTOR
+        return RECORD_BATCH_OVERHEAD + int((batch.size - RECORD_BATCH_OVERHEAD) * ratio)
+
+    def reenqueue(self, batch: ProducerBatch, now_ms: int, *, in_sequence_order: bool) -> None:
+        """Put a batch that will be retried back at the head of its queue."""
+        with self._lock:
+            batch.attempts += 1
+            batch.last_attempt_ms = now_ms
+            backoff = self.backoff_ms(batch.attempts) * self._rng.uniform(0.8, 1.2)
+            batch.retry_at_ms = now_ms + int(backoff)
+            batch.in_flight = False
+            dq = self._batches.get(batch.tp)
+            if dq is None:
+                dq = self._batches[batch.tp] = collections.deque()
+            if in_sequence_order and batch.has_sequence and dq and dq[0].has_sequence:
+                ahead: list[ProducerBatch] = []
+                while dq and dq[0].has_sequence and dq[0].base_sequence < batch.base_sequence:
+                    ahead.append(dq.popleft())
+                dq.appendleft(batch)
+                for b in reversed(ahead):
+                    dq.appendleft(b)
+            else:
+                dq.appendleft(batch)
+
+    def deallocate(self, batch: ProducerBatch) -> None:
+        """The batch's outcome was delivered: release its memory and forget it."""
+        with self._lock:
+            if batch in self._incomplete:
+                self._incomplete.discard(batch)
+                self._used -= batch.memory
+                self._space.notify_all()
+
+    def abort_undrained(self) -> list[ProducerBatch]:
+        """Remove and return every queued batch (close, fatal error)."""
+        with self._lock:
+            out: list[ProducerBatch] = []
+            for dq in self._batches.values():
+                while dq:
+                    batch = dq.popleft()
+                    batch.closed = True
+                    out.append(batch)
+            return out
+
+    # ------------------------------------------------------------------ flush / close / state
+    def begin_flush(self) -> list[ProducerBatch]:
+        """Make every batch sendable now; returns the batches not yet completed (to wait for)."""
+        with self._lock:
+            self._flushes += 1
+            return list(self._incomplete)
+
+    def end_flush(self) -> None:
+        with self._lock:
+            self._flushes -= 1
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._space.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def has_undrained(self) -> bool:
+        with self._lock:
+            return any(self._batches.values())
+
+    def incomplete(self) -> list[ProducerBatch]:
+        with self._lock:
+            return list(self._incomplete)
+
+    @property
+    def used_memory(self) -> int:
+        return self._used
+
+    @property
+    def waiting_threads(self) -> int:
+        return self._waiting
+
+    def queued_batches(self, tp: TopicPartition) -> list[ProducerBatch]:
+        with self._lock:
+            return list(self._batches.get(tp, ()))

@@ -1,0 +1,265 @@
+"""One producer batch: the records of one partition sent (and retried) together as one v2 record batch.
+
+``send()`` appends records as plain tuples (cheap on the caller's thread); the network thread encodes the
+whole batch once, when it is first drained, into a v2 record batch (magic 2, same layout as the Java
+producer's ``MemoryRecordsBuilder``; decoded by :mod:`kafka_handoff.protocol.records`).  A retry re-sends the
+very same bytes, so the broker sees the same producer id, epoch and sequence and de-duplicates.  When the
+idempotence state machine must move a batch to a new epoch/sequence (after an epoch bump), only the
+producer fields of the header are rewritten and the CRC recomputed, as Java's ``ProducerBatch`` does.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any, Final
+
+from crc32c import crc32c
+
+from kafka_handoff.protocol.compression import CompressionType, compress
+from kafka_handoff.protocol.records import RECORD_BATCH_OVERHEAD
+from kafka_handoff.types import RecordMetadata, TopicPartition
+
+__all__ = [
+    "NO_SEQUENCE",
+    "RECORD_OVERHEAD_ESTIMATE",
+    "Callback",
+    "Entry",
+    "Header",
+    "ProducerBatch",
+    "encode_records",
+    "estimate_headers_size",
+]
+
+NO_SEQUENCE: Final = -1
+
+#: Upper estimate of a record's bytes besides key, value and headers (length, attributes, timestamp delta,
+#: offset delta, key/value lengths, header count) used to size batches before they are encoded.
+RECORD_OVERHEAD_ESTIMATE: Final = 12
+
+Callback = Callable[[RecordMetadata | None, BaseException | None], Any]
+"""A send callback: ``callback(metadata, None)`` on success, ``callback(None, exception)`` on failure."""
+
+Header = tuple[str, bytes | None]
+# key, value, timestamp, headers, future, callback
+Entry = tuple[
+    bytes | None, bytes | None, int, Sequence[Header] | None, "Future[RecordMetadata]", Callback | None
+]
+
+_HALF: Final = 1 << 13
+_HEAD: Final = struct.Struct(">qiibI")  # base offset, length, partition leader epoch, magic, crc
+_TAIL: Final = struct.Struct(">hiqqqhii")  # attributes .. record count (covered by the crc)
+_PRODUCER: Final = struct.Struct(">qhi")  # producer id, epoch, base sequence
+_PRODUCER_OFFSET: Final = 43
+_CRC_OFFSET: Final = 17
+_ATTRIBUTES_OFFSET: Final = 21
+
+
+def _zz(value: int) -> bytes:
+    u = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
+_ZZ: Final[tuple[bytes, ...]] = tuple(_zz(v) for v in range(-_HALF, _HALF))
+
+
+def estimate_headers_size(headers: Sequence[Header]) -> int:
+    size = 1
+    for hkey, hvalue in headers:
+        size += 10 + len(hkey) * 3 + (len(hvalue) if hvalue is not None else 0)
+    return size
+
+
+def _headers(headers: Sequence[Header] | None) -> bytes:
+    if not headers:
+        return b"\x00"
+    zz = _ZZ
+    n = len(headers)
+    parts = [zz[n + _HALF] if n < _HALF else _zz(n)]
+    for hkey, hvalue in headers:
+        kb = hkey.encode("utf-8")
+        parts.append(zz[len(kb) + _HALF] if len(kb) < _HALF else _zz(len(kb)))
+        parts.append(kb)
+        if hvalue is None:
+            parts.append(b"\x01")
+        else:
+            hv = bytes(hvalue)
+            parts.append(zz[len(hv) + _HALF] if len(hv) < _HALF else _zz(len(hv)))
+            parts.append(hv)
+    return b"".join(parts)
+
+
+def encode_records(entries: Sequence[Entry], base_timestamp: int) -> bytes:
+    """The records section (uncompressed) of a batch whose offset deltas are 0, 1, 2, ..."""
+    zz = _ZZ
+    half = _HALF
+    top = 2 * half
+    parts: list[bytes] = []
+    extend = parts.extend
+    for delta, (key, value, ts, headers, _f, _c) in enumerate(entries):
+        d = ts - base_timestamp + half
+        ts_v = zz[d] if 0 <= d < top else _zz(d - half)
+        off_v = zz[delta + half] if delta < half else _zz(delta)
+        if key is None:
+            key_v = b"\x01"
+            key = b""
+        else:
+            n = len(key)
+            key_v = zz[n + half] if n < half else _zz(n)
+        if value is None:
+            value_v = b"\x01"
+            value = b""
+        else:
+            n = len(value)
+            value_v = zz[n + half] if n < half else _zz(n)
+        hdr = b"\x00" if not headers else _headers(headers)
+        body = 1 + len(ts_v) + len(off_v) + len(key_v) + len(key) + len(value_v) + len(value) + len(hdr)
+        extend(
+            (
+                zz[body + half] if body < half else _zz(body),
+                b"\x00",
+                ts_v,
+                off_v,
+                key_v,
+                key,
+                value_v,
+                value,
+                hdr,
+            )
+        )
+    return b"".join(parts)
+
+
+class ProducerBatch:
+    """Records for one partition; mutable state shared by the accumulator, sender and idempotence manager.
+
+    Appends happen under the accumulator's lock until the batch is *closed* (drained or full); from then on
+    only the network thread touches it, and the completion thread once it is done.
+    """
+
+    __slots__ = (
+        "attempts",
+        "base_sequence",
+        "closed",
+        "created_ms",
+        "done",
+        "done_event",
+        "entries",
+        "expired",
+        "in_flight",
+        "last_attempt_ms",
+        "limit",
+        "max_timestamp",
+        "memory",
+        "partition",
+        "payload",
+        "producer_epoch",
+        "producer_id",
+        "retry_at_ms",
+        "sequence_reset",
+        "size",
+        "topic",
+        "tp",
+        "uncompressed_size",
+    )
+
+    def __init__(self, tp: TopicPartition, created_ms: int, limit: int, memory: int) -> None:
+        self.tp = tp
+        self.topic = tp.topic
+        self.partition = tp.partition
+        self.entries: list[Entry] = []
+        self.size = RECORD_BATCH_OVERHEAD
+        """Estimated encoded size (uncompressed)."""
+        self.limit = limit
+        """Appends stop once another record would take :attr:`size` past this."""
+        self.memory = memory
+        """Bytes reserved from ``buffer.memory`` for this batch."""
+        self.created_ms = created_ms
+        self.last_attempt_ms = created_ms
+        self.attempts = 0
+        self.retry_at_ms = 0
+        self.closed = False
+        self.payload: bytes | None = None
+        self.uncompressed_size = 0
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.base_sequence = NO_SEQUENCE
+        self.sequence_reset = False
+        self.in_flight = False
+        self.done = False
+        self.expired = False
+        self.max_timestamp = -1
+        self.done_event = threading.Event()
+
+    def __repr__(self) -> str:
+        return (
+            f"ProducerBatch({self.tp}, records={len(self.entries)}, seq={self.base_sequence}, "
+            f"epoch={self.producer_epoch}, attempts={self.attempts})"
+        )
+
+    @property
+    def record_count(self) -> int:
+        return len(self.entries)
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + len(self.entries) - 1) & 0x7FFFFFFF
+
+    @property
+    def has_sequence(self) -> bool:
+        return self.base_sequence != NO_SEQUENCE
+
+    def set_producer_state(self, producer_id: int, epoch: int, base_sequence: int) -> None:
+        """Assign (or, after an epoch bump, reassign) the idempotence fields; rewrites an encoded header."""
+        self.producer_id = producer_id
+        self.producer_epoch = epoch
+        self.base_sequence = base_sequence
+        payload = self.payload
+        if payload is not None:
+            buf = bytearray(payload)
+            _PRODUCER.pack_into(buf, _PRODUCER_OFFSET, producer_id, epoch, base_sequence)
+            struct.pack_into(">I", buf, _CRC_OFFSET, crc32c(memoryview(buf)[_ATTRIBUTES_OFFSET:]))
+            self.payload = bytes(buf)
+
+    def reset_producer_state(self, producer_id: int, epoch: int, base_sequence: int) -> None:
+        """Move the batch to a new epoch/sequence (Java ``ProducerBatch.resetProducerState``)."""
+        self.sequence_reset = True
+        self.set_producer_state(producer_id, epoch, base_sequence)
+
+    def encode(self, compression: CompressionType, level: int | None) -> bytes:
+        """The batch's bytes: encoded once, at the first drain, and reused for every retry."""
+        payload = self.payload
+        if payload is not None:
+            return payload
+        entries = self.entries
+        base_ts = entries[0][2] if entries else -1
+        max_ts = max(e[2] for e in entries) if entries else -1
+        self.max_timestamp = max_ts
+        records = encode_records(entries, base_ts)
+        self.uncompressed_size = len(records) + RECORD_BATCH_OVERHEAD
+        if compression != CompressionType.NONE:
+            records = compress(compression, records, level)
+        count = len(entries)
+        tail = _TAIL.pack(
+            int(compression),
+            max(0, count - 1),
+            base_ts,
+            max_ts,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            count,
+        )
+        crc = crc32c(records, crc32c(tail))
+        head = _HEAD.pack(0, RECORD_BATCH_OVERHEAD - 12 + len(records), -1, 2, crc)
+        payload = self.payload = head + tail + records
+        return payload

@@ -1,0 +1,148 @@
+"""A cheaper :class:`concurrent.futures.Future` for the one-future-per-record API of ``send()``.
+
+A standard ``Future`` builds a ``threading.Condition`` (and its ``RLock``) in its constructor and takes it
+to complete: about half of the per-record cost of ``send()`` plus completion.  Most record futures are never
+waited on individually (callers flush, or wait on a few).  :class:`RecordFuture` is a real ``Future``
+subclass whose condition is created only when something needs it -- ``result()``, ``done()``,
+``add_done_callback()``, ``concurrent.futures.wait()``, ... all go through ``_condition`` -- and whose
+completion skips the condition when none was ever created.
+
+Why that is safe: the condition is created under one module-wide lock, and completion checks for it under
+the same lock.  If completion finds no condition, nobody can be waiting or have registered a callback (both
+need the condition), and whoever creates it later sees the final state and returns at once.  If the
+condition exists, completion takes the ordinary ``Future`` path.
+
+The class relies on CPython's ``Future`` attributes (``_state``, ``_result``, ``_exception``, ``_waiters``,
+``_done_callbacks``, ``_condition``), stable since Python 3.2; :data:`AVAILABLE` is False (and the producer
+uses plain futures) if a future Python changes them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, InvalidStateError
+from concurrent.futures._base import FINISHED, PENDING
+from typing import Any, Final
+
+from kafka_handoff.types import RecordMetadata
+
+__all__ = ["AVAILABLE", "RecordFuture", "complete_all", "complete_exception", "complete_result", "new_future"]
+
+_create_lock = threading.Lock()
+
+
+class RecordFuture(Future[RecordMetadata]):
+    """A ``Future[RecordMetadata]`` whose condition variable is created lazily."""
+
+    def __init__(self) -> None:  # deliberately no super().__init__(): no Condition yet
+        self._state = PENDING
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        self._waiters: list[Any] = []
+        self._done_callbacks: list[Any] = []
+
+    @property
+    def _condition(self) -> threading.Condition:  # read by every Future method
+        cond: threading.Condition | None = self.__dict__.get("_cond")
+        if cond is None:
+            with _create_lock:
+                cond = self.__dict__.get("_cond")
+                if cond is None:
+                    cond = self.__dict__["_cond"] = threading.Condition()
+        return cond
+
+    @_condition.setter
+    def _condition(self, value: threading.Condition) -> None:
+        self.__dict__["_cond"] = value
+
+    def _complete_fast(self, result: Any, exception: BaseException | None) -> bool | None:
+        """Complete without the condition if none exists; True/False: done (False: was not pending);
+        None: a condition exists, use the ordinary path."""
+        with _create_lock:
+            if "_cond" in self.__dict__:
+                return None
+            if self._state != PENDING:
+                return False
+            self._result = result
+            self._exception = exception
+            self._state = FINISHED
+            return True
+
+
+def _check() -> bool:
+    probe: Future[Any] = Future()
+    needed = ("_state", "_result", "_exception", "_waiters", "_done_callbacks", "_condition")
+    if not all(hasattr(probe, name) for name in needed):
+        return False
+    try:
+        marker = RecordMetadata("", 0, 1, 0)
+        f = RecordFuture()
+        f._complete_fast(marker, None)
+        waited = RecordFuture()
+        waited.add_done_callback(lambda _f: None)
+        waited.set_result(marker)
+        return f.result(0) is marker and f.done() and waited.result(0) is marker
+    except Exception:
+        return False
+
+
+AVAILABLE: Final = _check()
+
+
+def new_future() -> Future[RecordMetadata]:
+    return RecordFuture() if AVAILABLE else Future()
+
+
+def complete_result(future: Future[RecordMetadata], metadata: RecordMetadata) -> None:
+    """``future.set_result(metadata)``, cheaply when nobody waits; a cancelled future is left alone."""
+    if type(future) is RecordFuture:
+        outcome = future._complete_fast(metadata, None)
+        if outcome is not None:
+            return
+    try:
+        future.set_result(metadata)
+    except InvalidStateError:
+        pass
+
+
+def complete_exception(future: Future[RecordMetadata], error: BaseException) -> None:
+    if type(future) is RecordFuture:
+        outcome = future._complete_fast(None, error)
+        if outcome is not None:
+            return
+    try:
+        future.set_exception(error)
+    except InvalidStateError:
+        pass
+
+
+def complete_all(
+    futures: Sequence[Future[RecordMetadata]],
+    results: Sequence[RecordMetadata] | None,
+    error: BaseException | None = None,
+) -> None:
+    """Complete many futures: with ``results[i]`` each, or all with ``error``.  Futures nobody waits on are
+    completed under one acquisition of the creation lock; the others take the ordinary path after."""
+    slow: list[int] = []
+    with _create_lock:
+        for i, future in enumerate(futures):
+            if type(future) is RecordFuture and "_cond" not in future.__dict__:
+                if future._state == PENDING:
+                    if results is not None:
+                        future._result = results[i]
+                    else:
+                        future._exception = error
+                    future._state = FINISHED
+            else:
+                slow.append(i)
+    for i in slow:
+        future = futures[i]
+        try:
+            if results is not None:
+                future.set_result(results[i])
+            else:
+                assert error is not None
+                future.set_exception(error)
+        except InvalidStateError:
+            pass

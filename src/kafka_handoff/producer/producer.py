@@ -1,0 +1,567 @@
+"""The ``Producer``: the application-thread facade over the accumulator, the sender and a network thread.
+
+Design (the same threading model as the consumer, seed 002):
+
+* ``send()`` runs on the caller's thread: serialize, pick the partition, append the record to its
+  partition's open batch in the :class:`~kafka_handoff.producer.accumulator.RecordAccumulator`, return a
+  :class:`concurrent.futures.Future`.  It never touches a socket.
+* The producer's own :class:`~kafka_handoff.network.thread.NetworkThread` polls two request managers, the
+  shared :class:`~kafka_handoff.protocol.metadata.MetadataManager` and the
+  :class:`~kafka_handoff.producer.sender.Sender`, which encodes and sends batches and handles answers.
+* **Callbacks and futures are completed on a dedicated completion thread** (one per producer), never on the
+  network thread: a slow callback delays other callbacks (they run in order, per partition in offset order,
+  as in Java) but never the network I/O.  The memory of a batch is returned to ``buffer.memory`` only after
+  its callbacks ran, so slow callbacks push back on ``send()`` instead of letting memory grow.  A record
+  that fails inside ``send()`` itself (record too large, no metadata or no buffer memory within
+  ``max.block.ms``) gets its future failed and its callback called on the caller's thread before ``send()``
+  returns (Java delivers those errors the same way: through the future and the callback).
+
+``flush(timeout)`` makes everything sendable now and waits until every record sent before it has its
+outcome (callbacks included).  ``close(timeout)`` sends what it can within the timeout, then fails the
+futures of the records that are still queued or unanswered with a clear error -- also when the brokers are
+down -- and returns within about the timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from time import monotonic_ns, time_ns
+from typing import Any
+
+from kafka_handoff.config import ProducerConfig, parse_producer_config
+from kafka_handoff.errors import (
+    IllegalStateError,
+    KafkaError,
+    KafkaTimeoutError,
+    MessageTooLargeError,
+    SerializationError,
+    error_for_code,
+)
+from kafka_handoff.metrics import MetricConfig, Metrics
+from kafka_handoff.network.client import NetworkClient
+from kafka_handoff.network.thread import BackgroundError, NetworkThread
+from kafka_handoff.producer.accumulator import RecordAccumulator
+from kafka_handoff.producer.batch import (
+    RECORD_OVERHEAD_ESTIMATE,
+    Callback,
+    ProducerBatch,
+    estimate_headers_size,
+)
+from kafka_handoff.producer.future import complete_all, complete_exception, new_future
+from kafka_handoff.producer.idempotence import IdempotenceManager
+from kafka_handoff.producer.metrics import ProducerMetrics
+from kafka_handoff.producer.partitioner import murmur2
+from kafka_handoff.producer.sender import Sender
+from kafka_handoff.protocol.compression import CompressionType, compression_type_from_name
+from kafka_handoff.protocol.metadata import MetadataManager
+from kafka_handoff.protocol.records import RECORD_BATCH_OVERHEAD
+from kafka_handoff.protocol.requests import MonotonicClock
+from kafka_handoff.types import ClusterMetadata, PartitionInfo, RecordMetadata
+
+__all__ = ["Producer"]
+
+log = logging.getLogger(__name__)
+
+_FATAL_TOPIC_ERRORS = frozenset({17, 29})  # INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED
+_Completion = tuple[ProducerBatch, int, int, BaseException | None]
+Header = tuple[str, bytes | None]
+
+
+def _to_bytes(value: Any, what: str) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise SerializationError(
+        f"the {what} must be bytes (or str, bytearray, memoryview) when no {what}.serializer is configured; "
+        f"got {type(value).__name__}"
+    )
+
+
+def _headers(headers: Iterable[tuple[str, Any]] | Mapping[str, Any]) -> tuple[Header, ...]:
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out: list[Header] = []
+    for item in items:
+        hkey, hvalue = item
+        if not isinstance(hkey, str):
+            raise SerializationError(f"header keys must be str, got {type(hkey).__name__}")
+        out.append((hkey, None if hvalue is None else _to_bytes(hvalue, "header value")))
+    return tuple(out)
+
+
+class Producer:
+    """A Kafka producer.  Thread-safe: several threads may call :meth:`send` concurrently.
+
+    ``Producer({"bootstrap.servers": "localhost:9092", "compression.type": "lz4"})``; keyword arguments with
+    underscores are accepted too (``linger_ms=10``).  Idempotence is on by default (``acks=all``), as in
+    the Java client.
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        props = dict(config or {})
+        for key, value in kwargs.items():
+            props[key.replace("_", ".")] = value
+        self._config: ProducerConfig = parse_producer_config(props)
+        cfg = self._config
+        self.client_id: str = cfg.client_id
+        self._clock = MonotonicClock()
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._background: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._fatal: BaseException | None = None
+
+        self._key_serializer: Callable[[Any], Any] | None = cfg.key_serializer
+        self._value_serializer: Callable[[Any], Any] | None = cfg.value_serializer
+        self._ignore_keys = cfg.partitioner_ignore_keys
+        self._max_block_ms = cfg.max_block_ms
+        self._max_request_size = cfg.max_request_size
+        self._buffer_memory = cfg.buffer_memory
+        # Largest record size estimate (key + value + headers + overhead) that fits a request and the buffer.
+        self._max_record_size = min(cfg.max_request_size, cfg.buffer_memory) - RECORD_BATCH_OVERHEAD
+        self._delivery_timeout_ms = cfg.delivery_timeout_ms
+        compression = compression_type_from_name(cfg.compression_type)
+        level = cfg.compression_level
+        if compression == CompressionType.GZIP and level == -1:
+            level = None
+
+        self._metrics = Metrics(
+            MetricConfig(cfg.metrics_num_samples, cfg.metrics_sample_window_ms),
+            clock=self._clock,
+            default_tags={"client-id": self.client_id},
+        )
+        self._producer_metrics = ProducerMetrics(self._metrics)
+
+        self._accumulator = RecordAccumulator(
+            batch_size=cfg.batch_size,
+            linger_ms=cfg.linger_ms,
+            buffer_memory=cfg.buffer_memory,
+            compression=compression,
+            max_request_size=cfg.max_request_size,
+            delivery_timeout_ms=cfg.delivery_timeout_ms,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
+            adaptive_partitioning=cfg.partitioner_adaptive_partitioning_enable,
+        )
+        # Topics this producer writes to (network thread only) -> when first used.
+        self._topics: dict[str, int] = {}
+        # Published by the network thread (replaced, never mutated): topic -> partition count.
+        self._partition_counts: dict[str, int] = {}
+        self._topic_errors: Mapping[str, int] = {}
+        self._metadata = MetadataManager(
+            max_age_ms=cfg.metadata_max_age_ms,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
+            allow_auto_topic_creation=True,
+            topics=self._metadata_topics_nt,
+        )
+        client = NetworkClient(
+            list(cfg.bootstrap_addresses()),
+            client_id=self.client_id,
+            request_timeout_ms=cfg.request_timeout_ms,
+            connect_timeout_ms=cfg.socket_connection_setup_timeout_ms,
+            reconnect_backoff_ms=cfg.reconnect_backoff_ms,
+            reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
+            receive_buffer_bytes=cfg.receive_buffer_bytes,
+            send_buffer_bytes=cfg.send_buffer_bytes,
+            max_in_flight_per_connection=cfg.max_in_flight_requests_per_connection,
+        )
+        self._client = client
+        self._idempotence = IdempotenceManager() if cfg.enable_idempotence else None
+        self._completions: queue.SimpleQueue[_Completion | None] = queue.SimpleQueue()
+        self._sender = Sender(
+            self._accumulator,
+            self._metadata,
+            self._on_done_nt,
+            idempotence=self._idempotence,
+            acks=cfg.acks,
+            request_timeout_ms=cfg.request_timeout_ms,
+            retries=cfg.retries,
+            delivery_timeout_ms=cfg.delivery_timeout_ms,
+            max_request_size=cfg.max_request_size,
+            max_in_flight=cfg.max_in_flight_requests_per_connection,
+            compression=compression,
+            compression_level=level,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
+            metrics=self._producer_metrics,
+        )
+        self._metadata.listeners.append(lambda cluster, now: client.update_brokers(cluster.brokers.values()))
+        self._metadata.listeners.append(self._on_metadata_nt)
+        acc = self._accumulator
+        acc.waker = client.wakeup
+        pm = self._producer_metrics
+        pm.add_gauge("buffer-total-bytes", "Total buffer.memory", lambda: float(acc.buffer_memory))
+        pm.add_gauge(
+            "buffer-available-bytes",
+            "buffer.memory not in use",
+            lambda: float(acc.buffer_memory - acc.used_memory),
+        )
+        pm.add_gauge(
+            "waiting-threads", "Threads blocked in send() waiting for memory", lambda: acc.waiting_threads
+        )
+        pm.add_gauge(
+            "bufferpool-wait-time-ns-total",
+            "Total time send() waited for memory (ns)",
+            lambda: acc.wait_time_ns_total,
+        )
+        pm.add_gauge(
+            "requests-in-flight",
+            "Produce requests awaiting an answer",
+            lambda: self._sender.in_flight_requests(),
+        )
+
+        self._completer = threading.Thread(
+            target=self._complete_loop, name=f"kafka-handoff-producer-callbacks-{self.client_id}", daemon=True
+        )
+        self._thread = NetworkThread(
+            client,
+            [self._metadata, self._sender],
+            self._clock,
+            name=f"kafka-handoff-network-{self.client_id}",
+            background_events=self._background,
+            on_close=self._on_close_nt,
+        )
+        self._completer.start()
+        self._thread.start()
+
+    # ================================================================================ network thread side
+    def _metadata_topics_nt(self) -> frozenset[str]:
+        return frozenset(self._topics)
+
+    def _add_topic_nt(self, topic: str, now: int) -> None:
+        if topic not in self._topics:
+            self._topics[topic] = now
+            self._metadata.request_update()
+
+    def _on_metadata_nt(self, cluster: ClusterMetadata, now: int) -> None:
+        counts = dict(self._partition_counts)
+        for topic in self._topics:
+            parts = cluster.partitions.get(topic)
+            if not parts:
+                continue
+            self._accumulator.update_topic(topic, len(parts), [p.partition for p in parts if p.leader >= 0])
+            counts[topic] = len(parts)
+        self._topic_errors = dict(cluster.topic_errors)
+        self._partition_counts = counts
+
+    def _on_done_nt(
+        self, batch: ProducerBatch, base_offset: int, log_append_ms: int, error: BaseException | None
+    ) -> None:
+        self._completions.put((batch, base_offset, log_append_ms, error))
+
+    def _on_close_nt(self, now: int) -> bool:
+        return not self._sender.has_pending()
+
+    # ================================================================================ completion thread
+    def _complete_loop(self) -> None:
+        get = self._completions.get
+        while True:
+            item = get()
+            if item is None:
+                return
+            try:
+                self._complete(*item)
+            except BaseException:
+                log.exception("error completing a batch")
+
+    def _complete(
+        self, batch: ProducerBatch, base_offset: int, log_append_ms: int, error: BaseException | None
+    ) -> None:
+        try:
+            entries = batch.entries
+            futures = [e[4] for e in entries]
+            if error is None:
+                topic = batch.topic
+                partition = batch.partition
+                if base_offset >= 0 and log_append_ms >= 0:
+                    results = [
+                        RecordMetadata(topic, partition, base_offset + i, log_append_ms)
+                        for i in range(len(entries))
+                    ]
+                elif base_offset >= 0:
+                    results = [
+                        RecordMetadata(topic, partition, base_offset + i, e[2]) for i, e in enumerate(entries)
+                    ]
+                else:
+                    results = [
+                        RecordMetadata(topic, partition, -1, log_append_ms if log_append_ms >= 0 else e[2])
+                        for e in entries
+                    ]
+                complete_all(futures, results)
+                for i, entry in enumerate(entries):
+                    callback = entry[5]
+                    if callback is not None:
+                        self._run_callback(callback, results[i], None, batch)
+            else:
+                complete_all(futures, None, error)
+                for entry in entries:
+                    callback = entry[5]
+                    if callback is not None:
+                        self._run_callback(callback, None, error, batch)
+        finally:
+            batch.done_event.set()
+            self._accumulator.deallocate(batch)
+
+    @staticmethod
+    def _run_callback(
+        callback: Callback, metadata: RecordMetadata | None, error: BaseException | None, batch: ProducerBatch
+    ) -> None:
+        try:
+            callback(metadata, error)
+        except Exception:
+            log.exception("error in a send callback for %s", batch.tp)
+
+    # ================================================================================ application side
+    def _raise_background_errors(self) -> None:
+        while True:
+            try:
+                event = self._background.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(event, BackgroundError):
+                if event.fatal:
+                    self._fatal = event.error
+                raise event.error
+        if self._fatal is not None:
+            raise self._fatal
+
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        headers: Iterable[tuple[str, Any]] | Mapping[str, Any] | None = None,
+        timestamp: int | None = None,
+        callback: Callback | None = None,
+    ) -> Future[RecordMetadata]:
+        """Queue one record; returns a future of its :class:`~kafka_handoff.types.RecordMetadata`.
+
+        ``callback(metadata, exception)`` (one of them None) runs on the producer's completion thread once
+        the outcome is known.  Raises for misuse (closed producer, unserializable key/value, partition out
+        of range); delivery problems -- including a record larger than ``max.request.size`` and a
+        metadata or buffer-memory wait longer than ``max.block.ms`` -- fail the future instead.
+        """
+        if self._closed:
+            raise IllegalStateError("cannot send: the producer is closed")
+        if self._fatal is not None or not self._background.empty():
+            self._raise_background_errors()
+        if self._key_serializer is not None or self._value_serializer is not None:
+            key, value = self._serialize(topic, key, value)
+        if key is None:
+            size = RECORD_OVERHEAD_ESTIMATE
+        else:
+            if type(key) is not bytes:
+                key = _to_bytes(key, "key")
+            size = RECORD_OVERHEAD_ESTIMATE + len(key)
+        if value is not None:
+            if type(value) is not bytes:
+                value = _to_bytes(value, "value")
+            size += len(value)
+        hdrs: tuple[Header, ...] | None = None
+        if headers is not None:
+            hdrs = _headers(headers)
+            if hdrs:
+                size += estimate_headers_size(hdrs)
+            else:
+                hdrs = None
+        if timestamp is None:
+            timestamp = time_ns() // 1_000_000
+        elif timestamp < 0:
+            raise ValueError(f"invalid timestamp {timestamp}: it must be non-negative (or None for now)")
+        now = monotonic_ns() // 1_000_000
+        future = new_future()
+        num_partitions = self._partition_counts.get(topic)
+        max_block = self._max_block_ms
+        if num_partitions is None:
+            try:
+                num_partitions = self._wait_for_topic(topic, now + max_block)
+            except KafkaTimeoutError as exc:
+                return self._fail_now(future, callback, exc)
+            waited = monotonic_ns() // 1_000_000 - now
+            now += waited
+            max_block = max(0, max_block - waited)
+        if partition is not None:
+            if not 0 <= partition < num_partitions:
+                raise KafkaError(
+                    f"invalid partition {partition} for topic {topic}: "
+                    f"it has partitions 0..{num_partitions - 1}"
+                )
+        elif key is not None and not self._ignore_keys:
+            partition = (murmur2(key) & 0x7FFFFFFF) % num_partitions
+        if size > self._max_record_size:
+            return self._fail_now(future, callback, self._too_large(topic, size))
+        try:
+            wake = self._accumulator.append(
+                topic,
+                partition,
+                (key, value, timestamp, hdrs, future, callback),
+                size,
+                now,
+                max_block,
+                self._clock.now_ms,
+            )
+        except KafkaTimeoutError as exc:
+            return self._fail_now(future, callback, exc)
+        if wake:
+            self._client.wakeup()
+        return future
+
+    def _serialize(self, topic: str, key: Any, value: Any) -> tuple[Any, Any]:
+        ks = self._key_serializer
+        if ks is not None:
+            try:
+                key = ks(key)
+            except Exception as exc:
+                raise SerializationError(
+                    f"cannot serialize the key of a record for topic {topic}: {exc}"
+                ) from exc
+        vs = self._value_serializer
+        if vs is not None:
+            try:
+                value = vs(value)
+            except Exception as exc:
+                raise SerializationError(
+                    f"cannot serialize the value of a record for topic {topic}: {exc}"
+                ) from exc
+        return key, value
+
+    def _too_large(self, topic: str, size: int) -> MessageTooLargeError:
+        serialized = size + RECORD_BATCH_OVERHEAD
+        if serialized > self._max_request_size:
+            return MessageTooLargeError(
+                f"the record is {serialized} bytes when serialized, which is larger than "
+                f"{self._max_request_size}, the value of max.request.size (topic {topic})"
+            )
+        return MessageTooLargeError(
+            f"the record is {serialized} bytes when serialized, which is larger than the total "
+            f"memory buffer (buffer.memory={self._buffer_memory}) (topic {topic})"
+        )
+
+    def _fail_now(
+        self, future: Future[RecordMetadata], callback: Callback | None, error: BaseException
+    ) -> Future[RecordMetadata]:
+        complete_exception(future, error)
+        if callback is not None:
+            try:
+                callback(None, error)
+            except Exception:
+                log.exception("error in a send callback")
+        return future
+
+    def _wait_for_topic(self, topic: str, deadline_ms: int) -> int:
+        """Block until the topic's partition count is known (Java ``waitOnMetadata``)."""
+        while True:
+            count = self._partition_counts.get(topic)
+            if count is not None:
+                return count
+            code = self._topic_errors.get(topic)
+            if code in _FATAL_TOPIC_ERRORS:
+                raise error_for_code(code or 0, f"topic {topic}")
+            remaining = deadline_ms - self._clock.now_ms()
+            if remaining <= 0:
+                raise KafkaTimeoutError(
+                    f"topic {topic} not present in metadata after {self._max_block_ms} ms"
+                )
+
+            def run(now: int, fut: Future[Any]) -> None:
+                self._add_topic_nt(topic, now)
+                self._metadata.wait_for_update(fut, frozenset({topic}))
+
+            fut = self._thread.call(run, deadline_ms=deadline_ms, name=f"metadata for topic {topic}")
+            try:
+                fut.result(remaining / 1000.0)
+            except (FutureTimeout, KafkaTimeoutError):
+                continue
+            except KafkaError:
+                self._raise_background_errors()
+                raise
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything now and wait until every record sent before this call has its outcome
+        (callbacks included).  Raises :class:`KafkaTimeoutError` if that takes longer than ``timeout``
+        seconds (``None``: no limit)."""
+        if not self._background.empty():
+            self._raise_background_errors()
+        batches = self._accumulator.begin_flush()
+        self._client.wakeup()
+        try:
+            deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+            for batch in batches:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not batch.done_event.wait(remaining):
+                    pending = sum(len(b.entries) for b in batches if not b.done_event.is_set())
+                    raise KafkaTimeoutError(
+                        f"flush timed out after {timeout} s with {pending} record(s) not delivered"
+                    )
+        finally:
+            self._accumulator.end_flush()
+
+    def partitions_for(self, topic: str, timeout: float | None = None) -> list[PartitionInfo]:
+        """The topic's partitions (waits up to ``timeout`` s, default ``max.block.ms``, for metadata)."""
+        if self._closed:
+            raise IllegalStateError("the producer is closed")
+        timeout_ms = self._max_block_ms if timeout is None else int(timeout * 1000)
+        self._wait_for_topic(topic, self._clock.now_ms() + timeout_ms)
+        parts = self._metadata.cluster.partitions.get(topic, ())
+        return list(parts)
+
+    def metrics(self) -> dict[str, float]:
+        """Current metric values keyed ``"producer-metrics:<name>"``."""
+        return self._metrics.as_dict()
+
+    @property
+    def config(self) -> ProducerConfig:
+        return self._config
+
+    def close(self, timeout: float | None = None) -> None:
+        """Send what is queued, for up to ``timeout`` seconds (``None``: until everything has an outcome,
+        which ``delivery.timeout.ms`` bounds), then stop.  Records without an outcome by then fail with
+        :class:`~kafka_handoff.errors.IllegalStateError` ("closed before the record could be delivered")."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        start = time.monotonic()
+        if timeout is None:
+            timeout_ms = self._delivery_timeout_ms + self._config.request_timeout_ms + 5_000
+        else:
+            timeout_ms = max(0, int(timeout * 1000))
+        self._accumulator.close()
+        self._client.wakeup()
+        self._thread.close(timeout_ms)
+        error = IllegalStateError(
+            f"the producer was closed before the record could be delivered (close timeout {timeout_ms} ms)"
+        )
+        aborted = self._sender.abort_all(error, self._clock.now_ms())
+        if aborted:
+            log.warning("closing the producer failed %d record(s) that were not delivered", aborted)
+        self._completions.put(None)
+        remaining = timeout_ms / 1000.0 - (time.monotonic() - start)
+        self._completer.join(max(remaining, 0.5))
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Producer(client_id={self.client_id!r}, closed={self._closed})"
+
+    # ================================================================================ for tests/tools
+    def _debug_state(self) -> dict[str, Any]:
+        return {
+            "in_flight_requests": self._sender.in_flight_requests(),
+            "used_memory": self._accumulator.used_memory,
+            "producer_id": self._idempotence.producer_id if self._idempotence else None,
+            "epoch": self._idempotence.epoch if self._idempotence else None,
+        }
