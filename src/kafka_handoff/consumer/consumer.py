@@ -395,11 +395,11 @@ class Consumer:
         if isinstance(event, _CommitCallback):
             event.callback(event.offsets, event.error)
         elif isinstance(event, CallbackNeeded):
+            # Rebalance callbacks run inside poll() (or while leaving), never inside another call, and in
+            # the order the membership asked for them.
+            self._deferred_callbacks.append(event)
             if self._in_poll or self._leaving:
-                self._on_callback_needed(event)
-            else:
-                # Rebalance callbacks run inside poll() (or while leaving), never inside another call.
-                self._deferred_callbacks.append(event)
+                self._run_deferred_callbacks()
 
     # ==================================================================================== rebalance callbacks
     def _record_callback_latency(self, kind: CallbackKind, ms: float) -> None:
@@ -420,6 +420,25 @@ class Consumer:
         if membership is None:
             return
         self._thread.call(lambda now, f: f.set_result(membership.on_callback_completed(seq, error, now)))
+
+    def _run_deferred_callbacks(self) -> None:
+        """Run queued callbacks in order.  An ASSIGN waits while an earlier REVOKE has not completed, so the
+        listener sees revoked-then-assigned (KIP-429 order) even when the revoke is delayed (KIP-983); a
+        LOST never waits."""
+        queue_ = self._deferred_callbacks
+        i = 0
+        while i < len(queue_):
+            event = queue_[i]
+            if (
+                event.kind is CallbackKind.ASSIGN
+                and self._revoke.pending_seqs()
+                and not self._leaving
+            ):
+                i += 1
+                continue
+            del queue_[i]
+            self._on_callback_needed(event)
+            i = 0
 
     def _on_callback_needed(self, event: CallbackNeeded) -> None:
         parts = event.partitions
@@ -539,6 +558,7 @@ class Consumer:
         self._in_poll = True
         try:
             self._complete_revokes(self._revoke.start_of_poll())
+            self._run_deferred_callbacks()
         finally:
             self._in_poll = False
         membership = self.membership
@@ -550,8 +570,7 @@ class Consumer:
         partitions lost, so the application learns at once)."""
         self._in_poll = True
         try:
-            while self._deferred_callbacks:
-                self._on_callback_needed(self._deferred_callbacks.pop(0))
+            self._run_deferred_callbacks()
             self._raise_background_errors()
         finally:
             self._in_poll = False
@@ -927,9 +946,9 @@ class Consumer:
 
     def _leave_group_loop(self, membership: Any, deadline: float) -> None:
         # Callbacks that arrived between polls, then pending delayed revokes, complete now.
-        while self._deferred_callbacks:
-            self._on_callback_needed(self._deferred_callbacks.pop(0))
+        self._run_deferred_callbacks()
         self._complete_revokes(self._revoke.complete_all())
+        self._run_deferred_callbacks()
         self._run_nt(lambda now: membership.leave(now))
         while time.monotonic() < deadline:
             try:
