@@ -68,6 +68,17 @@ def cmd_fetch_jars(args: argparse.Namespace) -> int:
         return 1
     how = "resolved with Maven" if jars.resolved_now else "already cached"
     print(f"Kafka {jars.version} jars {how} in {jars.seconds:.1f}s: {jars.libs}")
+    from kafka_handoff.devbroker import cds, config
+
+    java = config.java_executable()
+    if cds.archive_path(jars, java).is_file():
+        return 0
+    started = time.monotonic()
+    archive = cds.ensure_archive(jars, java)
+    if archive is not None:
+        print(f"broker class-data-sharing archive trained in {time.monotonic() - started:.1f}s: {archive}")
+    else:
+        print("broker class-data-sharing archive unavailable (brokers start a little slower)")
     return 0
 
 

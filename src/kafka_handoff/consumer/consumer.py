@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
 
 from kafka_handoff.config import ConsumerConfig, parse_consumer_config
@@ -348,12 +348,14 @@ class Consumer:
                 self._wakeup_requested.clear()
                 raise WakeupError(f"{what} was interrupted by wakeup()")
             remaining = deadline - time.monotonic()
-            try:
-                return future.result(max(0.0, min(remaining, 0.1)))
-            except FutureTimeout:
-                if remaining <= 0:
-                    future.cancel()
-                    raise KafkaTimeoutError(f"{what} did not complete within {timeout_ms} ms") from None
+            # concurrent.futures.wait, not result(timeout): a future failed with KafkaTimeoutError (a
+            # TimeoutError) must surface as that error, not look like "not done yet".
+            done, _ = futures_wait([future], max(0.0, min(remaining, 0.1)))
+            if done:
+                return future.result()
+            if remaining <= 0:
+                future.cancel()
+                raise KafkaTimeoutError(f"{what} did not complete within {timeout_ms} ms")
 
     def _call(self, fn: Callable[[int, Future[Any]], None], timeout_ms: int, what: str) -> Any:
         self._ensure_open()

@@ -34,11 +34,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
 
+from kafka_handoff.devbroker import cds
 from kafka_handoff.devbroker.config import (
     ALLOWED_NODE_COUNTS,
     NodeSpec,
@@ -269,6 +270,8 @@ class Cluster:
         self.started_at = started_at if started_at is not None else time.time()
         #: Seconds from launching the JVMs until ready (set by :func:`start`).
         self.start_seconds: float = 0.0
+        #: Extra JVM options of the broker processes (CDS archive, ...), reused by :meth:`restart_node`.
+        self.jvm_opts: list[str] = []
         self._procs: dict[int, subprocess.Popen[bytes]] = {}  # node id -> supervisor or detached JVM
         self._lock = threading.RLock()
         self._stopped = False
@@ -335,7 +338,7 @@ class Cluster:
 
     def _launch(self, node: Node, classpath: str, java: str) -> None:
         node.stdout_path.parent.mkdir(parents=True, exist_ok=True)
-        cmd = server_command(node.spec(), classpath, _LOG4J_CONFIG, java)
+        cmd = server_command(node.spec(), classpath, _LOG4J_CONFIG, java, self.jvm_opts)
         previous = self._procs.pop(node.node_id, None)
         if previous is not None:  # an earlier process of this node that died: reap it
             _close_pipes(previous)
@@ -680,16 +683,23 @@ def start(
     supervised: bool = True,
     timeout: float = DEFAULT_START_TIMEOUT_S,
     overrides: Mapping[str, str] | None = None,
+    jvm_opts: Sequence[str] = (),
+    use_cds: bool = True,
 ) -> Cluster:
     """Start a 1- or 3-node KRaft cluster on 127.0.0.1 and wait until it serves clients.
 
     ``data_dir`` ``None``: a fresh temporary directory, removed again by :meth:`Cluster.stop`.
     ``overrides``: extra or replaced broker settings (dotted Kafka names).
+    ``jvm_opts``: extra JVM options for the broker processes.
+    ``use_cds``: map the class-data-sharing archive (:mod:`.cds`; trained on first use).
     """
     if nodes not in ALLOWED_NODE_COUNTS:
         raise ConfigError(f"nodes: {nodes!r} is not allowed; allowed values: 1, 3")
     jars = ensure_jars()
     java = java_executable()
+    if use_cds:
+        cds.ensure_archive(jars, java)
+        jvm_opts = [*cds.jvm_opts(jars, java), *jvm_opts]
     ephemeral = data_dir is None
     root = Path(tempfile.mkdtemp(prefix="handoff-broker-")) if data_dir is None else Path(data_dir).resolve()
     if not ephemeral:
@@ -715,6 +725,7 @@ def start(
         cluster = Cluster(
             root, cluster_id, members, supervised=supervised, ephemeral=ephemeral, overrides=overrides
         )
+        cluster.jvm_opts = list(jvm_opts)
         specs = [m.spec() for m in members]
         for spec in specs:
             spec.node_dir.mkdir(parents=True, exist_ok=True)

@@ -211,12 +211,15 @@ def format_command(
     ]
 
 
-def server_command(node: NodeSpec, classpath: str, log4j_config: Path, java: str) -> list[str]:
+def server_command(
+    node: NodeSpec, classpath: str, log4j_config: Path, java: str, extra_jvm_opts: Sequence[str] = ()
+) -> list[str]:
     """``kafka-server-start.sh server.properties`` without the scripts."""
     return [
         java,
         *JVM_HEAP_OPTS,
         *JVM_PERFORMANCE_OPTS,
+        *extra_jvm_opts,
         *_log_opts(node, log4j_config),
         "-cp",
         classpath,

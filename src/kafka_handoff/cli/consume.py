@@ -1,0 +1,156 @@
+"""``handoff consume``: a console consumer, like kcat's consumer mode.
+
+Without ``--group`` it assigns every partition of the topic (no group membership); with ``--group`` it
+subscribes and joins the group.  ``--format none`` prints only counts and the rate (for measuring).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "consume", help="consume records from a topic and print them (or just count them)"
+    )
+    p.add_argument(
+        "--bootstrap-servers",
+        default=os.environ.get("HANDOFF_BOOTSTRAP", "127.0.0.1:9092"),
+        help="host:port[,host:port] (default: $HANDOFF_BOOTSTRAP or 127.0.0.1:9092)",
+    )
+    p.add_argument("--topic", "-t", required=True)
+    p.add_argument(
+        "--group", "-g", help="join this consumer group (subscribe) instead of assigning all partitions"
+    )
+    p.add_argument("--group-protocol", choices=["classic", "consumer"], default="classic")
+    p.add_argument(
+        "--from-beginning", action="store_true", help="start at the earliest offset when none is committed"
+    )
+    p.add_argument(
+        "--max-records", "-n", type=int, default=0, help="stop after this many records (0: no limit)"
+    )
+    p.add_argument("--format", choices=["text", "json", "none"], default="text")
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=0.0,
+        help="stop after this many seconds without records (0: never)",
+    )
+    p.add_argument(
+        "-X", dest="extra", action="append", default=[], metavar="KEY=VALUE", help="extra consumer config"
+    )
+    p.set_defaults(func=_run)
+
+
+def _text(value: bytes | None) -> str:
+    if value is None:
+        return "null"
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(value).decode("ascii")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from kafka_handoff.consumer import Consumer
+    from kafka_handoff.errors import ConfigError, KafkaError, WakeupError
+    from kafka_handoff.types import TopicPartition
+
+    config: dict[str, Any] = {
+        "bootstrap.servers": args.bootstrap_servers,
+        "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+    }
+    if args.group:
+        config["group.id"] = args.group
+        config["group.protocol"] = args.group_protocol
+    for item in args.extra:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"error: -X {item!r} is not KEY=VALUE", file=sys.stderr)
+            return 2
+        config[key] = value
+    try:
+        consumer = Consumer(config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    stop = {"flag": False}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop["flag"] = True
+        consumer.wakeup()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    count = 0
+    nbytes = 0
+    start = time.monotonic()
+    first: float | None = None
+    last_record = time.monotonic()
+    out = sys.stdout
+    try:
+        if args.group:
+            consumer.subscribe([args.topic])
+        else:
+            parts = consumer.partitions_for(args.topic)
+            consumer.assign([TopicPartition(args.topic, p.partition) for p in parts])
+        while not stop["flag"]:
+            try:
+                records = consumer.poll(0.5)
+            except WakeupError:
+                break
+            if not records:
+                if args.idle_timeout and time.monotonic() - last_record > args.idle_timeout:
+                    break
+                continue
+            last_record = time.monotonic()
+            if first is None:
+                first = last_record
+            for r in records:
+                count += 1
+                nbytes += len(r.value or b"")
+                if args.format == "text":
+                    out.write(f"{r.topic}-{r.partition}@{r.offset}\t{_text(r.key)}\t{_text(r.value)}\n")
+                elif args.format == "json":
+                    out.write(
+                        json.dumps(
+                            {
+                                "topic": r.topic,
+                                "partition": r.partition,
+                                "offset": r.offset,
+                                "timestamp": r.timestamp,
+                                "key": _text(r.key),
+                                "value": _text(r.value),
+                                "headers": [[k, _text(v)] for k, v in r.headers],
+                            }
+                        )
+                        + "\n"
+                    )
+                if args.max_records and count >= args.max_records:
+                    stop["flag"] = True
+                    break
+    except KafkaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        consumer.close(10)
+    end = time.monotonic()
+    span = end - (first if first is not None else start)
+    rate = count / span if span > 0 and count else 0.0
+    print(
+        f"consumed {count} records, {nbytes / 1e6:.1f} MB in {span:.2f}s: {rate:,.0f} records/s, "
+        f"{nbytes / 1e6 / span if span > 0 else 0.0:.1f} MB/s",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,703 @@
+"""The producer's sender and idempotence state machine against a fake broker, with a fake clock.
+
+The fake broker keeps partition logs and applies the idempotent-append rules a Kafka broker applies
+(per producer id and partition: epoch, next sequence, the last five batches for de-duplication), so the
+tests check outcomes in the log -- no record lost, none duplicated, order kept -- not just requests.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from kafka_handoff.errors import ConnectionError_, KafkaTimeoutError, MessageTooLargeError
+from kafka_handoff.producer.accumulator import RecordAccumulator
+from kafka_handoff.producer.batch import RECORD_OVERHEAD_ESTIMATE, ProducerBatch
+from kafka_handoff.producer.future import complete_all
+from kafka_handoff.producer.idempotence import IdempotenceManager, ProducerState
+from kafka_handoff.producer.sender import Sender
+from kafka_handoff.protocol.metadata import MetadataManager
+from kafka_handoff.protocol.records import decode_batches, iter_batch_headers
+from kafka_handoff.protocol.requests import FakeClock, UnsentRequest
+from kafka_handoff.protocol.versions import ApiKey
+from kafka_handoff.types import BrokerNode, ClusterMetadata, PartitionInfo, RecordMetadata, TopicPartition
+
+pytestmark = pytest.mark.unit
+
+NOT_LEADER = 6
+NOT_ENOUGH_REPLICAS = 19
+OUT_OF_ORDER = 45
+DUPLICATE_SEQUENCE = 46
+UNKNOWN_PRODUCER_ID = 59
+INVALID_RECORD = 87
+CORRUPT_MESSAGE = 2
+CLUSTER_AUTH = 31
+MESSAGE_TOO_LARGE = 10
+
+
+# ---------------------------------------------------------------------------------------------------------
+# fake broker
+
+
+@dataclass
+class _ProducerEntry:
+    epoch: int
+    last_seq: int
+    cache: collections.deque[tuple[int, int, int]] = field(
+        default_factory=lambda: collections.deque(maxlen=5)
+    )
+
+
+class FakeBroker:
+    """Partition logs with Kafka's idempotent append rules (enough of ``ProducerStateManager``)."""
+
+    def __init__(self) -> None:
+        self.logs: dict[TopicPartition, list[bytes | None]] = collections.defaultdict(list)
+        self.producers: dict[tuple[int, TopicPartition], _ProducerEntry] = {}
+        self.next_pid = 1000
+        self.log_start: dict[TopicPartition, int] = collections.defaultdict(int)
+
+    def append(self, tp: TopicPartition, data: bytes) -> tuple[int, int]:
+        (header,) = list(iter_batch_headers(data))
+        values = [r.value for r in decode_batches(data, topic=tp.topic, partition=tp.partition).records]
+        pid, epoch, seq = header.producer_id, header.producer_epoch, header.base_sequence
+        last = (seq + header.records_count - 1) & 0x7FFFFFFF if seq >= 0 else -1
+        if pid >= 0:
+            state = self.producers.get((pid, tp))
+            if state is None:
+                pass  # no state for this producer (new, or expired): any sequence is accepted
+            elif epoch < state.epoch:
+                return 47, -1  # INVALID_PRODUCER_EPOCH
+            elif epoch > state.epoch:
+                if seq != 0:
+                    return OUT_OF_ORDER, -1
+            else:
+                for first_seq, last_seq, offset in state.cache:
+                    if (first_seq, last_seq) == (seq, last):
+                        return 0, offset  # duplicate of a recent batch: its original offset
+                if seq != (state.last_seq + 1) & 0x7FFFFFFF:
+                    return OUT_OF_ORDER, -1
+        log = self.logs[tp]
+        offset = len(log)
+        log.extend(values)
+        if pid >= 0:
+            state = self.producers.get((pid, tp))
+            if state is None or state.epoch != epoch:
+                state = self.producers[(pid, tp)] = _ProducerEntry(epoch, last)
+            state.last_seq = last
+            state.cache.append((seq, last, offset))
+        return 0, offset
+
+
+Action = Callable[[TopicPartition, bytes], tuple[int, int] | str | None]
+"""Fault injection per partition of a produce request: return ``(error_code, offset)`` to answer that
+instead of appending, ``"append_then_fail"`` to append and then fail the whole request (a timeout after
+the broker wrote), ``"fail"`` to fail the request without appending, or None for normal handling."""
+
+
+class Harness:
+    def __init__(
+        self,
+        *,
+        partitions: int = 1,
+        leaders: dict[int, int] | None = None,
+        idempotent: bool = True,
+        acks: int = -1,
+        linger_ms: int = 0,
+        batch_size: int = 16384,
+        max_in_flight: int = 5,
+        delivery_timeout_ms: int = 120_000,
+        retries: int = 2**31 - 1,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1000,
+        max_request_size: int = 1048576,
+    ) -> None:
+        self.clock = FakeClock()
+        self.broker = FakeBroker()
+        self.metadata = MetadataManager()
+        self.leaders = leaders or {p: 1 for p in range(partitions)}
+        self.partitions = partitions
+        self.set_leaders(self.leaders)
+        self.acc = RecordAccumulator(
+            batch_size=batch_size,
+            linger_ms=linger_ms,
+            buffer_memory=64 * 1024 * 1024,
+            delivery_timeout_ms=delivery_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
+            max_request_size=max_request_size,
+            rng=random.Random(0),
+        )
+        self.acc.update_topic("t", partitions, list(range(partitions)))
+        self.idem = IdempotenceManager() if idempotent else None
+        self.done: list[tuple[ProducerBatch, int, BaseException | None]] = []
+        self.sender = Sender(
+            self.acc,
+            self.metadata,
+            self._on_done,
+            idempotence=self.idem,
+            acks=acks,
+            retries=retries,
+            delivery_timeout_ms=delivery_timeout_ms,
+            max_in_flight=max_in_flight,
+            max_request_size=max_request_size,
+            retry_backoff_ms=retry_backoff_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
+        )
+        self.in_flight: list[UnsentRequest] = []
+        self.actions: list[Action] = []
+
+    def set_leaders(self, leaders: dict[int, int]) -> None:
+        self.leaders = leaders
+        self.metadata.cluster = ClusterMetadata(
+            brokers={n: BrokerNode(n, "127.0.0.1", 9000 + n) for n in (1, 2, 3)},
+            partitions={
+                "t": tuple(PartitionInfo("t", p, leaders.get(p, -1)) for p in range(self.partitions))
+            },
+        )
+
+    def _on_done(
+        self, batch: ProducerBatch, base_offset: int, log_append_ms: int, error: BaseException | None
+    ) -> None:
+        self.done.append((batch, base_offset, error))
+        futures = [e[4] for e in batch.entries]
+        if error is None:
+            complete_all(
+                futures,
+                [
+                    RecordMetadata(
+                        batch.topic, batch.partition, base_offset + i if base_offset >= 0 else -1, e[2]
+                    )
+                    for i, e in enumerate(batch.entries)
+                ],
+            )
+        else:
+            complete_all(futures, None, error)
+        self.acc.deallocate(batch)
+
+    # -- driving --------------------------------------------------------------------------------------
+    def send(self, value: bytes, partition: int = 0) -> Future[RecordMetadata]:
+        fut: Future[RecordMetadata] = Future()
+        self.acc.append(
+            "t",
+            partition,
+            (None, value, 1000, None, fut, None),
+            len(value) + RECORD_OVERHEAD_ESTIMATE,
+            self.clock.now_ms(),
+        )
+        return fut
+
+    def poll(self) -> list[UnsentRequest]:
+        result = self.sender.poll(self.clock.now_ms())
+        self.in_flight.extend(result.unsent)
+        self.last_wait = result.wait_ms
+        return result.unsent
+
+    def produce_requests(self) -> list[UnsentRequest]:
+        return [r for r in self.in_flight if r.api_key == ApiKey.PRODUCE]
+
+    @staticmethod
+    def batches_of(request: UnsentRequest) -> list[tuple[TopicPartition, bytes]]:
+        body = request.body(11)
+        return [
+            (TopicPartition(t["name"], p["index"]), p["records"])
+            for t in body["topic_data"]
+            for p in t["partition_data"]
+        ]
+
+    @staticmethod
+    def header(data: bytes) -> Any:
+        (h,) = list(iter_batch_headers(data))
+        return h
+
+    def answer(self, request: UnsentRequest | None = None) -> None:
+        """Let the fake broker handle one outstanding request (the oldest by default)."""
+        if request is None:
+            request = self.in_flight[0]
+        self.in_flight.remove(request)
+        now = self.clock.now_ms()
+        if request.api_key == ApiKey.INIT_PRODUCER_ID:
+            pid = self.broker.next_pid
+            self.broker.next_pid += 1
+            assert request.on_response is not None
+            request.on_response(SimpleNamespace(error_code=0, producer_id=pid, producer_epoch=0), 5, now)
+            return
+        assert request.api_key == ApiKey.PRODUCE
+        if not request.expect_response:
+            for tp, data in self.batches_of(request):
+                self.broker.append(tp, data)
+            assert request.on_response is not None
+            request.on_response(None, 11, now)
+            return
+        topics: dict[str, list[SimpleNamespace]] = collections.defaultdict(list)
+        fail_request = False
+        for tp, data in self.batches_of(request):
+            outcome: tuple[int, int] | str | None = None
+            for action in self.actions:
+                outcome = action(tp, data)
+                if outcome is not None:
+                    break
+            if outcome == "fail":
+                fail_request = True
+                continue
+            if outcome == "append_then_fail":
+                self.broker.append(tp, data)
+                fail_request = True
+                continue
+            code, offset = outcome if isinstance(outcome, tuple) else self.broker.append(tp, data)
+            topics[tp.topic].append(
+                SimpleNamespace(
+                    index=tp.partition,
+                    error_code=code,
+                    base_offset=offset,
+                    log_append_time=None,
+                    log_start_offset=self.broker.log_start[tp],
+                    record_errors=(),
+                    error_message=None,
+                )
+            )
+        if fail_request:
+            assert request.on_failure is not None
+            request.on_failure(KafkaTimeoutError("Produce request timed out"), now)
+            return
+        response = SimpleNamespace(
+            responses=[SimpleNamespace(name=t, partition_responses=parts) for t, parts in topics.items()],
+            throttle_time=None,
+        )
+        assert request.on_response is not None
+        request.on_response(response, 11, now)
+
+    def run(self, max_steps: int = 10_000, advance_ms: int = 10) -> None:
+        """Poll and answer until nothing is queued or in flight (advancing the clock when idle)."""
+        for _ in range(max_steps):
+            self.poll()
+            if self.in_flight:
+                self.answer()
+                continue
+            if not self.sender.has_pending():
+                return
+            self.clock.advance(advance_ms)
+        raise AssertionError("the sender did not settle")
+
+    def init(self) -> None:
+        (request,) = self.poll()
+        assert request.api_key == ApiKey.INIT_PRODUCER_ID
+        self.answer(request)
+
+
+def values(n: int, prefix: str = "v") -> list[bytes]:
+    return [f"{prefix}{i}".encode() for i in range(n)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# idempotence basics
+
+
+def test_init_producer_id_comes_first() -> None:
+    h = Harness()
+    h.send(b"a")
+    first = h.poll()
+    assert [r.api_key for r in first] == [ApiKey.INIT_PRODUCER_ID]
+    assert h.poll() == []  # nothing is produced while the id is pending
+    h.answer(first[0])
+    (produce,) = h.poll()
+    ((_tp, data),) = h.batches_of(produce)
+    header = h.header(data)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (1000, 0, 0)
+
+
+def test_init_producer_id_retried_after_failure_with_backoff() -> None:
+    h = Harness()
+    (request,) = h.poll()
+    assert request.on_failure is not None
+    request.on_failure(ConnectionError_("down"), h.clock.now_ms())
+    h.in_flight.clear()
+    assert h.poll() == []  # backing off
+    h.clock.advance(200)
+    (again,) = h.poll()
+    assert again.api_key == ApiKey.INIT_PRODUCER_ID
+
+
+def test_sequences_count_records_per_partition() -> None:
+    h = Harness(partitions=2, batch_size=200)
+    h.init()
+    for v in values(12, "a"):
+        h.send(v, 0)
+    for v in values(5, "b"):
+        h.send(v, 1)
+    seen: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
+    for _ in range(20):
+        for request in h.poll():
+            for tp, data in h.batches_of(request):
+                header = h.header(data)
+                seen[tp.partition].append((header.base_sequence, header.records_count))
+        while h.in_flight:
+            h.answer()
+    for runs in seen.values():
+        expected = 0
+        for seq, count in runs:
+            assert seq == expected
+            expected += count
+    assert sum(c for _s, c in seen[0]) == 12 and sum(c for _s, c in seen[1]) == 5
+    assert h.broker.logs[TopicPartition("t", 0)] == values(12, "a")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# retries keep the sequence; the broker de-duplicates
+
+
+def test_retry_after_timeout_resends_same_bytes_and_is_deduplicated() -> None:
+    h = Harness(retry_backoff_ms=100)
+    h.init()
+    futures = [h.send(v) for v in values(3)]
+    (request,) = h.poll()
+    ((_tp, original),) = h.batches_of(request)
+    h.actions.append(lambda tp, data: "append_then_fail")  # broker writes, the answer is lost
+    h.answer(request)
+    h.actions.clear()
+    assert h.broker.logs[TopicPartition("t", 0)] == values(3)
+    assert not any(f.done() for f in futures)
+    assert h.poll() == []  # retry backoff
+    h.clock.advance(79)
+    assert h.poll() == []  # still inside the backoff (100 ms -20% jitter at least)
+    h.clock.advance(50)
+    (retry,) = h.poll()
+    ((_tp, resent),) = h.batches_of(retry)
+    assert resent == original  # same producer id, epoch, sequence: same bytes
+    h.answer(retry)
+    assert h.broker.logs[TopicPartition("t", 0)] == values(3)  # no duplicate
+    assert [f.result(0).offset for f in futures] == [0, 1, 2]
+
+
+def test_duplicate_sequence_number_counts_as_success() -> None:
+    h = Harness()
+    h.init()
+    fut = h.send(b"x")
+    (request,) = h.poll()
+    h.actions.append(lambda tp, data: (DUPLICATE_SEQUENCE, -1))
+    h.answer(request)
+    assert fut.result(0).offset == -1
+    assert h.idem is not None and h.idem.last_acked_sequence(TopicPartition("t", 0)) == 0
+
+
+def test_five_in_flight_and_ordering_survives_a_failed_first_request() -> None:
+    h = Harness(batch_size=100, max_in_flight=5)
+    h.init()
+    h.send(b"first")
+    h.run()  # the broker knows the producer now (sequence 0 acknowledged)
+    data = values(40)
+    futures = [h.send(v) for v in data]
+    requests = h.poll()
+    assert len(requests) == 5  # up to max.in.flight requests to the broker, one batch of the partition each
+    assert h.poll() == []  # a sixth must wait
+    first_seqs = [h.header(h.batches_of(r)[0][1]).base_sequence for r in requests]
+    assert first_seqs == sorted(first_seqs) and first_seqs[0] == 1
+    # The first request fails with a retriable error (nothing written); the broker then rejects the next
+    # four, which would leave a gap, with OUT_OF_ORDER_SEQUENCE_NUMBER.
+    h.actions.append(lambda tp, d: (NOT_ENOUGH_REPLICAS, -1) if h.header(d).base_sequence == 1 else None)
+    for request in list(requests):
+        h.answer(request)
+    h.actions.clear()
+    assert h.broker.logs[TopicPartition("t", 0)] == [b"first"]
+    assert not any(f.done() for f in futures)
+    # Retries go one at a time, starting with the lowest sequence, until the partition caught up.
+    h.clock.advance(200)
+    (retry,) = h.poll()
+    assert h.header(h.batches_of(retry)[0][1]).base_sequence == 1
+    assert h.poll() == []  # the next retried batch waits for the first one
+    h.run()
+    assert h.broker.logs[TopicPartition("t", 0)] == [b"first", *data]
+    assert [f.result(0).offset for f in futures] == list(range(1, 41))
+    assert h.idem is not None and h.idem.epoch == 0  # no epoch bump was needed
+
+
+def test_permanent_failure_leaves_a_gap_and_bumps_the_epoch() -> None:
+    h = Harness(batch_size=100)
+    h.init()
+    h.send(b"first")
+    h.run()
+    data = values(12)
+    futures = [h.send(v) for v in data]
+    requests = h.poll()
+    assert len(requests) >= 2
+    first_batch = h.batches_of(requests[0])[0][1]
+    first_count = h.header(first_batch).records_count
+    # The first batch is rejected for good; the broker answers the rest with OUT_OF_ORDER (gap).
+    h.actions.append(lambda tp, d: (INVALID_RECORD, -1) if h.header(d).base_sequence == 1 else None)
+    for request in list(requests):
+        h.answer(request)
+    h.actions.clear()
+    assert all(isinstance(f.exception(0), Exception) for f in futures[:first_count])
+    h.run()
+    assert h.idem is not None and h.idem.epoch == 1
+    # Everything after the failed batch is in the log once, in order, under the new epoch from sequence 0.
+    assert h.broker.logs[TopicPartition("t", 0)] == [b"first", *data[first_count:]]
+    assert [f.result(0).offset for f in futures[first_count:]] == list(range(1, len(data) - first_count + 1))
+    state = h.broker.producers[(1000, TopicPartition("t", 0))]
+    assert state.epoch == 1 and state.cache[0][0] == 0  # the new epoch started at sequence 0
+
+
+def test_out_of_order_for_a_later_batch_retries_without_bump() -> None:
+    h = Harness(batch_size=100)
+    h.init()
+    h.send(b"first")
+    h.run()
+    data = values(10)
+    futures = [h.send(v) for v in data]
+    requests = h.poll()
+    # The first request is still unanswered when the broker rejects the second (it has not seen seq 0).
+    h.actions.append(lambda tp, d: (OUT_OF_ORDER, -1) if h.header(d).base_sequence > 1 else None)
+    h.answer(requests[1])
+    h.actions.clear()
+    assert h.idem is not None and not h.idem.epoch_bump_required
+    h.run()
+    assert h.idem.epoch == 0
+    assert h.broker.logs[TopicPartition("t", 0)] == [b"first", *data]
+    assert all(f.result(0).offset >= 0 for f in futures)
+
+
+def test_unknown_producer_id_bumps_epoch_and_resends_from_zero() -> None:
+    h = Harness()
+    h.init()
+    h.send(b"a")
+    h.run()
+    fut = h.send(b"b")
+    (request,) = h.poll()
+    # The broker lost this producer's state (log start moved past the acknowledged records).
+    h.broker.log_start[TopicPartition("t", 0)] = 5
+    h.actions.append(lambda tp, d: (UNKNOWN_PRODUCER_ID, -1))
+    h.answer(request)
+    h.actions.clear()
+    h.clock.advance(200)
+    (retry,) = h.poll()
+    header = h.header(h.batches_of(retry)[0][1])
+    assert (header.producer_epoch, header.base_sequence) == (1, 0)
+    h.answer(retry)
+    assert fut.result(0).offset == 1
+    assert h.broker.logs[TopicPartition("t", 0)] == [b"a", b"b"]
+
+
+def test_epoch_exhausted_gets_a_new_producer_id() -> None:
+    h = Harness()
+    h.init()
+    assert h.idem is not None
+    h.idem.epoch = 32767
+    h.idem.request_epoch_bump(TopicPartition("t", 0))
+    h.send(b"x")
+    (request,) = h.poll()
+    assert request.api_key == ApiKey.INIT_PRODUCER_ID
+    h.answer(request)
+    (produce,) = h.poll()
+    header = h.header(h.batches_of(produce)[0][1])
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (1001, 0, 0)
+
+
+def test_fatal_init_error_fails_queued_records() -> None:
+    h = Harness()
+    fut = h.send(b"x")
+    (request,) = h.poll()
+    assert request.on_response is not None
+    request.on_response(SimpleNamespace(error_code=CLUSTER_AUTH, producer_id=-1, producer_epoch=-1), 5, 0)
+    h.in_flight.clear()
+    h.poll()
+    assert h.idem is not None and h.idem.state is ProducerState.FATAL
+    assert "CLUSTER_AUTHORIZATION_FAILED" in str(fut.exception(0))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# delivery timeout
+
+
+def test_queued_batch_expires_after_delivery_timeout() -> None:
+    h = Harness(delivery_timeout_ms=30_000, leaders={0: -1})  # no leader: nothing can be sent
+    h.init()
+    fut = h.send(b"x")
+    h.poll()
+    assert h.metadata._need_update  # unknown leader -> metadata refresh requested
+    h.clock.advance(29_999)
+    h.poll()
+    assert not fut.done()
+    h.clock.advance(1)
+    h.poll()
+    error = fut.exception(0)
+    assert isinstance(error, KafkaTimeoutError)
+    assert "Expiring 1 record(s) for t-0" in str(error) and "delivery.timeout.ms=30000" in str(error)
+
+
+def test_poll_wait_covers_linger_and_expiry() -> None:
+    h = Harness(linger_ms=50, delivery_timeout_ms=30_000)
+    h.init()
+    h.send(b"x")
+    assert h.poll() == []
+    assert 0 < h.last_wait <= 50
+    h.clock.advance(50)
+    assert len(h.poll()) == 1
+
+
+def test_in_flight_expiry_holds_new_batches_until_resolved_then_continues() -> None:
+    h = Harness(delivery_timeout_ms=30_000)
+    h.init()
+    first = h.send(b"a")
+    (request,) = h.poll()
+    h.clock.advance(30_000)
+    h.poll()
+    assert isinstance(first.exception(0), KafkaTimeoutError)
+    second = h.send(b"b")
+    assert h.poll() == []  # the sequence of the expired batch is unresolved: hold new data
+    h.answer(request)  # ...the late answer says it was written
+    h.run()
+    assert h.idem is not None and h.idem.epoch == 0  # resolved: it was acknowledged, no bump
+    assert second.result(0).offset == 1
+    assert h.broker.logs[TopicPartition("t", 0)] == [b"a", b"b"]
+
+
+def test_in_flight_expiry_bumps_epoch_when_the_batch_was_not_written() -> None:
+    h = Harness(delivery_timeout_ms=30_000)
+    h.init()
+    first = h.send(b"a")
+    (request,) = h.poll()
+    h.clock.advance(30_000)
+    h.poll()
+    assert first.done()
+    second = h.send(b"b")
+    h.actions.append(lambda tp, d: "fail")  # the request fails: the batch was never written
+    h.answer(request)
+    h.actions.clear()
+    h.run()
+    assert h.idem is not None and h.idem.epoch == 1
+    assert second.result(0).offset == 0
+    assert h.broker.logs[TopicPartition("t", 0)] == [b"b"]
+
+
+def test_retriable_error_after_delivery_timeout_fails_with_timeout() -> None:
+    h = Harness(delivery_timeout_ms=30_000, idempotent=False)
+    fut = h.send(b"a")
+    (request,) = h.poll()
+    h.clock.advance(30_001)
+    h.in_flight.remove(request)
+    assert request.on_failure is not None
+    request.on_failure(ConnectionError_("connection lost"), h.clock.now_ms())
+    error = fut.exception(0)
+    assert isinstance(error, KafkaTimeoutError) and "Expiring 1 record(s)" in str(error)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# limits, acks, leaders, backoff
+
+
+def test_at_most_max_in_flight_requests_per_broker() -> None:
+    h = Harness(partitions=10, batch_size=100, max_in_flight=5)
+    h.init()
+    for i in range(400):
+        h.send(b"value-%d" % i, i % 10)
+    peak = 0
+    for _ in range(1000):
+        h.poll()
+        peak = max(peak, len(h.produce_requests()))
+        if not h.in_flight:
+            if not h.sender.has_pending():
+                break
+            h.clock.advance(10)
+            continue
+        h.answer()
+    assert peak == 5
+    assert sum(len(v) for v in h.broker.logs.values()) == 400
+
+
+def test_request_holds_one_batch_per_partition_within_max_request_size() -> None:
+    h = Harness(partitions=4, batch_size=1000, max_request_size=2500, idempotent=False)
+    for p in range(4):
+        for i in range(8):
+            h.send(b"x" * 100, p)
+    request = h.poll()[0]
+    parts = [tp.partition for tp, _d in h.batches_of(request)]
+    assert len(parts) == len(set(parts)) == 2  # two ~1 KB batches fit 2.5 KB, one per partition
+
+
+def test_acks_zero_completes_without_offsets() -> None:
+    h = Harness(idempotent=False, acks=0)
+    fut = h.send(b"x")
+    (request,) = h.poll()
+    assert not request.expect_response
+    h.answer(request)
+    assert fut.result(0).offset == -1
+    assert h.broker.logs[TopicPartition("t", 0)] == [b"x"]
+
+
+def test_not_leader_refreshes_metadata_and_retries_on_new_leader() -> None:
+    h = Harness(idempotent=False)
+    fut = h.send(b"x")
+    (request,) = h.poll()
+    assert request.node == 1
+    h.metadata._need_update = False
+    h.actions.append(lambda tp, d: (NOT_LEADER, -1))
+    h.answer(request)
+    h.actions.clear()
+    assert h.metadata._need_update
+    h.set_leaders({0: 2})
+    h.clock.advance(200)
+    (retry,) = h.poll()
+    assert retry.node == 2
+    h.answer(retry)
+    assert fut.result(0).offset == 0
+
+
+def test_retry_backoff_grows_exponentially_up_to_the_maximum() -> None:
+    h = Harness(idempotent=False, retry_backoff_ms=100, retry_backoff_max_ms=1000)
+    fut = h.send(b"x")
+    h.actions.append(lambda tp, d: (NOT_LEADER, -1))
+    gaps = []
+    last_send = h.clock.now_ms()
+    for _ in range(7):
+        while True:
+            requests = h.poll()
+            if requests:
+                break
+            h.clock.advance(1)
+        gaps.append(h.clock.now_ms() - last_send)
+        last_send = h.clock.now_ms()
+        h.answer(requests[0])
+    gaps = gaps[1:]  # the first send is immediate
+    for gap, base in zip(gaps, [100, 200, 400, 800, 1000, 1000], strict=True):
+        assert 0.8 * base - 1 <= gap <= 1.2 * base + 1
+    assert not fut.done()
+
+
+def test_retries_exhausted_fails_with_the_broker_error() -> None:
+    h = Harness(idempotent=False, retries=2)
+    fut = h.send(b"x")
+    h.actions.append(lambda tp, d: (NOT_LEADER, -1))
+    h.run()
+    assert "NOT_LEADER_OR_FOLLOWER" in str(fut.exception(0))
+
+
+def test_message_too_large_from_broker_is_not_retried() -> None:
+    h = Harness()
+    h.init()
+    fut = h.send(b"x")
+    h.actions.append(lambda tp, d: (MESSAGE_TOO_LARGE, -1))
+    (request,) = h.poll()
+    h.answer(request)
+    assert isinstance(fut.exception(0), MessageTooLargeError)
+    assert h.poll() == []
+
+
+def test_abort_all_fails_queued_and_in_flight() -> None:
+    h = Harness(partitions=2)
+    h.init()
+    in_flight = h.send(b"a", 0)
+    h.poll()
+    h.set_leaders({0: 1, 1: -1})
+    queued = h.send(b"b", 1)
+    h.poll()
+    error = RuntimeError("closed")
+    assert h.sender.abort_all(error, h.clock.now_ms()) == 2
+    assert in_flight.exception(0) is error and queued.exception(0) is error
+    assert not h.sender.has_pending()
