@@ -99,12 +99,12 @@ def _topic_name(test_name: str) -> str:
 def topic_factory(request: pytest.FixtureRequest) -> Iterator[TopicFactory]:
     """``topic_factory(partitions=8, replication=1, configs=None, *, on=None) -> unique topic name``.
 
-    Creates the topic with confluent-kafka's AdminClient on ``on`` (a broker/cluster fixture value or a
-    bootstrap string; default: the session ``broker``) and returns once every bootstrap server's
-    Metadata shows a leader for every partition.  Topics are deleted again after the test.
+    Creates the topic with the project's own admin client on ``on`` (a broker/cluster fixture value or a
+    bootstrap string; default: the session ``broker``) and returns once every broker's Metadata shows a
+    leader for every partition.  Topics are deleted again after the test.
     """
-    confluent_kafka = pytest.importorskip("confluent_kafka")
-    admin_mod = pytest.importorskip("confluent_kafka.admin")
+    from kafka_handoff.admin import AdminClient, NewTopic
+
     created: list[tuple[str, str]] = []
 
     def make(
@@ -117,14 +117,9 @@ def topic_factory(request: pytest.FixtureRequest) -> Iterator[TopicFactory]:
         target: Any = request.getfixturevalue("broker") if on is None else on
         bootstrap = target if isinstance(target, str) else target.bootstrap_servers
         name = _topic_name(request.node.name)
-        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
-        new_topic = admin_mod.NewTopic(
-            name, num_partitions=partitions, replication_factor=replication, config=dict(configs or {})
-        )
-        futures = admin.create_topics([new_topic], operation_timeout=30, request_timeout=60)
-        futures[name].result(timeout=60)
+        with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+            admin.create_topics([NewTopic(name, partitions, replication, dict(configs or {}))], timeout=60)
         created.append((bootstrap, name))
-        devbroker.wait_for_topic(bootstrap, name, partitions, timeout=60)
         return name
 
     yield make
@@ -134,8 +129,7 @@ def topic_factory(request: pytest.FixtureRequest) -> Iterator[TopicFactory]:
         by_bootstrap.setdefault(bootstrap, []).append(name)
     for bootstrap, names in by_bootstrap.items():
         try:
-            admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
-            for future in admin.delete_topics(names, operation_timeout=10, request_timeout=15).values():
-                future.result(timeout=20)
+            with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+                admin.delete_topics(names, if_exists=True, wait=False, timeout=15)
         except Exception:  # best effort: the broker may be gone (fault tests) or the topic deleted already
             pass

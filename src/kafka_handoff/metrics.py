@@ -561,7 +561,10 @@ class RebalanceMetrics:
     * ``rebalance_completed(now_ms)`` records the latency since the start into ``rebalance-latency-*``,
       ``rebalance-total`` and ``rebalance-rate-per-hour`` and stamps ``last-rebalance-seconds-ago``; without
       a start it only stamps the time;
-    * ``rebalance_failed(now_ms)`` counts one failed rebalance and clears the start.
+    * ``rebalance_failed(now_ms)`` counts one failed rebalance and clears the start; a retry either calls
+      ``rebalance_started`` again (measured from the retry) or completes without doing so -- the classic
+      membership treats a retried JoinGroup/SyncGroup as the same rebalance, as Java does -- and is then
+      measured from the failed attempt's start.
 
     Callback latencies are registered under the names the Java code uses (``partition-revoked-latency-avg``)
     and, as aliases of the same values, the names KIP-429 and the Kafka docs list
@@ -579,6 +582,7 @@ class RebalanceMetrics:
         self._metrics = metrics
         self._lock = threading.Lock()
         self._start_ms: int | None = None
+        self._failed_start_ms: int | None = None  # the start of the last failed attempt, for a retry
         self._last_end_ms: int | None = None
         self._assigned: Callable[[], int] = (
             assigned_partitions if assigned_partitions is not None else lambda: 0
@@ -647,16 +651,22 @@ class RebalanceMetrics:
         with self._lock:
             if self._start_ms is None:
                 self._start_ms = now_ms
+                self._failed_start_ms = None
 
     def rebalance_completed(self, now_ms: int) -> None:
         with self._lock:
             start, self._start_ms = self._start_ms, None
+            if start is None:
+                start = self._failed_start_ms
+            self._failed_start_ms = None
             self._last_end_ms = now_ms
         if start is not None:
             self._rebalance.record(now_ms - start, now_ms)
 
     def rebalance_failed(self, now_ms: int) -> None:
         with self._lock:
+            if self._start_ms is not None:
+                self._failed_start_ms = self._start_ms
             self._start_ms = None
         self._failed.record(1.0, now_ms)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from kafka_handoff import devbroker
+from kafka_handoff.devbroker import cds, config
 from kafka_handoff.devbroker.cluster import _pid_alive
 from kafka_handoff.devbroker.probe import ProbeConnection, parse_bootstrap
 
@@ -176,6 +178,11 @@ def test_interrupted_test_run_leaves_no_kafka_jvm(tmp_path: Path, sig: signal.Si
             # Nothing in the dead process could clean up: the supervisors' death-watch must.
             # (SIGTERM to the JVM, SIGKILL after 10 s; usually gone in 1-2 s.)
             assert wait_until_gone(pids, 30) == [], "JVM outlived a SIGKILLed test run"
+            data_dir = Path(info["data_dir"])
+            deadline = time.monotonic() + 10  # the supervisors delete the temporary data dir
+            while data_dir.exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not data_dir.exists()
         else:
             assert code == 2, output  # pytest's "interrupted" exit status
             assert "KeyboardInterrupt" in output
@@ -190,3 +197,35 @@ def test_interrupted_test_run_leaves_no_kafka_jvm(tmp_path: Path, sig: signal.Si
         for pid in info.get("pids", []):
             if _pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
+        if info:
+            shutil.rmtree(info["data_dir"], ignore_errors=True)
+
+
+def test_a_broken_cds_archive_is_discarded_and_the_broker_starts_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = devbroker.ensure_jars()
+    java = config.java_executable()
+    trained = cds.ensure_archive(real, java)
+    if trained is None:
+        pytest.skip("no class-data-sharing archive on this JDK")
+    # A private cache holding the real jars and a truncated archive (what a crash mid-write would leave).
+    version_dir = tmp_path / "cache" / f"kafka-{devbroker.KAFKA_VERSION}"
+    version_dir.mkdir(parents=True)
+    (version_dir / "libs").symlink_to(real.libs)
+    shutil.copy(real.libs.parent / ".resolved", version_dir / ".resolved")
+    monkeypatch.setenv("HANDOFF_CACHE_DIR", str(tmp_path / "cache"))
+    jars = devbroker.ensure_jars()
+    assert not jars.resolved_now and jars.libs == version_dir / "libs"
+    archive = cds.archive_path(jars, java)
+    archive.write_bytes(trained.read_bytes()[: 1 << 20])
+
+    cluster = devbroker.start(nodes=1)
+    try:
+        assert api_versions_ok(cluster.bootstrap_servers)
+        assert not any("SharedArchiveFile" in opt for opt in cluster.jvm_opts)
+        assert not archive.exists()
+        assert archive.with_suffix(".jsa.failed").exists()
+        assert cds.jvm_opts(jars, java) == []
+    finally:
+        cluster.stop()

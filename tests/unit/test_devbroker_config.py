@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kafka_handoff.cli.main import build_parser
-from kafka_handoff.devbroker import config, jars, probe
+from kafka_handoff.devbroker import cds, config, jars, probe
 from kafka_handoff.devbroker.config import NodeSpec, broker_settings, generate_cluster_id, render_properties
 from kafka_handoff.errors import ConfigError
 
@@ -175,3 +175,18 @@ def test_cli_has_broker_and_demo_subcommands() -> None:
         assert callable(parser.parse_args(["broker", action]).func)
     with pytest.raises(SystemExit):
         parser.parse_args(["broker", "start", "--nodes", "2"])
+
+
+def test_cds_archive_is_used_only_when_present_and_enabled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    resolved = jars.ResolvedJars("4.3.1", tmp_path / "libs", False, 0.0)
+    monkeypatch.delenv("HANDOFF_CDS", raising=False)
+    assert cds.jvm_opts(resolved, "/usr/bin/java") == []
+    archive = cds.archive_path(resolved, "/usr/bin/java")
+    assert archive.parent == tmp_path
+    archive.write_bytes(b"x")
+    assert cds.jvm_opts(resolved, "/usr/bin/java") == [f"-XX:SharedArchiveFile={archive}"]
+    monkeypatch.setenv("HANDOFF_CDS", "0")
+    assert cds.jvm_opts(resolved, "/usr/bin/java") == []
+    assert cds.ensure_archive(resolved, "/usr/bin/java") is None

@@ -31,6 +31,10 @@ def entry(value: bytes = VALUE) -> Entry:
     return (None, value, 0, None, fut, None)
 
 
+def now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
 def make(**kwargs: object) -> RecordAccumulator:
     params: dict[str, object] = {"batch_size": 1000, "linger_ms": 10, "rng": random.Random(1)}
     params.update(kwargs)
@@ -147,7 +151,7 @@ def test_drain_rotates_the_starting_partition() -> None:
 
 
 def test_memory_bound_times_out_send() -> None:
-    acc = make(buffer_memory=3000, batch_size=1000)
+    acc = make(buffer_memory=3300, batch_size=1000)
     for p in (0, 1, 0):
         acc.append("t", p, entry(b"z" * 1000), 1000 + RECORD_OVERHEAD_ESTIMATE, 0)
     assert acc.used_memory == 3 * (1000 + RECORD_OVERHEAD_ESTIMATE + RECORD_BATCH_OVERHEAD)
@@ -170,9 +174,9 @@ def test_blocked_send_proceeds_when_memory_is_freed() -> None:
                 0,
                 entry(b"z" * 950),
                 950 + RECORD_OVERHEAD_ESTIMATE,
-                0,
+                now_ms(),
                 30_000,
-                lambda: time.monotonic_ns() // 1_000_000,
+                now_ms,
             )
             outcome.append("appended")
         except Exception as exc:  # pragma: no cover - reported through the assertion
@@ -196,13 +200,15 @@ def test_close_wakes_blocked_senders() -> None:
 
     def blocked() -> None:
         try:
-            acc.append("t", 1, entry(), SIZE, 0, 60_000, lambda: time.monotonic_ns() // 1_000_000)
+            acc.append("t", 1, entry(), SIZE, now_ms(), 60_000, now_ms)
         except BaseException as exc:
             outcome.append(exc)
 
     t = threading.Thread(target=blocked)
     t.start()
+    deadline = time.monotonic() + 10
     while acc.waiting_threads == 0:
+        assert time.monotonic() < deadline, "the sender never blocked"
         time.sleep(0.001)
     acc.close()
     t.join(10)

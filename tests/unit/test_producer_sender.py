@@ -614,7 +614,7 @@ def test_at_most_max_in_flight_requests_per_broker() -> None:
 def test_request_holds_one_batch_per_partition_within_max_request_size() -> None:
     h = Harness(partitions=4, batch_size=1000, max_request_size=2500, idempotent=False)
     for p in range(4):
-        for i in range(8):
+        for _ in range(8):
             h.send(b"x" * 100, p)
     request = h.poll()[0]
     parts = [tp.partition for tp, _d in h.batches_of(request)]

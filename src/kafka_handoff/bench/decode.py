@@ -3,8 +3,10 @@
 Encodes N records (default 1M, 100-byte values, null keys) into ~16 KB batches, groups the batches into 1 MiB
 fetch responses (``max.partition.fetch.bytes``' default), then decodes every response and reports records/s
 for the object path (:func:`decode_batches`) and the columnar path (:func:`decode_batches_columnar`), per
-codec.  Encoding throughput is reported too.  Times are process CPU time (best of ``--repeat`` runs), so
-other load on the machine disturbs them less.  ``--profile`` prints a cProfile of the object path.
+codec and for each implementation of the per-record loop (the C extension and pure Python; see
+``records.IMPLEMENTATION``).  Encoding throughput is reported too.  Times are process CPU time (best of
+``--repeat`` runs), so other load on the machine disturbs them less.  ``--profile`` prints a cProfile of the
+object path.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import random
 import time
 from collections.abc import Callable
 
+from kafka_handoff.protocol import records
 from kafka_handoff.protocol.compression import CompressionType, compression_type_from_name
 from kafka_handoff.protocol.records import RecordBatchBuilder, decode_batches, decode_batches_columnar
 
@@ -89,8 +92,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--codecs", default="none,lz4,zstd", help="comma-separated: none,gzip,snappy,lz4,zstd")
     ap.add_argument("--repeat", type=int, default=3, help="decode runs per case (best is reported)")
     ap.add_argument("--no-crc", action="store_true", help="decode with check_crcs=False")
-    ap.add_argument("--profile", action="store_true", help="cProfile the object path of the first codec")
+    ap.add_argument("--profile", action="store_true", help="cProfile objects (1st codec, 1st --impl)")
+    ap.add_argument(
+        "--impl",
+        default=",".join(records.available_implementations()),
+        help="comma-separated implementations of the record loop: c,python (default: all available)",
+    )
     args = ap.parse_args(argv)
+    impls: list[records.Implementation] = []
+    for name in args.impl.split(","):
+        if name not in records.available_implementations():
+            why = f" -- C extension: {records.C_UNAVAILABLE_REASON}" if records.C_UNAVAILABLE_REASON else ""
+            ap.error(f"unknown or unavailable implementation {name!r} "
+                     f"(available: {', '.join(records.available_implementations())}){why}")  # fmt: skip
+        impls.append("c" if name == "c" else "python")
+    active = records.IMPLEMENTATION
 
     values = make_values(args.records, args.value_size)
     check = not args.no_crc
@@ -98,7 +114,10 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.records:,} records x {args.value_size} B values, ~{args.batch_bytes // 1024} KiB batches, "
         f"1 MiB fetch responses, check_crcs={check}"
     )
-    print(f"{'codec':<8}{'bytes':>12}{'encode rec/s':>15}{'objects rec/s':>16}{'columnar rec/s':>17}")
+    if records.C_UNAVAILABLE_REASON:
+        print(f"C extension not available: {records.C_UNAVAILABLE_REASON}")
+    print(f"{'codec':<8}{'impl':<8}{'bytes':>12}{'encode rec/s':>15}{'objects rec/s':>16}"
+          f"{'columnar rec/s':>17}")  # fmt: skip
     for name in args.codecs.split(","):
         codec = compression_type_from_name(name)
         responses, enc_s = encode(values, codec, args.batch_bytes)
@@ -114,18 +133,26 @@ def main(argv: list[str] | None = None) -> None:
             res.raise_error()
             return len(res.columns)
 
-        assert sum(objects(r) for r in responses) == args.records
-        obj_s = run_decode(responses, objects, args.repeat)
-        col_s = run_decode(responses, columnar, args.repeat)
         n = args.records
-        print(f"{name:<8}{nbytes:>12,}{n / enc_s:>15,.0f}{n / obj_s:>16,.0f}{n / col_s:>17,.0f}")
+        for impl in impls:
+            records._use_implementation(impl)
+            try:
+                assert sum(objects(r) for r in responses) == n
+                obj_s = run_decode(responses, objects, args.repeat)
+                col_s = run_decode(responses, columnar, args.repeat)
+            finally:
+                records._use_implementation(active)
+            print(f"{name:<8}{impl:<8}{nbytes:>12,}{n / enc_s:>15,.0f}{n / obj_s:>16,.0f}{n / col_s:>17,.0f}")
         if args.profile:
             args.profile = False
+            print(f"cProfile of the object path ({impls[0]} record loop):")
+            records._use_implementation(impls[0])
             prof = cProfile.Profile()
             prof.enable()
             for r in responses:
                 objects(r)
             prof.disable()
+            records._use_implementation(active)
             pstats.Stats(prof).sort_stats("tottime").print_stats(8)
 
 

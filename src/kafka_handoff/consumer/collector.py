@@ -67,6 +67,9 @@ class Collector:
         self._buffer.drop(keep)
 
     def collect(self) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Up to ``max.poll.records`` records.  Errors (corrupt batch, deserializer, error fetch) are raised
+        only when no records were collected in this call: records already handed out (and whose positions
+        moved) are never lost to an exception; the failing fetch stays current and raises on the next call."""
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         remaining = self._max
         while remaining > 0:
@@ -80,6 +83,8 @@ class Collector:
                 self._finish(f)
                 continue
             if f.error is not None:
+                if out:
+                    break
                 self._finish(f)
                 raise f.error
             if not f.initialized:
@@ -100,26 +105,39 @@ class Collector:
             end = min(len(records), start + remaining)
             if end > start:
                 chunk = records[start:end]
+                bad: SerializationError | None = None
                 if self._kdes is not None or self._vdes is not None:
-                    chunk = [self._deserialize(r) for r in chunk]
-                last = chunk[-1]
-                f.next_index = end
-                remaining -= end - start
-                out.setdefault(f.tp, []).extend(chunk)
-                at_end = end == len(records)
-                next_offset = decoded.next_offset if at_end and decoded.error is None else last.offset + 1
-                self._subs.advance(f.tp, f.position_epoch, next_offset, last.leader_epoch)
-                if self._on_records is not None:
-                    self._on_records(f.tp, end - start, sum(r.serialized_value_size for r in chunk))
-                if not at_end:
+                    chunk, bad = self._deserialize_chunk(chunk)
+                    end = start + len(chunk)
+                if chunk:
+                    last = chunk[-1]
+                    f.next_index = end
+                    remaining -= end - start
+                    out.setdefault(f.tp, []).extend(chunk)
+                    if bad is not None:
+                        next_offset = records[end].offset  # at the record that failed to deserialize
+                    elif end == len(records) and decoded.error is None:
+                        next_offset = decoded.next_offset
+                    else:
+                        next_offset = last.offset + 1
+                    self._subs.advance(f.tp, f.position_epoch, next_offset, last.leader_epoch)
+                    if self._on_records is not None:
+                        self._on_records(f.tp, end - start, sum(r.serialized_value_size for r in chunk))
+                if bad is not None:
+                    # The position stays at the bad record; raised now, or on the next call when records
+                    # were collected (the fetch stays current, so it is raised until the app seeks past it).
+                    if out:
+                        break
+                    raise bad
+                if end < len(records):
                     break
             # All decoded records handed out.
             if decoded.error is not None:
-                self._finish(f)
                 if out:
-                    # Return the good records first; the error surfaces on the next poll (position stays
-                    # at the bad batch, so it is fetched and reported again).
+                    # Return the good records first; the fetch stays current and the next call raises
+                    # (the position stays at the bad batch).
                     break
+                self._finish(f)
                 raise decoded.error
             if end == start and decoded.next_offset > f.fetch_offset:
                 # Only control/aborted batches: move past them.
@@ -132,14 +150,26 @@ class Collector:
         if self._current is f:
             self._current = None
 
-    def _deserialize(self, r: ConsumerRecord) -> ConsumerRecord:
-        try:
-            if self._kdes is not None:
-                r.key = self._kdes(r.key)
-            if self._vdes is not None:
-                r.value = self._vdes(r.value)
-        except Exception as exc:
-            raise SerializationError(
-                f"error deserializing record at offset {r.offset} of {r.topic}-{r.partition}: {exc}"
-            ) from exc
-        return r
+    def _deserialize_chunk(
+        self, chunk: list[ConsumerRecord]
+    ) -> tuple[list[ConsumerRecord], SerializationError | None]:
+        """Deserialize records in order; stop at the first failure and return the good ones with the error.
+        A record is only changed once both its key and value deserialized, so a failed record can be tried
+        again (the error repeats until the application seeks past it)."""
+        done: list[ConsumerRecord] = []
+        kdes, vdes = self._kdes, self._vdes
+        for r in chunk:
+            try:
+                key = kdes(r.key) if kdes is not None else r.key
+                value = vdes(r.value) if vdes is not None else r.value
+            except Exception as exc:
+                error = SerializationError(
+                    f"error deserializing record at offset {r.offset} of {r.topic}-{r.partition}: {exc} "
+                    "(seek past it to continue)"
+                )
+                error.__cause__ = exc
+                return done, error
+            r.key = key
+            r.value = value
+            done.append(r)
+        return done, None

@@ -87,7 +87,7 @@ class Consumer:
         self._default_timeout_ms = int(cfg.get("default.api.timeout.ms"))
         self._subs = SubscriptionState(str(cfg.get("auto.offset.reset")))
         self._buffer = FetchBuffer()
-        self._metrics = Metrics(clock=self._clock.now_ms)
+        self._metrics = Metrics(clock=self._clock.now_ms, default_tags={"client-id": self.client_id})
         self._fetch_metrics = FetchMetrics(self._metrics, client_id=self.client_id)
         self._rebalance_metrics = RebalanceMetrics(
             self._metrics,
@@ -151,6 +151,8 @@ class Consumer:
                 retry_backoff_max_ms=int(cfg.get("retry.backoff.max.ms")),
                 on_commit_latency=self._rebalance_metrics.record_commit,
                 on_auto_commit_error=lambda exc: log.warning("auto-commit failed: %s", exc),
+                stable_group_metadata=self._stable_group_metadata_nt,
+                on_group_error=self._on_commit_group_error_nt,
             )
             managers += [self._coordinator, self._commits]
         self._offsets = OffsetsManager(
@@ -297,6 +299,21 @@ class Consumer:
             meta: ConsumerGroupMetadata = self.membership.group_metadata()
             return meta
         return ConsumerGroupMetadata(self.group_id or "", -1, "", self._config.get("group.instance.id"))
+
+    def _stable_group_metadata_nt(self) -> ConsumerGroupMetadata | None:
+        """``None`` while a classic rebalance is in progress (commits wait for it: issue 5 part 5)."""
+        membership = self.membership
+        if membership is not None and self._subs.has_auto_assignment:
+            stable = getattr(membership, "generation_if_stable", None)
+            if stable is not None:
+                meta: ConsumerGroupMetadata | None = stable()
+                return meta
+        return self._group_metadata_nt()
+
+    def _on_commit_group_error_nt(self, code: int, sent: ConsumerGroupMetadata, now: int) -> None:
+        handler = getattr(self.membership, "on_commit_error", None)
+        if handler is not None and self._subs.has_auto_assignment:
+            handler(code, sent, now)
 
     def _owned_nt(self) -> frozenset[TopicPartition] | None:
         if self.membership is not None and self._subs.has_auto_assignment:

@@ -92,7 +92,10 @@ class OffsetsManager:
         self._lookups: list[_Lookup] = []
         self._resetting: set[TopicPartition] = set()
         self._awaiting_committed: set[TopicPartition] = set()
-        self._next_reset_ms: dict[TopicPartition, int] = {}
+        self._next_reset_ms: dict[TopicPartition, tuple[int, int]] = {}
+        """Per partition: (position epoch, time) before which it is not looked up again.  Keyed by the
+        position epoch so that a new seek/reset (e.g. ``seek_to_beginning`` after NoOffsetForPartitionError)
+        is not held back by the backoff of the previous one."""
 
     # ------------------------------------------------------------------ user lookups
     def lookup(
@@ -114,11 +117,14 @@ class OffsetsManager:
         needs = self._subs.needs_position()
         committed_needed: set[TopicPartition] = set()
         resets: dict[TopicPartition, tuple[int, str, int]] = {}
+        for tp in [tp for tp in self._next_reset_ms if tp not in needs]:
+            del self._next_reset_ms[tp]
         for tp, (strategy, pepoch) in needs.items():
             if tp in self._resetting or tp in self._awaiting_committed:
                 continue
-            if self._next_reset_ms.get(tp, 0) > now_ms:
-                wait = min(wait, self._next_reset_ms[tp] - now_ms)
+            backoff_epoch, not_before = self._next_reset_ms.get(tp, (pepoch, 0))
+            if backoff_epoch == pepoch and not_before > now_ms:
+                wait = min(wait, not_before - now_ms)
                 continue
             if strategy == "committed":
                 if self._committed_lookup is not None:
@@ -128,7 +134,7 @@ class OffsetsManager:
                 self._subs.request_reset(tp, strategy)
                 pepoch = self._subs.state(tp).position_epoch
             if strategy == "none":
-                self._next_reset_ms[tp] = now_ms + (1 << 30)
+                self._next_reset_ms[tp] = (pepoch, now_ms + (1 << 30))
                 if self._on_error is not None:
                     self._on_error(
                         NoOffsetForPartitionError(
@@ -154,7 +160,7 @@ class OffsetsManager:
                         continue
                     value = result.get(tp)
                     if isinstance(value, BaseException):
-                        self._next_reset_ms[tp] = now + self._backoff
+                        self._next_reset_ms[tp] = (st.position_epoch, now + self._backoff)
                         continue
                     if value is not None:
                         self._subs.maybe_seek_unvalidated(tp, value.offset, st.position_epoch, "committed")
@@ -261,14 +267,14 @@ class OffsetsManager:
                 if code != 0 or offset < 0:
                     if code in (3, 5, 6, 74, 75):
                         self._metadata.request_update()
-                    self._next_reset_ms[tp] = now + self._backoff
+                    self._next_reset_ms[tp] = (pepoch, now + self._backoff)
                     return
                 self._subs.maybe_seek_unvalidated(tp, offset, pepoch, strategy)
 
             def on_failure(error: BaseException, now: int, parts: set[TopicPartition] = parts) -> None:
                 self._resetting.difference_update(parts)
                 for tp in parts:
-                    self._next_reset_ms[tp] = now + self._backoff
+                    self._next_reset_ms[tp] = (resets[tp][2], now + self._backoff)
                 self._metadata.request_update()
 
             requests.append(self._request(node, timestamps, on_result, on_failure))
@@ -285,6 +291,8 @@ class OffsetsManager:
 
             def on_result(tp: TopicPartition, code: int, offset: int, ts: int, le: int, now: int) -> None:
                 lookup.in_flight.discard(tp)
+                if lookup.future.done():  # failed (another partition's error) or timed out already
+                    return
                 if code == 0:
                     lookup.results[tp] = (
                         OffsetAndTimestamp(offset, ts, le if le >= 0 else None) if offset >= 0 else None
@@ -318,6 +326,7 @@ class _Commit:
     next_ms: int = 0
     in_flight: bool = False
     started_ms: int = 0
+    deferred: bool = False  # waited for a rebalance or was retried: re-check ownership before sending
 
 
 @dataclass(slots=True)
@@ -346,6 +355,8 @@ class CommitManager:
         require_stable: bool = True,
         on_commit_latency: Callable[[int], None] | None = None,
         on_auto_commit_error: Callable[[BaseException], None] | None = None,
+        stable_group_metadata: Callable[[], ConsumerGroupMetadata | None] | None = None,
+        on_group_error: Callable[[int, ConsumerGroupMetadata, int], None] | None = None,
     ) -> None:
         self.group_id = group_id
         self._coordinator = coordinator
@@ -362,6 +373,11 @@ class CommitManager:
         self._next_auto_ms: int | None = None
         self._on_latency = on_commit_latency
         self._on_auto_error = on_auto_commit_error
+        # Classic groups: ``None`` while a rebalance is in progress; commits then wait for it to complete
+        # and go out with the new generation (the broker refuses them mid-rebalance).
+        self._stable_group_metadata = stable_group_metadata
+        # The membership's reaction to group errors of a commit (rejoin, or reset the generation).
+        self._on_group_error = on_group_error
         self.auto_commit_enabled_now: Callable[[], bool] = lambda: True
         self.last_committed: dict[TopicPartition, OffsetAndMetadata] = {}
 
@@ -441,6 +457,12 @@ class CommitManager:
                 self._coordinator.wanted = True
                 wait = min(wait, self._backoff)
                 continue
+            if self._stable_group_metadata is not None and self._stable_group_metadata() is None:
+                c.deferred = True  # sent once the rebalance completed, with the new generation
+                wait = min(wait, self._backoff)
+                continue
+            if c.deferred and not self._still_owned(c):
+                continue
             requests.append(self._commit_request(c))
         for f in list(self._fetches):
             if f.future.done():
@@ -479,6 +501,23 @@ class CommitManager:
 
         fut.add_done_callback(done)
         self.commit(offsets, fut, now_ms + self._interval, retry=False, now_ms=now_ms)
+
+    def _still_owned(self, c: _Commit) -> bool:
+        """Before sending a commit that waited or is retried: fail it if a partition changed hands since."""
+        owned = self._owned()
+        if owned is None:
+            return True
+        gone = sorted(str(tp) for tp in c.offsets if tp not in owned)
+        if not gone:
+            return True
+        self._commits.remove(c)
+        c.future.set_exception(
+            CommitFailedError(
+                "offset commit failed: partitions were revoked from this member before the commit could be "
+                "sent (a rebalance completed meanwhile): " + ", ".join(gone)
+            )
+        )
+        return False
 
     def _retry_later(self, item: _Commit | _Fetch, now_ms: int) -> None:
         item.attempts += 1
@@ -532,6 +571,25 @@ class CommitManager:
             codes = set(errors.values())
             if codes & {15, 16}:
                 self._coordinator.mark_unknown(now)
+            group_codes = codes & (_FENCED_ERRORS | {27})
+            if group_codes and self._on_group_error is not None:
+                self._on_group_error(min(group_codes), meta, now)
+            if (
+                codes & _FENCED_ERRORS
+                and codes & _FENCED_ERRORS <= {22, 25}
+                and c.retry
+                and now < c.deadline_ms
+            ):
+                # ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID for a generation that is no longer ours: a
+                # rebalance completed between sending and answering (the commit queued behind our
+                # JoinGroup).  Retry with the new generation if the partitions are still owned.
+                current = self._group_metadata()
+                if (current.generation_id, current.member_id) != (meta.generation_id, meta.member_id) and (
+                    current.generation_id >= 0
+                ):
+                    c.deferred = True
+                    self._retry_later(c, now)
+                    return
             if codes & _FENCED_ERRORS:
                 c.future.set_exception(
                     CommitFailedError(
@@ -552,6 +610,7 @@ class CommitManager:
                 done = {tp: om for tp, om in c.offsets.items() if tp not in errors}
                 self.last_committed.update(done)
                 c.offsets = {tp: om for tp, om in c.offsets.items() if tp in errors}
+                c.deferred = True
                 self._retry_later(c, now)
                 return
             first_tp, first_code = next(iter(errors.items()))

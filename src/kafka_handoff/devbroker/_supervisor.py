@@ -1,12 +1,14 @@
 """Death-watch for broker JVMs owned by a Python process (a test run, ``handoff demo``).
 
-Run as a script (``python -I _supervisor.py GRACE_S LOGFILE -- java ...``); it imports nothing from the
-package so that it starts fast.  It starts the JVM as its child, prints the JVM's pid on stdout, then
-waits.  Its stdin is a pipe whose write end only the owner holds:
+Run as a script (``python -I _supervisor.py GRACE_S LOGFILE CLEANUP_DIR -- java ...``); it imports
+nothing from the package so that it starts fast.  It starts the JVM as its child, prints the JVM's pid
+on stdout, then waits.  Its stdin is a pipe whose write end only the owner holds:
 
 * owner gone (stdin reaches EOF: the owner exited, crashed or was SIGKILLed; or our parent pid changed)
-  -> SIGTERM to the JVM, SIGKILL after GRACE_S seconds, then exit;
-* supervisor itself sent SIGTERM/SIGINT/SIGHUP -> the same;
+  -> SIGTERM to the JVM, SIGKILL after GRACE_S seconds; then, unless CLEANUP_DIR is ``-``, delete
+  CLEANUP_DIR (the node's directory of a temporary broker) and its parent once no ``node-*`` directory
+  is left in it, as the owner can no longer do so; exit;
+* supervisor itself sent SIGTERM/SIGINT/SIGHUP -> the same, without deleting anything;
 * JVM exits by itself (or the owner stopped it by pid) -> exit with the JVM's status.
 
 The JVM is started with ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (Linux): should the supervisor itself be
@@ -16,13 +18,14 @@ caveat of PDEATHSIG does not apply here.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
-import time
 
 _PR_SET_PDEATHSIG = 1
 
@@ -36,12 +39,13 @@ def _set_pdeathsig() -> None:  # runs in the child between fork and exec
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 4 or argv[2] != "--":
-        print("usage: _supervisor.py GRACE_S LOGFILE -- COMMAND...", file=sys.stderr)
+    if len(argv) < 5 or argv[3] != "--":
+        print("usage: _supervisor.py GRACE_S LOGFILE CLEANUP_DIR|- -- COMMAND...", file=sys.stderr)
         return 2
     grace = float(argv[0])
     logfile = argv[1]
-    command = argv[3:]
+    cleanup = argv[2] if argv[2] != "-" else None
+    command = argv[4:]
     parent = os.getppid()
 
     stop_requested = False
@@ -67,35 +71,49 @@ def main(argv: list[str]) -> int:
     sys.stdout.write(f"{child.pid}\n")
     sys.stdout.flush()
 
-    stdin_open = True
+    owner_gone = False
     while True:
         code = child.poll()
         if code is not None:
             return code
-        if stop_requested or os.getppid() != parent:
+        if stop_requested:
             break
-        if stdin_open:
+        if os.getppid() != parent:
+            owner_gone = True
+            break
+        try:
+            ready, _, _ = select.select([0], [], [], 0.5)
+        except InterruptedError:
+            continue
+        if ready:
             try:
-                ready, _, _ = select.select([0], [], [], 0.5)
-            except InterruptedError:
-                continue
-            if ready:
-                try:
-                    data = os.read(0, 4096)
-                except OSError:
-                    data = b""
-                if not data:
-                    stdin_open = False
-                    break  # owner gone
-        else:
-            time.sleep(0.5)
+                data = os.read(0, 4096)
+            except OSError:
+                data = b""
+            if not data:
+                owner_gone = True
+                break
 
+    code = child.poll()
+    if code is not None:  # the JVM ended first (stopped by the owner): nothing to clean up
+        return code
     child.send_signal(signal.SIGTERM)
     try:
-        return child.wait(grace)
+        code = child.wait(grace)
     except subprocess.TimeoutExpired:
         child.kill()
-        return child.wait()
+        code = child.wait()
+    if owner_gone and cleanup:
+        _cleanup(cleanup)
+    return code
+
+
+def _cleanup(node_dir: str) -> None:
+    shutil.rmtree(node_dir, ignore_errors=True)
+    root = os.path.dirname(os.path.abspath(node_dir))
+    with contextlib.suppress(OSError):
+        if not any(name.startswith("node-") for name in os.listdir(root)):
+            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

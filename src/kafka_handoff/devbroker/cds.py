@@ -20,12 +20,13 @@ import fcntl
 import hashlib
 import logging
 import os
+import subprocess
 import time
 from pathlib import Path
 
 from kafka_handoff.devbroker.jars import ResolvedJars
 
-__all__ = ["archive_path", "ensure_archive", "jvm_opts"]
+__all__ = ["archive_path", "discard", "ensure_archive", "jvm_opts"]
 
 log = logging.getLogger("kafka_handoff.devbroker")
 
@@ -82,6 +83,39 @@ def ensure_archive(jars: ResolvedJars, java: str, *, wait: bool = True) -> Path 
             fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
 
 
+def _verify(jars: ResolvedJars, archive: Path) -> str:
+    """'' when a JVM can map ``archive`` (``-Xshare:on`` fails instead of silently ignoring it)."""
+    from kafka_handoff.devbroker.config import java_executable
+
+    cmd = [
+        java_executable(),
+        "-Xshare:on",
+        f"-XX:SharedArchiveFile={archive}",
+        "-cp",
+        jars.classpath,
+        "kafka.Kafka",
+        "--version",
+    ]
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=60, check=False, cwd=archive.parent
+        )
+    except subprocess.TimeoutExpired:
+        return "verifying the archive timed out"
+    if proc.returncode != 0:
+        return f"the archive does not load (exit {proc.returncode}): {(proc.stdout + proc.stderr)[-500:]}"
+    return ""
+
+
+def discard(jars: ResolvedJars, java: str, why: str) -> None:
+    """Stop using the archive for this JDK (a broker failed with it); remembered like a failed training."""
+    archive = archive_path(jars, java)
+    with contextlib.suppress(FileNotFoundError):
+        archive.unlink()
+    archive.with_suffix(".jsa.failed").write_text(why + "\n", encoding="utf-8")
+    log.warning("discarded the broker's class-data-sharing archive: %s", why)
+
+
 def _train(jars: ResolvedJars, archive: Path, failed: Path) -> Path | None:
     from kafka_handoff.devbroker.cluster import start  # cluster uses this module: import late
 
@@ -100,6 +134,8 @@ def _train(jars: ResolvedJars, archive: Path, failed: Path) -> Path | None:
         reason = f"training run failed: {exc}"
     if not reason and (not tmp.is_file() or tmp.stat().st_size == 0):
         reason = "the JVM wrote no archive"
+    if not reason:
+        reason = _verify(jars, tmp)
     if reason:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()

@@ -8,12 +8,17 @@ request and a Metadata response from each node lists every node id.  The pids an
 Two ownership modes:
 
 * ``supervised=True`` (tests, ``handoff demo``): each JVM runs under a tiny supervisor process
-  (``_supervisor.py``) that kills it when this Python process goes away, even by SIGKILL; an ``atexit``
-  hook stops what is still running at a normal exit.
+  (``_supervisor.py``) that kills it when this Python process goes away, even by SIGKILL (and then
+  deletes a temporary data dir); an ``atexit`` hook stops what is still running at a normal exit.
+  We chose a supervisor over ``prctl(PR_SET_PDEATHSIG)`` in the owner's ``preexec_fn`` because
+  PDEATHSIG fires when the *thread* that forked exits (a broker started from a helper thread would die
+  with that thread) and cannot run a graceful SIGTERM-then-SIGKILL; the supervisor itself does use
+  PDEATHSIG on its JVM, where it is single-threaded and safe.
 * ``supervised=False`` (``handoff broker start``): the JVM is detached into its own session and outlives
   the starting process; ``handoff broker stop`` ends it.
 
-Stopping sends SIGTERM to every JVM at once and SIGKILL to whatever is still alive after a bound
+Broker JVMs map a class-data-sharing archive (:mod:`.cds`) to cut start-up CPU.  Stopping sends
+SIGTERM to every JVM at once and SIGKILL to whatever is still alive after a bound
 (default 10 s).  Before signalling a pid from ``state.json`` its command line is checked (it must be
 ``kafka.Kafka`` with this node's properties file), so a reused pid is never signalled.
 """
@@ -351,12 +356,14 @@ class Cluster:
                     str(_SUPERVISOR),
                     str(DEFAULT_STOP_TIMEOUT_S),
                     str(node.stdout_path),
+                    str(node.node_dir) if self.ephemeral else "-",
                     "--",
                     *cmd,
                 ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
+                cwd=node.node_dir,  # a JVM crash file (hs_err_pid*.log) lands next to the node's logs
                 start_new_session=True,  # a terminal's Ctrl-C reaches the owner only; it tears down in order
             )
             node.supervisor_pid = sup.pid
@@ -370,6 +377,7 @@ class Cluster:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    cwd=node.node_dir,
                 )
             node.pid = jvm.pid
             node.supervisor_pid = None
@@ -457,12 +465,12 @@ class Cluster:
         for n in nodes:
             proc = self._procs.pop(n.node_id, None)
             if proc is not None:
-                _close_pipes(proc)
                 try:
-                    proc.wait(5.0)
+                    proc.wait(5.0)  # before closing its stdin: EOF there means "owner gone, clean up"
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+                _close_pipes(proc)
             elif n.supervisor_pid is not None and _pid_alive(n.supervisor_pid):
                 _wait_pid_gone(n.supervisor_pid, 5.0)
 
@@ -572,6 +580,10 @@ class Cluster:
         )
 
 
+class _FormatFailedError(BrokerStartError):
+    pass
+
+
 class _NodeDiedError(BrokerStartError):
     def __init__(self, node: Node, output: str) -> None:
         super().__init__(
@@ -654,12 +666,20 @@ def _prepare_data_dir(data_dir: Path) -> None:
         (data_dir / STATE_FILE).unlink()
 
 
-def _format_all(specs: list[NodeSpec], cluster_id: str, classpath: str, java: str, timeout: float) -> None:
+def _format_all(
+    specs: list[NodeSpec],
+    cluster_id: str,
+    classpath: str,
+    java: str,
+    timeout: float,
+    jvm_opts: Sequence[str] = (),
+) -> None:
     procs = []
     for spec in specs:
         spec.logs_dir.mkdir(parents=True, exist_ok=True)
-        cmd = format_command(spec, cluster_id, classpath, _LOG4J_CONFIG, java)
-        procs.append((spec, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
+        cmd = format_command(spec, cluster_id, classpath, _LOG4J_CONFIG, java, jvm_opts)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=spec.node_dir)
+        procs.append((spec, proc))
     failures = []
     for spec, proc in procs:
         try:
@@ -673,7 +693,7 @@ def _format_all(specs: list[NodeSpec], cluster_id: str, classpath: str, java: st
                 f"node {spec.node_id}: exit {proc.returncode}\n{out.decode('utf-8', 'replace')[-3000:]}"
             )
     if failures:
-        raise BrokerStartError("formatting Kafka storage failed:\n" + "\n".join(failures))
+        raise _FormatFailedError("formatting Kafka storage failed:\n" + "\n".join(failures))
 
 
 def start(
@@ -697,9 +717,11 @@ def start(
         raise ConfigError(f"nodes: {nodes!r} is not allowed; allowed values: 1, 3")
     jars = ensure_jars()
     java = java_executable()
+    cds_opts: list[str] = []
     if use_cds:
         cds.ensure_archive(jars, java)
-        jvm_opts = [*cds.jvm_opts(jars, java), *jvm_opts]
+        cds_opts = cds.jvm_opts(jars, java)
+    jvm_opts = [*cds_opts, *jvm_opts]
     ephemeral = data_dir is None
     root = Path(tempfile.mkdtemp(prefix="handoff-broker-")) if data_dir is None else Path(data_dir).resolve()
     if not ephemeral:
@@ -716,6 +738,7 @@ def start(
     _prepare_data_dir(root)
     cluster_id = generate_cluster_id()
     last_error: BrokerStartError | None = None
+    cds_suspect = ""
     for attempt in range(1, _BIND_RETRIES + 1):
         ports = _free_ports(2 * nodes)
         members = [
@@ -733,7 +756,7 @@ def start(
                 render_properties(spec, specs, overrides=overrides), encoding="utf-8"
             )
         try:
-            _format_all(specs, cluster_id, jars.classpath, java, timeout)
+            _format_all(specs, cluster_id, jars.classpath, java, timeout, cds_opts)
             launched = time.monotonic()
             if supervised:
                 with _live_lock:
@@ -745,6 +768,8 @@ def start(
                 cluster._write_state()
             cluster._wait_ready(cluster.node_ids, launched + timeout)
             cluster.start_seconds = time.monotonic() - launched
+            if cds_suspect:
+                cds.discard(jars, java, cds_suspect)
             log.info(
                 "Kafka %s: %d node(s) ready at %s in %.1fs",
                 KAFKA_VERSION,
@@ -753,12 +778,19 @@ def start(
                 cluster.start_seconds,
             )
             return cluster
-        except _NodeDiedError as exc:
+        except (_NodeDiedError, _FormatFailedError) as exc:
             _abandon(cluster)
             last_error = exc
-            if not exc.port_in_use:
+            port_in_use = isinstance(exc, _NodeDiedError) and exc.port_in_use
+            if cds_opts and not port_in_use:
+                # Retry once without the CDS archive; if that works, the archive was to blame.
+                cds_suspect = f"a broker JVM failed with it: {str(exc)[:300]}"
+                jvm_opts = [o for o in jvm_opts if o not in cds_opts]
+                cds_opts = []
+            elif port_in_use:
+                log.warning("port collision on attempt %d; retrying with new ports", attempt)
+            else:
                 break
-            log.warning("port collision on attempt %d; retrying with new ports", attempt)
             for m in members:
                 shutil.rmtree(m.node_dir, ignore_errors=True)
         except BaseException:

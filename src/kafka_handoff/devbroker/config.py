@@ -193,12 +193,18 @@ def _log_opts(node: NodeSpec, log4j_config: Path) -> list[str]:
 
 
 def format_command(
-    node: NodeSpec, cluster_id: str, classpath: str, log4j_config: Path, java: str
+    node: NodeSpec,
+    cluster_id: str,
+    classpath: str,
+    log4j_config: Path,
+    java: str,
+    extra_jvm_opts: Sequence[str] = (),
 ) -> list[str]:
     """``kafka-storage.sh format -t <id> -c <props>`` without the scripts (static quorum: no flags)."""
     return [
         java,
         *_TOOL_OPTS,
+        *extra_jvm_opts,
         *_log_opts(node, log4j_config),
         "-cp",
         classpath,

@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from kafka_handoff.errors import error_for_code
+from kafka_handoff.errors import CoordinatorNotAvailableError, error_for_code
 from kafka_handoff.protocol.requests import ANY_NODE, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import BrokerNode
@@ -58,6 +58,10 @@ class CoordinatorManager:
                 entries = [c for c in response.coordinators if c.key == self.group_id] or list(
                     response.coordinators
                 )
+                if not entries:
+                    error = CoordinatorNotAvailableError("FindCoordinator response names no coordinator")
+                    self._fail(error, now)
+                    return
                 c = entries[0]
                 code, node_id, host, port = int(c.error_code), int(c.node_id), c.host, int(c.port)
                 message = c.error_message

@@ -119,6 +119,9 @@ class MetadataManager:
             return PollResult.idle(self._last_refresh_ms + self._max_age - now_ms)
         if now_ms < self._next_attempt_ms:
             return PollResult.idle(self._next_attempt_ms - now_ms)
+        if self._last_refresh_ms is not None and now_ms < self._last_refresh_ms + self._backoff_base:
+            # Refresh backoff (as Java's): a burst of update requests cannot cause back-to-back refreshes.
+            return PollResult.idle(self._last_refresh_ms + self._backoff_base - now_ms)
         topics = self._topics()
         all_topics = topics is None
         for _fut, extra in self._waiters:
@@ -164,7 +167,7 @@ class MetadataManager:
             self._need_update = True
             self._attempts += 1
             self.last_error = error
-            delay = min(self._backoff_max, self._backoff_base * 2 ** min(self._attempts, 10))
+            delay = min(self._backoff_max, self._backoff_base * 2 ** min(self._attempts - 1, 10))
             self._next_attempt_ms = now + int(delay * random.uniform(0.8, 1.2))
             self._waiters.extend(waiters)
 

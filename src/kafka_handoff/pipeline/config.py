@@ -1,0 +1,457 @@
+"""The pipeline's TOML configuration: parsing, defaults, validation.
+
+Layout (every section but ``[kafka]``, ``[transform]`` and ``[sink]`` is optional)::
+
+    [kafka]                     # consumer config, Kafka's dotted names (quoted, or as nested tables)
+    topics = ["events"]
+    "bootstrap.servers" = "${HANDOFF_BOOTSTRAP:-127.0.0.1:9092}"
+    "group.id" = "clickstream"
+    "group.protocol" = "consumer"          # KIP-848 (default here); "classic" selectable
+
+    [batch]
+    max_records = 50000         # a micro-batch closes at this many records ...
+    max_interval_ms = 2000      # ... or this long after its first record
+    poll_timeout_ms = 100
+
+    [spark]
+    master = "local[2]"         # or spark://host:7077; or remote = "sc://host:15002" (Spark Connect)
+    app_name = "handoff-pipeline"
+    [spark.conf]
+    "spark.driver.memory" = "2g"
+
+    [transform]
+    function = "clickstream:transform"      # module:function, DataFrame -> DataFrame
+    path = ["."]                            # added to sys.path, relative to this file
+
+    [sink]
+    format = "delta"            # delta (deltalake) | parquet (Spark writer + atomic manifests)
+    path = ".handoff/pipeline/clickstream"
+    app_id = "clickstream"      # prefix of the per-partition marks; default: group.id
+
+    [errors]
+    malformed = "dead-letter-table"   # dead-letter-table | dead-letter-topic | skip | fail
+    dead_letter_path = ".handoff/pipeline/clickstream-dlq"
+    dead_letter_topic = "events-dlq"
+
+    [show]
+    group_by = ["page", "minute"]
+    sum = ["views"]
+    sort_by = ["minute", "page"]
+    limit = 40
+
+String values may use ``${VAR}`` and ``${VAR:-default}`` (environment).  Relative ``transform.path``
+entries are relative to the config file; sink paths are relative to the working directory.  Every
+problem raises :class:`~kafka_handoff.errors.ConfigError` naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kafka_handoff.config import parse_consumer_config
+from kafka_handoff.errors import ConfigError
+
+__all__ = [
+    "MALFORMED_POLICIES",
+    "SINK_FORMATS",
+    "BatchConfig",
+    "ErrorsConfig",
+    "PipelineConfig",
+    "ShowConfig",
+    "SinkConfig",
+    "SparkConfig",
+    "TransformConfig",
+    "apply_overrides",
+    "load_config",
+    "parse_config",
+]
+
+SINK_FORMATS = ("delta", "parquet")
+MALFORMED_POLICIES = ("dead-letter-table", "dead-letter-topic", "skip", "fail")
+SECTIONS = ("pipeline", "kafka", "batch", "spark", "transform", "sink", "errors", "show")
+
+#: Consumer settings the pipeline uses unless the config sets them.
+CONSUMER_DEFAULTS: Mapping[str, Any] = {
+    "group.protocol": "consumer",
+    "auto.offset.reset": "earliest",
+    "enable.auto.commit": False,
+    "max.poll.records": 10000,
+}
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    max_records: int = 50_000
+    max_interval_ms: int = 2_000
+    poll_timeout_ms: int = 100
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    master: str = "local[2]"
+    remote: str | None = None
+    app_name: str = "handoff-pipeline"
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TransformConfig:
+    function: str
+    path: tuple[str, ...] = ()
+
+    @property
+    def module(self) -> str:
+        return self.function.split(":", 1)[0]
+
+    @property
+    def attribute(self) -> str:
+        return self.function.split(":", 1)[1]
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    format: str
+    path: str
+    app_id: str
+    files_per_batch: int = 1
+    partition_by: tuple[str, ...] = ()
+    storage_options: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ErrorsConfig:
+    malformed: str = "skip"
+    dead_letter_path: str | None = None
+    dead_letter_topic: str | None = None
+    producer: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ShowConfig:
+    group_by: tuple[str, ...] = ()
+    sum: tuple[str, ...] = ()
+    sort_by: tuple[str, ...] = ()
+    limit: int = 40
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    name: str
+    topics: tuple[str, ...]
+    consumer: Mapping[str, Any]
+    batch: BatchConfig
+    spark: SparkConfig
+    transform: TransformConfig
+    sink: SinkConfig
+    errors: ErrorsConfig
+    show: ShowConfig
+    source: Path | None = None
+
+    @property
+    def group_id(self) -> str:
+        return str(self.consumer["group.id"])
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return str(self.consumer["bootstrap.servers"])
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _expand(value: Any, key: str) -> Any:
+    if isinstance(value, str):
+
+        def sub(m: re.Match[str]) -> str:
+            name, default = m.group(1), m.group(2)
+            got = os.environ.get(name)
+            if got is None or (got == "" and default is not None):
+                if default is None:
+                    raise ConfigError(
+                        f"{key}: environment variable {name} is not set (write ${{{name}:-default}} "
+                        "to give a default)"
+                    )
+                return default
+            return got
+
+        return _VAR.sub(sub, value)
+    if isinstance(value, list):
+        return [_expand(v, key) for v in value]
+    if isinstance(value, dict):
+        return {k: _expand(v, f"{key}.{k}") for k, v in value.items()}
+    return value
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"bootstrap": {"servers": x}}`` and ``{"bootstrap.servers": x}`` both become dotted keys."""
+    out: dict[str, Any] = {}
+    for k, v in table.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{name}."))
+        else:
+            out[name] = v
+    return out
+
+
+def _section(raw: Mapping[str, Any], name: str) -> dict[str, Any]:
+    value = raw.get(name, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"[{name}] must be a table, got {type(value).__name__}")
+    return dict(value)
+
+
+def _unknown(section: str, table: Mapping[str, Any], allowed: Sequence[str]) -> None:
+    for key in table:
+        if key not in allowed:
+            raise ConfigError(f"{section}.{key}: unknown key (allowed: {', '.join(allowed)})")
+
+
+def _int(section: str, table: Mapping[str, Any], key: str, default: int, minimum: int = 1) -> int:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ConfigError(f"{section}.{key}: expected an integer >= {minimum}, got {value!r}")
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(f"{section}.{key}: expected an integer >= {minimum}, got {value!r}") from None
+    if number < minimum:
+        raise ConfigError(f"{section}.{key}: expected an integer >= {minimum}, got {number}")
+    return number
+
+
+def _str(section: str, table: Mapping[str, Any], key: str, default: str | None = None) -> str | None:
+    value = table.get(key, default)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"{section}.{key}: expected a string, got {value!r}")
+    return value
+
+
+def _strings(section: str, table: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    value = table.get(key, [])
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{section}.{key}: expected a list of non-empty strings, got {value!r}")
+    return tuple(value)
+
+
+def _choice(section: str, table: Mapping[str, Any], key: str, allowed: Sequence[str], default: str) -> str:
+    value = table.get(key, default)
+    if value not in allowed:
+        raise ConfigError(f"{section}.{key}: {value!r} is not allowed (allowed: {', '.join(allowed)})")
+    return str(value)
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> PipelineConfig:
+    """Validate a parsed TOML document and fill in the defaults."""
+    raw = _expand(dict(raw), "config")
+    for key in raw:
+        if key not in SECTIONS:
+            raise ConfigError(f"[{key}]: unknown section (allowed: {', '.join(SECTIONS)})")
+
+    kafka = _flatten(_section(raw, "kafka"))
+    topics_value = kafka.pop("topics", None)
+    if isinstance(topics_value, str):
+        topics_value = [topics_value]
+    if not isinstance(topics_value, list) or not topics_value or not all(
+        isinstance(t, str) and t.strip() for t in topics_value
+    ):
+        raise ConfigError(f"kafka.topics: expected a non-empty list of topic names, got {topics_value!r}")
+    for required in ("bootstrap.servers", "group.id"):
+        if not kafka.get(required):
+            raise ConfigError(f"kafka.{required}: required (the pipeline joins a consumer group)")
+    consumer = {**CONSUMER_DEFAULTS, **kafka}
+    if consumer.get("enable.auto.commit") not in (False, "false", "False"):
+        raise ConfigError(
+            "kafka.enable.auto.commit: must be false (allowed: false): the pipeline commits offsets itself, "
+            "after each sink write"
+        )
+    consumer["enable.auto.commit"] = False
+    try:
+        parse_consumer_config(consumer)
+    except ConfigError as exc:
+        raise ConfigError(f"[kafka] {exc}") from None
+
+    pipeline = _section(raw, "pipeline")
+    _unknown("pipeline", pipeline, ("name",))
+    name = _str("pipeline", pipeline, "name", str(consumer["group.id"])) or str(consumer["group.id"])
+
+    b = _section(raw, "batch")
+    _unknown("batch", b, ("max_records", "max_interval_ms", "poll_timeout_ms"))
+    batch = BatchConfig(
+        max_records=_int("batch", b, "max_records", BatchConfig.max_records),
+        max_interval_ms=_int("batch", b, "max_interval_ms", BatchConfig.max_interval_ms),
+        poll_timeout_ms=_int("batch", b, "poll_timeout_ms", BatchConfig.poll_timeout_ms),
+    )
+
+    s = _section(raw, "spark")
+    _unknown("spark", s, ("master", "remote", "app_name", "conf"))
+    conf_raw = s.get("conf", {})
+    if not isinstance(conf_raw, dict):
+        raise ConfigError(f"spark.conf: expected a table of Spark settings, got {conf_raw!r}")
+    conf = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in _flatten(conf_raw).items()}
+    remote = _str("spark", s, "remote")
+    if "master" in s and remote:
+        raise ConfigError("spark.remote: set either spark.master or spark.remote (Spark Connect), not both")
+    if remote is not None and not remote.startswith("sc://"):
+        raise ConfigError(f"spark.remote: expected a Spark Connect URL sc://host:port, got {remote!r}")
+    master = _str("spark", s, "master", SparkConfig.master) or SparkConfig.master
+    if not re.match(r"^(local(\[(\d+|\*)(,\d+)?\])?|spark://.+|yarn|k8s://.+)$", master):
+        raise ConfigError(
+            f"spark.master: {master!r} is not a Spark master URL (allowed: local[N], spark://host:port, "
+            "yarn, k8s://...)"
+        )
+    spark = SparkConfig(
+        master=master,
+        remote=remote or None,
+        app_name=_str("spark", s, "app_name", f"handoff-pipeline-{name}") or name,
+        conf=conf,
+    )
+
+    t = _section(raw, "transform")
+    _unknown("transform", t, ("function", "path"))
+    function = _str("transform", t, "function")
+    if not function or not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", function):
+        raise ConfigError(
+            "transform.function: expected 'module:function' (a DataFrame -> DataFrame function), "
+            f"got {function!r}"
+        )
+    base = source.parent if source is not None else Path.cwd()
+    paths = tuple(str((base / p).resolve()) for p in _strings("transform", t, "path"))
+    transform = TransformConfig(function=function, path=paths)
+
+    k = _section(raw, "sink")
+    _unknown("sink", k, ("format", "path", "app_id", "files_per_batch", "partition_by", "storage_options"))
+    sink_format = _choice("sink", k, "format", SINK_FORMATS, "delta")
+    sink_path = _str("sink", k, "path")
+    if not sink_path:
+        raise ConfigError("sink.path: required (where the output table lives)")
+    storage = k.get("storage_options", {})
+    if not isinstance(storage, dict):
+        raise ConfigError(f"sink.storage_options: expected a table of strings, got {storage!r}")
+    if sink_format == "parquet" and "://" in sink_path and not sink_path.startswith("file://"):
+        raise ConfigError(
+            f"sink.path: {sink_path!r}: the parquet sink publishes manifests with an atomic link and needs a "
+            "local or shared POSIX path (allowed: a plain path or file://...)"
+        )
+    sink = SinkConfig(
+        format=sink_format,
+        path=sink_path.removeprefix("file://"),
+        app_id=_str("sink", k, "app_id", str(consumer["group.id"])) or str(consumer["group.id"]),
+        files_per_batch=_int("sink", k, "files_per_batch", 1),
+        partition_by=_strings("sink", k, "partition_by"),
+        storage_options={str(a): str(b) for a, b in storage.items()},
+    )
+
+    e = _section(raw, "errors")
+    _unknown("errors", e, ("malformed", "dead_letter_path", "dead_letter_topic", "producer"))
+    policy = _choice("errors", e, "malformed", MALFORMED_POLICIES, "skip")
+    dl_path = _str("errors", e, "dead_letter_path")
+    dl_topic = _str("errors", e, "dead_letter_topic")
+    if policy == "dead-letter-table" and not dl_path:
+        raise ConfigError("errors.dead_letter_path: required when errors.malformed = 'dead-letter-table'")
+    if policy == "dead-letter-topic" and not dl_topic:
+        raise ConfigError("errors.dead_letter_topic: required when errors.malformed = 'dead-letter-topic'")
+    producer_raw = e.get("producer", {})
+    if not isinstance(producer_raw, dict):
+        raise ConfigError(f"errors.producer: expected a table of producer settings, got {producer_raw!r}")
+    errors = ErrorsConfig(
+        malformed=policy,
+        dead_letter_path=dl_path,
+        dead_letter_topic=dl_topic,
+        producer=_flatten(producer_raw),
+    )
+
+    w = _section(raw, "show")
+    _unknown("show", w, ("group_by", "sum", "sort_by", "limit"))
+    show = ShowConfig(
+        group_by=_strings("show", w, "group_by"),
+        sum=_strings("show", w, "sum"),
+        sort_by=_strings("show", w, "sort_by"),
+        limit=_int("show", w, "limit", 40),
+    )
+    return PipelineConfig(
+        name=name,
+        topics=tuple(topics_value),
+        consumer=consumer,
+        batch=batch,
+        spark=spark,
+        transform=transform,
+        sink=sink,
+        errors=errors,
+        show=show,
+        source=source,
+    )
+
+
+def _parse_override_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[str] | Mapping[str, Any]) -> dict[str, Any]:
+    """Apply ``section.key=value`` overrides (``--set``); the key after the section may contain dots
+    (``kafka.bootstrap.servers=host:9092``, ``spark.conf.spark.driver.memory=4g``)."""
+    items: list[tuple[str, Any]]
+    if isinstance(overrides, Mapping):
+        items = list(overrides.items())
+    else:
+        items = []
+        for item in overrides:
+            if "=" not in item:
+                raise ConfigError(f"--set {item!r}: expected section.key=value")
+            key, _, text = item.partition("=")
+            items.append((key.strip(), _parse_override_value(text.strip())))
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    for key, value in items:
+        section, _, rest = key.partition(".")
+        if not rest:
+            raise ConfigError(f"--set {key!r}: expected section.key=value")
+        table = out.setdefault(section, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"--set {key!r}: [{section}] is not a table")
+        if section == "spark" and rest.startswith("conf."):
+            conf = table.setdefault("conf", {})
+            conf = table["conf"] = _flatten(conf)
+            conf[rest[len("conf.") :]] = value
+        elif section == "kafka" or (section == "errors" and rest.startswith("producer.")):
+            if section == "errors":
+                prod = table["producer"] = _flatten(table.get("producer", {}))
+                prod[rest[len("producer.") :]] = value
+            else:
+                flat = _flatten(table)
+                flat[rest] = value
+                out[section] = flat
+        else:
+            table[rest] = value
+    return out
+
+
+def load_config(
+    path: str | os.PathLike[str], overrides: Sequence[str] | Mapping[str, Any] = ()
+) -> PipelineConfig:
+    """Read and validate a pipeline TOML file (``overrides``: ``section.key=value`` strings or a mapping)."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read pipeline config {file}: {exc.strerror or exc}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+    if overrides:
+        raw = apply_overrides(raw, overrides)
+    return parse_config(raw, source=file.resolve())

@@ -1,0 +1,511 @@
+"""FetchManager and FetchBuffer, driven with a fake clock and scripted Fetch responses."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from kafka_handoff.consumer.collector import Collector
+from kafka_handoff.consumer.fetcher import CompletedFetch, FetchBuffer, FetchManager
+from kafka_handoff.consumer.subscription import FetchPosition, SubscriptionState
+from kafka_handoff.errors import ConnectionError_, OffsetOutOfRangeError, TopicAuthorizationFailedError
+from kafka_handoff.group.membership import Subscription
+from kafka_handoff.protocol import wire
+from kafka_handoff.protocol.metadata import MetadataManager
+from kafka_handoff.protocol.records import encode_batch
+from kafka_handoff.protocol.requests import FakeClock, PollResult, UnsentRequest
+from kafka_handoff.protocol.versions import CLIENT_VERSIONS, ApiKey
+from kafka_handoff.types import TopicPartition
+
+pytestmark = pytest.mark.unit
+
+FETCH = ApiKey.FETCH
+BACKOFF = 100
+A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
+IDS = {"a": uuid.UUID(int=0xA), "b": uuid.UUID(int=0xB)}
+LEADERS = {A0: 1, A1: 2, B0: 1}
+
+
+def batch(base: int, n: int = 2) -> bytes:
+    return encode_batch([(None, b"v%d" % (base + i), 1000 + i) for i in range(n)], base_offset=base)
+
+
+@dataclass
+class Harness:
+    leaders: dict[TopicPartition, int] = field(default_factory=lambda: dict(LEADERS))
+    topic_ids: bool = True
+    reset: str = "latest"
+    clock: FakeClock = field(default_factory=FakeClock)
+
+    def __post_init__(self) -> None:
+        self.subs = SubscriptionState(self.reset)
+        self.metadata = MetadataManager(retry_backoff_ms=BACKOFF, topics=lambda: frozenset({"a", "b"}))
+        self.buffer = FetchBuffer()
+        self.fetched: list[tuple[int, int, int]] = []
+        self.fm = FetchManager(
+            self.subs,
+            self.metadata,
+            self.buffer,
+            fetch_min_bytes=1,
+            fetch_max_bytes=52428800,
+            fetch_max_wait_ms=500,
+            max_partition_fetch_bytes=1048576,
+            isolation_level=1,
+            rack_id="rack-1",
+            retry_backoff_ms=BACKOFF,
+            on_fetched=lambda b, r, ms: self.fetched.append((b, r, ms)),
+        )
+        self.set_leaders(self.leaders)
+
+    def set_leaders(self, leaders: Mapping[TopicPartition, int]) -> None:
+        """Install metadata through a real refresh, leaving the metadata manager with nothing to do."""
+        self.leaders = dict(leaders)
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp, leader in leaders.items():
+            topics.setdefault(tp.topic, []).append(
+                {
+                    "error_code": 0,
+                    "partition_index": tp.partition,
+                    "leader_id": leader,
+                    "leader_epoch": 7,
+                    "replica_nodes": [1, 2],
+                    "isr_nodes": [1, 2],
+                }
+            )
+        response = wire.build_response(
+            ApiKey.METADATA,
+            12,
+            {
+                "throttle_time": 0,
+                "brokers": [{"node_id": n, "host": f"h{n}", "port": 9092} for n in (1, 2)],
+                "cluster_id": "c",
+                "controller_id": 1,
+                "topics": [
+                    {
+                        "error_code": 0,
+                        "name": name,
+                        "topic_id": IDS[name] if self.topic_ids else None,
+                        "is_internal": False,
+                        "partitions": parts,
+                    }
+                    for name, parts in topics.items()
+                ],
+            },
+        )
+        self.metadata.request_update()
+        self.clock.advance(BACKOFF)
+        (req,) = self.metadata.poll(self.clock.now_ms()).unsent
+        assert req.on_response is not None
+        req.on_response(response, 12, self.clock.now_ms())
+        assert self.metadata.poll(self.clock.now_ms()).unsent == []
+
+    def metadata_refresh_requested(self) -> bool:
+        return bool(self.metadata.poll(self.clock.now_ms() + BACKOFF).unsent)
+
+    def assign(self, *parts: TopicPartition, at: int = 10) -> None:
+        self.subs.assign_from_user(parts)
+        for tp in parts:
+            self.subs.seek(tp, at)
+
+    def poll(self) -> PollResult:
+        return self.fm.poll(self.clock.now_ms())
+
+    def requests(self) -> dict[int, UnsentRequest]:
+        out = {}
+        for req in self.poll().unsent:
+            assert req.api_key == FETCH
+            assert req.node not in out, "two fetches for one broker"
+            out[req.node] = req
+        return out
+
+
+def sent_partitions(req: UnsentRequest, version: int = 13) -> dict[TopicPartition, int]:
+    body = req.body(version)
+    names = {v: k for k, v in IDS.items()}
+    out = {}
+    for t in body["topics"]:
+        name = t["topic"] if version <= 12 else names[t["topic_id"]]
+        for p in t["partitions"]:
+            out[TopicPartition(name, p["partition"])] = p["fetch_offset"]
+    return out
+
+
+def fetch_response(
+    version: int, parts: Mapping[TopicPartition, Mapping[str, Any]], *, error: int = 0, ids: bool = True
+) -> Any:
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for tp, values in parts.items():
+        entry = {
+            "partition_index": tp.partition,
+            "error_code": 0,
+            "high_watermark": 100,
+            "last_stable_offset": 90,
+            "log_start_offset": 0,
+            "records": None,
+        }
+        entry.update(values)
+        topics.setdefault(tp.topic, []).append(entry)
+    responses: Sequence[dict[str, Any]] = [
+        {("topic_id" if version >= 13 else "topic"): (IDS[name] if version >= 13 else name), "partitions": ps}
+        for name, ps in topics.items()
+    ]
+    return wire.build_response(
+        FETCH,
+        version,
+        {"throttle_time": 0, "error_code": error, "session_id": 0, "responses": list(responses)},
+    )
+
+
+def respond(req: UnsentRequest, response: Any, version: int, now: int) -> None:
+    assert req.on_response is not None
+    req.on_response(response, version, now)
+
+
+def drain(buffer: FetchBuffer) -> list[CompletedFetch]:
+    out = []
+    while (f := buffer.pop()) is not None:
+        out.append(f)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- requests
+
+
+def test_partitions_grouped_per_leader() -> None:
+    h = Harness()
+    h.assign(A0, A1, B0)
+    reqs = h.requests()
+    assert set(reqs) == {1, 2}
+    assert sent_partitions(reqs[1]) == {A0: 10, B0: 10}
+    assert sent_partitions(reqs[2]) == {A1: 10}
+
+
+def test_topic_ids_for_v13_and_up() -> None:
+    h = Harness()
+    h.assign(A0)
+    (req,) = h.requests().values()
+    assert req.min_version >= 13
+    body = req.body(13)
+    assert [t["topic_id"] for t in body["topics"]] == [IDS["a"]]
+    assert "topic" not in body["topics"][0]
+
+
+def test_topic_names_for_v12_and_below_when_ids_unknown() -> None:
+    h = Harness(topic_ids=False)
+    h.assign(A0)
+    (req,) = h.requests().values()
+    assert req.max_version is not None and req.max_version <= 12
+    body = req.body(12)
+    assert [t["topic"] for t in body["topics"]] == ["a"]
+    assert "topic_id" not in body["topics"][0]
+
+
+@pytest.mark.parametrize("ids", [True, False])
+def test_body_builds_for_every_allowed_version(ids: bool) -> None:
+    h = Harness(topic_ids=ids)
+    h.assign(A0)
+    h.subs.seek(A0, 10, leader_epoch=7)
+    (req,) = h.requests().values()
+    lo, hi = CLIENT_VERSIONS[FETCH]
+    versions = range(max(lo, req.min_version), min(hi, req.max_version or hi) + 1)
+    assert len(versions) > 0
+    for version in versions:
+        entity = wire.build_request(FETCH, version, req.body(version))
+        part = entity.topics[0].partitions[0]
+        assert part.fetch_offset == 10
+        assert part.partition_max_bytes == 1048576
+        if version >= 9:
+            assert part.current_leader_epoch == 7
+        assert entity.min_bytes == 1 and entity.max_wait.total_seconds() == 0.5
+        if version >= 4:
+            assert int(entity.isolation_level) == 1
+        if version >= 11:
+            assert entity.rack_id == "rack-1"
+
+
+def test_one_fetch_in_flight_per_broker() -> None:
+    h = Harness()
+    h.assign(A0)
+    (req,) = h.requests().values()
+    assert req.node == 1
+    h.subs.assign_from_user([A0, B0])  # B0 (also led by broker 1) becomes fetchable meanwhile
+    h.subs.seek(B0, 3)
+    assert h.requests() == {}
+    respond(req, fetch_response(13, {A0: {}}), 13, h.clock.now_ms())
+    (again,) = h.requests().values()
+    assert sent_partitions(again) == {A0: 10, B0: 3}
+
+
+def test_other_brokers_are_fetched_while_one_is_busy() -> None:
+    h = Harness()
+    h.assign(A0)
+    assert set(h.requests()) == {1}
+    h.subs.assign_from_user([A0, A1])
+    h.subs.seek(A1, 0)
+    reqs = h.requests()
+    assert set(reqs) == {2}
+    assert sent_partitions(reqs[2]) == {A1: 0}
+
+
+def test_only_fetchable_partitions_are_fetched() -> None:
+    h = Harness(leaders={TopicPartition("a", p): 1 for p in range(6)})
+    parts = [TopicPartition("a", p) for p in range(6)]
+    h.subs.subscribe(Subscription(topics=frozenset({"a"})))
+    h.subs.set_group_assignment(parts, awaiting=[parts[2]])
+    for tp in parts[:5]:  # a-5 has no position
+        h.subs.seek(tp, 1)
+    h.subs.pause([parts[0]])
+    h.subs.mark_pending_revocation([parts[1]])
+    h.buffer.add([CompletedFetch(parts[3], 1, h.subs.state(parts[3]).position_epoch, batch(1))])
+    (req,) = h.requests().values()
+    assert set(sent_partitions(req)) == {parts[4]}
+
+
+def test_in_flight_partition_is_not_fetched_from_its_new_leader() -> None:
+    h = Harness()
+    h.assign(A0)
+    (req,) = h.requests().values()
+    h.set_leaders({**LEADERS, A0: 2})
+    assert h.requests() == {}
+    respond(req, fetch_response(13, {A0: {}}), 13, h.clock.now_ms())
+    assert set(h.requests()) == {2}
+
+
+def test_unknown_leader_requests_metadata() -> None:
+    h = Harness(leaders={A0: 1})
+    h.assign(A0, A1)
+    result = h.poll()
+    assert [sent_partitions(r) for r in result.unsent] == [{A0: 10}]
+    assert result.wait_ms <= BACKOFF
+    assert h.metadata_refresh_requested()
+
+
+def test_disabled_manager_fetches_nothing() -> None:
+    h = Harness()
+    h.assign(A0)
+    h.fm.enabled = False
+    assert h.requests() == {}
+
+
+# ---------------------------------------------------------------------------------------------- responses
+
+
+@pytest.mark.parametrize("version", [12, 13])
+def test_response_becomes_completed_fetch_with_watermarks(version: int) -> None:
+    h = Harness(topic_ids=version >= 13)
+    h.assign(A0, B0)
+    (req,) = h.requests().values()
+    data = batch(10, 3)
+    response = fetch_response(
+        version,
+        {
+            A0: {
+                "records": data,
+                "high_watermark": 50,
+                "last_stable_offset": 40,
+                "log_start_offset": 2,
+                "aborted_transactions": [{"producer_id": 7, "first_offset": 11}],
+            },
+            B0: {"high_watermark": 10, "last_stable_offset": 10, "log_start_offset": 0},  # nothing new
+        },
+    )
+    respond(req, response, version, h.clock.advance(30))
+    (f,) = drain(h.buffer)
+    assert f.tp == A0 and f.fetch_offset == 10 and f.records == data
+    assert f.position_epoch == h.subs.state(A0).position_epoch
+    assert (f.high_watermark, f.last_stable_offset, f.log_start_offset) == (50, 40, 2)
+    assert f.aborted_transactions == ((7, 11),)
+    assert f.error is None
+    st = h.subs.state(A0)
+    assert (st.high_watermark, st.last_stable_offset, st.log_start_offset) == (50, 40, 2)
+    assert h.subs.state(B0).high_watermark == 10
+    assert h.buffer.buffered_partitions() == {A0}
+    assert h.fetched == [(len(data), 0, 30)]
+
+
+def test_buffered_partition_is_not_fetched_again_until_consumed() -> None:
+    h = Harness()
+    h.assign(A0, B0)
+    (req,) = h.requests().values()
+    respond(req, fetch_response(13, {A0: {"records": batch(10)}, B0: {}}), 13, h.clock.now_ms())
+    (again,) = h.requests().values()
+    assert set(sent_partitions(again)) == {B0}
+    respond(again, fetch_response(13, {B0: {}}), 13, h.clock.now_ms())
+    h.buffer.pop()
+    h.buffer.done_with(A0)
+    (third,) = h.requests().values()
+    assert set(sent_partitions(third)) == {A0, B0}
+
+
+def test_offset_out_of_range_requests_reset() -> None:
+    h = Harness(reset="earliest")
+    h.assign(A0)
+    (req,) = h.requests().values()
+    epoch = h.subs.state(A0).position_epoch
+    respond(req, fetch_response(13, {A0: {"error_code": 1}}), 13, h.clock.now_ms())
+    assert drain(h.buffer) == []
+    assert h.subs.position(A0) is None
+    assert h.subs.needs_position() == {A0: ("earliest", epoch + 1)}
+    assert h.requests() == {}  # no position: nothing to fetch until the reset completes
+
+
+def test_offset_out_of_range_with_reset_none_is_an_error_fetch() -> None:
+    h = Harness(reset="none")
+    h.assign(A0)
+    (req,) = h.requests().values()
+    respond(req, fetch_response(13, {A0: {"error_code": 1}}), 13, h.clock.now_ms())
+    (f,) = drain(h.buffer)
+    assert isinstance(f.error, OffsetOutOfRangeError)
+    assert "10" in str(f.error) and "a-0" in str(f.error)
+    assert h.subs.position(A0) == FetchPosition(10)
+
+
+def test_offset_out_of_range_for_an_old_position_is_ignored() -> None:
+    h = Harness(reset="earliest")
+    h.assign(A0)
+    (req,) = h.requests().values()
+    h.subs.seek(A0, 500)
+    respond(req, fetch_response(13, {A0: {"error_code": 1}}), 13, h.clock.now_ms())
+    assert h.subs.position(A0) == FetchPosition(500)
+    assert h.subs.needs_position() == {}
+
+
+# UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
+@pytest.mark.parametrize("code", [3, 6, 74, 75])
+def test_stale_metadata_errors_request_a_metadata_refresh(code: int) -> None:
+    h = Harness()
+    h.assign(A0)
+    (req,) = h.requests().values()
+    assert not h.metadata_refresh_requested()
+    respond(req, fetch_response(13, {A0: {"error_code": code}}), 13, h.clock.now_ms())
+    assert drain(h.buffer) == []
+    assert h.metadata_refresh_requested()
+    assert h.subs.position(A0) == FetchPosition(10)
+
+
+def test_unknown_topic_id_in_response_requests_metadata() -> None:
+    h = Harness()
+    h.assign(A0)
+    (req,) = h.requests().values()
+    response = wire.build_response(
+        FETCH,
+        13,
+        {
+            "throttle_time": 0,
+            "error_code": 0,
+            "session_id": 0,
+            "responses": [
+                {
+                    "topic_id": uuid.UUID(int=0xDEAD),
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "error_code": 0,
+                            "high_watermark": 1,
+                            "last_stable_offset": 1,
+                            "log_start_offset": 0,
+                            "records": batch(10),
+                        }
+                    ],
+                }
+            ],
+        },
+    )
+    respond(req, response, 13, h.clock.now_ms())
+    assert drain(h.buffer) == []
+    assert h.metadata_refresh_requested()
+
+
+def test_other_partition_errors_reach_the_application() -> None:
+    h = Harness()
+    h.assign(A0)
+    (req,) = h.requests().values()
+    respond(req, fetch_response(13, {A0: {"error_code": 29}}), 13, h.clock.now_ms())
+    (f,) = drain(h.buffer)
+    assert isinstance(f.error, TopicAuthorizationFailedError)
+    assert "a-0" in str(f.error)
+
+
+def test_top_level_error_backs_off_the_broker() -> None:
+    h = Harness()
+    h.assign(A0)
+    (req,) = h.requests().values()
+    respond(req, fetch_response(13, {}, error=6), 13, h.clock.now_ms())
+    assert h.requests() == {}
+    assert h.metadata_refresh_requested()
+    h.clock.advance(BACKOFF)
+    assert set(h.requests()) == {1}
+
+
+def test_failure_backs_off_the_broker_only() -> None:
+    h = Harness()
+    h.assign(A0, A1)
+    reqs = h.requests()
+    fail = reqs[1].on_failure
+    assert fail is not None
+    fail(ConnectionError_("disconnected"), h.clock.now_ms())
+    respond(reqs[2], fetch_response(13, {A1: {}}), 13, h.clock.now_ms())
+    assert set(h.requests()) == {2}  # broker 1 is backing off, broker 2 is not
+    assert h.metadata_refresh_requested()
+    h.clock.advance(BACKOFF - 1)
+    assert h.requests() == {}  # broker 2 busy again, broker 1 still backing off
+    h.clock.advance(1)
+    assert set(h.requests()) == {1}
+
+
+def test_forget_allows_a_new_fetch_to_the_node() -> None:
+    h = Harness()
+    h.assign(A0)
+    assert set(h.requests()) == {1}
+    h.fm.forget(1)
+    assert set(h.requests()) == {1}
+
+
+# ------------------------------------------------------------------------------------ with the collector
+
+
+def test_seek_while_fetch_in_flight_drops_the_fetched_data() -> None:
+    h = Harness()
+    h.assign(A0)
+    collector = Collector(h.subs, h.buffer, max_poll_records=500, check_crcs=True, read_committed=False)
+    (req,) = h.requests().values()
+    h.subs.seek(A0, 3)
+    respond(req, fetch_response(13, {A0: {"records": batch(10)}}), 13, h.clock.now_ms())
+    assert collector.collect() == {}
+    assert h.subs.position(A0) == FetchPosition(3)
+    (again,) = h.requests().values()  # the stale data no longer blocks fetching
+    assert sent_partitions(again) == {A0: 3}
+    respond(again, fetch_response(13, {A0: {"records": batch(3)}}), 13, h.clock.now_ms())
+    records = collector.collect()[A0]
+    assert [r.offset for r in records] == [3, 4]
+    assert h.subs.position(A0) == FetchPosition(5)
+
+
+# ---------------------------------------------------------------------------------------------- buffer
+
+
+def test_buffer_tracks_bytes_and_drops_by_partition() -> None:
+    buf = FetchBuffer()
+    fa, fb = CompletedFetch(A0, 0, 0, b"xx"), CompletedFetch(B0, 0, 0, b"yyy")
+    buf.add([fa, fb])
+    assert len(buf) == 2 and buf.bytes_buffered == 5
+    assert buf.has_buffered(A0) and buf.peek() is fa
+    buf.drop(lambda tp: tp != A0)
+    assert len(buf) == 1 and buf.bytes_buffered == 3
+    assert not buf.has_buffered(A0) and buf.has_buffered(B0)
+    assert buf.pop() is fb
+    assert buf.has_buffered(B0)  # until the collector is done with it
+    buf.done_with(B0)
+    assert buf.buffered_partitions() == set()
+
+
+def test_buffer_wakeup_is_taken_once() -> None:
+    buf = FetchBuffer()
+    buf.wakeup()
+    buf.wait(10.0, lambda: False)  # returns at once: woken
+    assert buf.take_wakeup()
+    assert not buf.take_wakeup()

@@ -1,0 +1,250 @@
+"""SubscriptionState: seek/reset epochs, fetchable rules, subscribe/assign exclusion, pause bookkeeping."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kafka_handoff.consumer.subscription import FetchPosition, SubscriptionState, SubscriptionType
+from kafka_handoff.errors import IllegalStateError
+from kafka_handoff.group.membership import Subscription
+from kafka_handoff.types import TopicPartition
+
+pytestmark = pytest.mark.unit
+
+A0 = TopicPartition("a", 0)
+A1 = TopicPartition("a", 1)
+B0 = TopicPartition("b", 0)
+
+
+def assigned(*parts: TopicPartition, reset: str = "latest") -> SubscriptionState:
+    subs = SubscriptionState(reset)
+    subs.assign_from_user(parts)
+    return subs
+
+
+# ---------------------------------------------------------------------------------------------- epochs
+
+
+def test_new_partition_needs_committed_position_first() -> None:
+    subs = assigned(A0, reset="earliest")
+    assert subs.position(A0) is None
+    assert subs.needs_position() == {A0: ("committed", 0)}
+    assert subs.fetchable() == {}
+
+
+def test_seek_sets_position_clears_reset_and_bumps_epoch() -> None:
+    subs = assigned(A0)
+    subs.seek(A0, 42, leader_epoch=3)
+    st = subs.state(A0)
+    assert st.position == FetchPosition(42, 3)
+    assert st.reset_strategy is None
+    assert st.position_epoch == 1
+    assert subs.needs_position() == {}
+    subs.seek(A0, 7)
+    assert subs.state(A0).position_epoch == 2
+
+
+def test_request_reset_drops_position_and_bumps_epoch() -> None:
+    subs = assigned(A0)
+    subs.seek(A0, 10)
+    subs.request_reset(A0, "earliest")
+    st = subs.state(A0)
+    assert st.position is None
+    assert st.position_epoch == 2
+    assert subs.needs_position() == {A0: ("earliest", 2)}
+
+
+def test_lookup_result_applies_only_for_the_epoch_it_was_started_for() -> None:
+    subs = assigned(A0)
+    subs.request_reset(A0, "earliest")
+    epoch = subs.state(A0).position_epoch
+    # A seek while the lookup was in flight wins.
+    subs.seek(A0, 99)
+    assert not subs.maybe_seek_unvalidated(A0, 5, epoch, "earliest")
+    assert subs.position(A0) == FetchPosition(99)
+    # A current lookup applies and bumps the epoch (fetches for the older state get dropped).
+    subs.request_reset(A0, "latest")
+    epoch = subs.state(A0).position_epoch
+    assert not subs.maybe_seek_unvalidated(A0, 5, epoch, "earliest")  # wrong strategy
+    assert subs.maybe_seek_unvalidated(A0, 5, epoch, "latest")
+    assert subs.position(A0) == FetchPosition(5)
+    assert subs.state(A0).position_epoch == epoch + 1
+
+
+def test_lookup_result_for_unassigned_partition_is_ignored() -> None:
+    subs = assigned(A0)
+    assert not subs.maybe_seek_unvalidated(B0, 5, 0, "committed")
+
+
+def test_advance_only_for_current_epoch_and_keeps_leader_epoch() -> None:
+    subs = assigned(A0)
+    subs.seek(A0, 10, leader_epoch=4)
+    epoch = subs.state(A0).position_epoch
+    assert subs.advance(A0, epoch, 20, None)
+    assert subs.position(A0) == FetchPosition(20, 4)
+    assert subs.advance(A0, epoch, 25, 6)
+    assert subs.position(A0) == FetchPosition(25, 6)
+    assert subs.state(A0).position_epoch == epoch  # advancing is not a seek
+    assert not subs.advance(A0, epoch - 1, 30, None)
+    assert subs.position(A0) == FetchPosition(25, 6)
+    assert not subs.advance(B0, 0, 1, None)
+
+
+def test_advance_without_position_does_nothing() -> None:
+    subs = assigned(A0)
+    assert not subs.advance(A0, 0, 5, None)
+    assert subs.position(A0) is None
+
+
+# ---------------------------------------------------------------------------------------------- fetchable
+
+
+def test_fetchable_requires_position_and_no_blocking_flag() -> None:
+    subs = SubscriptionState("latest")
+    subs.subscribe(Subscription(topics=frozenset({"a", "b"})))
+    subs.set_group_assignment([A0, A1, B0], awaiting=[B0])
+    for tp in (A0, A1, B0):
+        subs.seek(tp, 1)
+    assert set(subs.fetchable()) == {A0, A1}  # B0 waits for its assigned callback
+    subs.clear_awaiting_callback([B0])
+    assert set(subs.fetchable()) == {A0, A1, B0}
+    subs.pause([A0])
+    subs.mark_pending_revocation([A1])
+    assert set(subs.fetchable()) == {B0}
+    assert subs.fetchable()[B0] == (FetchPosition(1), subs.state(B0).position_epoch)
+    subs.request_reset(B0, "earliest")
+    assert subs.fetchable() == {}
+
+
+def test_pending_revocation_partition_does_not_need_a_position() -> None:
+    subs = SubscriptionState("latest")
+    subs.subscribe(Subscription(topics=frozenset({"a"})))
+    subs.set_group_assignment([A0, A1], awaiting=[])
+    subs.mark_pending_revocation([A1])
+    assert set(subs.needs_position()) == {A0}
+
+
+def test_all_consumed_lists_positions_only() -> None:
+    subs = assigned(A0, A1)
+    subs.seek(A1, 8)
+    assert subs.all_consumed() == {A1: FetchPosition(8)}
+
+
+def test_watermarks_ignore_unknown_values_and_unassigned_partitions() -> None:
+    subs = assigned(A0)
+    subs.update_watermarks(A0, 100, 90, 3)
+    subs.update_watermarks(A0, -1, -1, -1)
+    subs.update_watermarks(B0, 5, 5, 5)
+    st = subs.state(A0)
+    assert (st.high_watermark, st.last_stable_offset, st.log_start_offset) == (100, 90, 3)
+
+
+# ---------------------------------------------------------------------------------------------- exclusion
+
+
+def test_subscribe_then_assign_is_refused() -> None:
+    subs = SubscriptionState("latest")
+    subs.subscribe(Subscription(topics=frozenset({"a"})))
+    with pytest.raises(IllegalStateError, match="mutually exclusive"):
+        subs.assign_from_user([A0])
+    assert subs.type is SubscriptionType.AUTO_TOPICS
+
+
+def test_assign_then_subscribe_and_pattern_are_refused() -> None:
+    subs = assigned(A0)
+    with pytest.raises(IllegalStateError, match="unsubscribe"):
+        subs.subscribe(Subscription(topics=frozenset({"a"})))
+    with pytest.raises(IllegalStateError):
+        subs.subscribe(Subscription(pattern=re.compile("a.*")))
+    assert subs.type is SubscriptionType.USER_ASSIGNED
+    assert subs.assigned() == {A0}
+
+
+def test_topics_then_pattern_is_refused() -> None:
+    subs = SubscriptionState("latest")
+    subs.subscribe(Subscription(topics=frozenset({"a"})))
+    with pytest.raises(IllegalStateError):
+        subs.subscribe(Subscription(pattern=re.compile("a.*")))
+    subs.subscribe(Subscription(topics=frozenset({"b"})))  # same kind: allowed
+    assert subs.subscription.topics == frozenset({"b"})
+
+
+def test_unsubscribe_allows_switching_and_clears_everything() -> None:
+    subs = assigned(A0)
+    subs.seek(A0, 3)
+    version = subs.version
+    subs.unsubscribe()
+    assert subs.type is SubscriptionType.NONE
+    assert subs.assigned() == frozenset()
+    assert subs.version > version
+    subs.subscribe(Subscription(topics=frozenset({"a"})))
+    assert subs.has_auto_assignment
+
+
+def test_assigning_nothing_unsubscribes() -> None:
+    subs = assigned(A0)
+    subs.assign_from_user([])
+    assert subs.type is SubscriptionType.NONE
+    subs.subscribe(Subscription(topics=frozenset({"a"})))  # no longer exclusive
+
+
+# ---------------------------------------------------------------------------------------------- assignment
+
+
+def test_reassignment_keeps_state_of_retained_partitions() -> None:
+    subs = assigned(A0, A1)
+    subs.seek(A0, 12)
+    subs.pause([A0])
+    subs.assign_from_user([A0, B0])
+    assert subs.position(A0) == FetchPosition(12)
+    assert subs.paused() == {A0}
+    assert subs.needs_position() == {B0: ("committed", 0)}
+
+
+def test_pause_flag_cleared_when_partition_leaves_assignment() -> None:
+    subs = assigned(A0, A1)
+    subs.seek(A0, 12)
+    subs.pause([A0, A1])
+    subs.assign_from_user([A1])
+    assert subs.paused() == {A1}
+    subs.assign_from_user([A0, A1])
+    assert subs.paused() == {A1}
+    assert subs.position(A0) is None  # fresh state: position comes from committed/reset again
+
+
+def test_group_assignment_drops_flags_of_removed_partitions() -> None:
+    subs = SubscriptionState("latest")
+    subs.subscribe(Subscription(topics=frozenset({"a"})))
+    subs.set_group_assignment([A0, A1], awaiting=[])
+    subs.seek(A0, 1)
+    subs.pause([A0])
+    subs.mark_pending_revocation([A0])
+    subs.set_group_assignment([A1], awaiting=[])
+    subs.set_group_assignment([A0, A1], awaiting=[])
+    st = subs.state(A0)
+    assert not st.paused and not st.pending_revocation and st.position is None
+
+
+def test_pause_resume_and_unassigned_partitions() -> None:
+    subs = assigned(A0)
+    subs.pause([A0])
+    assert subs.paused() == {A0}
+    subs.resume([A0])
+    assert subs.paused() == frozenset()
+    with pytest.raises(IllegalStateError, match="b-0"):
+        subs.pause([B0])
+    with pytest.raises(IllegalStateError):
+        subs.seek(B0, 1)
+    with pytest.raises(IllegalStateError):
+        subs.position(B0)
+
+
+def test_version_bumped_on_assignment_change() -> None:
+    subs = SubscriptionState("latest")
+    v0 = subs.version
+    subs.assign_from_user([A0])
+    v1 = subs.version
+    subs.assign_from_user([A0, A1])
+    assert v0 < v1 < subs.version
