@@ -3,11 +3,13 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# The (optional) C extensions are compiled by the editable install: reinstall when their sources change.
+EXT    := setup.py $(sort $(wildcard src/kafka_handoff/*/*.c))
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(EXT) | cksum | cut -d' ' -f1)
 
 .PHONY: setup demo test test-unit lint typecheck clean jars
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(EXT)
 	@start=$$(date +%s); \
 	test -x $(PY) || $(PYTHON) -m venv $(VENV); \
 	$(PIP) install -q --upgrade pip; \

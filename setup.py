@@ -1,7 +1,8 @@
-"""Build of the optional C extension; the project metadata lives in pyproject.toml.
+"""Build of the optional C extensions; the project metadata lives in pyproject.toml.
 
 ``kafka_handoff.protocol._fastrecords`` speeds up record batch decoding.  It is optional: without a C
 compiler the install still succeeds and the pure-Python decoder is used (see ``records.IMPLEMENTATION``).
+``kafka_handoff.producer._fastencode`` (optional the same way) speeds up the producer's batch encoding.
 """
 
 from setuptools import Extension, setup
@@ -12,6 +13,11 @@ setup(
             "kafka_handoff.protocol._fastrecords",
             sources=["src/kafka_handoff/protocol/_fastrecords.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "kafka_handoff.producer._fastencode",
+            sources=["src/kafka_handoff/producer/_fastencode.c"],
+            optional=True,
+        ),
     ]
 )

@@ -136,6 +136,7 @@ class PartitionWork:
         self.tracker = OffsetTracker()
         self.queued: deque[ConsumerRecord] = deque()  # fetched, not started
         self.futures: list[Future[None]] = []  # started; pruned as they finish
+        self.finish_future: Future[None] | None = None  # the partition's finish step, once started
         self.revoking = False  # revoke requested: start nothing new
         self.committed: int | None = None  # last offset the broker acknowledged
         self.commit_sent: int | None = None  # last offset sent (commit may be in flight)
@@ -149,6 +150,11 @@ class PartitionWork:
 
     def in_flight(self) -> int:
         return self.tracker.in_flight
+
+    def busy(self) -> bool:
+        """Records in flight, or a finish step that has not completed."""
+        finishing = self.finish_future is not None and not self.finish_future.done()
+        return finishing or self.tracker.in_flight > 0
 
     def start(self, record: ConsumerRecord) -> None:
         """Mark ``record`` as started (before it is submitted, so completion never precedes it)."""
@@ -178,6 +184,8 @@ class PartitionWork:
         self.queued.clear()
         cancelled = sum(1 for f in self.futures if f.cancel())
         self.futures.clear()
+        if self.finish_future is not None:
+            self.finish_future.cancel()
         return cancelled
 
     def prune(self) -> None:
@@ -252,7 +260,10 @@ class AsyncProcessor(RebalanceListenerBase):
 
     ``process(record)`` runs on a pool thread (the slow part).  ``sink(record)`` runs when it finished,
     unless the partition was lost meanwhile -- think "publish the result"; it must be quick and
-    thread-safe.  ``on_event(kind, partitions)`` is an instrumentation hook (called on the poll thread).
+    thread-safe.  ``finish_partition(tp)``, if given, runs on a pool thread once per revoked partition after
+    its last record finished and before its final commit (flush a per-partition writer, close a file);
+    the revoke waits for it too.  ``on_event(kind, partitions)`` is an instrumentation hook (called on the
+    poll thread).
 
     Backpressure: at most ``max_in_flight_per_partition`` records of a partition are in the pool, and a
     partition with ``max_queued_per_partition`` records waiting is paused until half of them started.
@@ -265,6 +276,7 @@ class AsyncProcessor(RebalanceListenerBase):
         *,
         process: Callable[[ConsumerRecord], object] = SimulatedWork(),
         sink: Callable[[ConsumerRecord], None] | None = None,
+        finish_partition: Callable[[TopicPartition], None] | None = None,
         workers: int = 8,
         max_in_flight_per_partition: int = 8,
         max_queued_per_partition: int = 64,
@@ -284,6 +296,7 @@ class AsyncProcessor(RebalanceListenerBase):
         self.stats = ProcessorStats()
         self._process = process
         self._sink = sink
+        self._finish = finish_partition
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="async-processing")
         self._max_in_flight = max_in_flight_per_partition
         self._max_queued = max_queued_per_partition
@@ -342,7 +355,9 @@ class AsyncProcessor(RebalanceListenerBase):
                 # before them, so the next owner processes them.
                 work.revoking = True
                 work.queued.clear()
-            if work.in_flight():
+            if not work.in_flight():
+                self._start_finish(work)
+            if work.busy():
                 if self.consumer.delay_revoke([tp]):
                     self.stats.delayed_polls += 1
                 else:
@@ -361,6 +376,17 @@ class AsyncProcessor(RebalanceListenerBase):
                 record = work.queued.popleft()
                 work.start(record)
                 work.futures.append(self._pool.submit(self._run_one, work, record))
+
+    def _start_finish(self, work: PartitionWork) -> None:
+        if self._finish is not None and work.finish_future is None and not work.abandoned:
+            work.finish_future = self._pool.submit(self._run_finish, work.tp)
+
+    def _run_finish(self, tp: TopicPartition) -> None:
+        assert self._finish is not None
+        try:
+            self._finish(tp)
+        except Exception:
+            log.exception("finishing %s failed", tp)
 
     def _run_one(self, work: PartitionWork, record: ConsumerRecord) -> None:
         try:
@@ -434,21 +460,31 @@ class AsyncProcessor(RebalanceListenerBase):
         """The revoke completes: commit the final offsets, then forget the partitions.
 
         With ``revocation="delay"`` nothing is in flight here any more (the loop delayed the revoke until
-        that was true).  With ``"block"`` this is where the usual pattern waits for the in-flight records
-        -- inside ``poll()``, so no partition gets new records meanwhile.
+        the records and the finish step were done).  With ``"block"`` this is where the usual pattern waits
+        for the in-flight records and then the finish step -- inside ``poll()``, so no partition gets new
+        records meanwhile.  (``close()`` waits here too: the member is leaving anyway.)
         """
         works = [w for w in (self._work.get(tp) for tp in partitions) if w is not None]
         if self.revocation == "block" or self._closing:
             for work in works:
                 work.revoking = True
                 work.queued.clear()
-            pending = [f for work in works for f in work.futures]
-            _done, not_done = wait_futures(pending, timeout=self._block_timeout_s)
-            if not_done:
-                log.warning("%d records still running after %.0f s", len(not_done), self._block_timeout_s)
+            deadline = time.monotonic() + self._block_timeout_s
+            _done, not_done = wait_futures(
+                [f for w in works for f in w.futures], timeout=self._block_timeout_s
+            )
+            for work in works:
+                if not work.in_flight():
+                    self._start_finish(work)
+            finishing = [w.finish_future for w in works if w.finish_future is not None]
+            _done, still = wait_futures(finishing, timeout=max(0.0, deadline - time.monotonic()))
+            if not_done or still:
+                log.warning(
+                    "%d tasks still running after %.0f s", len(not_done) + len(still), self._block_timeout_s
+                )
         final: dict[TopicPartition, OffsetAndMetadata] = {}
         for work in works:
-            if work.in_flight():
+            if work.busy():
                 # Only when a delay was refused: what still runs is processed again by the next owner.
                 self.stats.cancelled += work.abandon()
             position = work.tracker.committable
@@ -504,7 +540,9 @@ class AsyncProcessor(RebalanceListenerBase):
             if assigned:
                 self.consumer.pause(assigned)
             deadline = time.monotonic() + drain_timeout_s
-            while self.in_flight() and time.monotonic() < deadline:
+            while (
+                any(w.busy() for w in self._work.values() if not w.abandoned) and time.monotonic() < deadline
+            ):
                 self.poll_once()
             self._commit_final()
         finally:
@@ -549,6 +587,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-ms", type=float, default=20.0)
     parser.add_argument("--slow-every", type=int, default=0, help="every N-th offset is slow (0: none)")
     parser.add_argument("--slow-ms", type=float, default=1000.0)
+    parser.add_argument("--finish-ms", type=float, default=0.0, help="per revoked partition finish step")
     parser.add_argument("--duration", type=float, default=0.0, help="seconds to run (0: until Ctrl-C)")
     parser.add_argument("--produce", type=int, default=0, help="first produce this many records")
     args = parser.parse_args(argv)
@@ -570,6 +609,7 @@ def main(argv: list[str] | None = None) -> int:
         consumer,
         [args.topic],
         process=SimulatedWork(args.work_ms, args.slow_every, args.slow_ms),
+        finish_partition=(lambda tp: time.sleep(args.finish_ms / 1000.0)) if args.finish_ms else None,
         workers=args.workers,
         revocation=args.revocation,
         on_event=on_event,

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 import statistics
 import threading
@@ -227,7 +228,7 @@ class GroupLog:
                     extra = f" offset={e.detail[tp]}" if e.detail else ""
                     items.append((e.t, f"{e.member:>6} {e.kind}{extra}"))
             runs: list[list[Any]] = []
-            for t, m, p, off in sorted(r for r in records if r[2] == tp):
+            for t, m, _p, off in sorted(r for r in records if r[2] == tp):
                 if runs and runs[-1][0] == m and runs[-1][3] == off - 1:
                     runs[-1][3] = off
                     runs[-1][4] = t
@@ -246,7 +247,7 @@ class GroupLog:
         _, records = self.snapshot()
         times = sorted({t for t, m, p, _ in records if m == member and p == tp and start <= t <= end})
         points = [start, *times, end]
-        return [b - a for a, b in zip(points, points[1:], strict=False)]
+        return [b - a for a, b in itertools.pairwise(points)]
 
 
 def steady_gap(
@@ -333,6 +334,7 @@ class Member(threading.Thread):
         self.processed: dict[TopicPartition, int] = {}  # next offset to process, per partition
         self.committed: dict[TopicPartition, int] = {}
         self.commit_errors: list[tuple[str, dict[TopicPartition, int], BaseException]] = []
+        self.commit_times: list[tuple[float, float]] = []  # (start, duration) of periodic commits
         self.lost_reported: list[frozenset[TopicPartition]] = []  # records.lost_partitions seen
         self.error: BaseException | None = None
         self.consumer: Consumer | None = None
@@ -342,6 +344,12 @@ class Member(threading.Thread):
         self._stall_lock = threading.Lock()
         self._tasks: list[tuple[Callable[[Member], Any], threading.Event, list[Any]]] = []
         self.member = name
+
+    @property
+    def client(self) -> Consumer:
+        """The consumer (only on the member's thread, e.g. inside :meth:`call`)."""
+        assert self.consumer is not None, f"{self.member} has no consumer yet"
+        return self.consumer
 
     def forget(self, parts: Collection[TopicPartition]) -> None:
         """Partitions left this member: their progress is someone else's now (a stale processed offset
@@ -445,10 +453,12 @@ class Member(threading.Thread):
         }
         if not offsets:
             return
+        started = now()
         try:
             consumer.commit_sync({tp: OffsetAndMetadata(o) for tp, o in offsets.items()}, timeout=20)
             self.committed.update(offsets)
             self.log.event(self.member, "committed", offsets)
+            self.commit_times.append((started, now() - started))
         except KafkaError as exc:
             self.commit_errors.append(("periodic", offsets, exc))
 
@@ -516,7 +526,7 @@ class ConfluentMember(threading.Thread):
             self.log.event(self.member, "subscribe")
             consumer.subscribe(self.topics, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
             while not self._stop_event.is_set():
-                msgs = consumer.consume(500, 0.05)
+                msgs: list[Any] = consumer.consume(500, 0.05)
                 items = []
                 for msg in msgs:
                     if msg.error() is not None:
@@ -617,3 +627,29 @@ def wait_settled(
         timeout,
         lambda: f"the partitions balanced over {names}\n{log.describe()}",
     )
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    """Create ``name`` (the name is the caller's: regex tests need a shared unique prefix)."""
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    from kafka_handoff import devbroker
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+    futures[name].result(timeout=60)
+    devbroker.wait_for_topic(bootstrap, name, partitions, timeout=60)
+
+
+def delete_topics(bootstrap: str, names: Iterable[str]) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    names = list(names)
+    if not names:
+        return
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics(names, operation_timeout=10, request_timeout=15).values():
+        try:
+            future.result(timeout=20)
+        except Exception:  # best effort cleanup
+            pass

@@ -16,15 +16,20 @@ member inside the window are compared with what the same partitions processed ju
 window's length.  The ratio is summed over all episodes (long windows weigh more), so one short, noisy
 window cannot decide it.
 
-Work model: ``WORK_MS`` per record on ``WORKERS`` threads, and every ``SLOW_EVERY``-th offset of a partition
-takes ``SLOW_MS`` (a slow downstream call).  The tail is what makes a stall *visible*: with uniform work and
-a FIFO pool, the revoked partitions' last in-flight record finishes about when the rest of the queue does,
-so even a consumer that stops every partition during the wait keeps its workers busy until the window
-closes.  A slow in-flight record keeps the window open well past that point, which is exactly when a
-stalling consumer starves the other partitions -- and when delayed revocation keeps them going.
+Work model: ``WORK_MS`` per record on ``WORKERS`` threads, at most ``MAX_IN_FLIGHT`` records of a partition in
+the pool, and a ``FINISH_MS`` finish step per revoked partition (the example's ``finish_partition``: flush
+a per-partition writer before the partition moves) that the revoke waits for.  The finish step is what
+makes a stall *visible*: with uniform work only, a revoked partition's last in-flight record finishes
+about when the member's other buffered records do, so even a consumer that stops every partition during
+the wait keeps its workers busy until the window closes.  A one-second finish step keeps the window open
+well past the few records each partition has buffered (small buffers: ``MAX_QUEUED`` and
+``CONSUMER_EXTRA``), which is exactly when a stalling consumer starves the other partitions -- and when
+delayed revocation keeps them going.  Breaking the consumer so that ``poll()`` returns no records of any
+partition while a revoke is pending drops the ratio to about 0.1 (measured; see docs/async-processing.md).
 
 Environment (for measurement runs; defaults are the acceptance settings):
-``HANDOFF_ASYNC_SLOW_EVERY`` / ``HANDOFF_ASYNC_SLOW_MS`` (``SLOW_MS=0`` turns the tail off),
+``HANDOFF_ASYNC_FINISH_MS`` (0 turns the finish step off), ``HANDOFF_ASYNC_SLOW_EVERY`` /
+``HANDOFF_ASYNC_SLOW_MS`` (every N-th offset takes that long; off by default),
 ``HANDOFF_ASYNC_REPORT=path`` appends one JSON line of measurements per scenario to ``path``.
 """
 
@@ -67,13 +72,18 @@ def _load_example() -> ModuleType:
 
 ap = _load_example()
 
-PARTITIONS = 12
-PER_PARTITION = 800
+PARTITIONS = 6
+PER_PARTITION = 2000
 WORKERS = 8
 WORK_MS = 20.0
-SLOW_EVERY = int(os.environ.get("HANDOFF_ASYNC_SLOW_EVERY", "50"))
-SLOW_MS = float(os.environ.get("HANDOFF_ASYNC_SLOW_MS", "1000"))
-MAX_IN_FLIGHT = 8  # per partition
+FINISH_MS = float(os.environ.get("HANDOFF_ASYNC_FINISH_MS", "1000"))
+SLOW_EVERY = int(os.environ.get("HANDOFF_ASYNC_SLOW_EVERY", "0"))
+SLOW_MS = float(os.environ.get("HANDOFF_ASYNC_SLOW_MS", "0"))
+MAX_IN_FLIGHT = 4  # per partition
+MAX_QUEUED = 4  # per partition: pause at this many fetched-not-started records
+# Small buffers keep a stall visible: what a member holds per partition (in flight + queued + one poll's
+# worth) lasts well under the finish step, so a consumer that stops delivering would starve the workers.
+CONSUMER_EXTRA = {"max.poll.records": 10, "max.partition.fetch.bytes": 2048}
 BEFORE_S = 1.5  # steady-state window before a revoke request
 SETTLE_S = 0.3  # ignore this long after the member's previous assignment change
 MIN_BEFORE_S = 0.5  # an episode whose steady-state window is shorter is not measurable
@@ -141,14 +151,18 @@ class Member:
 def start_member(
     name: str, bootstrap: str, group: str, topic: str, protocol: str, revocation: str, recorder: Recorder
 ) -> Member:
-    consumer = Consumer(ap.member_config(bootstrap, group, protocol, client_id=f"{group}-{name}"))
+    consumer = Consumer(
+        ap.member_config(bootstrap, group, protocol, client_id=f"{group}-{name}", **CONSUMER_EXTRA)
+    )
     processor = ap.AsyncProcessor(
         consumer,
         [topic],
         process=ap.SimulatedWork(WORK_MS, SLOW_EVERY, SLOW_MS),
         sink=recorder.sink(name),
+        finish_partition=(lambda tp: time.sleep(FINISH_MS / 1000.0)) if FINISH_MS > 0 else None,
         workers=WORKERS,
         max_in_flight_per_partition=MAX_IN_FLIGHT,
+        max_queued_per_partition=MAX_QUEUED,
         revocation=revocation,
         on_event=recorder.on_event(name),
     )
@@ -182,7 +196,8 @@ def wait_until(
 
 def produce(bootstrap: str, topic: str) -> set[bytes]:
     producer = confluent_kafka.Producer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True}
+        # Small batches, so a re-fetch after a pause decodes little (see CONSUMER_EXTRA).
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 10, "enable.idempotence": True}
     )
     keys: set[bytes] = set()
     for i in range(PER_PARTITION):
@@ -300,6 +315,7 @@ class Result:
     delay_refused: int
     delayed_polls: int
     elapsed_s: float
+    finish_ms: float = FINISH_MS
     slow_every: int = SLOW_EVERY
     slow_ms: float = SLOW_MS
 

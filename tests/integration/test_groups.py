@@ -10,6 +10,7 @@ Run with ``-s`` to see the measured numbers.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,7 +25,9 @@ from group_harness import (
     wait_settled,
 )
 
-from kafka_handoff.types import TopicPartition
+from kafka_handoff.consumer import Consumer
+from kafka_handoff.errors import CommitFailedError, ConfigError
+from kafka_handoff.types import OffsetAndMetadata, TopicPartition
 
 pytestmark = pytest.mark.integration
 
@@ -35,6 +38,10 @@ ALL_PROTOCOLS = ["classic-cooperative", "classic-eager", "consumer"]
 
 def _group(tag: str) -> str:
     return f"g-{tag}-{uuid.uuid4().hex[:8]}"
+
+
+def _has_event(log: GroupLog, member: str, kind: str) -> Callable[[], bool]:
+    return lambda: log.first(member, kind) is not None
 
 
 def _wait_consumed(log: GroupLog, delivered: set[tuple[TopicPartition, int]], timeout: float = 60.0) -> None:
@@ -65,8 +72,7 @@ def test_scale_one_to_three_to_one(broker: Any, topic_factory: Any, protocol: st
             m.start()
             names = [x.member for x in members]
             wait_settled(log, names, partitions)
-            first = log.first(m.member, "first_record")
-            wait_for(lambda: log.first(m.member, "first_record") is not None, 30, f"{m.member} gets records")
+            wait_for(_has_event(log, m.member, "first_record"), 30, f"{m.member} gets records")
             first = log.first(m.member, "first_record")
             sub = log.first(m.member, "subscribe")
             assert first is not None and sub is not None
@@ -104,7 +110,7 @@ def test_scale_one_to_three_to_one(broker: Any, topic_factory: Any, protocol: st
     )
 
 
-def _metrics_ok(metrics: dict[str, float], assigned: int) -> list[str]:
+def _metrics_ok(metrics: dict[str, float], assigned: int, *, commits: bool = True) -> list[str]:
     """What is wrong with the rebalance metrics after at least one completed rebalance (empty: fine)."""
     g = "consumer-coordinator-metrics:"
     problems = []
@@ -125,6 +131,7 @@ def _metrics_ok(metrics: dict[str, float], assigned: int) -> list[str]:
         "partition-lost-latency-avg",
         "partitions-lost-latency-avg",
         "commit-latency-avg",
+        "commit-total",
     ):
         if g + name not in metrics:
             problems.append(f"missing {name}")
@@ -138,6 +145,10 @@ def _metrics_ok(metrics: dict[str, float], assigned: int) -> list[str]:
         problems.append(f"assigned-partitions = {metrics[g + 'assigned-partitions']}, expected {assigned}")
     if not metrics[g + "last-rebalance-seconds-ago"] >= 0:
         problems.append(f"last-rebalance-seconds-ago = {metrics[g + 'last-rebalance-seconds-ago']}")
+    if commits and not metrics[g + "commit-total"] >= 1:
+        problems.append(f"commit-total = {metrics[g + 'commit-total']}")
+    if not metrics[g + "partition-assigned-latency-avg"] >= 0:
+        problems.append(f"partition-assigned-latency-avg = {metrics[g + 'partition-assigned-latency-avg']}")
     if metrics[g + "partition-assigned-latency-avg"] != metrics[g + "partitions-assigned-latency-avg"]:
         problems.append("the KIP-429 alias partitions-assigned-latency-avg differs from the code name")
     return problems
@@ -159,8 +170,10 @@ def test_partitions_that_stay_keep_flowing_during_a_rebalance(
     producer = BackgroundProducer(bootstrap, {topic: 6}, rate=600)
     producer.start()
     conf = base_config(bootstrap, group, protocol)
-    m1 = Member("m1", log, conf, [topic])
-    m2 = Member("m2", log, conf, [topic])
+    # Commits only in the revoke callback: a commit_sync mid-rebalance waits for the rebalance to complete
+    # (test_commits_during_a_rebalance), which would pause this member's processing, not its fetching.
+    m1 = Member("m1", log, conf, [topic], commit_interval_s=None)
+    m2 = Member("m2", log, conf, [topic], commit_interval_s=None)
     try:
         m1.start()
         wait_settled(log, ["m1"], partitions)
@@ -173,7 +186,7 @@ def test_partitions_that_stay_keep_flowing_during_a_rebalance(
         wait_settled(log, ["m1", "m2"], partitions)
         t_end = max(e.t for e in log.callbacks())
         wait_for(lambda: _min_count(log, "m1", log.owners()["m1"], t_end) >= 20, 30, "flow after")
-        metrics = {m.member: m.call(lambda m: m.consumer.metrics()) for m in (m1, m2)}
+        metrics = {m.member: m.call(lambda m: m.client.metrics()) for m in (m1, m2)}
         m1.finish()
         m2.finish()
         producer.finish()
@@ -220,13 +233,16 @@ def test_partitions_that_stay_keep_flowing_during_a_rebalance(
         starved = [tp for tp in kept if _count(log, "m1", [tp], *window) == 0]
         assert not starved, f"{starved} received nothing during the rebalance {window}:\n{log.describe()}"
     for name, values in metrics.items():
-        problems = _metrics_ok(values, len(log_owned_at(log, name, t_end)))
+        problems = _metrics_ok(values, len(log_owned_at(log, name, t_end)), commits=name == "m1")
         assert not problems, f"{name}: {problems}"
 
 
 def log_owned_at(log: GroupLog, member: str, t: float) -> frozenset[TopicPartition]:
     return frozenset(
-        tp for tp, ivs in log.intervals().items() for iv in ivs if iv.member == member and iv.start <= t < iv.end
+        tp
+        for tp, ivs in log.intervals().items()
+        for iv in ivs
+        if iv.member == member and iv.start <= t < iv.end
     )
 
 
@@ -243,3 +259,247 @@ def _min_count(log: GroupLog, member: str, tps: Any, start: float) -> int:
         if m == member and tp in counts and t >= start:
             counts[tp] += 1
     return min(counts.values()) if counts else 0
+
+
+@pytest.mark.parametrize("protocol", ALL_PROTOCOLS)
+def test_max_poll_interval_exceeded_loses_partitions_and_rejoins(
+    broker: Any, topic_factory: Any, protocol: str
+) -> None:
+    """A member that stops polling for longer than max.poll.interval.ms leaves the group (classic: LeaveGroup;
+    KIP-848: leave heartbeat, STALE); the other member gets its partitions meanwhile; the stalled member's
+    next poll reports them lost (on_partitions_lost and records.lost_partitions), returns none of their
+    records, and the member rejoins and gets a share again."""
+    bootstrap = broker.bootstrap_servers
+    topic = topic_factory(partitions=4)
+    partitions = [TopicPartition(topic, p) for p in range(4)]
+    group = _group("mpi")
+    log = GroupLog()
+    producer = BackgroundProducer(bootstrap, {topic: 4}, rate=200)
+    producer.start()
+    slow = Member("slow", log, base_config(bootstrap, group, protocol, max_poll_interval_ms=3000), [topic])
+    other = Member("other", log, base_config(bootstrap, group, protocol), [topic])
+    try:
+        slow.start()
+        other.start()
+        wait_settled(log, ["slow", "other"], partitions)
+        before = frozenset(slow.owned)
+        lost_metric_before = slow.call(lambda m: m.client.metrics())
+        slow.stall(5.5)
+        wait_for(lambda: log.first("slow", "stall_start") is not None, 10, "the stall to begin")
+        # While the slow member is not polling, the other one gets everything.
+        wait_for(
+            lambda: other.owned == set(partitions),
+            30,
+            lambda: f"the other member owning everything during the stall\n{log.describe()}",
+        )
+        t_taken = now()
+        stall_end = log.first("slow", "stall_end")
+        assert stall_end is None or stall_end.t > t_taken, "the partitions moved only after the stall"
+        wait_for(
+            lambda: log.first("slow", "lost") is not None,
+            30,
+            lambda: f"slow's lost callback\n{log.describe()}",
+        )
+        wait_settled(log, ["slow", "other"], partitions)
+        metrics = slow.call(lambda m: m.client.metrics())
+        delivered = producer.finish()
+        _wait_consumed(log, delivered)
+        slow.finish()
+        other.finish()
+    finally:
+        for m in (slow, other):
+            m.stop()
+        producer.stop()
+    lost = log.first("slow", "lost")
+    assert lost is not None and lost.partitions == before, f"lost {lost}, owned before the stall {before}"
+    stall_end = log.first("slow", "stall_end")
+    assert stall_end is not None and lost.t >= stall_end.t, (
+        "the lost callback runs in the poll after the stall"
+    )
+    assert slow.lost_reported[:1] == [before], f"records.lost_partitions: {slow.lost_reported}"
+    assert not [
+        e for e in log.callbacks("slow", kinds=("revoked",)) if e.t < lost.t and e.partitions & before
+    ]
+    log.check_no_overlap(allow_lost=True)
+    log.check_records_within_ownership()
+    assert delivered <= set(log.consumed())
+    g = "consumer-coordinator-metrics:"
+    assert metrics[g + "partition-lost-latency-avg"] >= 0
+    assert lost_metric_before[g + "rebalance-total"] < metrics[g + "rebalance-total"]
+    duplicates = sum(1 for n in log.consumed().values() if n > 1)
+    print(
+        f"\n[{protocol}] max.poll.interval exceeded: lost {len(before)} partitions, {duplicates} duplicates"
+    )
+
+
+@pytest.mark.parametrize("protocol", ALL_PROTOCOLS)
+def test_static_member_restart_within_session_timeout_keeps_its_partitions(
+    broker: Any, topic_factory: Any, protocol: str
+) -> None:
+    """A static member (group.instance.id) closed and restarted within the session timeout gets the same
+    partitions back, and the other member sees no rebalance at all (no callback)."""
+    bootstrap = broker.bootstrap_servers
+    topic = topic_factory(partitions=4)
+    partitions = [TopicPartition(topic, p) for p in range(4)]
+    group = _group("static")
+    log = GroupLog()
+    producer = BackgroundProducer(bootstrap, {topic: 4}, rate=200)
+    producer.start()
+
+    def static(name: str, instance: str) -> Member:
+        conf = base_config(bootstrap, group, protocol, group_instance_id=f"{group}-{instance}")
+        return Member(name, log, conf, [topic])
+
+    a, b = static("a", "a"), static("b", "b")
+    a2: Member | None = None
+    try:
+        a.start()
+        b.start()
+        wait_settled(log, ["a", "b"], partitions)
+        owned_by_a = frozenset(a.owned)
+        b_calls = len(log.callbacks("b"))
+        a.finish()  # static: no LeaveGroup / leave with epoch -2
+        closed = log.first("a", "closed")
+        assert closed is not None
+        a2 = static("a2", "a")
+        a2.start()
+        wait_for(lambda: a2.owned == owned_by_a, 30, lambda: f"a2 owning {owned_by_a}\n{log.describe()}")
+        restarted = next(e for e in log.callbacks("a2") if e.kind == "assigned" and e.partitions)
+        # a2 processes records of all of them (for a while: more than a heartbeat interval); b never notices.
+        wait_for(lambda: _min_count(log, "a2", owned_by_a, restarted.t) >= 20, 30, "records for a2")
+        wait_for(lambda: _min_count(log, "b", b.owned, restarted.t) >= 20, 30, "records for b")
+        delivered = producer.finish()
+        _wait_consumed(log, delivered)
+        new_b_calls = log.callbacks("b")[b_calls:]
+        assert not new_b_calls, f"b saw a rebalance: {new_b_calls}"
+        # (KIP-848: a fresh consumer may first reconcile the part of the assignment its metadata can resolve
+        # -- nothing -- and get an empty assigned callback, as the Java client does.)
+        a2_calls = [e for e in log.callbacks("a2") if e.partitions or e.kind != "assigned"]
+        assert [(e.kind, e.partitions) for e in a2_calls] == [("assigned", owned_by_a)]
+        back = restarted.t - closed.t
+        print(f"\n[{protocol}] static member back with its partitions {back:.3f} s after close")
+        a2.finish()
+        b.finish()
+    finally:
+        for m in (a, b, a2):
+            if m is not None:
+                m.stop()
+        producer.stop()
+    log.check_no_overlap()
+    log.check_records_within_ownership()
+    assert delivered <= set(log.consumed())
+    duplicates = [k for k, n in log.consumed().items() if n > 1]
+    assert not duplicates, log.explain({tp for tp, _ in duplicates})
+
+
+@pytest.mark.parametrize("protocol", ["classic-cooperative", "consumer"])
+def test_commits_during_a_cooperative_rebalance(broker: Any, topic_factory: Any, protocol: str) -> None:
+    """Commits while partitions move (issue 5 part 5, librdkafka #4059; issue 6 part 5): in the revoke
+    callback the moving partitions commit; after it, commits of the partitions that stay succeed even though
+    the rebalance is still going on (the broker refuses them mid-rebalance: the consumer waits for the
+    rejoin, or retries with the new member epoch); a commit of a partition no longer owned fails with a
+    CommitFailedError naming it, and nothing is committed for a partition another member owns."""
+    bootstrap = broker.bootstrap_servers
+    topic = topic_factory(partitions=4)
+    partitions = [TopicPartition(topic, p) for p in range(4)]
+    group = _group("commits")
+    log = GroupLog()
+    producer = BackgroundProducer(bootstrap, {topic: 4}, rate=200)
+    producer.start()
+    state: dict[str, Any] = {"moved": frozenset(), "ok": [], "refused": [], "unexpected": []}
+
+    def on_revoked(member: Member, parts: frozenset[TopicPartition], consumer: Any) -> None:
+        state["moved"] = parts
+        state["revoked_at"] = now()
+
+    def mid_rebalance() -> bool:
+        return bool(state["moved"]) and not [
+            e for e in log.callbacks("m2") if e.kind == "assigned" and e.partitions
+        ]
+
+    def after_poll(member: Member, records: Any) -> None:
+        if not mid_rebalance() or member.consumer is None:
+            return
+        consumer = member.consumer
+        kept = {tp: OffsetAndMetadata(o) for tp, o in member.processed.items() if tp in member.owned}
+        started = now()
+        try:
+            consumer.commit_sync(kept, timeout=20)
+            state["ok"].append((started, now() - started, m2_owns_nothing_yet(started)))
+        except Exception as exc:  # reported below
+            state["unexpected"].append(exc)
+        if not state["refused"]:
+            moved_tp = min(state["moved"])
+            try:
+                consumer.commit_sync({moved_tp: OffsetAndMetadata(1)}, timeout=20)
+                state["unexpected"].append(
+                    AssertionError(f"committing {moved_tp} after its revoke succeeded")
+                )
+            except CommitFailedError as exc:
+                state["refused"].append(exc)
+
+    def m2_owns_nothing_yet(t: float) -> bool:
+        return not [e for e in log.callbacks("m2") if e.kind == "assigned" and e.partitions and e.t <= t]
+
+    m1 = Member(
+        "m1",
+        log,
+        base_config(bootstrap, group, protocol),
+        [topic],
+        commit_interval_s=None,
+        on_revoked=on_revoked,
+        after_poll=after_poll,
+    )
+    m2 = Member("m2", log, base_config(bootstrap, group, protocol), [topic], commit_interval_s=0.2)
+    try:
+        m1.start()
+        wait_settled(log, ["m1"], partitions)
+        wait_for(lambda: len(m1.processed) == 4, 30, "m1 processes every partition")
+        m2.start()
+        wait_settled(log, ["m1", "m2"], partitions)
+        moved = state["moved"]
+        assert moved and moved == frozenset(m2.owned), (moved, m2.owned)
+        moved_tp = min(moved)
+        wait_for(lambda: moved_tp in m2.committed, 30, f"m2 committing {moved_tp}")
+        m2_committed = m2.committed[moved_tp]
+        # m1 tries to commit a partition m2 owns: refused before anything is sent.
+        with pytest.raises(CommitFailedError, match=str(moved_tp)):
+            m1.call(lambda m: m.client.commit_sync({moved_tp: OffsetAndMetadata(0)}, timeout=10))
+        committed = m1.call(lambda m: m.client.committed([moved_tp], timeout=10))[moved_tp]
+        assert committed is not None and committed.offset >= m2_committed > 0
+        m1.finish()
+        m2.finish()
+        producer.finish()
+    finally:
+        for m in (m1, m2):
+            m.stop()
+        producer.stop()
+    assert not state["unexpected"], state["unexpected"]
+    assert not [e for m in (m1, m2) for e in m.commit_errors], [e for m in (m1, m2) for e in m.commit_errors]
+    revoke_commits = [e for e in log.callbacks("m1", kinds=("committed",)) if e.partitions == moved]
+    assert revoke_commits, "the moving partitions were committed in the revoke callback"
+    assert state["refused"], "m1 tried to commit a moved partition after its revoke"
+    assert str(moved_tp) in str(state["refused"][0])
+    mid = [(t, d) for t, d, during in state["ok"] if during]
+    assert mid, f"no commit of the staying partitions happened during the rebalance: {state['ok']}"
+    print(
+        f"\n[{protocol}] {len(mid)} commits of staying partitions during the rebalance, all succeeded; "
+        f"longest commit_sync {max(d for _, d in mid) * 1000:.0f} ms; refused: {state['refused'][0]}"
+    )
+    log.check_no_overlap()
+    log.check_records_within_ownership()
+
+
+def test_protocol_specific_keys_are_refused_by_the_consumer() -> None:
+    """Config rules per protocol reach the Consumer constructor (details: tests/unit/test_config.py)."""
+    with pytest.raises(ConfigError, match=r"partition\.assignment\.strategy"):
+        Consumer(
+            {
+                "bootstrap.servers": "127.0.0.1:1",
+                "group.id": "g",
+                "group.protocol": "consumer",
+                "partition.assignment.strategy": "range",
+            }
+        )
+    with pytest.raises(ConfigError, match=r"group\.remote\.assignor"):
+        Consumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "g", "group.remote.assignor": "uniform"})

@@ -284,6 +284,10 @@ class Gate:
             self._event(tp.partition, offset).set()
 
 
+def new_sink() -> list[tuple[int, int]]:
+    return []
+
+
 def make_processor(fake: FakeConsumer, gate: Gate, sink: list[tuple[int, int]], **kwargs: Any) -> Any:
     lock = threading.Lock()
 
@@ -308,7 +312,7 @@ def records(by_tp: dict[TopicPartition, list[int]], **sets: frozenset[TopicParti
 
 class TestProcessorLoop:
     def test_revoke_is_delayed_while_records_are_in_flight_and_then_completes(self) -> None:
-        fake, gate, sink = FakeConsumer(), Gate(), []
+        fake, gate, sink = FakeConsumer(), Gate(), new_sink()
         proc = make_processor(fake, gate, sink)
         fake.results = [
             records({TP0: [0, 1, 2], TP1: [0, 1]}),
@@ -338,7 +342,7 @@ class TestProcessorLoop:
         proc.close(drain_timeout_s=5)
 
     def test_a_revoke_requested_partition_starts_nothing_new_and_drops_its_queue(self) -> None:
-        fake, gate, sink = FakeConsumer(), Gate(), []
+        fake, gate, sink = FakeConsumer(), Gate(), new_sink()
         proc = make_processor(fake, gate, sink, max_in_flight_per_partition=2)
         fake.results = [records({TP0: [0, 1, 2, 3, 4]}), records({}, to_be_revoked=frozenset({TP0}))]
         proc.poll_once()
@@ -356,7 +360,7 @@ class TestProcessorLoop:
         proc.close(drain_timeout_s=5)
 
     def test_lost_partition_work_is_abandoned_and_never_committed(self) -> None:
-        fake, gate, sink = FakeConsumer(), Gate(), []
+        fake, gate, sink = FakeConsumer(), Gate(), new_sink()
         proc = make_processor(fake, gate, sink, max_in_flight_per_partition=8)
         fake.results = [records({TP0: [0, 1, 2], TP1: [0]})]
         proc.poll_once()
@@ -382,7 +386,7 @@ class TestProcessorLoop:
         proc.close(drain_timeout_s=5)
 
     def test_refused_delay_abandons_what_still_runs_and_commits_the_finished_prefix(self) -> None:
-        fake, gate, sink = FakeConsumer(), Gate(), []
+        fake, gate, sink = FakeConsumer(), Gate(), new_sink()
         proc = make_processor(fake, gate, sink)
         fake.delay_answer = False
         fake.results = [records({TP0: [0, 1]}), records({}, to_be_revoked=frozenset({TP0}))]
@@ -400,7 +404,7 @@ class TestProcessorLoop:
         proc.close(drain_timeout_s=5)
 
     def test_block_mode_never_delays_and_waits_in_the_callback(self) -> None:
-        fake, gate, sink = FakeConsumer(), Gate(), []
+        fake, gate, sink = FakeConsumer(), Gate(), new_sink()
         proc = make_processor(fake, gate, sink, revocation="block")
         fake.results = [records({TP0: [0, 1]}), records({}, to_be_revoked=frozenset({TP0}))]
         proc.poll_once()
@@ -413,7 +417,7 @@ class TestProcessorLoop:
         proc.close(drain_timeout_s=5)
 
     def test_backpressure_pauses_a_full_partition_and_resumes_it(self) -> None:
-        fake, gate, sink = FakeConsumer(), Gate(), []
+        fake, gate, sink = FakeConsumer(), Gate(), new_sink()
         proc = make_processor(fake, gate, sink, max_in_flight_per_partition=1, max_queued_per_partition=4)
         fake.results = [records({TP0: list(range(6))})]
         proc.poll_once()
@@ -434,7 +438,7 @@ class TestProcessorLoop:
         assert fake.last_committed(TP0) == 4
 
     def test_close_drains_in_flight_work_and_commits(self) -> None:
-        fake, gate, sink = FakeConsumer(), Gate(), []
+        fake, gate, sink = FakeConsumer(), Gate(), new_sink()
         proc = make_processor(fake, gate, sink)
         fake.results = [records({TP0: [0, 1, 2]})]
         proc.poll_once()
@@ -463,3 +467,62 @@ def test_member_config_turns_auto_commit_off_and_picks_cooperative_sticky() -> N
     assert classic["enable.auto.commit"] is False
     assert classic["partition.assignment.strategy"] == "cooperative-sticky"
     assert "partition.assignment.strategy" not in ap.member_config("h:1", "g", "consumer")
+
+
+class TestFinishStep:
+    def test_delay_covers_the_finish_step_which_starts_after_the_last_record(self) -> None:
+        fake, gate, sink = FakeConsumer(), Gate(), new_sink()
+        finish_started = threading.Event()
+        finish_release = threading.Event()
+        finished: list[TopicPartition] = []
+
+        def finish(tp: TopicPartition) -> None:
+            finish_started.set()
+            assert finish_release.wait(10)
+            finished.append(tp)
+
+        proc = make_processor(fake, gate, sink, finish_partition=finish)
+        fake.results = [records({TP0: [0]}), records({}, to_be_revoked=frozenset({TP0}))]
+        proc.poll_once()
+        proc.poll_once()
+        assert fake.delay_calls == [[TP0]]
+        assert not finish_started.is_set()  # a record is still in flight: no finish yet
+        gate.release(TP0, 0)
+        wait_for(lambda: proc._work[TP0].in_flight() == 0)
+        fake.results = [records({}, to_be_revoked=frozenset({TP0}))]
+        proc.poll_once()
+        assert finish_started.wait(5)
+        assert fake.delay_calls == [[TP0], [TP0]]  # finishing: still delayed
+        finish_release.set()
+        wait_for(lambda: not proc._work[TP0].busy())
+        fake.results = [records({}, to_be_revoked=frozenset({TP0}))]
+        proc.poll_once()
+        assert fake.delay_calls == [[TP0], [TP0]]  # done: the revoke may complete
+        assert finished == [TP0]
+        proc.on_partitions_revoked(frozenset({TP0}), fake)
+        assert fake.last_committed(TP0) == 1
+        proc.close(drain_timeout_s=5)
+
+    def test_block_mode_runs_the_finish_step_inside_the_callback(self) -> None:
+        fake, gate, sink = FakeConsumer(), Gate(), new_sink()
+        order: list[str] = []
+        proc = make_processor(
+            fake, gate, sink, revocation="block", finish_partition=lambda tp: order.append(f"finish {tp}")
+        )
+        fake.results = [records({TP0: [0, 1]})]
+        proc.poll_once()
+        threading.Timer(0.05, gate.release, args=(TP0, 0, 1)).start()
+        proc.on_partitions_revoked(frozenset({TP0}), fake)
+        assert order == ["finish t-0"]
+        assert sorted(sink) == [(0, 0), (0, 1)]
+        assert fake.last_committed(TP0) == 2
+        proc.close(drain_timeout_s=5)
+
+    def test_lost_partition_cancels_its_pending_finish(self) -> None:
+        work = ap.PartitionWork(TP0)
+        pending: Future[None] = Future()
+        work.finish_future = pending
+        assert work.busy()
+        work.abandon()
+        assert pending.cancelled()
+        assert not work.busy()

@@ -88,7 +88,8 @@ class Harness:
 
 def test_records_are_decoded_and_position_advanced() -> None:
     h = Harness()
-    h.fetched(A0, 10, batch(10, 3, epoch=4))
+    data = batch(10, 3, epoch=4)
+    h.fetched(A0, 10, data)
     records = h.collect()[A0]
     assert [(r.offset, r.key, r.value, r.timestamp) for r in records] == [
         (10, b"k10", b"v10", 1010),
@@ -97,7 +98,7 @@ def test_records_are_decoded_and_position_advanced() -> None:
     ]
     assert records[0].leader_epoch == 4
     assert h.subs.position(A0) == FetchPosition(13, 4)
-    assert h.counted == [(A0, 3, 9)]
+    assert h.counted == [(A0, 3, len(data))]  # bytes consumed = batch bytes, as Java's fetch metrics
     assert not h.collector.has_data()
     assert h.buffer.buffered_partitions() == set()  # may be fetched again
 

@@ -15,7 +15,6 @@ from kafka_handoff.producer.accumulator import RecordAccumulator
 from kafka_handoff.producer.batch import RECORD_OVERHEAD_ESTIMATE, Entry, ProducerBatch
 from kafka_handoff.protocol.compression import CompressionType
 from kafka_handoff.protocol.records import RECORD_BATCH_OVERHEAD
-from kafka_handoff.protocol.requests import FakeClock
 from kafka_handoff.types import RecordMetadata, TopicPartition
 
 pytestmark = pytest.mark.unit
@@ -35,8 +34,23 @@ def now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
+class Clock:
+    """A settable clock for the accumulator (milliseconds)."""
+
+    def __init__(self, now: int = 0) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
 def make(**kwargs: object) -> RecordAccumulator:
-    params: dict[str, object] = {"batch_size": 1000, "linger_ms": 10, "rng": random.Random(1)}
+    params: dict[str, object] = {
+        "batch_size": 1000,
+        "linger_ms": 10,
+        "rng": random.Random(1),
+        "clock": Clock(),
+    }
     params.update(kwargs)
     acc = RecordAccumulator(**params)  # type: ignore[arg-type]
     acc.update_topic("t", 2, [0, 1])
@@ -69,8 +83,8 @@ def test_a_record_larger_than_batch_size_gets_its_own_batch() -> None:
 
 
 def test_linger_then_ready() -> None:
-    acc = make(linger_ms=10)
-    acc.append("t", 0, entry(), SIZE, 1000)
+    acc = make(linger_ms=10, clock=Clock(1000))
+    acc.append("t", 0, entry(), SIZE)
     check = acc.ready(LEADERS, 1005)
     assert check.nodes == set() and check.next_ready_ms == 1010
     assert acc.ready(LEADERS, 1010).nodes == {1}
@@ -160,7 +174,7 @@ def test_memory_bound_times_out_send() -> None:
 
 
 def test_blocked_send_proceeds_when_memory_is_freed() -> None:
-    acc = make(buffer_memory=2200, batch_size=1000, linger_ms=0)
+    acc = make(buffer_memory=2200, batch_size=1000, linger_ms=0, clock=now_ms)
     for p in (0, 1):
         acc.append("t", p, entry(b"z" * 950), 950 + RECORD_OVERHEAD_ESTIMATE, 0)
     woken = threading.Event()
@@ -176,7 +190,6 @@ def test_blocked_send_proceeds_when_memory_is_freed() -> None:
                 950 + RECORD_OVERHEAD_ESTIMATE,
                 now_ms(),
                 30_000,
-                now_ms,
             )
             outcome.append("appended")
         except Exception as exc:  # pragma: no cover - reported through the assertion
@@ -194,13 +207,13 @@ def test_blocked_send_proceeds_when_memory_is_freed() -> None:
 
 
 def test_close_wakes_blocked_senders() -> None:
-    acc = make(buffer_memory=1100, batch_size=1000)
+    acc = make(buffer_memory=1100, batch_size=1000, clock=now_ms)
     acc.append("t", 0, entry(b"z" * 950), 950 + RECORD_OVERHEAD_ESTIMATE, 0)
     outcome: list[BaseException] = []
 
     def blocked() -> None:
         try:
-            acc.append("t", 1, entry(), SIZE, now_ms(), 60_000, now_ms)
+            acc.append("t", 1, entry(), SIZE, now_ms(), 60_000)
         except BaseException as exc:
             outcome.append(exc)
 
@@ -216,9 +229,11 @@ def test_close_wakes_blocked_senders() -> None:
 
 
 def test_queued_batches_expire_after_delivery_timeout() -> None:
-    acc = make(delivery_timeout_ms=1000, linger_ms=0)
-    acc.append("t", 0, entry(), SIZE, 0)
-    acc.append("t", 1, entry(), SIZE, 500)
+    clock = Clock(0)
+    acc = make(delivery_timeout_ms=1000, linger_ms=0, clock=clock)
+    acc.append("t", 0, entry(), SIZE)
+    clock.now = 500
+    acc.append("t", 1, entry(), SIZE)
     check = acc.ready({}, 999)
     assert check.expired == [] and check.next_expiry_ms == 1000
     check = acc.ready({}, 1000)
@@ -263,15 +278,16 @@ def test_unkeyed_records_stick_to_a_partition() -> None:
 
 
 def test_wakeup_only_when_the_network_thread_would_sleep_past_readiness() -> None:
-    clock = FakeClock(0)
-    acc = make(linger_ms=10)
-    acc.ready(LEADERS, clock.now_ms())
+    clock = Clock(0)
+    acc = make(linger_ms=10, clock=clock)
+    acc.ready(LEADERS, 0)
     assert not acc.finish_poll(5000)  # the network thread plans to sleep until 5000
     assert acc.append("t", 0, entry(), SIZE, 0)  # new batch ready at 10 < 5000: wake it
     assert not acc.append("t", 0, entry(), SIZE, 0)  # appending to that batch: no
+    clock.now = 1
     acc.ready(LEADERS, 1)
     assert not acc.finish_poll(10)
-    assert not acc.append("t", 1, entry(), SIZE, 1)  # ready at 11: it looks at 10 anyway
+    assert not acc.append("t", 1, entry(), SIZE)  # ready at 11: it looks at 10 anyway
 
 
 def test_batch_created_during_a_poll_forces_another_look() -> None:

@@ -32,7 +32,9 @@ def test_available_on_this_python() -> None:
 def test_completed_without_waiters_skips_the_condition() -> None:
     f = RecordFuture()
     complete_result(f, MD)
-    assert "_cond" not in f.__dict__
+    assert f._cond is None
+    assert f._waiters_list is None and f._callbacks_list is None
+    assert not hasattr(f, "__dict__") or not f.__dict__
     assert f.done() and f.result(0) is MD and f.exception(0) is None
 
 
@@ -50,7 +52,7 @@ def test_waiter_in_another_thread_is_woken() -> None:
     assert started.wait(5)
     # Wait until the waiter created the condition (it is blocked in result()).
     for _ in range(1000):
-        if "_cond" in f.__dict__:
+        if f._cond is not None:
             break
         threading.Event().wait(0.001)
     complete_result(f, MD)

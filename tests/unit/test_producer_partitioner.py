@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import collections
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from kafka_handoff.producer import partitioner
 from kafka_handoff.producer.partitioner import BuiltInPartitioner, key_partition, murmur2, to_positive
 
 pytestmark = pytest.mark.unit
@@ -30,9 +33,23 @@ KAFKA_VECTORS = {
 }
 
 
+IMPLEMENTATIONS = [pytest.param(partitioner._py_murmur2, id="python")]
+if partitioner._c_murmur2 is not None:
+    IMPLEMENTATIONS.append(pytest.param(partitioner._c_murmur2, id="c"))
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 @pytest.mark.parametrize(("data", "expected"), sorted(KAFKA_VECTORS.items()))
-def test_murmur2_matches_java(data: bytes, expected: int) -> None:
-    assert murmur2(data) == expected
+def test_murmur2_matches_java(impl: Callable[[bytes], int], data: bytes, expected: int) -> None:
+    assert impl(data) == expected
+
+
+@pytest.mark.skipif(partitioner._c_murmur2 is None, reason="the C extension is not built")
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=200))
+def test_c_and_python_murmur2_agree(data: bytes) -> None:
+    assert partitioner._c_murmur2 is not None
+    assert partitioner._c_murmur2(data) == partitioner._py_murmur2(data)
 
 
 def test_murmur2_accepts_bytes_like_and_empty() -> None:
@@ -114,7 +131,7 @@ def test_sticky_switches_after_twice_batch_size_even_without_full_batches() -> N
     for _ in range(100):
         p.on_append(current, 100, False, 4, [0, 1, 2, 3])
         produced += 100
-        if p._produced == 0:
+        if p.produced == 0:
             switches += 1
             assert produced == 2000  # exactly at 2 x batch size
             produced = 0

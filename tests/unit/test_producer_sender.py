@@ -134,6 +134,7 @@ class Harness:
             retry_backoff_max_ms=retry_backoff_max_ms,
             max_request_size=max_request_size,
             rng=random.Random(0),
+            clock=self.clock.now_ms,
         )
         self.acc.update_topic("t", partitions, list(range(partitions)))
         self.idem = IdempotenceManager() if idempotent else None

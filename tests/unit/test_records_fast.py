@@ -266,7 +266,10 @@ def test_same_errors_on_damaged_records(data: st.DataObject) -> None:
 
 BAD_RECORDS = {
     "varint longer than 10 bytes": (b"\xff" * 11 + b"\x01", "longer than 10 bytes"),
+    "11-byte varint": (b"\xff" * 10 + b"\x01", "longer than 10 bytes"),
     "truncated varint": (b"\x80", "extends past the end"),
+    "key one byte short": (b"\x10\x00\x00\x00\x04k", "extends past the end"),
+    "value one byte short": (b"\x10\x00\x00\x00\x01\x04v", "extends past the end"),
     "attributes only": (b"\x02\x00", "extends past the end"),
     "negative header count": (spec_record(0, 0, b"k", b"v")[:-1] + zz(-2), "negative header count -2"),
     "header count larger than the data": (spec_record(0, 0, b"k", b"v")[:-1] + zz(2**40), "past the end"),
@@ -360,3 +363,9 @@ def test_c_records_are_untracked_by_default_and_tracking_can_be_restored() -> No
     # an untracked record stays usable and mutable like any other
     rec.value = {"decoded": True}
     assert rec == ConsumerRecord("t", 0, 0, T0, 0, b"k", {"decoded": True}, (), None, 1, 1)
+
+
+@needs_c
+def test_this_module_runs_with_the_other_implementation() -> None:
+    # the autouse fixture is what makes the tests imported from test_records cover the second implementation
+    assert records.IMPLEMENTATION == OTHER != DEFAULT

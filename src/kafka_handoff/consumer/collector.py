@@ -122,7 +122,9 @@ class Collector:
                         next_offset = last.offset + 1
                     self._subs.advance(f.tp, f.position_epoch, next_offset, last.leader_epoch)
                     if self._on_records is not None:
-                        self._on_records(f.tp, end - start, sum(r.serialized_value_size for r in chunk))
+                        # Bytes for the metrics: the decoded batches' size, pro rata (no per-record work).
+                        share = decoded.bytes_consumed * (end - start) // max(1, len(records))
+                        self._on_records(f.tp, end - start, share)
                 if bad is not None:
                     # The position stays at the bad record; raised now, or on the next call when records
                     # were collected (the fetch stays current, so it is raised until the app seeks past it).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -36,8 +37,7 @@ class ConsumerRecords:
         self.lost_partitions = lost
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
-        for records in self._by_tp.values():
-            yield from records
+        return itertools.chain.from_iterable(self._by_tp.values())
 
     def __len__(self) -> int:
         return self._count

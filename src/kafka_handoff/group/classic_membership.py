@@ -839,6 +839,10 @@ class ClassicMembership:
         counts = self._partition_counts(topics)
         # Topics the metadata does not name are absent from the cluster for this assignment.
         group_snapshot: dict[str, int | None] = {t: counts.get(t) for t in topics}
+        if job.skip_assignment:
+            # No assignment is computed from our metadata (it may not have arrived yet): a topic it does not
+            # name is not "absent", and recording it as such would make its arrival look like a change.
+            group_snapshot = {t: n for t, n in group_snapshot.items() if t in counts}
         self._snapshot.update(group_snapshot)
         if job.skip_assignment:
             # KIP-814: a static leader rejoining skips the assignment; the coordinator keeps the current one.

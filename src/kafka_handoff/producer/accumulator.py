@@ -33,6 +33,7 @@ from kafka_handoff.producer.batch import Entry, ProducerBatch
 from kafka_handoff.producer.partitioner import BuiltInPartitioner
 from kafka_handoff.protocol.compression import CompressionType
 from kafka_handoff.protocol.records import RECORD_BATCH_OVERHEAD
+from kafka_handoff.protocol.requests import MonotonicClock
 from kafka_handoff.types import TopicPartition
 
 __all__ = ["ReadyCheck", "RecordAccumulator"]
@@ -44,7 +45,7 @@ _RATIO_IMPROVE_STEP: Final = 0.005
 
 
 class _TopicInfo:
-    __slots__ = ("available", "num_partitions", "partitioner", "tps")
+    __slots__ = ("available", "num_partitions", "open_batch", "partitioner", "tps")
 
     def __init__(
         self,
@@ -58,6 +59,8 @@ class _TopicInfo:
         self.available: tuple[int, ...] = tuple(available)
         self.tps = tuple(TopicPartition(topic, p) for p in range(num_partitions))
         self.partitioner = BuiltInPartitioner(topic, sticky_batch_size, rng)
+        self.open_batch: ProducerBatch | None = None
+        """The last batch of the current sticky partition (the unkeyed fast path appends to it)."""
 
 
 @dataclass(slots=True)
@@ -87,6 +90,7 @@ class RecordAccumulator:
         retry_backoff_max_ms: int = 1000,
         adaptive_partitioning: bool = True,
         rng: random.Random | None = None,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         self.batch_size = max(1, batch_size)
         self.linger_ms = linger_ms
@@ -98,6 +102,8 @@ class RecordAccumulator:
         self.retry_backoff_max_ms = max(retry_backoff_ms, retry_backoff_max_ms)
         self.adaptive = adaptive_partitioning
         self._rng = rng if rng is not None else random.Random()
+        self._clock: Callable[[], int] = clock if clock is not None else MonotonicClock().now_ms
+        """Monotonic milliseconds (the network thread's clock): batch creation times, memory waits."""
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)
         self._batches: dict[TopicPartition, collections.deque[ProducerBatch]] = {}
@@ -138,12 +144,12 @@ class RecordAccumulator:
         partition: int | None,
         entry: Entry,
         size: int,
-        now_ms: int,
+        now_ms: int | None = None,
         max_block_ms: int = 0,
-        clock: Callable[[], int] | None = None,
     ) -> bool:
         """Append one record ``entry`` (estimated ``size`` bytes); ``partition=None`` uses the topic's
-        sticky partition.
+        sticky partition.  ``now_ms`` is when the send started (default: now), from which ``max_block_ms``
+        counts.
 
         Returns True when the network thread must be woken: a batch became sendable (full, or a new one
         that lingers) earlier than the network thread planned to look again.  Blocks up to
@@ -155,17 +161,14 @@ class RecordAccumulator:
             info = self._topics.get(topic)
             if info is not None and not self._closed:
                 if partition is None:
-                    pt = info.partitioner
-                    part = pt.current
-                    if part >= 0:
-                        dq = self._batches.get(info.tps[part])
-                        if dq:
-                            last = dq[-1]
-                            if not last.closed and last.size + size <= last.limit:
-                                last.entries.append(entry)
-                                last.size += size
-                                pt.on_append(part, size, False, info.num_partitions, info.available)
-                                return False
+                    last = info.open_batch
+                    if last is not None and not last.closed and last.size + size <= last.limit:
+                        pt = info.partitioner
+                        if pt.produced + size < pt.switch_bytes:
+                            last.entries.append(entry)
+                            last.size += size
+                            pt.produced += size
+                            return False
                 elif partition < info.num_partitions:
                     dq = self._batches.get(info.tps[partition])
                     if dq:
@@ -174,7 +177,7 @@ class RecordAccumulator:
                             last.entries.append(entry)
                             last.size += size
                             return False
-            return self._append_slow(topic, partition, entry, size, now_ms, max_block_ms, clock)
+            return self._append_slow(topic, partition, entry, size, now_ms, max_block_ms)
 
     def _append_slow(
         self,
@@ -182,12 +185,13 @@ class RecordAccumulator:
         partition: int | None,
         entry: Entry,
         size: int,
-        now_ms: int,
+        started_ms: int | None,
         max_block_ms: int,
-        clock: Callable[[], int] | None,
     ) -> bool:
         # Called with the lock held.
-        deadline: int | None = None
+        clock = self._clock
+        now_ms = clock()
+        deadline = (now_ms if started_ms is None else started_ms) + max_block_ms
         while True:
             if self._closed:
                 raise IllegalStateError("cannot send: the producer is closed")
@@ -217,7 +221,7 @@ class RecordAccumulator:
                         last.entries.append(entry)
                         last.size += size
                         if sticky:
-                            info.partitioner.on_append(part, size, False, info.num_partitions, info.available)
+                            self._after_sticky_append(info, part, last, size)
                         return False
                     last.closed = True  # full: no more appends, sendable
                     ready_at = now_ms
@@ -225,9 +229,7 @@ class RecordAccumulator:
             if self._used + need <= self.buffer_memory:
                 break
             # Wait for memory (Java: BufferPool.allocate), then start over: the partition may change.
-            now = clock() if clock is not None else now_ms
-            if deadline is None:
-                deadline = now_ms + max_block_ms
+            now = clock()
             remaining = deadline - now
             if remaining <= 0:
                 raise KafkaTimeoutError(
@@ -242,8 +244,8 @@ class RecordAccumulator:
                 self._space.wait(remaining / 1000.0)
             finally:
                 self._waiting -= 1
-            if clock is not None:
-                self.wait_time_ns_total += max(0, clock() - now) * 1_000_000
+            now_ms = clock()
+            self.wait_time_ns_total += max(0, now_ms - now) * 1_000_000
         self._used += need
         batch = ProducerBatch(tp, now_ms, self._limit(topic), need)
         batch.entries.append(entry)
@@ -253,12 +255,18 @@ class RecordAccumulator:
         dq.append(batch)
         self._incomplete.add(batch)
         if sticky:
-            info.partitioner.on_append(part, size, False, info.num_partitions, info.available)
+            self._after_sticky_append(info, part, batch, size)
         self._new_data = True
         if ready_at < self._next_check_ms:
             self._next_check_ms = ready_at
             return True
         return False
+
+    @staticmethod
+    def _after_sticky_append(info: _TopicInfo, part: int, batch: ProducerBatch, size: int) -> None:
+        pt = info.partitioner
+        pt.on_append(part, size, False, info.num_partitions, info.available)
+        info.open_batch = batch if pt.current == part else None
 
     def _limit(self, topic: str) -> int:
         if self.compression == CompressionType.NONE:

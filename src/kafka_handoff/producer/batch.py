@@ -10,6 +10,8 @@ producer fields of the header are rewritten and the CRC recomputed, as Java's ``
 
 from __future__ import annotations
 
+import importlib
+import os
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -23,6 +25,7 @@ from kafka_handoff.protocol.records import RECORD_BATCH_OVERHEAD
 from kafka_handoff.types import RecordMetadata, TopicPartition
 
 __all__ = [
+    "IMPLEMENTATION",
     "NO_SEQUENCE",
     "RECORD_OVERHEAD_ESTIMATE",
     "Callback",
@@ -96,14 +99,18 @@ def _headers(headers: Sequence[Header] | None) -> bytes:
     return b"".join(parts)
 
 
-def encode_records(entries: Sequence[Entry], base_timestamp: int) -> bytes:
-    """The records section (uncompressed) of a batch whose offset deltas are 0, 1, 2, ..."""
+def _py_encode_records(entries: Sequence[Entry], base_timestamp: int) -> tuple[bytes, int]:
+    """The records section (uncompressed) of a batch whose offset deltas are 0, 1, 2, ..., and the largest
+    timestamp (-1 without records)."""
     zz = _ZZ
     half = _HALF
     top = 2 * half
     parts: list[bytes] = []
     extend = parts.extend
+    max_ts = -1
     for delta, (key, value, ts, headers, _f, _c) in enumerate(entries):
+        if ts > max_ts:
+            max_ts = ts
         d = ts - base_timestamp + half
         ts_v = zz[d] if 0 <= d < top else _zz(d - half)
         off_v = zz[delta + half] if delta < half else _zz(delta)
@@ -134,7 +141,29 @@ def encode_records(entries: Sequence[Entry], base_timestamp: int) -> bytes:
                 hdr,
             )
         )
-    return b"".join(parts)
+    return b"".join(parts), max_ts
+
+
+def _load_extension() -> Callable[[Sequence[Entry], int], tuple[bytes, int]] | None:
+    flag = os.environ.get("KAFKA_HANDOFF_PURE_PYTHON", "").strip().lower()
+    if flag not in ("", "0", "false", "no"):
+        return None
+    try:
+        module = importlib.import_module("kafka_handoff.producer._fastencode")
+    except ImportError:
+        return None
+    fn: Callable[[Sequence[Entry], int], tuple[bytes, int]] = module.encode_records
+    return fn
+
+
+_c_encode_records = _load_extension()
+#: ``"c"`` when the ``_fastencode`` extension encodes records, else ``"python"``.
+IMPLEMENTATION: Final = "c" if _c_encode_records is not None else "python"
+encode_records: Callable[[Sequence[Entry], int], tuple[bytes, int]] = (
+    _c_encode_records if _c_encode_records is not None else _py_encode_records
+)
+"""``encode_records(entries, base_timestamp) -> (records bytes, max timestamp)``: the C loop when the
+optional extension is built (same bytes), else the Python one."""
 
 
 class ProducerBatch:
@@ -242,9 +271,8 @@ class ProducerBatch:
             return payload
         entries = self.entries
         base_ts = entries[0][2] if entries else -1
-        max_ts = max(e[2] for e in entries) if entries else -1
+        records, max_ts = encode_records(entries, base_ts)
         self.max_timestamp = max_ts
-        records = encode_records(entries, base_ts)
         self.uncompressed_size = len(records) + RECORD_BATCH_OVERHEAD
         if compression != CompressionType.NONE:
             records = compress(compression, records, level)

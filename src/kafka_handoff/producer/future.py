@@ -33,34 +33,65 @@ _create_lock = threading.Lock()
 
 
 class RecordFuture(Future[RecordMetadata]):
-    """A ``Future[RecordMetadata]`` whose condition variable is created lazily."""
+    """A ``Future[RecordMetadata]`` whose condition variable (and waiter lists) are created lazily.
+
+    All state lives in slots, so a future that nobody waits on is one small object (a plain ``Future`` is
+    five: itself, its ``__dict__``, two lists and a condition with its lock): fewer allocations and less work
+    for the garbage collector, which matters with hundreds of thousands of records in flight.
+    """
+
+    __slots__ = ("_callbacks_list", "_cond", "_exception", "_result", "_state", "_waiters_list")
 
     def __init__(self) -> None:  # deliberately no super().__init__(): no Condition yet
         self._state = PENDING
         self._result: Any = None
         self._exception: BaseException | None = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
+        self._cond: threading.Condition | None = None
+        self._waiters_list: list[Any] | None = None
+        self._callbacks_list: list[Any] | None = None
 
     @property
     def _condition(self) -> threading.Condition:  # read by every Future method
-        cond: threading.Condition | None = self.__dict__.get("_cond")
+        cond = self._cond
         if cond is None:
             with _create_lock:
-                cond = self.__dict__.get("_cond")
+                cond = self._cond
                 if cond is None:
-                    cond = self.__dict__["_cond"] = threading.Condition()
+                    cond = self._cond = threading.Condition()
         return cond
 
     @_condition.setter
     def _condition(self, value: threading.Condition) -> None:
-        self.__dict__["_cond"] = value
+        self._cond = value
+
+    # Future's methods use these lists under the condition; they are created on first use.
+    @property
+    def _waiters(self) -> list[Any]:
+        waiters = self._waiters_list
+        if waiters is None:
+            waiters = self._waiters_list = []
+        return waiters
+
+    @_waiters.setter
+    def _waiters(self, value: list[Any]) -> None:
+        self._waiters_list = value
+
+    @property
+    def _done_callbacks(self) -> list[Any]:
+        callbacks = self._callbacks_list
+        if callbacks is None:
+            callbacks = self._callbacks_list = []
+        return callbacks
+
+    @_done_callbacks.setter
+    def _done_callbacks(self, value: list[Any]) -> None:
+        self._callbacks_list = value
 
     def _complete_fast(self, result: Any, exception: BaseException | None) -> bool | None:
         """Complete without the condition if none exists; True/False: done (False: was not pending);
         None: a condition exists, use the ordinary path."""
         with _create_lock:
-            if "_cond" in self.__dict__:
+            if self._cond is not None:
                 return None
             if self._state != PENDING:
                 return False
@@ -127,7 +158,7 @@ def complete_all(
     slow: list[int] = []
     with _create_lock:
         for i, future in enumerate(futures):
-            if type(future) is RecordFuture and "_cond" not in future.__dict__:
+            if type(future) is RecordFuture and future._cond is None:
                 if future._state == PENDING:
                     if results is not None:
                         future._result = results[i]

@@ -16,9 +16,11 @@ Sans-I/O: the accumulator calls these under its lock; randomness comes from an i
 from __future__ import annotations
 
 import bisect
+import importlib
+import os
 import random
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 __all__ = ["BuiltInPartitioner", "key_partition", "murmur2", "to_positive"]
@@ -28,7 +30,7 @@ _M: Final = 0x5BD1E995
 _MASK: Final = 0xFFFFFFFF
 
 
-def murmur2(data: bytes | bytearray | memoryview) -> int:
+def _py_murmur2(data: bytes | bytearray | memoryview) -> int:
     """Kafka's 32-bit murmur2 of ``data`` as a signed Java ``int`` (``Utils.murmur2``)."""
     buf = bytes(data)
     length = len(buf)
@@ -55,6 +57,25 @@ def murmur2(data: bytes | bytearray | memoryview) -> int:
     return h - 0x100000000 if h & 0x80000000 else h
 
 
+def _load_c_murmur2() -> Callable[[bytes | bytearray | memoryview], int] | None:
+    if os.environ.get("KAFKA_HANDOFF_PURE_PYTHON", "").strip().lower() not in ("", "0", "false", "no"):
+        return None
+    try:
+        module = importlib.import_module("kafka_handoff.producer._fastencode")
+    except ImportError:
+        return None
+    fn: Callable[[bytes | bytearray | memoryview], int] = module.murmur2
+    return fn
+
+
+_c_murmur2 = _load_c_murmur2()
+murmur2: Callable[[bytes | bytearray | memoryview], int] = (
+    _c_murmur2 if _c_murmur2 is not None else _py_murmur2
+)
+"""Kafka's 32-bit murmur2 of ``data`` as a signed Java ``int`` (``Utils.murmur2``); the optional C extension's
+when built (same results), else pure Python."""
+
+
 def to_positive(number: int) -> int:
     """Java's ``Utils.toPositive``: clear the sign bit (not ``abs``: ``MIN_VALUE`` maps to 0)."""
     return number & 0x7FFFFFFF
@@ -75,28 +96,37 @@ class BuiltInPartitioner:
     with the partitions' queue lengths (in batches).
     """
 
-    __slots__ = ("_current", "_load_ids", "_load_table", "_produced", "_rng", "sticky_batch_size", "topic")
+    __slots__ = (
+        "_load_ids",
+        "_load_table",
+        "_rng",
+        "current",
+        "produced",
+        "sticky_batch_size",
+        "switch_bytes",
+        "topic",
+    )
 
     def __init__(self, topic: str, sticky_batch_size: int, rng: random.Random | None = None) -> None:
         self.topic = topic
         self.sticky_batch_size = max(1, sticky_batch_size)
+        self.switch_bytes = 2 * self.sticky_batch_size
+        """Bytes after which the partition switches even if its last batch is not full."""
         self._rng = rng if rng is not None else random.Random()
-        self._current = -1
-        self._produced = 0
+        self.current = -1
+        """The current sticky partition, or -1 before the first choice."""
+        self.produced = 0
+        """Bytes produced to the current sticky partition since it was chosen (the accumulator's fast path
+        adds to it directly while ``produced + size < switch_bytes``)."""
         self._load_table: list[int] | None = None
         self._load_ids: list[int] = []
 
-    @property
-    def current(self) -> int:
-        """The current sticky partition, or -1 before the first choice."""
-        return self._current
-
     def partition(self, num_partitions: int, available: Sequence[int]) -> int:
         """The sticky partition; ``available`` lists the partitions that have a leader."""
-        current = self._current
+        current = self.current
         if current < 0 or current >= num_partitions:
-            current = self._current = self._next(num_partitions, available)
-            self._produced = 0
+            current = self.current = self._next(num_partitions, available)
+            self.produced = 0
         return current
 
     def on_append(
@@ -108,14 +138,14 @@ class BuiltInPartitioner:
         available: Sequence[int],
     ) -> None:
         """Account ``appended_bytes`` to ``partition``; switch when enough was produced there."""
-        if partition != self._current:
+        if partition != self.current:
             return
-        produced = self._produced + appended_bytes
-        self._produced = produced
+        produced = self.produced + appended_bytes
+        self.produced = produced
         size = self.sticky_batch_size
         if (produced >= size and enable_switch) or produced >= 2 * size:
-            self._current = self._next(num_partitions, available)
-            self._produced = 0
+            self.current = self._next(num_partitions, available)
+            self.produced = 0
 
     def _next(self, num_partitions: int, available: Sequence[int]) -> int:
         rand = self._rng.getrandbits(31)

@@ -149,6 +149,7 @@ class Producer:
             retry_backoff_ms=cfg.retry_backoff_ms,
             retry_backoff_max_ms=cfg.retry_backoff_max_ms,
             adaptive_partitioning=cfg.partitioner_adaptive_partitioning_enable,
+            clock=self._clock.now_ms,
         )
         # Topics this producer writes to (network thread only) -> when first used.
         self._topics: dict[str, int] = {}
@@ -377,18 +378,15 @@ class Producer:
             timestamp = time_ns() // 1_000_000
         elif timestamp < 0:
             raise ValueError(f"invalid timestamp {timestamp}: it must be non-negative (or None for now)")
-        now = monotonic_ns() // 1_000_000
         future = new_future()
         num_partitions = self._partition_counts.get(topic)
-        max_block = self._max_block_ms
+        started: int | None = None
         if num_partitions is None:
+            started = monotonic_ns() // 1_000_000
             try:
-                num_partitions = self._wait_for_topic(topic, now + max_block)
+                num_partitions = self._wait_for_topic(topic, started + self._max_block_ms)
             except KafkaTimeoutError as exc:
                 return self._fail_now(future, callback, exc)
-            waited = monotonic_ns() // 1_000_000 - now
-            now += waited
-            max_block = max(0, max_block - waited)
         if partition is not None:
             if not 0 <= partition < num_partitions:
                 raise KafkaError(
@@ -405,9 +403,8 @@ class Producer:
                 partition,
                 (key, value, timestamp, hdrs, future, callback),
                 size,
-                now,
-                max_block,
-                self._clock.now_ms,
+                started,
+                self._max_block_ms,
             )
         except KafkaTimeoutError as exc:
             return self._fail_now(future, callback, exc)

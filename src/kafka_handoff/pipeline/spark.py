@@ -1,0 +1,116 @@
+"""Spark for the pipeline: building the session from ``[spark]`` and cancelling a batch's jobs.
+
+* ``spark.master`` (default ``local[2]``) starts a classic session; ``spark.remote = "sc://host:port"``
+  connects through Spark Connect instead.
+* Local defaults follow the measurements in ``reference/pyspark.md`` section 1.6 (UI off, 2 shuffle
+  partitions, UTC, loopback driver address, the venv's Python for workers); anything in ``[spark.conf]``
+  wins.
+* :class:`JobControl` tags every Spark job a batch runs (``SparkContext.addJobTag``; Spark Connect:
+  ``SparkSession.addTag``) so the worker can cancel exactly that batch's jobs when its partitions are lost
+  (``cancelJobsWithTag`` / ``interruptTag``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from kafka_handoff.pipeline.config import SparkConfig
+
+__all__ = ["JobControl", "build_session", "default_conf", "is_connect"]
+
+log = logging.getLogger(__name__)
+
+
+def default_conf(config: SparkConfig) -> dict[str, str]:
+    """The settings the pipeline applies unless ``[spark.conf]`` overrides them."""
+    conf = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "2" if config.master.startswith("local") else "4",
+    }
+    if config.remote is None:
+        conf.update(
+            {
+                "spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false",
+                "spark.driver.memory": "2g",
+                "spark.sql.execution.arrow.maxRecordsPerBatch": "25000",
+            }
+        )
+        if config.master.startswith("local"):
+            conf["spark.default.parallelism"] = "2"
+        if config.master.startswith("local") or "127.0.0.1" in config.master or "localhost" in config.master:
+            conf["spark.driver.bindAddress"] = "127.0.0.1"
+            conf["spark.driver.host"] = "127.0.0.1"
+    return conf
+
+
+def build_session(config: SparkConfig) -> Any:
+    """A SparkSession for ``config`` (classic, or Spark Connect when ``remote`` is set)."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    conf = {**default_conf(config), **config.conf}
+    builder = SparkSession.builder.appName(config.app_name)
+    if config.remote is not None:
+        builder = builder.remote(config.remote)
+    else:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = builder.master(config.master)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    # PySpark logs every analysis error with its full JVM stack trace; the worker reports the error
+    # itself (naming the batch), so keep these quiet unless asked for.
+    if not log.isEnabledFor(logging.DEBUG):
+        for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+    if not is_connect(spark):
+        spark.sparkContext.setLogLevel(os.environ.get("HANDOFF_SPARK_LOG_LEVEL", "ERROR"))
+    return spark
+
+
+def is_connect(spark: Any) -> bool:
+    """True for a Spark Connect session (no SparkContext)."""
+    return "connect" in type(spark).__module__
+
+
+class JobControl:
+    """Tag the jobs of one batch and cancel them from another thread."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self.connect = is_connect(spark)
+
+    @contextlib.contextmanager
+    def tagged(self, tag: str) -> Iterator[None]:
+        """Every Spark job started by this thread inside the block carries ``tag``."""
+        if self.connect:
+            self.spark.addTag(tag)
+        else:
+            self.spark.sparkContext.addJobTag(tag)
+        try:
+            yield
+        finally:
+            try:
+                if self.connect:
+                    self.spark.removeTag(tag)
+                else:
+                    self.spark.sparkContext.removeJobTag(tag)
+            except Exception:  # the session may be stopping
+                log.debug("could not remove job tag %s", tag, exc_info=True)
+
+    def cancel(self, tag: str) -> None:
+        """Cancel the running jobs tagged ``tag`` (they fail with a cancellation error)."""
+        try:
+            if self.connect:
+                self.spark.interruptTag(tag)
+            else:
+                self.spark.sparkContext.cancelJobsWithTag(tag)
+        except Exception:
+            log.warning("cancelling the Spark jobs of %s failed", tag, exc_info=True)

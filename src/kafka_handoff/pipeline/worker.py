@@ -1,0 +1,596 @@
+"""The pipeline worker: one consumer-group member feeding micro-batches through Spark into a sink.
+
+Threads
+-------
+* **main thread** -- owns the :class:`~kafka_handoff.consumer.Consumer` (it is not thread-safe): polls
+  continuously (records as columns, :func:`~kafka_handoff.consumer.batch.poll_columns`), runs the rebalance
+  callbacks, accumulates the next batch, decides KIP-983 delays, commits offsets to Kafka.
+* **spark thread** (one) -- runs one batch at a time: Arrow table -> ``createDataFrame`` -> transform ->
+  dead-letter handling -> conditional sink commit.
+
+``poll()`` never stops while Spark works, so the member keeps heartbeating and reacting to rebalances (under
+KIP-848 not polling for ``max.poll.interval.ms`` fences it).  While one batch runs the next one accumulates;
+once it is full the owned partitions are paused (poll keeps running, nothing is fetched) until it can be
+submitted.
+
+Exactly-once
+------------
+The sink is the source of truth.  Every sink commit stores, atomically with the data, a mark per input
+partition (the offset after the batch's last record) and succeeds only if the stored marks still equal the
+ones this member read (:mod:`kafka_handoff.pipeline.sinks.base`).  On assignment the member resumes each
+partition at max(committed offset, sink mark); records below the mark are dropped (also when a batch is
+cut).  The Kafka commit after the sink commit is an optimisation (restart position, lag tools).
+
+Rebalances
+----------
+* revoke requested for partitions of the running batch -> ``delay_revoke`` on every poll until the batch
+  is committed (and its Kafka offsets with it); accumulated records of revoked partitions are dropped.
+* partitions lost -> the running batch's Spark jobs are cancelled (job tag) and its output discarded; its
+  other partitions are re-read from their marks.  Everything else keeps flowing.
+* a mark conflict (another member wrote first) -> the batch is discarded, its partitions resume from the
+  sink's marks.
+
+Errors: a transform that raises, a wrong config, a sink failure or malformed records under
+``errors.malformed = "fail"`` stop the worker with an error naming the batch's partitions and offsets;
+nothing is committed for that batch (neither to the sink nor to Kafka).
+
+Test hook: ``HANDOFF_PIPELINE_CRASH_AFTER_SINK=N`` makes the process ``os._exit(86)`` right after its
+N-th sink commit, before the Kafka commit.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from kafka_handoff.consumer.batch import ColumnChunk, poll_columns
+from kafka_handoff.errors import KafkaError
+from kafka_handoff.pipeline.arrow import chunks_to_table
+from kafka_handoff.pipeline.config import PipelineConfig
+from kafka_handoff.pipeline.deadletter import DeadLetter, make_dead_letter
+from kafka_handoff.pipeline.errors import (
+    MarkConflictError,
+    PipelineError,
+    SinkError,
+    TransformError,
+)
+from kafka_handoff.pipeline.sinks import MarkUpdate, Sink, make_sink
+from kafka_handoff.pipeline.spark import JobControl, build_session
+from kafka_handoff.pipeline.stats import BatchReport, WorkerStats, WorkerSummary, format_batch_line
+from kafka_handoff.pipeline.transform import load_transform, normalize_result
+from kafka_handoff.types import OffsetAndMetadata, TopicPartition
+
+__all__ = ["CRASH_ENV", "Worker", "describe_ranges"]
+
+log = logging.getLogger(__name__)
+
+CRASH_ENV = "HANDOFF_PIPELINE_CRASH_AFTER_SINK"
+CRASH_EXIT_CODE = 86
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRange:
+    expected: int | None
+    """The sink mark this member believed when the batch was cut (None: no mark yet)."""
+    first: int
+    last: int
+    count: int
+
+
+def describe_ranges(ranges: Mapping[TopicPartition, Any]) -> str:
+    """``events-0 offsets 100..199, events-3 offsets 5..88`` (values: PartitionRange or (first, last))."""
+    parts = []
+    for tp in sorted(ranges):
+        r = ranges[tp]
+        first, last = (r.first, r.last) if isinstance(r, PartitionRange) else r
+        parts.append(f"{tp.topic}-{tp.partition} offsets {first}..{last}")
+    return ", ".join(parts)
+
+
+@dataclass
+class Batch:
+    id: int
+    chunks: list[ColumnChunk]
+    ranges: dict[TopicPartition, PartitionRange]
+    records: int
+    tag: str
+    cut_at: float = field(default_factory=time.monotonic)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def describe(self) -> str:
+        return f"batch {self.id} ({describe_ranges(self.ranges)})"
+
+    def first_last(self) -> dict[TopicPartition, tuple[int, int]]:
+        return {tp: (r.first, r.last) for tp, r in self.ranges.items()}
+
+
+@dataclass
+class _Outcome:
+    report: BatchReport
+    updates: dict[TopicPartition, MarkUpdate] = field(default_factory=dict)
+    conflicts: dict[TopicPartition, tuple[int | None, int | None]] = field(default_factory=dict)
+
+
+class _Listener:
+    """The worker's rebalance listener (KIP-1306 form: partitions and a restricted consumer view)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def on_partitions_assigned(self, partitions: Collection[TopicPartition], consumer: Any) -> None:
+        self.worker._on_assigned(frozenset(partitions), consumer)
+
+    def on_partitions_revoked(self, partitions: Collection[TopicPartition], consumer: Any) -> None:
+        self.worker._on_revoked(frozenset(partitions))
+
+    def on_partitions_lost(self, partitions: Collection[TopicPartition], consumer: Any) -> None:
+        self.worker._on_lost(frozenset(partitions))
+
+
+class Worker:
+    """One pipeline member.  ``run()`` blocks until stopped (signal, :meth:`stop`, ``max_records``,
+    ``until_idle_s``) and returns the :class:`WorkerSummary`; it raises :class:`PipelineError` (after a
+    clean shutdown) when a batch fails."""
+
+    def __init__(
+        self,
+        config: PipelineConfig,
+        *,
+        console: Any = None,
+        max_records: int | None = None,
+        until_idle_s: float | None = None,
+        spark: Any = None,
+        member: str | None = None,
+        on_batch: Callable[[BatchReport], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.console = console
+        self.max_records = max_records
+        self.until_idle_s = until_idle_s
+        self.member = member or f"{socket.gethostname()}-{os.getpid()}"
+        self.on_batch = on_batch
+        self._given_spark = spark
+        self.spark: Any = spark
+        self.stats = WorkerStats()
+        self._stop = threading.Event()
+        self._signals = 0
+        crash = os.environ.get(CRASH_ENV, "").strip()
+        self._crash_after = int(crash) if crash.isdigit() and int(crash) > 0 else None
+        self._sink_commits = 0
+        # main-thread state
+        self._owned: set[TopicPartition] = set()
+        self._marks: dict[TopicPartition, int | None] = {}
+        self._acc: dict[TopicPartition, ColumnChunk] = {}
+        self._acc_count = 0
+        self._acc_started: float | None = None
+        self._inflight: tuple[Batch, concurrent.futures.Future[_Outcome]] | None = None
+        self._batch_ids = 0
+        self._last_activity = time.monotonic()
+        self._consumer: Any = None
+        self._sink: Sink | None = None
+        self._dead: DeadLetter | None = None
+        self._transform: Callable[[Any], Any] | None = None
+        self._jobs: JobControl | None = None
+
+    # ------------------------------------------------------------------------------------------- control
+    def stop(self) -> None:
+        """Ask the worker to stop (thread-safe): the running batch finishes and is committed, then the
+        member leaves the group."""
+        self._stop.set()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: stopping now")
+        log.warning("%s: finishing the running batch, then leaving the group", signal.Signals(signum).name)
+        self.stop()
+
+    # ------------------------------------------------------------------------------------------- setup
+    def _setup(self) -> None:
+        cfg = self.config
+        self._transform = load_transform(cfg.transform)
+        self._sink = make_sink(cfg.sink)
+        self._dead = make_dead_letter(cfg)
+        if self.spark is None:
+            self._say(f"[dim]starting Spark ({cfg.spark.remote or cfg.spark.master}) ...[/dim]")
+            self.spark = build_session(cfg.spark)
+        self._jobs = JobControl(self.spark)
+
+    def _say(self, text: str) -> None:
+        if self.console is not None:
+            self.console.print(text, highlight=False)
+
+    def run(self) -> WorkerSummary:
+        """Run until stopped; see the class docstring."""
+        installed: list[tuple[signal.Signals, Any]] = []
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                installed.append((sig, signal.signal(sig, self._on_signal)))
+        executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="handoff-spark")
+        status, error_text = "stopped", None
+        failure: BaseException | None = None
+        try:
+            self._setup()
+            from kafka_handoff.consumer import Consumer
+
+            consumer_config = dict(self.config.consumer)
+            consumer_config.setdefault("client.id", f"handoff-pipeline-{self.member}")
+            self._consumer = Consumer(consumer_config)
+            self._consumer.set_rebalance_listener(_Listener(self))
+            self._consumer.subscribe(list(self.config.topics))
+            self._last_activity = time.monotonic()
+            self._say(
+                f"[bold]{self.member}[/bold] joining group [bold]{self.config.group_id}[/bold] "
+                f"({self.config.consumer['group.protocol']} protocol) for {', '.join(self.config.topics)}; "
+                f"sink: {self._sink.describe() if self._sink else '-'}"
+            )
+            status = self._loop(executor)
+        except BaseException as exc:
+            failure = exc
+            status = "failed" if not isinstance(exc, KeyboardInterrupt) else "interrupted"
+            error_text = str(exc)
+        finally:
+            self._shutdown(executor, abandon=failure is not None)
+            for sig, previous in installed:
+                signal.signal(sig, previous)
+        summary = self.stats.summary(self.member, self.config.group_id, status, error_text)
+        if failure is not None:
+            if isinstance(failure, PipelineError | KafkaError | KeyboardInterrupt):
+                failure.summary = summary  # type: ignore[union-attr]
+                raise failure
+            raise PipelineError(f"the pipeline worker failed: {failure!r}") from failure
+        return summary
+
+    def _shutdown(self, executor: concurrent.futures.ThreadPoolExecutor, abandon: bool) -> None:
+        if self._inflight is not None:
+            batch, future = self._inflight
+            if abandon:
+                batch.cancelled.set()
+                if self._jobs is not None:
+                    self._jobs.cancel(batch.tag)
+            try:
+                future.result(timeout=120)
+            except BaseException:
+                pass
+            self._inflight = None
+        executor.shutdown(wait=True)
+        if self._consumer is not None:
+            try:
+                self._consumer.close(timeout=30)
+            except Exception:
+                log.warning("closing the consumer failed", exc_info=True)
+        if self._dead is not None:
+            self._dead.close()
+        if self._given_spark is None and self.spark is not None:
+            try:
+                self.spark.stop()
+            except Exception:
+                log.debug("stopping Spark failed", exc_info=True)
+
+    # ------------------------------------------------------------------------------------------- loop
+    def _loop(self, executor: concurrent.futures.ThreadPoolExecutor) -> str:
+        consumer = self._consumer
+        timeout = self.config.batch.poll_timeout_ms / 1000.0
+        while True:
+            stopping = self._stop.is_set() or self._done_by_count()
+            if stopping and self._acc_count:
+                self._drop_accumulated(set(self._acc))
+            if stopping and self._inflight is None:
+                return "stopped" if self._stop.is_set() else "max-records"
+            if self._idle():
+                return "idle"
+            self._reconcile_pause(stopping)
+            records = poll_columns(consumer, timeout)
+            if records:
+                self._last_activity = time.monotonic()
+                if not stopping:
+                    self._accumulate(records.by_partition())
+                else:
+                    self.stats.saw_records(len(records))
+            self._check_inflight()
+            self._delay_revokes(records.to_be_revoked_partitions)
+            if not stopping:
+                self._maybe_submit(executor)
+
+    def _done_by_count(self) -> bool:
+        return self.max_records is not None and self.stats.records_committed >= self.max_records
+
+    def _idle(self) -> bool:
+        if self.until_idle_s is None or self._inflight is not None or self._acc_count:
+            return False
+        return time.monotonic() - self._last_activity >= self.until_idle_s
+
+    def _backpressure(self) -> bool:
+        return self._inflight is not None and self._acc_count >= self.config.batch.max_records
+
+    def _reconcile_pause(self, stopping: bool) -> None:
+        consumer = self._consumer
+        assigned = consumer.assignment()
+        want = (assigned & self._owned) if (stopping or self._backpressure()) else frozenset()
+        current = consumer.paused()
+        if want - current:
+            consumer.pause(want - current)
+        if (current - want) & assigned:
+            consumer.resume((current - want) & assigned)
+
+    def _accumulate(self, chunks: Mapping[TopicPartition, ColumnChunk]) -> None:
+        for tp, chunk in chunks.items():
+            n = len(chunk)
+            self.stats.saw_records(n)
+            if tp not in self._owned:
+                continue
+            mark = self._marks.get(tp)
+            if mark is not None:
+                n -= chunk.drop_below(mark)
+            if not n:
+                continue
+            acc = self._acc.get(tp)
+            if acc is None:
+                self._acc[tp] = chunk
+            else:
+                acc.extend(chunk)
+            self._acc_count += n
+            if self._acc_started is None:
+                self._acc_started = time.monotonic()
+
+    def _drop_accumulated(self, partitions: Collection[TopicPartition]) -> None:
+        for tp in partitions:
+            chunk = self._acc.pop(tp, None)
+            if chunk is not None:
+                self._acc_count -= len(chunk)
+        if not self._acc:
+            self._acc_count = 0
+            self._acc_started = None
+
+    def _inflight_partitions(self) -> frozenset[TopicPartition]:
+        if self._inflight is None:
+            return frozenset()
+        return frozenset(self._inflight[0].ranges)
+
+    def _delay_revokes(self, to_be_revoked: frozenset[TopicPartition]) -> None:
+        if not to_be_revoked:
+            return
+        # Not-yet-submitted records of partitions on their way out: the next owner re-reads them.
+        self._drop_accumulated(to_be_revoked & set(self._acc))
+        busy = to_be_revoked & self._inflight_partitions()
+        if busy:
+            if self._consumer.delay_revoke(busy):
+                self.stats.revokes_delayed += len(busy)
+                log.info("delaying the revoke of %s until batch %d is committed", sorted(busy),
+                         self._inflight[0].id if self._inflight else -1)  # fmt: skip
+            else:
+                log.warning(
+                    "could not delay the revoke of %s any longer; the running batch's commit stays "
+                    "conditional on the sink marks",
+                    sorted(busy),
+                )
+
+    # ------------------------------------------------------------------------------------------- batches
+    def _maybe_submit(self, executor: concurrent.futures.ThreadPoolExecutor) -> None:
+        if self._inflight is not None or not self._acc_count:
+            return
+        full = self._acc_count >= self.config.batch.max_records
+        started = self._acc_started or time.monotonic()
+        due = (time.monotonic() - started) * 1000 >= self.config.batch.max_interval_ms
+        if not (full or due):
+            return
+        chunks: list[ColumnChunk] = []
+        ranges: dict[TopicPartition, PartitionRange] = {}
+        for tp, chunk in self._acc.items():
+            if tp not in self._owned:
+                continue
+            mark = self._marks.get(tp)
+            if mark is not None:
+                chunk.drop_below(mark)
+            if not len(chunk):
+                continue
+            chunks.append(chunk)
+            ranges[tp] = PartitionRange(mark, chunk.offsets[0], chunk.offsets[-1], len(chunk))
+        self._acc.clear()
+        self._acc_count = 0
+        self._acc_started = None
+        if not chunks:
+            return
+        self._batch_ids += 1
+        batch = Batch(
+            id=self._batch_ids,
+            chunks=chunks,
+            ranges=ranges,
+            records=sum(len(c) for c in chunks),
+            tag=f"handoff-{self.config.name}-{self.member}-batch-{self._batch_ids}",
+        )
+        self._inflight = (batch, executor.submit(self._process, batch))
+
+    def _check_inflight(self) -> None:
+        if self._inflight is None:
+            return
+        batch, future = self._inflight
+        if not future.done():
+            return
+        self._inflight = None
+        self._last_activity = time.monotonic()
+        try:
+            outcome = future.result()
+        except BaseException as exc:
+            self._report(
+                BatchReport(batch.id, "failed", batch.records, len(batch.ranges), detail=str(exc)[:200])
+            )
+            raise
+        report = outcome.report
+        if report.status == "committed":
+            self._after_commit(batch, outcome)
+        else:
+            self._rewind(batch, outcome)
+        self._report(report)
+
+    def _report(self, report: BatchReport) -> None:
+        self.stats.add_batch(report)
+        self._say(format_batch_line(report))
+        if self.on_batch is not None:
+            self.on_batch(report)
+
+    def _after_commit(self, batch: Batch, outcome: _Outcome) -> None:
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, update in outcome.updates.items():
+            if tp in self._owned:
+                self._marks[tp] = update.new
+                offsets[tp] = OffsetAndMetadata(update.new)
+        if not offsets:
+            return
+        try:
+            self._consumer.commit_sync(offsets, timeout=30)
+        except KafkaError as exc:
+            # The sink holds the marks; the next owner (or this one after a restart) resumes from them.
+            self.stats.kafka_commit_failures += 1
+            log.warning(
+                "committing offsets of batch %d to Kafka failed (the sink has them): %s", batch.id, exc
+            )
+
+    def _rewind(self, batch: Batch, outcome: _Outcome) -> None:
+        """The batch was not committed: its still-owned partitions resume from the sink's marks."""
+        owned = [tp for tp in batch.ranges if tp in self._owned]
+        if not owned:
+            return
+        fresh = self._sink.read_marks(owned) if self._sink is not None else {}
+        self._drop_accumulated(owned)
+        for tp in owned:
+            mark = fresh.get(tp)
+            resume = batch.ranges[tp].first if mark is None else max(batch.ranges[tp].first, mark)
+            self._marks[tp] = mark
+            self._consumer.seek(tp, resume)
+        log.info("batch %d %s; %s resume from the sink marks", batch.id, outcome.report.status,
+                 ", ".join(f"{tp.topic}-{tp.partition}" for tp in owned))  # fmt: skip
+
+    # ------------------------------------------------------------------------------------------- spark thread
+    def _process(self, batch: Batch) -> _Outcome:
+        assert self._sink is not None and self._dead is not None and self._jobs is not None
+        assert self._transform is not None
+        fn = self.config.transform.function
+        t0 = time.monotonic()
+        report = BatchReport(batch.id, "cancelled", batch.records, len(batch.ranges))
+        if batch.cancelled.is_set():
+            return _Outcome(report)
+        table = chunks_to_table(batch.chunks)
+        batch.chunks = []
+        timestamps = table.column("timestamp").cast("int64").to_numpy()
+        t1 = time.monotonic()
+        report.build_s = t1 - t0
+        desc = batch.describe()
+        with self._jobs.tagged(batch.tag):
+            try:
+                df = self.spark.createDataFrame(table)
+                result = normalize_result(self._transform(df), fn)
+            except Exception as exc:
+                if batch.cancelled.is_set():
+                    return self._finish(report, t0)
+                raise TransformError(f"transform {fn} failed on {desc}: {exc}", batch.first_last()) from exc
+            try:
+                rejected = result.rejected.toArrow() if result.rejected is not None else None
+                output = result.output.toArrow() if self._sink.kind == "delta" else result.output
+            except Exception as exc:
+                if batch.cancelled.is_set():
+                    return self._finish(report, t0)
+                raise TransformError(
+                    f"transform {fn} failed while Spark computed {desc}: {exc}", batch.first_last()
+                ) from exc
+            t2 = time.monotonic()
+            report.spark_s = t2 - t1
+            if rejected is not None and rejected.num_rows:
+                report.malformed = int(rejected.num_rows)
+                report.dead_lettered = self._dead.handle(rejected, batch.first_last(), desc)
+            if batch.cancelled.is_set():
+                return self._finish(report, t0)
+            updates = {tp: MarkUpdate(r.expected, r.last + 1) for tp, r in batch.ranges.items()}
+            try:
+                info = self._sink.commit(output, updates)
+            except MarkConflictError as exc:
+                report.status = "conflict"
+                report.detail = str(exc)
+                return self._finish(report, t0, conflicts=exc.conflicts)
+            except Exception as exc:
+                if batch.cancelled.is_set():
+                    return self._finish(report, t0)
+                if self._sink.kind == "parquet" and _is_spark_error(exc):
+                    raise TransformError(
+                        f"Spark failed computing or writing {desc} (transform {fn}): {exc}",
+                        batch.first_last(),
+                    ) from exc
+                raise SinkError(f"writing {desc} to the {self._sink.describe()} failed: {exc}",
+                                batch.first_last()) from exc  # fmt: skip
+        commit_ms = time.time() * 1000.0
+        self._sink_commits += 1
+        if self._crash_after is not None and self._sink_commits >= self._crash_after:
+            os.write(2, f"{CRASH_ENV}: exiting after sink commit {info.version} of {desc}\n".encode())
+            os._exit(CRASH_EXIT_CODE)
+        self.stats.latency.add(commit_ms - timestamps)
+        report.status = "committed"
+        report.output_rows = info.rows
+        report.version = info.version
+        report.sink_s = time.monotonic() - t2
+        return self._finish(report, t0, updates=updates)
+
+    @staticmethod
+    def _finish(
+        report: BatchReport,
+        t0: float,
+        *,
+        updates: dict[TopicPartition, MarkUpdate] | None = None,
+        conflicts: dict[TopicPartition, tuple[int | None, int | None]] | None = None,
+    ) -> _Outcome:
+        report.total_s = time.monotonic() - t0
+        return _Outcome(report, dict(updates or {}), dict(conflicts or {}))
+
+    # ------------------------------------------------------------------------------------------- callbacks
+    def _on_assigned(self, partitions: frozenset[TopicPartition], consumer: Any) -> None:
+        if not partitions:
+            return
+        assert self._sink is not None
+        marks = self._sink.read_marks(partitions)
+        committed = consumer.committed(partitions, timeout=30)
+        for tp in partitions:
+            mark = marks.get(tp)
+            om = committed.get(tp)
+            candidates = [x for x in (mark, om.offset if om is not None else None) if x is not None]
+            if candidates:
+                consumer.seek(tp, max(candidates))
+            self._marks[tp] = mark
+            self._owned.add(tp)
+        self.stats.assigned += len(partitions)
+        self._last_activity = time.monotonic()
+        log.info("assigned %s (sink marks %s)", sorted(partitions), {f"{t.topic}-{t.partition}": m
+                 for t, m in marks.items()})  # fmt: skip
+
+    def _on_revoked(self, partitions: frozenset[TopicPartition]) -> None:
+        self._forget(partitions)
+        self.stats.revoked += len(partitions)
+
+    def _on_lost(self, partitions: frozenset[TopicPartition]) -> None:
+        self._forget(partitions)
+        self.stats.lost += len(partitions)
+        if self._inflight is not None:
+            batch, future = self._inflight
+            if not future.done() and partitions & set(batch.ranges):
+                log.warning("partitions %s lost: cancelling %s", sorted(partitions), batch.describe())
+                batch.cancelled.set()
+                if self._jobs is not None:
+                    self._jobs.cancel(batch.tag)
+
+    def _forget(self, partitions: frozenset[TopicPartition]) -> None:
+        self._owned.difference_update(partitions)
+        for tp in partitions:
+            self._marks.pop(tp, None)
+        self._drop_accumulated(partitions & set(self._acc))
+
+
+def _is_spark_error(exc: BaseException) -> bool:
+    module = type(exc).__module__ or ""
+    return module.startswith(("pyspark", "py4j"))

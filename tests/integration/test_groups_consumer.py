@@ -1,0 +1,148 @@
+"""KIP-848 consumer-protocol group scenarios against the real broker: server-side regex subscription, a
+group shared with confluent-kafka consumers on the consumer protocol, server-side assignors (issue 6)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+import pytest
+from group_harness import (
+    BackgroundProducer,
+    ConfluentMember,
+    GroupLog,
+    Member,
+    base_config,
+    create_topic,
+    delete_topics,
+    now,
+    wait_for,
+    wait_settled,
+)
+
+from kafka_handoff.consumer import Consumer
+from kafka_handoff.errors import UnsupportedAssignorError
+from kafka_handoff.types import TopicPartition
+
+pytestmark = pytest.mark.integration
+
+pytest.importorskip("confluent_kafka")
+
+
+@pytest.mark.slow  # the broker batches regex refreshes (about every 10 s)
+def test_regex_subscription_is_resolved_by_the_broker_and_picks_up_a_new_topic(broker: Any) -> None:
+    """subscribe(pattern) sends the regex to the broker (ConsumerGroupHeartbeat v1); a matching topic
+    created later is assigned by the broker and consumed; a non-matching one is not."""
+    bootstrap = broker.bootstrap_servers
+    prefix = f"rx-{uuid.uuid4().hex[:8]}"
+    first, later, other = f"{prefix}-a", f"{prefix}-b", f"x{prefix}-c"
+    log = GroupLog()
+    create_topic(bootstrap, first, 2)
+    producer = BackgroundProducer(bootstrap, {first: 2}, rate=100)
+    producer.start()
+    conf = base_config(bootstrap, f"g-{prefix}", "consumer")
+    member = Member("m", log, conf, re.compile(re.escape(prefix) + r"-.*"))
+    try:
+        member.start()
+        wait_settled(log, ["m"], [TopicPartition(first, p) for p in range(2)])
+        create_topic(bootstrap, later, 3)
+        create_topic(bootstrap, other, 1)
+        producer.add_topic(later, 3)
+        producer.add_topic(other, 1)
+        t_created = now()
+        expected = {TopicPartition(first, p) for p in range(2)} | {TopicPartition(later, p) for p in range(3)}
+        # The broker re-resolves regexes periodically (it batches refreshes), hence the generous deadline.
+        wait_for(lambda: member.owned == expected, 60, lambda: f"the new topic assigned\n{log.describe()}")
+        picked = next(e for e in log.callbacks("m") if e.kind == "assigned" and e.t >= t_created)
+        delivered = producer.finish()
+        wanted = {(tp, off) for tp, off in delivered if tp.topic != other}
+        wait_for(lambda: wanted <= set(log.consumed()), 30, "records of both matching topics consumed")
+        member.finish()
+    finally:
+        member.stop()
+        producer.stop()
+        delete_topics(bootstrap, [first, later, other])
+    assert not [tp for tp, _ in log.consumed() if tp.topic == other]
+    print(f"\n[consumer] regex picked up the new topic {picked.t - t_created:.3f} s after it was created")
+
+
+def test_mixed_group_with_confluent_consumers_on_the_consumer_protocol(
+    broker: Any, topic_factory: Any
+) -> None:
+    """Our consumers and librdkafka consumers (group.protocol=consumer) in one KIP-848 group: no partition
+    owned twice, all covered, every record consumed, while members come and go."""
+    bootstrap = broker.bootstrap_servers
+    topic = topic_factory(partitions=6)
+    partitions = [TopicPartition(topic, p) for p in range(6)]
+    group = f"g-mixed848-{uuid.uuid4().hex[:8]}"
+    log = GroupLog()
+    producer = BackgroundProducer(bootstrap, {topic: 6}, rate=300)
+    producer.start()
+    confluent_conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "group.protocol": "consumer",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    ours = [Member(f"ours{i}", log, base_config(bootstrap, group, "consumer"), [topic]) for i in (1, 2)]
+    theirs = [ConfluentMember(f"rdk{i}", log, confluent_conf, [topic]) for i in (1, 2)]
+    order: list[Member | ConfluentMember] = [theirs[0], ours[0], theirs[1], ours[1]]
+    started: list[Member | ConfluentMember] = []
+    try:
+        for m in order:
+            m.start()
+            started.append(m)
+            wait_settled(log, [x.member for x in started], partitions)
+        for m in (theirs[0], ours[1]):
+            m.finish()
+            started.remove(m)
+            wait_settled(log, [x.member for x in started], partitions)
+        delivered = producer.finish()
+        wait_for(lambda: delivered <= set(log.consumed()), 60, "every record consumed")
+        for m in started:
+            m.finish()
+    finally:
+        for m in order:
+            m.stop()
+        producer.stop()
+    log.check_no_overlap()
+    log.check_records_within_ownership()
+    duplicates = sum(1 for n in log.consumed().values() if n > 1)
+    print(f"\n[consumer] mixed group: {len(delivered)} records, {duplicates} duplicates")
+
+
+def test_remote_assignor_range_and_an_unknown_assignor(broker: Any, topic_factory: Any) -> None:
+    """group.remote.assignor=range: the broker co-partitions (each member gets the same partition numbers
+    of both topics).  An assignor the broker does not know fails poll() with an error naming it."""
+    bootstrap = broker.bootstrap_servers
+    t1, t2 = topic_factory(partitions=2), topic_factory(partitions=2)
+    partitions = [TopicPartition(t, p) for t in (t1, t2) for p in range(2)]
+    group = f"g-range-{uuid.uuid4().hex[:8]}"
+    log = GroupLog()
+    conf = base_config(bootstrap, group, "consumer", group_remote_assignor="range")
+    members = [Member(f"m{i}", log, conf, [t1, t2], commit_interval_s=None) for i in (1, 2)]
+    try:
+        for m in members:
+            m.start()
+        wait_settled(log, ["m1", "m2"], partitions)
+        for m in members:
+            numbers = {tp.partition for tp in m.owned}
+            assert len(numbers) == 1 and {tp.topic for tp in m.owned} == {t1, t2}, m.owned
+            m.finish()
+    finally:
+        for m in members:
+            m.stop()
+
+    bad = Consumer(
+        base_config(bootstrap, f"{group}-bad", "consumer", group_remote_assignor="no-such-assignor")
+    )
+    try:
+        bad.subscribe([t1])
+        deadline = now() + 30
+        with pytest.raises(UnsupportedAssignorError, match="no-such-assignor"):
+            while now() < deadline:
+                bad.poll(0.1)
+    finally:
+        bad.close(timeout=5)
