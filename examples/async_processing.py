@@ -3,11 +3,12 @@
 A poll loop hands records to a thread pool and never waits for processing.  Per partition, offsets are
 committed in order as processing completes (:class:`OffsetTracker`).  When a revoke is requested
 (``records.to_be_revoked_partitions``), the loop stops starting records of those partitions and calls
-``consumer.delay_revoke`` on every poll while their in-flight records are still running; once they are
-done it lets the revoke complete, and ``on_partitions_revoked`` commits the final offsets through the
-restricted consumer view.  Lost partitions' work is abandoned: unstarted records are cancelled, results
-that finish later are discarded, nothing is committed for them again.  Records of every other partition
-keep flowing at full speed meanwhile.
+``consumer.delay_revoke`` on every poll while their in-flight records (and an optional per-partition
+finish step, e.g. a flush) are still running; once they are done it lets the revoke complete, and
+``on_partitions_revoked`` commits the final offsets through the restricted consumer view.  Lost
+partitions' work is abandoned: unstarted records are cancelled, results that finish later are discarded,
+nothing is committed for them again.  Records of every other partition keep flowing at full speed
+meanwhile.
 
 For comparison, ``revocation="block"`` runs the *usual pattern* (what confluent-kafka users do): the loop
 ignores ``to_be_revoked_partitions`` and ``on_partitions_revoked`` blocks until the partitions' in-flight

@@ -211,7 +211,7 @@ class GroupLog:
     def describe(self) -> str:
         lines = [f"owners: { {m: sorted(map(str, p)) for m, p in self.owners().items()} }"]
         t0 = self.events[0].t if self.events else 0.0
-        for e in self.snapshot()[0][-40:]:
+        for e in [e for e in self.snapshot()[0] if e.kind != "committed"][-40:]:
             lines.append(f"  {e.t - t0:8.3f} {e.member:>10} {e.kind:<12} {sorted(map(str, e.partitions))}")
         return "\n".join(lines)
 

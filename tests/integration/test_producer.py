@@ -274,3 +274,24 @@ def test_produce_sample_cli_writes_the_generated_events(
     for m in sorted(got, key=lambda m: (m.partition(), m.offset())):
         by_user[m.key()].append(m.timestamp()[1])
     assert all(ts == sorted(ts) for ts in by_user.values())
+
+
+def test_flush_and_close_from_a_callback(broker: Any, topic_factory: Any) -> None:
+    topic = topic_factory(partitions=1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    seen: list[BaseException] = []
+    closed = threading.Event()
+
+    def callback(md: RecordMetadata | None, exc: BaseException | None) -> None:
+        try:
+            producer.flush(1)
+        except IllegalStateError as error:
+            seen.append(error)
+        producer.close()  # becomes close(0), as in Java
+        closed.set()
+
+    producer.send(topic, b"x", callback=callback)
+    assert closed.wait(30)
+    assert seen and "send callback" in str(seen[0])
+    with pytest.raises(IllegalStateError):
+        producer.send(topic, b"y")

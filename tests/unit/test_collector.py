@@ -310,14 +310,35 @@ def test_deserializer_error_on_the_first_record_raises_at_once() -> None:
 # ---------------------------------------------------------------------------------------------- dropping
 
 
-def test_paused_partition_data_is_dropped() -> None:
-    h = Harness(A0, B0)
-    h.fetched(A0, 0, batch(0, 2))
+def test_paused_partition_data_is_kept_until_resume() -> None:
+    h = Harness(A0, B0, max_poll_records=1)
+    h.fetched(A0, 0, batch(0, 3))
     h.fetched(B0, 0, batch(0, 2))
+    assert h.offsets() == {A0: [0]}  # A0 is current, partly consumed
     h.subs.pause([A0])
-    assert h.offsets() == {B0: [0, 1]}
-    assert h.position(A0) == 0
-    assert not h.buffer.has_buffered(A0)  # fetched again after resume
+    assert h.offsets() == {B0: [0]}
+    assert h.offsets() == {B0: [1]}
+    assert h.offsets() == {}
+    assert h.position(A0) == 1
+    assert h.buffer.has_buffered(A0)  # kept: the fetcher does not fetch it again
+    h.subs.resume([A0])
+    h.collector.unpark([A0])
+    assert h.offsets() == {A0: [1]}
+    assert h.offsets() == {A0: [2]}
+    assert h.position(A0) == 3
+
+
+def test_parked_data_of_a_seeked_partition_is_dropped() -> None:
+    h = Harness(A0)
+    h.fetched(A0, 0, batch(0, 2))
+    h.subs.pause([A0])
+    assert h.offsets() == {}
+    h.subs.seek(A0, 1)
+    h.collector.drop_partitions(lambda tp: tp != A0)
+    h.subs.resume([A0])
+    h.collector.unpark([A0])
+    assert h.offsets() == {}
+    assert not h.buffer.has_buffered(A0)
 
 
 def test_excluded_partition_data_is_dropped() -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from concurrent.futures import FIRST_COMPLETED, Future, as_completed, wait
 
 import pytest
@@ -15,6 +17,7 @@ from kafka_handoff.producer.future import (
     complete_exception,
     complete_result,
     new_future,
+    untrack,
 )
 from kafka_handoff.types import RecordMetadata
 
@@ -118,3 +121,31 @@ def test_asyncio_wrap_future() -> None:
         return await wrapped
 
     assert asyncio.run(main()) is MD
+
+
+@pytest.mark.skipif(untrack is None, reason="the C extension is not built")
+def test_new_futures_are_untracked_until_someone_waits() -> None:
+    f = new_future()
+    assert not gc.is_tracked(f)
+    complete_result(f, MD)
+    assert not gc.is_tracked(f)  # completed with nobody waiting: still untracked
+    assert f.result(0) is MD  # result() creates the condition...
+    assert gc.is_tracked(f)  # ...and puts the future back under the collector
+
+
+@pytest.mark.skipif(untrack is None, reason="the C extension is not built")
+def test_a_cycle_through_a_done_callback_is_collected() -> None:
+    class Holder:
+        future: Future[RecordMetadata] | None = None
+
+    f = new_future()
+    holder = Holder()
+    holder.future = f
+    def keep(_f: Future[RecordMetadata], h: Holder = holder) -> None:
+        assert h is not None
+
+    f.add_done_callback(keep)  # future -> callback -> holder -> future
+    ref = weakref.ref(holder)
+    del f, holder, keep
+    gc.collect()
+    assert ref() is None

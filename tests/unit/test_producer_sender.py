@@ -23,6 +23,7 @@ from kafka_handoff.producer.batch import RECORD_OVERHEAD_ESTIMATE, ProducerBatch
 from kafka_handoff.producer.future import complete_all
 from kafka_handoff.producer.idempotence import IdempotenceManager, ProducerState
 from kafka_handoff.producer.sender import Sender
+from kafka_handoff.protocol import wire
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.records import decode_batches, iter_batch_headers
 from kafka_handoff.protocol.requests import FakeClock, UnsentRequest
@@ -206,11 +207,12 @@ class Harness:
 
     @staticmethod
     def batches_of(request: UnsentRequest) -> list[tuple[TopicPartition, bytes]]:
-        body = request.body(11)
+        # What the network client would send: the kio request entity of the version.
+        entity = wire.build_request(ApiKey.PRODUCE, 11, request.body(11))
         return [
-            (TopicPartition(t["name"], p["index"]), p["records"])
-            for t in body["topic_data"]
-            for p in t["partition_data"]
+            (TopicPartition(str(t.name), int(p.index)), bytes(p.records))
+            for t in entity.topic_data
+            for p in t.partition_data
         ]
 
     @staticmethod

@@ -251,6 +251,4 @@ def poll_columns(consumer: Any, timeout: float | None = 0.0) -> ColumnarRecords:
     finally:
         collector.columnar = False
     chunks: dict[TopicPartition, ColumnChunk] = result.by_partition()  # type: ignore[assignment]
-    return ColumnarRecords(
-        chunks, to_be_revoked=result.to_be_revoked_partitions, lost=result.lost_partitions
-    )
+    return ColumnarRecords(chunks, to_be_revoked=result.to_be_revoked_partitions, lost=result.lost_partitions)

@@ -10,7 +10,7 @@ position stays at the bad batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kafka_handoff.consumer.fetcher import CompletedFetch, FetchBuffer
@@ -46,6 +46,8 @@ class Collector:
         self._vdes = value_deserializer
         self._on_records = on_records
         self._current: CompletedFetch | None = None
+        self._parked: dict[TopicPartition, CompletedFetch] = {}
+        """Fetched data of paused partitions, kept (as Java does) until resume() -- not fetched again."""
         self.excluded: Callable[[TopicPartition], bool] = lambda tp: False
         """Partitions whose records must not be returned (KIP-983: revoke requested)."""
 
@@ -53,7 +55,7 @@ class Collector:
         st = self._subs.get(f.tp)
         if st is None or st.position is None or st.position_epoch != f.position_epoch:
             return False
-        if st.paused or st.pending_revocation or st.awaiting_callback or self.excluded(f.tp):
+        if st.pending_revocation or st.awaiting_callback or self.excluded(f.tp):
             return False
         return st.position.offset == f.fetch_offset or f.initialized
 
@@ -64,7 +66,21 @@ class Collector:
         if self._current is not None and not keep(self._current.tp):
             self._buffer.done_with(self._current.tp)
             self._current = None
+        for tp in [tp for tp in self._parked if not keep(tp)]:
+            del self._parked[tp]
+            self._buffer.done_with(tp)
         self._buffer.drop(keep)
+
+    def unpark(self, partitions: Iterable[TopicPartition]) -> None:
+        """resume(): the kept data of these partitions is collectable again (in front of newer data)."""
+        for tp in partitions:
+            f = self._parked.pop(tp, None)
+            if f is not None:
+                self._buffer.push_front(f)
+
+    def _is_paused(self, tp: TopicPartition) -> bool:
+        st = self._subs.get(tp)
+        return st is not None and st.paused
 
     def collect(self) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Up to ``max.poll.records`` records.  Errors (corrupt batch, deserializer, error fetch) are raised
@@ -81,6 +97,11 @@ class Collector:
                 self._current = f
             if not self._valid(f):
                 self._finish(f)
+                continue
+            if self._is_paused(f.tp):
+                # Keep it: the partition stays "buffered" (not fetched again) until resume().
+                self._parked[f.tp] = f
+                self._current = None
                 continue
             if f.error is not None:
                 if out:

@@ -196,6 +196,7 @@ class Consumer:
             background_events=self._background,
             on_close=self._on_close_nt,
         )
+        self._buffer.on_release = self._thread.wakeup  # fetch a drained partition again at once
         self._group_hooks_init()
         self._thread.start()
 
@@ -207,6 +208,8 @@ class Consumer:
         self._early_return = False
         self._callback_error: BaseException | None = None
         self._deferred_callbacks: list[CallbackNeeded] = []
+        # Partitions whose revoked/lost callback ran and that were not assigned again since.
+        self._told_gone: set[TopicPartition] = set()
         self._leaving = False
         self._collector.excluded = self._revoke.is_revoke_requested
         self._thread.add_after_poll(self._drain_membership_nt)
@@ -417,7 +420,7 @@ class Consumer:
             # Rebalance callbacks run inside poll() (or while leaving), never inside another call, and in
             # the order the membership asked for them.
             self._deferred_callbacks.append(event)
-            if self._in_poll or self._leaving:
+            if (self._in_poll or self._leaving) and not self._in_callback:
                 self._run_deferred_callbacks()
 
     # ==================================================================================== rebalance callbacks
@@ -428,7 +431,19 @@ class Consumer:
         self, kind: CallbackKind, partitions: frozenset[TopicPartition]
     ) -> BaseException | None:
         listener = self._listeners.active if self._in_poll else self._listeners.resolve()
-        return invoke_callback(listener, kind, partitions, self, record_latency=self._record_callback_latency)
+        # A blocking call inside a callback (commit_sync on the view) drains background events: callbacks
+        # arriving meanwhile wait until this one returned, never run nested inside it.
+        self._in_callback = True
+        try:
+            if kind is CallbackKind.ASSIGN:
+                self._told_gone.difference_update(partitions)
+            return invoke_callback(
+                listener, kind, partitions, self, record_latency=self._record_callback_latency
+            )
+        finally:
+            self._in_callback = False
+            if kind is not CallbackKind.ASSIGN:
+                self._told_gone.update(partitions)
 
     def _note_error(self, error: BaseException | None) -> None:
         if error is not None and self._callback_error is None:
@@ -471,6 +486,9 @@ class Consumer:
                 self._complete_revokes(self._revoke.complete_all())
             return
         if event.kind is CallbackKind.LOST:
+            # Not for partitions the application was already told are gone (a revoke that completed after
+            # the membership declared them lost, e.g. a member fenced while its revoke callback ran).
+            parts = frozenset(parts - self._told_gone)
             self._revoke.on_lost(parts)
             self._collector.drop_partitions(lambda tp: tp not in parts)
             error = self._run_listener(CallbackKind.LOST, parts) if parts else None
@@ -495,12 +513,15 @@ class Consumer:
             if self._commits is not None and self._commits.auto_commit:
                 offsets = {tp: o for tp, o in self._consumed_offsets().items() if tp in parts}
                 if offsets:
+                    self._in_callback = True  # part of the revocation: no other callback runs meanwhile
                     try:
                         self.commit_sync(
                             offsets, timeout=int(self._config.get("max.poll.interval.ms")) / 1000
                         )
                     except KafkaError as exc:
                         log.warning("auto-commit before revocation failed: %s", exc)
+                    finally:
+                        self._in_callback = False
             error = self._run_listener(CallbackKind.REVOKE, parts)
             if error is not None:
                 self._revoke.note_callback_error(parts, error)
@@ -568,6 +589,7 @@ class Consumer:
             )
 
     _in_poll = False
+    _in_callback = False
 
     def _on_poll_start(self) -> None:
         """Start of poll(): KIP-983 start-of-poll rules (complete due revokes), then the poll event."""
@@ -746,13 +768,14 @@ class Consumer:
     def pause(self, partitions: Iterable[TopicPartition]) -> None:
         self._ensure_open()
         parts = [TopicPartition(*p) for p in partitions]
+        # Data already fetched for them is kept (not returned, not fetched again) until resume().
         self._subs.pause(parts)
-        keep = set(parts)
-        self._collector.drop_partitions(lambda p: p not in keep)
 
     def resume(self, partitions: Iterable[TopicPartition]) -> None:
         self._ensure_open()
-        self._subs.resume([TopicPartition(*p) for p in partitions])
+        parts = [TopicPartition(*p) for p in partitions]
+        self._subs.resume(parts)
+        self._collector.unpark(parts)
         self._thread.wakeup()
 
     def paused(self) -> frozenset[TopicPartition]:

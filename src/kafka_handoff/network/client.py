@@ -95,6 +95,7 @@ class NetworkClient:
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._masks: dict[int, int] = {}
+        self._wake_pending = False
         self.disconnect_listeners: list[Callable[[int, bool, int], None]] = []
         """Called as ``listener(node_id, is_coordinator_connection, now_ms)`` when a connection is lost."""
         self._closed = False
@@ -137,7 +138,12 @@ class NetworkClient:
 
     # ------------------------------------------------------------------ sending
     def wakeup(self) -> None:
-        """Interrupt a blocking :meth:`poll` from any thread."""
+        """Interrupt a blocking :meth:`poll` from any thread.  While a wake-up byte is unread no second one
+        is written: the network thread clears the flag only after draining the bytes, and looks at every
+        request manager and event after that, so a skipped wake-up is never lost."""
+        if self._wake_pending:
+            return
+        self._wake_pending = True
         try:
             self._wake_w.send(b"\0")
         except (BlockingIOError, OSError):
@@ -252,6 +258,7 @@ class NetworkClient:
                 pass
         except (BlockingIOError, OSError):
             pass
+        self._wake_pending = False
 
     def _start_connections(self, now_ms: int) -> None:
         for conn_id, queue in self._pending.items():

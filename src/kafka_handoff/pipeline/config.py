@@ -263,8 +263,10 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
     topics_value = kafka.pop("topics", None)
     if isinstance(topics_value, str):
         topics_value = [topics_value]
-    if not isinstance(topics_value, list) or not topics_value or not all(
-        isinstance(t, str) and t.strip() for t in topics_value
+    if (
+        not isinstance(topics_value, list)
+        or not topics_value
+        or not all(isinstance(t, str) and t.strip() for t in topics_value)
     ):
         raise ConfigError(f"kafka.topics: expected a non-empty list of topic names, got {topics_value!r}")
     for required in ("bootstrap.servers", "group.id"):
@@ -282,10 +284,6 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
     except ConfigError as exc:
         raise ConfigError(f"[kafka] {exc}") from None
 
-    pipeline = _section(raw, "pipeline")
-    _unknown("pipeline", pipeline, ("name",))
-    name = _str("pipeline", pipeline, "name", str(consumer["group.id"])) or str(consumer["group.id"])
-
     b = _section(raw, "batch")
     _unknown("batch", b, ("max_records", "max_interval_ms", "poll_timeout_ms"))
     batch = BatchConfig(
@@ -293,6 +291,13 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
         max_interval_ms=_int("batch", b, "max_interval_ms", BatchConfig.max_interval_ms),
         poll_timeout_ms=_int("batch", b, "poll_timeout_ms", BatchConfig.poll_timeout_ms),
     )
+    if "max.poll.records" not in kafka:
+        # One poll should not overshoot a small batch by much.
+        consumer["max.poll.records"] = min(int(CONSUMER_DEFAULTS["max.poll.records"]), batch.max_records)
+
+    pipeline = _section(raw, "pipeline")
+    _unknown("pipeline", pipeline, ("name",))
+    name = _str("pipeline", pipeline, "name", str(consumer["group.id"])) or str(consumer["group.id"])
 
     s = _section(raw, "spark")
     _unknown("spark", s, ("master", "remote", "app_name", "conf"))

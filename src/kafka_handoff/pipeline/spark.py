@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +32,8 @@ def default_conf(config: SparkConfig) -> dict[str, str]:
     conf = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "2" if config.master.startswith("local") else "4",
+        # Micro-batches are small: adaptive re-planning costs more than it saves here.
+        "spark.sql.adaptive.enabled": "false",
     }
     if config.remote is None:
         conf.update(
@@ -49,6 +52,31 @@ def default_conf(config: SparkConfig) -> dict[str, str]:
     return conf
 
 
+_LOG4J2 = """\
+status = error
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+rootLogger.level = {level}
+rootLogger.appenderRef.stdout.ref = console
+"""
+
+
+def _quiet_log4j2() -> str:
+    """A log4j2 config for the driver JVM: errors only (``HANDOFF_SPARK_LOG_LEVEL`` to change), so the
+    start-up warnings of a local Spark do not drown the pipeline's progress."""
+    level = os.environ.get("HANDOFF_SPARK_LOG_LEVEL", "error").lower()
+    path = os.path.join(tempfile.gettempdir(), f"handoff-spark-log4j2-{level}.properties")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(_LOG4J2.replace("{level}", level))
+        os.replace(tmp, path)
+    return path
+
+
 def build_session(config: SparkConfig) -> Any:
     """A SparkSession for ``config`` (classic, or Spark Connect when ``remote`` is set)."""
     from pyspark.sql import SparkSession
@@ -62,6 +90,8 @@ def build_session(config: SparkConfig) -> Any:
     else:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.master(config.master)
+        if "spark.driver.extraJavaOptions" not in conf:
+            conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={_quiet_log4j2()}"
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -19,8 +19,11 @@ uses plain futures) if a future Python changes them.
 
 from __future__ import annotations
 
+import functools
+import importlib
+import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures._base import FINISHED, PENDING
 from typing import Any, Final
@@ -30,6 +33,21 @@ from kafka_handoff.types import RecordMetadata
 __all__ = ["AVAILABLE", "RecordFuture", "complete_all", "complete_exception", "complete_result", "new_future"]
 
 _create_lock = threading.Lock()
+
+
+def _extension() -> Any:
+    if os.environ.get("KAFKA_HANDOFF_PURE_PYTHON", "").strip().lower() not in ("", "0", "false", "no"):
+        return None
+    try:
+        return importlib.import_module("kafka_handoff.producer._fastencode")
+    except ImportError:
+        return None
+
+
+_ext = _extension()
+#: ``untrack(obj)`` / ``track(obj)`` from the optional C extension (None without it): see :func:`new_future`.
+untrack: Callable[[object], None] | None = _ext.untrack if _ext is not None else None
+track: Callable[[object], None] | None = _ext.track if _ext is not None else None
 
 
 class RecordFuture(Future[RecordMetadata]):
@@ -57,6 +75,8 @@ class RecordFuture(Future[RecordMetadata]):
             with _create_lock:
                 cond = self._cond
                 if cond is None:
+                    if track is not None:
+                        track(self)  # from now on it may take part in cycles (waiters, callbacks)
                     cond = self._cond = threading.Condition()
         return cond
 
@@ -121,8 +141,25 @@ def _check() -> bool:
 AVAILABLE: Final = _check()
 
 
-def new_future() -> Future[RecordMetadata]:
-    return RecordFuture() if AVAILABLE else Future()
+def _new_untracked() -> Future[RecordMetadata]:
+    future = RecordFuture()
+    untrack(future)  # type: ignore[misc]
+    return future
+
+
+def _new_plain() -> Future[RecordMetadata]:
+    return Future()
+
+
+def _new_record_future() -> Future[RecordMetadata]:
+    return RecordFuture()
+
+
+new_future: Callable[[], Future[RecordMetadata]] = (
+    (_new_untracked if untrack is not None else _new_record_future) if AVAILABLE else _new_plain
+)
+"""A future for one record: a :class:`RecordFuture` when possible, out of the cyclic garbage collector's
+sight until something waits on it or registers a callback (with the C extension)."""
 
 
 def complete_result(future: Future[RecordMetadata], metadata: RecordMetadata) -> None:
@@ -177,3 +214,17 @@ def complete_all(
                 future.set_exception(error)
         except InvalidStateError:
             pass
+
+
+Entry = tuple[Any, Any, int, Any, Future[RecordMetadata], Any]
+
+
+def _py_make_entry(key: Any, value: Any, timestamp: int, headers: Any, callback: Any) -> Entry:
+    return (key, value, timestamp, headers, new_future(), callback)
+
+
+make_entry: Callable[[Any, Any, int, Any, Any], Entry] = (
+    functools.partial(_ext.make_entry, RecordFuture) if _ext is not None and AVAILABLE else _py_make_entry
+)
+"""``(key, value, timestamp, headers, new_future(), callback)``; with the C extension the tuple and the future
+are out of the garbage collector's sight (see :func:`new_future`)."""

@@ -53,7 +53,7 @@ from kafka_handoff.producer.batch import (
     ProducerBatch,
     estimate_headers_size,
 )
-from kafka_handoff.producer.future import complete_all, complete_exception, new_future
+from kafka_handoff.producer.future import complete_all, complete_exception, make_entry, new_future
 from kafka_handoff.producer.idempotence import IdempotenceManager
 from kafka_handoff.producer.metrics import ProducerMetrics
 from kafka_handoff.producer.partitioner import murmur2
@@ -69,6 +69,9 @@ __all__ = ["Producer"]
 log = logging.getLogger(__name__)
 
 _FATAL_TOPIC_ERRORS = frozenset({17, 29})  # INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED
+# RecordMetadata(...) runs a Python-level __new__; tuple.__new__(RecordMetadata, values) builds the same
+# named tuple in C (the completion thread makes one per record).
+_tuple_new: Any = tuple.__new__
 _Completion = tuple[ProducerBatch, int, int, BaseException | None]
 Header = tuple[str, bytes | None]
 
@@ -282,18 +285,21 @@ class Producer:
             if error is None:
                 topic = batch.topic
                 partition = batch.partition
+                new = _tuple_new
+                md = RecordMetadata
                 if base_offset >= 0 and log_append_ms >= 0:
                     results = [
-                        RecordMetadata(topic, partition, base_offset + i, log_append_ms)
+                        new(md, (topic, partition, base_offset + i, log_append_ms))
                         for i in range(len(entries))
                     ]
                 elif base_offset >= 0:
                     results = [
-                        RecordMetadata(topic, partition, base_offset + i, e[2]) for i, e in enumerate(entries)
+                        new(md, (topic, partition, base_offset + i, e[2])) for i, e in enumerate(entries)
                     ]
                 else:
+                    ts_override = log_append_ms >= 0
                     results = [
-                        RecordMetadata(topic, partition, -1, log_append_ms if log_append_ms >= 0 else e[2])
+                        new(md, (topic, partition, -1, log_append_ms if ts_override else e[2]))
                         for e in entries
                     ]
                 complete_all(futures, results)
@@ -378,7 +384,6 @@ class Producer:
             timestamp = time_ns() // 1_000_000
         elif timestamp < 0:
             raise ValueError(f"invalid timestamp {timestamp}: it must be non-negative (or None for now)")
-        future = new_future()
         num_partitions = self._partition_counts.get(topic)
         started: int | None = None
         if num_partitions is None:
@@ -386,7 +391,7 @@ class Producer:
             try:
                 num_partitions = self._wait_for_topic(topic, started + self._max_block_ms)
             except KafkaTimeoutError as exc:
-                return self._fail_now(future, callback, exc)
+                return self._fail_now(new_future(), callback, exc)
         if partition is not None:
             if not 0 <= partition < num_partitions:
                 raise KafkaError(
@@ -396,16 +401,11 @@ class Producer:
         elif key is not None and not self._ignore_keys:
             partition = (murmur2(key) & 0x7FFFFFFF) % num_partitions
         if size > self._max_record_size:
-            return self._fail_now(future, callback, self._too_large(topic, size))
+            return self._fail_now(new_future(), callback, self._too_large(topic, size))
+        entry = make_entry(key, value, timestamp, hdrs, callback)
+        future = entry[4]
         try:
-            wake = self._accumulator.append(
-                topic,
-                partition,
-                (key, value, timestamp, hdrs, future, callback),
-                size,
-                started,
-                self._max_block_ms,
-            )
+            wake = self._accumulator.append(topic, partition, entry, size, started, self._max_block_ms)
         except KafkaTimeoutError as exc:
             return self._fail_now(future, callback, exc)
         if wake:
@@ -486,6 +486,10 @@ class Producer:
         """Send everything now and wait until every record sent before this call has its outcome
         (callbacks included).  Raises :class:`KafkaTimeoutError` if that takes longer than ``timeout``
         seconds (``None``: no limit)."""
+        if threading.current_thread() is self._completer:
+            raise IllegalStateError(
+                "flush() cannot be called from a send callback: it would wait for the callback thread itself"
+            )
         if not self._background.empty():
             self._raise_background_errors()
         batches = self._accumulator.begin_flush()
@@ -528,6 +532,10 @@ class Producer:
                 return
             self._closed = True
         start = time.monotonic()
+        if threading.current_thread() is self._completer and timeout != 0:
+            # Java does the same: a callback cannot wait for the delivery of records queued behind it.
+            log.warning("close() called from a send callback: closing with timeout 0")
+            timeout = 0
         if timeout is None:
             timeout_ms = self._delivery_timeout_ms + self._config.request_timeout_ms + 5_000
         else:
@@ -542,8 +550,9 @@ class Producer:
         if aborted:
             log.warning("closing the producer failed %d record(s) that were not delivered", aborted)
         self._completions.put(None)
-        remaining = timeout_ms / 1000.0 - (time.monotonic() - start)
-        self._completer.join(max(remaining, 0.5))
+        if threading.current_thread() is not self._completer:  # close() from a callback: cannot wait for it
+            remaining = timeout_ms / 1000.0 - (time.monotonic() - start)
+            self._completer.join(max(remaining, 0.5))
 
     def __enter__(self) -> Producer:
         return self

@@ -19,10 +19,12 @@ records' futures and runs callbacks on its own completion thread, never on the n
 from __future__ import annotations
 
 import datetime
+import functools
 import heapq
 import itertools
 import logging
 import random
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
@@ -41,6 +43,7 @@ from kafka_handoff.producer.idempotence import (
     ProducerState,
 )
 from kafka_handoff.producer.metrics import ProducerMetrics
+from kafka_handoff.protocol import wire
 from kafka_handoff.protocol.compression import CompressionType
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.requests import ANY_NODE, MAX_POLL_WAIT_MS, PollResult, UnsentRequest
@@ -64,6 +67,13 @@ INVALID_RECORD: Final = 87
 
 #: Java's ``InvalidMetadataException`` subclasses: after these the leader may have moved.
 _METADATA_ERRORS: Final = frozenset({3, 5, 6, 13, 56, 74, 75, 100, 103})
+
+
+@functools.cache
+def _produce_entities(version: int) -> tuple[Any, Any]:
+    """kio's ``TopicProduceData`` and ``PartitionProduceData`` classes of a Produce request version."""
+    module = sys.modules[wire.request_class(ApiKey.PRODUCE, version).__module__]
+    return module.TopicProduceData, module.PartitionProduceData
 
 
 def _to_ms(value: Any) -> int:
@@ -111,7 +121,9 @@ class Sender:
         self.metrics = metrics
         self._in_flight: dict[int, int] = {}
         self._in_flight_batches: set[ProducerBatch] = set()
+        # Delivery deadlines of in-flight batches (compacted so that done batches are not kept alive).
         self._expiry_heap: list[tuple[int, int, ProducerBatch]] = []
+        self._heaped: set[ProducerBatch] = set()
         self._counter = itertools.count()
         self._init_in_flight = False
         self._init_attempts = 0
@@ -251,7 +263,7 @@ class Sender:
 
     # ------------------------------------------------------------------ Produce
     def _produce_request(self, node: int, batches: list[ProducerBatch], now_ms: int) -> UnsentRequest:
-        topics: dict[str, list[dict[str, Any]]] = {}
+        topics: dict[str, list[tuple[int, bytes]]] = {}
         by_tp: dict[TopicPartition, ProducerBatch] = {}
         records = 0
         sizes: list[int] = []
@@ -262,26 +274,40 @@ class Sender:
                 self.accumulator.update_compression_ratio(batch.topic, ratio)
                 if self.metrics is not None:
                     self.metrics.record_compression(ratio, now_ms)
-            topics.setdefault(batch.topic, []).append({"index": batch.partition, "records": payload})
+            topics.setdefault(batch.topic, []).append((batch.partition, payload))
             by_tp[batch.tp] = batch
             batch.in_flight = True
-            if batch not in self._in_flight_batches:
-                self._in_flight_batches.add(batch)
-                if batch.attempts == 0:
-                    heapq.heappush(
-                        self._expiry_heap,
-                        (batch.created_ms + self.delivery_timeout_ms, next(self._counter), batch),
-                    )
+            self._in_flight_batches.add(batch)
+            if batch not in self._heaped:
+                self._heaped.add(batch)
+                heapq.heappush(
+                    self._expiry_heap,
+                    (batch.created_ms + self.delivery_timeout_ms, next(self._counter), batch),
+                )
             records += len(batch.entries)
             sizes.append(len(payload))
             if batch.attempts > 0 and self.metrics is not None:
                 self.metrics.record_retry(len(batch.entries), now_ms)
-        values = {
-            "transactional_id": None,
-            "acks": self.acks,
-            "timeout": self.request_timeout_ms,
-            "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()],
-        }
+        acks = self.acks
+        timeout = self.request_timeout_ms
+
+        def build(version: int) -> dict[str, Any]:
+            # The nested entities are built as kio objects of the negotiated version directly: the generic
+            # dict conversion in wire.build_request costs more than the rest of the request.
+            topic_cls, partition_cls = _produce_entities(version)
+            return {
+                "transactional_id": None,
+                "acks": acks,
+                "timeout": timeout,
+                "topic_data": tuple(
+                    topic_cls(
+                        name=t,
+                        partition_data=tuple(partition_cls(index=p, records=data) for p, data in parts),
+                    )
+                    for t, parts in topics.items()
+                ),
+            }
+
         self._in_flight[node] = self._in_flight.get(node, 0) + 1
         self.requests_sent += 1
         if self.metrics is not None:
@@ -346,7 +372,7 @@ class Sender:
         return UnsentRequest(
             api_key=ApiKey.PRODUCE,
             node=node,
-            values=values,
+            build=build,
             on_response=on_response,
             on_failure=on_failure,
             timeout_ms=self.request_timeout_ms,
@@ -454,8 +480,16 @@ class Sender:
         heap = self._expiry_heap
         while heap and heap[0][0] <= now_ms:
             _deadline, _n, batch = heapq.heappop(heap)
+            self._heaped.discard(batch)
             if batch.in_flight and not batch.done:
                 self._expire(batch, now_ms, awaiting_response=True)
+        if len(heap) > 2 * len(self._in_flight_batches) + 64:
+            # Drop the entries of batches that are no longer in flight (done, or queued for a retry: they
+            # get a new entry when sent again), so that their records can be freed.
+            kept = [entry for entry in heap if entry[2] in self._in_flight_batches]
+            heapq.heapify(kept)
+            self._expiry_heap = kept
+            self._heaped = {entry[2] for entry in kept}
 
     # ------------------------------------------------------------------ close
     def abort_all(self, error: BaseException, now_ms: int) -> int:

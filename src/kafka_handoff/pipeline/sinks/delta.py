@@ -10,6 +10,8 @@ version equals the expected mark, and commits *against that snapshot*.  If anoth
 ``txn`` for any of the same app ids in between, delta-rs's conflict checker rejects the commit
 ("Concurrent transaction failed") -- measured with deltalake 1.6 -- so the check and the write are one
 atomic step.  Non-conflicting concurrent appends (other partitions) are retried by delta-rs itself.
+A missing table is first created by an empty commit without marks, so that every marked commit is made
+against a snapshot (a write to a bare path would append to a table created meanwhile unchecked).
 """
 
 from __future__ import annotations
@@ -82,30 +84,47 @@ class DeltaSink(Sink):
         txns = [Transaction(mark_key(self.app_id, tp), u.new) for tp, u in updates.items()]
         for attempt in range(_ATTEMPTS):
             snapshot = self._load()
+            if snapshot is None:
+                # Create the table first (no marks in that commit), so that every marked commit is made
+                # against a snapshot: writing to a bare path would let delta-rs append to a table another
+                # writer created meanwhile without checking our marks.
+                self._create(table.schema)
+                continue
             stored = self._marks(snapshot, updates)
             conflicts = _conflicts(updates, stored)
             if conflicts:
                 raise MarkConflictError(conflicts)
             try:
                 write_deltalake(
-                    snapshot if snapshot is not None else self.path,
-                    table,
-                    mode="append",
-                    partition_by=self.partition_by if snapshot is None else None,
-                    storage_options=self.storage_options if snapshot is None else None,
-                    commit_properties=CommitProperties(app_transactions=txns),
+                    snapshot, table, mode="append", commit_properties=CommitProperties(app_transactions=txns)
                 )
             except CommitFailedError as exc:
                 # A concurrent commit: the next round re-reads the marks; if ours moved it is a conflict,
                 # otherwise (table creation race, protocol change) the write is simply retried.
                 log.info("delta commit attempt %d failed (%s); re-checking the marks", attempt + 1, exc)
                 continue
-            version = snapshot.version() if snapshot is not None else 0
+            version = snapshot.version()
             return CommitInfo(version=int(version), rows=table.num_rows, files=1 if table.num_rows else 0)
         conflicts = _conflicts(updates, self.read_marks(updates))
         if conflicts:
             raise MarkConflictError(conflicts)
         raise RuntimeError(f"delta commit to {self.path} failed {_ATTEMPTS} times in a row")
+
+    def _create(self, schema: Any) -> None:
+        from deltalake import write_deltalake
+
+        try:
+            write_deltalake(
+                self.path,
+                schema.empty_table(),
+                mode="append",
+                partition_by=self.partition_by,
+                storage_options=self.storage_options,
+            )
+        except Exception as exc:  # created concurrently by another writer: fine
+            if self._load() is None:
+                raise
+            log.debug("delta table %s was created concurrently (%s)", self.path, exc)
 
     @staticmethod
     def _to_arrow(data: Any) -> Any:

@@ -1,0 +1,467 @@
+"""The consumers under test, one per child process: ``python -m kafka_handoff.bench.peers CLIENT ...``.
+
+Each runner reads every record of a topic from the beginning (all partitions assigned, no group, no
+commits), touches every record the way an application would (counts it and adds up its value's length;
+the batch API adds up a column) and prints one JSON line::
+
+    {"client": ..., "records": N, "value_bytes": B, "startup_s": ..., "consume_s": ..., "cpu_s": ...}
+
+``startup_s`` runs from creating the consumer to the first record, ``consume_s`` from the first record to
+the last, and ``cpu_s`` is the CPU time the whole process (every thread, librdkafka's included) used in that
+window.  The parent (:mod:`kafka_handoff.bench.throughput`) runs each client in a fresh process and takes
+its peak RSS and total CPU from ``wait4()``.
+
+The Java consumer is Apache Kafka's own ``ConsumerPerformance`` tool (``kafka-tools``), run by
+:func:`java_command`; :func:`ensure_tools_jar` resolves that one jar with Maven into the dev broker's jar
+cache (the broker's runtime jars supply its dependencies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CLIENTS",
+    "ClientSpec",
+    "JavaResult",
+    "ensure_tools_jar",
+    "java_command",
+    "main",
+    "parse_java_output",
+]
+
+#: Records per poll/consume call for every Python client (Java's and kafka-handoff's max.poll.records).
+BATCH = 500
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@dataclass
+class _Meter:
+    """Times a consume loop: call :meth:`first` when the first records arrive, :meth:`done` at the end."""
+
+    records: int
+    t0: float = 0.0
+    t_first: float = 0.0
+    cpu_first: float = 0.0
+    t_end: float = 0.0
+    cpu_end: float = 0.0
+    count: int = 0
+    value_bytes: int = 0
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def first(self) -> None:
+        if not self.t_first:
+            self.t_first = time.perf_counter()
+            self.cpu_first = _cpu()
+
+    def done(self) -> None:
+        self.t_end = time.perf_counter()
+        self.cpu_end = _cpu()
+
+    def result(self, client: str) -> dict[str, Any]:
+        return {
+            "client": client,
+            "records": self.count,
+            "value_bytes": self.value_bytes,
+            "startup_s": self.t_first - self.t0,
+            "consume_s": self.t_end - self.t_first,
+            "cpu_s": self.cpu_end - self.cpu_first,
+        }
+
+
+def _deadline(records: int) -> float:
+    return time.monotonic() + 60.0 + records / 5_000.0
+
+
+# ============================================================================================ kafka-handoff
+def _handoff_consumer(bootstrap: str, topic: str, partitions: int) -> Any:
+    from kafka_handoff.consumer import Consumer
+    from kafka_handoff.types import TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "max.poll.records": BATCH,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+    consumer.seek_to_beginning()
+    return consumer
+
+
+def run_handoff(bootstrap: str, topic: str, partitions: int, records: int) -> _Meter:
+    m = _Meter(records)
+    m.start()
+    consumer = _handoff_consumer(bootstrap, topic, partitions)
+    deadline = _deadline(records)
+    count = nbytes = 0
+    try:
+        while count < records and time.monotonic() < deadline:
+            batch = consumer.poll(1.0)
+            if not batch:
+                continue
+            m.first()
+            for record in batch:
+                count += 1
+                nbytes += len(record.value)
+        m.done()
+    finally:
+        consumer.close()
+    m.count, m.value_bytes = count, nbytes
+    return m
+
+
+def run_handoff_batch(bootstrap: str, topic: str, partitions: int, records: int) -> _Meter:
+    from kafka_handoff.consumer.batch import poll_columns
+
+    m = _Meter(records)
+    m.start()
+    consumer = _handoff_consumer(bootstrap, topic, partitions)
+    deadline = _deadline(records)
+    count = nbytes = 0
+    try:
+        while count < records and time.monotonic() < deadline:
+            result = poll_columns(consumer, 1.0)
+            got = 0
+            for chunk in result:
+                got += len(chunk)
+                nbytes += sum(map(len, chunk.values))  # type: ignore[arg-type]  # no null values here
+            if got:
+                m.first()
+                count += got
+        m.done()
+    finally:
+        consumer.close()
+    m.count, m.value_bytes = count, nbytes
+    return m
+
+
+# ============================================================================================ peers
+def run_confluent(bootstrap: str, topic: str, partitions: int, records: int) -> _Meter:
+    import confluent_kafka
+
+    m = _Meter(records)
+    m.start()
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-confluent-{os.getpid()}",  # required by the client; assign() joins nothing
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.assign(
+        [confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)]
+    )
+    deadline = _deadline(records)
+    count = nbytes = 0
+    try:
+        while count < records and time.monotonic() < deadline:
+            msgs = consumer.consume(num_messages=BATCH, timeout=1.0)
+            if not msgs:
+                continue
+            m.first()
+            for msg in msgs:
+                if msg.error() is not None:
+                    raise RuntimeError(f"confluent-kafka: {msg.error()}")
+                count += 1
+                nbytes += len(msg.value())
+        m.done()
+    finally:
+        consumer.close()
+    m.count, m.value_bytes = count, nbytes
+    return m
+
+
+def run_kafka_python(bootstrap: str, topic: str, partitions: int, records: int) -> _Meter:
+    import kafka
+
+    m = _Meter(records)
+    m.start()
+    consumer = kafka.KafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", group_id=None
+    )
+    consumer.assign([kafka.TopicPartition(topic, p) for p in range(partitions)])
+    consumer.seek_to_beginning()
+    deadline = _deadline(records)
+    count = nbytes = 0
+    try:
+        while count < records and time.monotonic() < deadline:
+            polled = consumer.poll(timeout_ms=1000, max_records=BATCH)
+            if not polled:
+                continue
+            m.first()
+            for batch in polled.values():
+                for record in batch:
+                    count += 1
+                    nbytes += len(record.value)
+        m.done()
+    finally:
+        consumer.close()
+    m.count, m.value_bytes = count, nbytes
+    return m
+
+
+def run_aiokafka(bootstrap: str, topic: str, partitions: int, records: int) -> _Meter:
+    import aiokafka
+    from aiokafka.structs import TopicPartition as AioTopicPartition
+
+    m = _Meter(records)
+
+    async def consume() -> None:
+        m.start()
+        consumer = aiokafka.AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+        )
+        await consumer.start()
+        count = nbytes = 0
+        try:
+            consumer.assign([AioTopicPartition(topic, p) for p in range(partitions)])
+            await consumer.seek_to_beginning()
+            deadline = _deadline(records)
+            while count < records and time.monotonic() < deadline:
+                polled = await consumer.getmany(timeout_ms=1000, max_records=BATCH)
+                if not polled:
+                    continue
+                m.first()
+                for batch in polled.values():
+                    for record in batch:
+                        count += 1
+                        nbytes += len(record.value)  # type: ignore[arg-type]
+            m.done()
+        finally:
+            await consumer.stop()
+        m.count, m.value_bytes = count, nbytes
+
+    asyncio.run(consume())
+    return m
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    """One consumer under test: ``runner`` (None for Java) and the environment its process gets."""
+
+    name: str
+    label: str
+    runner: str | None
+    env: tuple[tuple[str, str], ...] = ()
+
+
+#: Every client, in the order of the report.  Keys are the ``--clients`` names.
+CLIENTS: dict[str, ClientSpec] = {
+    spec.name: spec
+    for spec in (
+        ClientSpec("handoff", "kafka-handoff (C decode)", "handoff", (("KAFKA_HANDOFF_PURE_PYTHON", "0"),)),
+        ClientSpec("handoff-py", "kafka-handoff (pure Python)", "handoff", (("KAFKA_HANDOFF_PURE_PYTHON", "1"),)),
+        ClientSpec("handoff-batch", "kafka-handoff batch", "handoff_batch", (("KAFKA_HANDOFF_PURE_PYTHON", "0"),)),
+        ClientSpec("confluent", "confluent-kafka consume()", "confluent"),
+        ClientSpec("kafka-python", "kafka-python 3", "kafka_python"),
+        ClientSpec("aiokafka", "aiokafka", "aiokafka"),
+        ClientSpec("java", "Java ConsumerPerformance", None),
+    )
+}
+
+_RUNNERS: dict[str, Callable[[str, str, int, int], _Meter]] = {
+    "handoff": run_handoff,
+    "handoff_batch": run_handoff_batch,
+    "confluent": run_confluent,
+    "kafka_python": run_kafka_python,
+    "aiokafka": run_aiokafka,
+}
+
+
+def client_version(name: str) -> str:
+    """The installed version of a client (for the report)."""
+    from importlib import metadata
+
+    dist = {
+        "handoff": "kafka-handoff",
+        "handoff-py": "kafka-handoff",
+        "handoff-batch": "kafka-handoff",
+        "confluent": "confluent-kafka",
+        "kafka-python": "kafka-python",
+        "aiokafka": "aiokafka",
+    }.get(name)
+    if dist is None:
+        from kafka_handoff.devbroker import KAFKA_VERSION
+
+        return KAFKA_VERSION
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+# ============================================================================================ Java
+def ensure_tools_jar() -> Path:
+    """``kafka-tools-<version>.jar`` (which holds ``ConsumerPerformance``), resolved once with Maven into
+    ``<cache>/kafka-<version>/tools/``; its dependencies are the broker's runtime jars."""
+    from kafka_handoff.devbroker import KAFKA_VERSION, JarResolutionError, cache_root
+
+    tools = cache_root() / f"kafka-{KAFKA_VERSION}" / "tools"
+    jar = tools / f"kafka-tools-{KAFKA_VERSION}.jar"
+    if jar.is_file():
+        return jar
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise JarResolutionError("Maven ('mvn') is needed once to fetch kafka-tools for the Java consumer")
+    staging = tools.with_name(f"tools.tmp-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    cmd = [
+        mvn,
+        "-B",
+        "-q",
+        "dependency:copy",
+        f"-Dartifact=org.apache.kafka:kafka-tools:{KAFKA_VERSION}",
+        f"-DoutputDirectory={staging}",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    if proc.returncode != 0 or not (staging / jar.name).is_file():
+        shutil.rmtree(staging, ignore_errors=True)
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:])
+        raise JarResolutionError(f"Maven could not fetch kafka-tools {KAFKA_VERSION} (exit {proc.returncode}):\n{tail}")
+    tools.parent.mkdir(parents=True, exist_ok=True)
+    if not jar.is_file():
+        shutil.rmtree(tools, ignore_errors=True)
+        staging.rename(tools)
+    shutil.rmtree(staging, ignore_errors=True)
+    return jar
+
+
+#: JVM flags of Kafka's ``kafka-consumer-perf-test.sh`` / ``kafka-run-class.sh`` defaults.
+JVM_FLAGS = (
+    "-Xmx512M",
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+)
+
+
+def java_command(bootstrap: str, topic: str, records: int, group: str) -> list[str]:
+    """The command line that consumes ``records`` records of ``topic`` with ``ConsumerPerformance``."""
+    from kafka_handoff.devbroker import ensure_jars
+
+    libs = ensure_jars().libs
+    jar = ensure_tools_jar()
+    java = shutil.which("java") or os.path.join(os.environ.get("JAVA_HOME", ""), "bin", "java")
+    return [
+        java,
+        *JVM_FLAGS,
+        "-cp",
+        f"{jar}:{libs}/*",
+        "org.apache.kafka.tools.ConsumerPerformance",
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+        "--num-records",
+        str(records),
+        "--group",
+        group,
+        "--timeout",
+        "30000",
+        "--command-property",
+        f"max.poll.records={BATCH}",
+    ]
+
+
+@dataclass(frozen=True)
+class JavaResult:
+    records: int
+    mb: float
+    rebalance_ms: float
+    fetch_ms: float
+
+
+def parse_java_output(text: str) -> JavaResult:
+    """Parse ``ConsumerPerformance``'s CSV report (header line + one data line)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for i, line in enumerate(lines):
+        if line.startswith("start.time"):
+            header = [h.strip() for h in line.split(",")]
+            if i + 1 >= len(lines):
+                break
+            values = [v.strip() for v in lines[i + 1].split(",")]
+            row = dict(zip(header, values, strict=False))
+            return JavaResult(
+                records=int(row["data.consumed.in.nMsg"]),
+                mb=float(row["data.consumed.in.MB"]),
+                rebalance_ms=float(row["rebalance.time.ms"]),
+                fetch_ms=float(row["fetch.time.ms"]),
+            )
+    raise ValueError(f"no ConsumerPerformance report in the output:\n{text[-2000:]}")
+
+
+def _peak_rss_mb() -> float | None:
+    """This process's peak resident set size (``VmHWM``; reset by ``exec``, unlike ``ru_maxrss``)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None
+
+
+# ============================================================================================ CLI
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kafka_handoff.bench.peers", description=__doc__)
+    parser.add_argument("runner", choices=sorted(_RUNNERS))
+    parser.add_argument("--bootstrap-servers", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--partitions", type=int, required=True)
+    parser.add_argument("--records", type=int, required=True)
+    parser.add_argument("--client-name", default=None, help="the name in the JSON line (default: runner)")
+    parser.add_argument("--profile", default=None, metavar="FILE", help="pyinstrument profile to FILE (.html/.txt)")
+    args = parser.parse_args(argv)
+    runner = _RUNNERS[args.runner]
+    profiler: Any = None
+    if args.profile:
+        from pyinstrument import Profiler
+
+        profiler = Profiler(interval=0.001, async_mode="disabled")
+        profiler.start()
+    meter = runner(args.bootstrap_servers, args.topic, args.partitions, args.records)
+    if profiler is not None:
+        profiler.stop()
+        out = Path(args.profile)
+        if out.suffix == ".html":
+            out.write_text(profiler.output_html(), encoding="utf-8")
+        else:
+            out.write_text(profiler.output_text(unicode=True, show_all=False), encoding="utf-8")
+    result = meter.result(args.client_name or args.runner)
+    result["peak_rss_mb"] = _peak_rss_mb()
+    if args.runner.startswith("handoff"):
+        from kafka_handoff.protocol import records as records_mod
+
+        result["implementation"] = records_mod.IMPLEMENTATION
+    print(json.dumps(result), flush=True)
+    return 0 if meter.count >= args.records else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""The worker's bookkeeping with a fake consumer and fake Spark: resume positions, mark filtering, KIP-983
+delays, cancelling on loss, Kafka commits only for owned partitions, rewinding after a discarded batch."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from kafka_handoff.consumer.batch import ColumnChunk
+from kafka_handoff.pipeline.config import parse_config
+from kafka_handoff.pipeline.sinks import MarkUpdate
+from kafka_handoff.pipeline.stats import BatchReport
+from kafka_handoff.pipeline.worker import Batch, PartitionRange, Worker, _Outcome, describe_ranges
+from kafka_handoff.types import OffsetAndMetadata, TopicPartition
+
+pytestmark = pytest.mark.unit
+
+P0, P1, P2 = TopicPartition("ev", 0), TopicPartition("ev", 1), TopicPartition("ev", 2)
+
+
+class FakeConsumer:
+    def __init__(
+        self, assigned: Iterable[TopicPartition] = (), committed: dict[Any, Any] | None = None
+    ) -> None:
+        self.assigned = set(assigned)
+        self._committed = committed or {}
+        self.seeks: list[tuple[TopicPartition, int]] = []
+        self.commits: list[dict[TopicPartition, OffsetAndMetadata]] = []
+        self.delayed: list[frozenset[TopicPartition]] = []
+        self.paused_set: set[TopicPartition] = set()
+        self.allow_delay = True
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        return frozenset(self.assigned)
+
+    def committed(self, parts: Iterable[TopicPartition], timeout: float | None = None) -> dict[Any, Any]:
+        return {tp: self._committed.get(tp) for tp in parts}
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.seeks.append((tp, offset))
+
+    def commit_sync(
+        self, offsets: dict[TopicPartition, OffsetAndMetadata], timeout: float | None = None
+    ) -> None:
+        self.commits.append(dict(offsets))
+
+    def delay_revoke(self, parts: Iterable[TopicPartition]) -> bool:
+        self.delayed.append(frozenset(parts))
+        return self.allow_delay
+
+    def paused(self) -> frozenset[TopicPartition]:
+        return frozenset(self.paused_set)
+
+    def pause(self, parts: Iterable[TopicPartition]) -> None:
+        self.paused_set |= set(parts)
+
+    def resume(self, parts: Iterable[TopicPartition]) -> None:
+        self.paused_set -= set(parts)
+
+
+class FakeJobs:
+    def __init__(self) -> None:
+        self.cancelled: list[str] = []
+
+    def cancel(self, tag: str) -> None:
+        self.cancelled.append(tag)
+
+
+def make_worker(tmp_path: Path, consumer: FakeConsumer, **batch: Any) -> Worker:
+    cfg = parse_config(
+        {
+            "kafka": {"topics": ["ev"], "bootstrap.servers": "h:1", "group.id": "g"},
+            "transform": {"function": "kafka_handoff.pipeline.testing:records"},
+            "sink": {"path": str(tmp_path / "sink")},
+            "batch": {"max_records": 5, "max_interval_ms": 60_000, **batch},
+        }
+    )
+    worker = Worker(cfg, spark=object())
+    from kafka_handoff.pipeline.sinks import make_sink
+
+    worker._sink = make_sink(cfg.sink)
+    worker._consumer = consumer
+    worker._jobs = FakeJobs()  # type: ignore[assignment]
+    return worker
+
+
+def chunk(tp: TopicPartition, *offsets: int) -> ColumnChunk:
+    n = len(offsets)
+    return ColumnChunk(tp.topic, tp.partition, list(offsets), [0] * n, [None] * n, [b"x"] * n, [()] * n)
+
+
+def write_marks(worker: Worker, marks: dict[TopicPartition, int]) -> None:
+    assert worker._sink is not None
+    worker._sink.commit(pa.table({"v": pa.array([], pa.int64())}),
+                        {tp: MarkUpdate(None, m) for tp, m in marks.items()})  # fmt: skip
+
+
+def test_assignment_resumes_at_the_larger_of_committed_offset_and_sink_mark(tmp_path: Path) -> None:
+    consumer = FakeConsumer(committed={P0: OffsetAndMetadata(50), P1: OffsetAndMetadata(5)})
+    worker = make_worker(tmp_path, consumer)
+    write_marks(worker, {P0: 40, P1: 30})
+    worker._on_assigned(frozenset({P0, P1, P2}), consumer)
+    assert sorted(consumer.seeks) == [(P0, 50), (P1, 30)]  # P2: neither -> auto.offset.reset
+    assert worker._marks == {P0: 40, P1: 30, P2: None}
+    assert worker._owned == {P0, P1, P2}
+
+
+def test_records_below_the_mark_are_dropped_and_a_batch_carries_the_expected_marks(tmp_path: Path) -> None:
+    consumer = FakeConsumer(assigned={P0, P1})
+    worker = make_worker(tmp_path, consumer)
+    write_marks(worker, {P0: 12})
+    worker._on_assigned(frozenset({P0, P1}), consumer)
+    worker._accumulate({P0: chunk(P0, 10, 11, 12, 13), P1: chunk(P1, 0, 1)})
+    assert worker._acc_count == 4  # 10 and 11 are already in the sink
+    submitted: list[Batch] = []
+
+    class Executor:
+        def submit(self, fn: Any, batch: Batch) -> concurrent.futures.Future[_Outcome]:
+            submitted.append(batch)
+            return concurrent.futures.Future()
+
+    worker._maybe_submit(Executor())  # type: ignore[arg-type]
+    assert len(submitted) == 0  # 4 < max_records and the interval has not passed
+    worker._accumulate({P1: chunk(P1, 2)})
+    worker._marks[P0] = 13  # e.g. a batch of an earlier owner committed meanwhile
+    worker._maybe_submit(Executor())  # type: ignore[arg-type]
+    (batch,) = submitted
+    assert batch.ranges == {P0: PartitionRange(13, 13, 13, 1), P1: PartitionRange(None, 0, 2, 3)}
+    assert describe_ranges(batch.ranges) == "ev-0 offsets 13..13, ev-1 offsets 0..2"
+    assert worker._acc_count == 0
+
+
+def test_revoke_of_a_partition_in_the_running_batch_is_delayed(tmp_path: Path) -> None:
+    consumer = FakeConsumer(assigned={P0, P1, P2})
+    worker = make_worker(tmp_path, consumer)
+    worker._on_assigned(frozenset({P0, P1, P2}), consumer)
+    running = Batch(1, [], {P0: PartitionRange(None, 0, 9, 10)}, 10, "tag-1")
+    worker._inflight = (running, concurrent.futures.Future())
+    worker._accumulate({P1: chunk(P1, 0, 1), P2: chunk(P2, 0)})
+    worker._delay_revokes(frozenset({P0, P1}))
+    assert consumer.delayed == [frozenset({P0})]  # only the running batch's partition
+    assert set(worker._acc) == {P2} and worker._acc_count == 1  # P1's unsubmitted records dropped
+    assert worker.stats.revokes_delayed == 1
+
+
+def test_lost_partitions_cancel_the_running_batch(tmp_path: Path) -> None:
+    consumer = FakeConsumer(assigned={P0, P1})
+    worker = make_worker(tmp_path, consumer)
+    worker._on_assigned(frozenset({P0, P1}), consumer)
+    running = Batch(3, [], {P0: PartitionRange(None, 0, 9, 10)}, 10, "tag-3")
+    worker._inflight = (running, concurrent.futures.Future())
+    worker._on_lost(frozenset({P1}))  # not in the batch: it keeps running
+    assert not running.cancelled.is_set()
+    worker._on_lost(frozenset({P0}))
+    assert running.cancelled.is_set()
+    assert worker._jobs.cancelled == ["tag-3"]  # type: ignore[attr-defined]
+    assert worker._owned == set() and worker.stats.lost == 2
+
+
+def test_after_a_commit_only_owned_partitions_are_committed_to_kafka(tmp_path: Path) -> None:
+    consumer = FakeConsumer(assigned={P0, P1})
+    worker = make_worker(tmp_path, consumer)
+    worker._on_assigned(frozenset({P0, P1}), consumer)
+    batch = Batch(1, [], {P0: PartitionRange(None, 0, 9, 10), P1: PartitionRange(None, 0, 4, 5)}, 15, "t")
+    done: concurrent.futures.Future[_Outcome] = concurrent.futures.Future()
+    done.set_result(
+        _Outcome(BatchReport(1, "committed", 15, 2), {P0: MarkUpdate(None, 10), P1: MarkUpdate(None, 5)})
+    )
+    worker._inflight = (batch, done)
+    worker._on_revoked(frozenset({P1}))  # revoked before the result was handled
+    worker._check_inflight()
+    assert consumer.commits == [{P0: OffsetAndMetadata(10)}]
+    assert worker._marks == {P0: 10}
+    assert worker.stats.batches_committed == 1 and worker.stats.records_committed == 15
+
+
+def test_a_discarded_batch_rewinds_its_partitions_to_the_sink_marks(tmp_path: Path) -> None:
+    consumer = FakeConsumer(assigned={P0, P1})
+    worker = make_worker(tmp_path, consumer)
+    worker._on_assigned(frozenset({P0, P1}), consumer)
+    # Another member committed P0 up to 7 meanwhile; P1 is untouched.
+    write_marks(worker, {P0: 7})
+    batch = Batch(2, [], {P0: PartitionRange(None, 0, 9, 10), P1: PartitionRange(None, 3, 8, 6)}, 16, "t")
+    worker._accumulate({P1: chunk(P1, 9, 10)})  # the next batch's records: re-read after the rewind
+    done: concurrent.futures.Future[_Outcome] = concurrent.futures.Future()
+    done.set_result(_Outcome(BatchReport(2, "conflict", 16, 2), conflicts={P0: (None, 7)}))
+    worker._inflight = (batch, done)
+    worker._check_inflight()
+    assert sorted(consumer.seeks) == [(P0, 7), (P1, 3)]
+    assert worker._marks == {P0: 7, P1: None}
+    assert worker._acc_count == 0 and consumer.commits == []
+    assert worker.stats.mark_conflicts == 1 and worker.stats.batches_discarded == 1
+
+
+def test_a_failed_batch_raises_and_commits_nothing(tmp_path: Path) -> None:
+    consumer = FakeConsumer(assigned={P0})
+    worker = make_worker(tmp_path, consumer)
+    worker._on_assigned(frozenset({P0}), consumer)
+    batch = Batch(4, [], {P0: PartitionRange(None, 0, 9, 10)}, 10, "t")
+    failed: concurrent.futures.Future[_Outcome] = concurrent.futures.Future()
+    failed.set_exception(RuntimeError("boom"))
+    worker._inflight = (batch, failed)
+    with pytest.raises(RuntimeError, match="boom"):
+        worker._check_inflight()
+    assert consumer.commits == [] and worker.stats.batches_discarded == 1
+
+
+def test_backpressure_pauses_owned_partitions_while_the_next_batch_is_full(tmp_path: Path) -> None:
+    consumer = FakeConsumer(assigned={P0, P1})
+    worker = make_worker(tmp_path, consumer, max_records=3)
+    worker._on_assigned(frozenset({P0, P1}), consumer)
+    worker._inflight = (Batch(1, [], {}, 0, "t"), concurrent.futures.Future())
+    worker._accumulate({P0: chunk(P0, 0, 1, 2)})
+    worker._reconcile_pause(stopping=False)
+    assert consumer.paused_set == {P0, P1}
+    worker._inflight = None
+    worker._reconcile_pause(stopping=False)
+    assert consumer.paused_set == set()
