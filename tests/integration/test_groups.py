@@ -563,9 +563,8 @@ def test_member_stuck_in_its_revoke_callback_loses_its_partitions_and_rejoins(
     # Everything slow had is reported once after the stall: revoked (late) or lost, not both, in that order.
     after = [e for e in log.callbacks("slow", kinds=("revoked", "lost")) if e.t >= t_stuck]
     reported = [tp for e in after for tp in e.partitions]
-    first_assigned = log.first("slow", "assigned")
-    assert first_assigned is not None
-    before = first_assigned.partitions
+    before = log_owned_at(log, "slow", t_stuck)
+    assert before == frozenset(partitions)
     again = [e for e in log.callbacks("slow", kinds=("assigned",)) if e.t > late.t and e.partitions]
     gone = [tp for e in after if not again or e.t < again[0].t for tp in e.partitions]
     assert sorted(gone) == sorted(before) and len(gone) == len(set(gone)), f"reported {reported}"

@@ -160,3 +160,20 @@ def test_object_path_builds_the_same_table() -> None:
     assert table.schema == KAFKA_SCHEMA
     pairs = zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True)
     assert sorted(pairs) == [(0, 4), (0, 5), (1, 9)]
+
+
+def test_paused_partitions_keep_their_data_until_resumed_as_in_the_object_collector() -> None:
+    for columnar in (False, True):
+        subs, buf, col = make()
+        feed(subs, buf, A0, 0, batch(0, 4))
+        feed(subs, buf, A1, 0, batch(0, 2))
+        subs.pause([A0])
+        got = columns(col) if columnar else col.collect()
+        assert set(got) == {A1}
+        assert subs.position(A0).offset == 0  # type: ignore[union-attr]
+        assert buf.has_buffered(A0)  # kept: not fetched again while paused
+        subs.resume([A0])
+        col.unpark([A0])
+        got = columns(col) if columnar else col.collect()
+        offsets = got[A0].offsets if columnar else [r.offset for r in got[A0]]
+        assert offsets == [0, 1, 2, 3]

@@ -141,6 +141,7 @@ def test_a_cycle_through_a_done_callback_is_collected() -> None:
     f = new_future()
     holder = Holder()
     holder.future = f
+
     def keep(_f: Future[RecordMetadata], h: Holder = holder) -> None:
         assert h is not None
 

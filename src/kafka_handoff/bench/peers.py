@@ -171,7 +171,10 @@ def run_confluent(bootstrap: str, topic: str, partitions: int, records: int) -> 
         }
     )
     consumer.assign(
-        [confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)]
+        [
+            confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+            for p in range(partitions)
+        ]
     )
     deadline = _deadline(records)
     count = nbytes = 0
@@ -185,7 +188,7 @@ def run_confluent(bootstrap: str, topic: str, partitions: int, records: int) -> 
                 if msg.error() is not None:
                     raise RuntimeError(f"confluent-kafka: {msg.error()}")
                 count += 1
-                nbytes += len(msg.value())
+                nbytes += len(msg.value() or b"")
         m.done()
     finally:
         consumer.close()
@@ -247,7 +250,7 @@ def run_aiokafka(bootstrap: str, topic: str, partitions: int, records: int) -> _
                 for batch in polled.values():
                     for record in batch:
                         count += 1
-                        nbytes += len(record.value)  # type: ignore[arg-type]
+                        nbytes += len(record.value)
             m.done()
         finally:
             await consumer.stop()
@@ -272,8 +275,12 @@ CLIENTS: dict[str, ClientSpec] = {
     spec.name: spec
     for spec in (
         ClientSpec("handoff", "kafka-handoff (C decode)", "handoff", (("KAFKA_HANDOFF_PURE_PYTHON", "0"),)),
-        ClientSpec("handoff-py", "kafka-handoff (pure Python)", "handoff", (("KAFKA_HANDOFF_PURE_PYTHON", "1"),)),
-        ClientSpec("handoff-batch", "kafka-handoff batch", "handoff_batch", (("KAFKA_HANDOFF_PURE_PYTHON", "0"),)),
+        ClientSpec(
+            "handoff-py", "kafka-handoff (pure Python)", "handoff", (("KAFKA_HANDOFF_PURE_PYTHON", "1"),)
+        ),
+        ClientSpec(
+            "handoff-batch", "kafka-handoff batch", "handoff_batch", (("KAFKA_HANDOFF_PURE_PYTHON", "0"),)
+        ),
         ClientSpec("confluent", "confluent-kafka consume()", "confluent"),
         ClientSpec("kafka-python", "kafka-python 3", "kafka_python"),
         ClientSpec("aiokafka", "aiokafka", "aiokafka"),
@@ -339,7 +346,9 @@ def ensure_tools_jar() -> Path:
     if proc.returncode != 0 or not (staging / jar.name).is_file():
         shutil.rmtree(staging, ignore_errors=True)
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:])
-        raise JarResolutionError(f"Maven could not fetch kafka-tools {KAFKA_VERSION} (exit {proc.returncode}):\n{tail}")
+        raise JarResolutionError(
+            f"Maven could not fetch kafka-tools {KAFKA_VERSION} (exit {proc.returncode}):\n{tail}"
+        )
     tools.parent.mkdir(parents=True, exist_ok=True)
     if not jar.is_file():
         shutil.rmtree(tools, ignore_errors=True)
@@ -436,7 +445,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, required=True)
     parser.add_argument("--records", type=int, required=True)
     parser.add_argument("--client-name", default=None, help="the name in the JSON line (default: runner)")
-    parser.add_argument("--profile", default=None, metavar="FILE", help="pyinstrument profile to FILE (.html/.txt)")
+    parser.add_argument(
+        "--profile", default=None, metavar="FILE", help="pyinstrument profile to FILE (.html/.txt)"
+    )
     args = parser.parse_args(argv)
     runner = _RUNNERS[args.runner]
     profiler: Any = None

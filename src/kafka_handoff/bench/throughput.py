@@ -166,9 +166,11 @@ def produce_data(bootstrap: str, topic: str, partitions: int, records: int, valu
     t0 = time.perf_counter()
     try:
         import confluent_kafka
+
+        have_confluent = True
     except ImportError:  # pragma: no cover - confluent-kafka is in the dev and bench extras
-        confluent_kafka = None
-    if confluent_kafka is not None:
+        have_confluent = False
+    if have_confluent:
         errors: list[Any] = []
 
         def on_delivery(err: Any, _msg: Any) -> None:

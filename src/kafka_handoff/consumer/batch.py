@@ -165,6 +165,11 @@ class ColumnarCollector(Collector):
             if not self._valid(f):
                 self._finish(f)
                 continue
+            if self._is_paused(f.tp):
+                # Keep it: the partition stays "buffered" (not fetched again) until resume().
+                self._parked[f.tp] = f
+                self._current = None
+                continue
             if f.error is not None:
                 if out:
                     break  # raised on the next call; records already handed out are never lost
@@ -209,8 +214,9 @@ class ColumnarCollector(Collector):
                 next_offset = decoded.next_offset if at_end and decoded.error is None else last_offset + 1
                 self._subs.advance(f.tp, f.position_epoch, next_offset, epoch)
                 if self._on_records is not None:
-                    size = sum(len(v) for v in values if v is not None)
-                    self._on_records(f.tp, end - start, size)
+                    # Bytes for the metrics: the decoded batches' size, pro rata (no per-record work).
+                    share = decoded.bytes_consumed * (end - start) // max(1, total)
+                    self._on_records(f.tp, end - start, share)
                 if not at_end:
                     break
             if decoded.error is not None:

@@ -64,6 +64,10 @@ class FetchBuffer:
     _buffered: set[TopicPartition] = field(default_factory=set)
     _woken: bool = False
     bytes_buffered: int = 0
+    on_release: Callable[[], None] | None = None
+    """Called (on the application thread) when a partition may be fetched again: set by the consumer to
+    wake the network thread, so the next fetch goes out while the other partitions' data is handed out
+    instead of once the buffer ran dry."""
 
     def add(self, fetches: list[CompletedFetch]) -> None:
         with self._cond:
@@ -96,7 +100,11 @@ class FetchBuffer:
     def done_with(self, tp: TopicPartition) -> None:
         """The collector has fully consumed (or dropped) the partition's fetch: it may be fetched again."""
         with self._cond:
+            if tp not in self._buffered:
+                return
             self._buffered.discard(tp)
+        if self.on_release is not None:
+            self.on_release()
 
     def push_front(self, f: CompletedFetch) -> None:
         with self._cond:

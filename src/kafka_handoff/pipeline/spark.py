@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -81,6 +82,11 @@ def build_session(config: SparkConfig) -> Any:
     """A SparkSession for ``config`` (classic, or Spark Connect when ``remote`` is set)."""
     from pyspark.sql import SparkSession
 
+    # pyspark 4.x warns on every import path that pandas >= 3 is not fully supported; the pipeline hands
+    # Spark Arrow tables, not pandas frames.
+    warnings.filterwarnings(
+        "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
+    )
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     conf = {**default_conf(config), **config.conf}

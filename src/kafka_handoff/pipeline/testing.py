@@ -12,8 +12,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from kafka_handoff.pipeline.transform import TransformResult, parse_json
@@ -32,7 +36,9 @@ __all__ = [
     "records",
     "records_with_conflict",
     "slow",
+    "start_worker_process",
     "valid_event_ids",
+    "write_config_toml",
 ]
 
 CLICK_SCHEMA = "event_id STRING, user STRING, session STRING, page STRING, action STRING, timestamp LONG"
@@ -182,3 +188,64 @@ def exactly_once_report(expected: Counter[str], got: Counter[str]) -> str:
         f"{sum(missing.values())} missing (e.g. {sorted(missing)[:3]}), {sum(extra.values())} extra; "
         f"{len(dup)} event ids more than once (e.g. {sorted(dup.items())[:3]})"
     )
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'
+
+
+def write_config_toml(path: str | os.PathLike[str], sections: Mapping[str, Mapping[str, Any]]) -> Path:
+    """Write ``{section: {key: value}}`` (keys quoted, so dotted Kafka names stay flat) as a TOML file."""
+    lines: list[str] = []
+    for section, values in sections.items():
+        lines.append(f"[{section}]")
+        lines.extend(f'"{k}" = {_toml_value(v)}' for k, v in values.items())
+        lines.append("")
+    out = Path(path)
+    out.write_text("\n".join(lines), encoding="utf-8")
+    return out
+
+
+def start_worker_process(
+    config_path: str | os.PathLike[str],
+    *,
+    member: str,
+    until_idle_s: float | None = None,
+    summary_json: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    log_path: str | os.PathLike[str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """``handoff pipeline run CONFIG`` as a child process (its own Spark driver); output to ``log_path``."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "kafka_handoff.cli.main",
+        "pipeline",
+        "run",
+        str(config_path),
+        "--member",
+        member,
+    ]
+    if until_idle_s is not None:
+        cmd += ["--until-idle", str(until_idle_s)]
+    if summary_json is not None:
+        cmd += ["--summary-json", str(summary_json)]
+    out = open(log_path, "ab") if log_path is not None else subprocess.DEVNULL  # noqa: SIM115
+    try:
+        return subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+    finally:
+        if log_path is not None:
+            out.close()  # type: ignore[union-attr]

@@ -556,14 +556,24 @@ class Worker:
         assert self._sink is not None
         marks = self._sink.read_marks(partitions)
         committed = consumer.committed(partitions, timeout=30)
+        behind: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp in partitions:
             mark = marks.get(tp)
             om = committed.get(tp)
             candidates = [x for x in (mark, om.offset if om is not None else None) if x is not None]
             if candidates:
                 consumer.seek(tp, max(candidates))
+            if mark is not None and (om is None or om.offset < mark):
+                behind[tp] = OffsetAndMetadata(mark)
             self._marks[tp] = mark
             self._owned.add(tp)
+        if behind:
+            # A crash between a sink commit and its Kafka commit left Kafka behind: catch it up, so lag
+            # tools see the truth even if no new record arrives for these partitions.
+            try:
+                consumer.commit_sync(behind, timeout=30)
+            except KafkaError as exc:
+                log.warning("could not bring Kafka's committed offsets up to the sink marks: %s", exc)
         self.stats.assigned += len(partitions)
         self._last_activity = time.monotonic()
         log.info("assigned %s (sink marks %s)", sorted(partitions), {f"{t.topic}-{t.partition}": m

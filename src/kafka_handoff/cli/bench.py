@@ -1,0 +1,232 @@
+"""``handoff bench throughput|rebalance|decode|produce``: benchmarks against the peers.
+
+``throughput`` and ``rebalance`` start a private dev broker when no ``--bootstrap-servers`` is given (and
+stop it at the end), write JSON and PNG files to ``--out`` and print a table.  ``decode`` and ``produce``
+run :mod:`kafka_handoff.bench.decode` and :mod:`kafka_handoff.bench.produce` with the arguments that follow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="benchmarks against the peers (consume throughput, behaviour during rebalances)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = parser.add_subparsers(dest="bench_action", metavar="BENCHMARK", required=True)
+
+    tp = actions.add_parser(
+        "throughput",
+        help="consume the same topic with every client; records/s, MB/s, CPU, RSS",
+        description=_doc("kafka_handoff.bench.throughput"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    tp.add_argument("--records", type=int, default=1_000_000)
+    tp.add_argument("--value-bytes", type=int, default=100)
+    tp.add_argument("--partitions", type=int, default=8)
+    tp.add_argument("--repeat", type=int, default=3, help="runs per client, interleaved (median reported)")
+    tp.add_argument(
+        "--clients",
+        default="all",
+        help="comma-separated: handoff, handoff-py, handoff-batch, confluent, kafka-python, aiokafka, java",
+    )
+    _common(tp)
+    tp.add_argument("--keep-topic", action="store_true", help="do not delete the benchmark topic")
+    tp.add_argument(
+        "--profile", action="store_true", help="pyinstrument HTML profiles of the first kafka-handoff runs"
+    )
+    tp.set_defaults(func=_throughput)
+
+    rb = actions.add_parser(
+        "rebalance",
+        help="3 members with async processing, a 4th joins, one leaves: duplicates, stalls, timelines",
+        description=_doc("kafka_handoff.bench.rebalance"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    rb.add_argument("--protocol", choices=("classic", "consumer", "both"), default="both")
+    rb.add_argument("--clients", default="handoff,confluent", help="comma-separated: handoff, confluent")
+    rb.add_argument("--partitions", type=int, default=12)
+    rb.add_argument("--rate", type=int, default=1200, help="records/s produced (in total)")
+    rb.add_argument("--work-ms", type=float, default=5.0, help="processing time per record")
+    rb.add_argument("--slow-every", type=int, default=100, help="every N-th offset is slow (0: none)")
+    rb.add_argument("--slow-ms", type=float, default=1000.0, help="processing time of a slow record")
+    rb.add_argument("--in-flight", type=int, default=16, help="records of one partition processed at once")
+    rb.add_argument("--workers", type=int, default=32, help="thread pool size per member")
+    rb.add_argument(
+        "--steady", type=float, default=8.0, help="seconds of steady state (3 members) before the 4th joins"
+    )
+    rb.add_argument("--leave-after", type=float, default=14.0, help="seconds from the join until one leaves")
+    rb.add_argument(
+        "--stop-after", type=float, default=12.0, help="seconds from the leave until the producer stops"
+    )
+    _common(rb)
+    rb.set_defaults(func=_rebalance)
+
+    for name, module in (("decode", "decode"), ("produce", "produce")):
+        p = actions.add_parser(
+            name,
+            help=f"run kafka_handoff.bench.{module} (arguments after '--' go to it)",
+            add_help=False,
+        )
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p.set_defaults(func=_passthrough, module=module)
+
+
+def _doc(module: str) -> str:
+    import importlib
+
+    return importlib.import_module(module).__doc__ or ""
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="an existing broker (default: start a private dev broker for the run)",
+    )
+    p.add_argument("--out", type=Path, default=Path("bench-results"), help="directory for JSON and PNG files")
+
+
+@contextlib.contextmanager
+def _broker(bootstrap: str | None) -> Iterator[str]:
+    if bootstrap:
+        yield bootstrap
+        return
+    from kafka_handoff import devbroker
+
+    print("starting a private dev broker ...", file=sys.stderr, flush=True)
+    cluster = devbroker.start(nodes=1)
+    try:
+        print(f"broker at {cluster.bootstrap_servers}", file=sys.stderr, flush=True)
+        yield cluster.bootstrap_servers
+    finally:
+        cluster.stop()
+
+
+def _progress(msg: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {msg}", file=sys.stderr, flush=True)
+
+
+def _throughput(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from kafka_handoff.bench import report, throughput
+    from kafka_handoff.bench.peers import CLIENTS
+
+    clients = list(CLIENTS) if args.clients == "all" else [c.strip() for c in args.clients.split(",") if c]
+    unknown = [c for c in clients if c not in CLIENTS]
+    if unknown:
+        allowed = ", ".join(CLIENTS)
+        print(f"error: unknown client(s) {', '.join(unknown)} (allowed: {allowed})", file=sys.stderr)
+        return 2
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    with _broker(args.bootstrap_servers) as bootstrap:
+        result = throughput.run_benchmark(
+            bootstrap,
+            records=args.records,
+            value_bytes=args.value_bytes,
+            partitions=args.partitions,
+            repeat=args.repeat,
+            clients=clients,
+            keep_topic=args.keep_topic,
+            profile_dir=out if args.profile else None,
+            progress=_progress,
+        )
+    data = result.as_dict()
+    (out / "throughput.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
+    env = data["environment"]
+    load = f"{env['load_avg_start'][0]:.1f}-{env['load_avg_end'][0]:.1f}"
+    subtitle = (
+        f"{args.records:,} records x {args.value_bytes} B, {args.partitions} partitions, median of "
+        f"{args.repeat}; {env['cpus']} CPUs, load {load}; {env['broker']} on loopback"
+    )
+    medians = data["medians"]
+    try:
+        report.plot_throughput(medians, out / "throughput.png", subtitle)
+    except ImportError as exc:
+        print(f"(no plot: {exc}; install the 'bench' extra)", file=sys.stderr)
+    Console(width=160).print(report.throughput_table(medians, title=subtitle))
+    print(f"wrote {out / 'throughput.json'} and {out / 'throughput.png'}", file=sys.stderr)
+    return 0 if all(m.get("runs") for m in medians) else 1
+
+
+def _rebalance(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from kafka_handoff.bench import rebalance, report
+
+    protocols = ("classic", "consumer") if args.protocol == "both" else (args.protocol,)
+    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    unknown = [c for c in clients if c not in rebalance.CLIENT_LABELS]
+    if unknown:
+        allowed = ", ".join(rebalance.CLIENT_LABELS)
+        print(f"error: unknown client(s) {', '.join(unknown)} (allowed: {allowed})", file=sys.stderr)
+        return 2
+    if min(args.steady, args.leave_after, args.stop_after) < 2:
+        print("error: --steady, --leave-after and --stop-after must be at least 2 seconds", file=sys.stderr)
+        return 2
+    cfg = rebalance.ScenarioConfig(
+        partitions=args.partitions,
+        rate=args.rate,
+        work_ms=args.work_ms,
+        slow_every=args.slow_every,
+        slow_ms=args.slow_ms,
+        in_flight=args.in_flight,
+        workers=args.workers,
+        steady_s=args.steady,
+        leave_after=args.leave_after,
+        stop_after=args.stop_after,
+    )
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    with _broker(args.bootstrap_servers) as bootstrap:
+        data = rebalance.run_benchmark(
+            bootstrap,
+            protocols=protocols,
+            clients=clients,
+            cfg=cfg,
+            work_dir=out / "rebalance-runs",
+            progress=_progress,
+        )
+    suffix = "" if args.protocol == "both" else f"-{args.protocol}"
+    json_path = out / f"rebalance{suffix}.json"
+    png_path = out / f"rebalance{suffix}.png"
+    json_path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    subtitle = (
+        f"{cfg.partitions} partitions, {cfg.rate} records/s, {cfg.work_ms:g} ms/record, every "
+        f"{cfg.slow_every}th {cfg.slow_ms:g} ms; join after {cfg.steady_s:g}s steady, "
+        f"leave {cfg.leave_after:g}s later; "
+        f"{os.cpu_count()} CPUs, load {data['load_avg_start'][0]:.1f}-{data['load_avg_end'][0]:.1f}"
+    )
+    try:
+        report.plot_rebalance(data["results"], png_path, subtitle)
+    except ImportError as exc:
+        print(f"(no plot: {exc}; install the 'bench' extra)", file=sys.stderr)
+    Console(width=160).print(report.rebalance_table(data["results"], title=subtitle))
+    print(f"wrote {json_path} and {png_path}", file=sys.stderr)
+    return 0 if not any(r.get("error") for r in data["results"]) else 1
+
+
+def _passthrough(args: argparse.Namespace) -> int:
+    import importlib
+
+    rest = list(args.rest)
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+    module = importlib.import_module(f"kafka_handoff.bench.{args.module}")
+    return int(module.main(rest) or 0)
