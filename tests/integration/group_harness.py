@@ -404,6 +404,7 @@ class Member(threading.Thread):
             consumer.subscribe(self.topics)
             last_commit = now()
             got_first = False
+            last_requested: frozenset[TopicPartition] = frozenset()
             while not self._stop_event.is_set():
                 self._run_tasks()
                 with self._stall_lock:
@@ -416,6 +417,9 @@ class Member(threading.Thread):
                 self.polls += 1
                 if records.lost_partitions:
                     self.lost_reported.append(records.lost_partitions)
+                if records.to_be_revoked_partitions and records.to_be_revoked_partitions != last_requested:
+                    self.log.event(self.member, "revoke_requested", records.to_be_revoked_partitions)
+                last_requested = records.to_be_revoked_partitions
                 if records:
                     items = [(TopicPartition(r.topic, r.partition), r.offset) for r in records]
                     self.log.processed(self.member, items)

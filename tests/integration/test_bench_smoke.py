@@ -32,9 +32,9 @@ def test_throughput_bench_writes_json_and_png_with_sane_numbers(broker: Any, tmp
     records, value_bytes = 3000, 50
     code = main(
         [
-            "bench", "throughput", "--bootstrap-servers", broker.bootstrap_servers, "--records", str(records),
-            "--value-bytes", str(value_bytes), "--partitions", "2", "--repeat", "1", "--clients", ",".join(clients),
-            "--out", str(tmp_path),
+            "bench", "throughput", "--bootstrap-servers", broker.bootstrap_servers,
+            "--records", str(records), "--value-bytes", str(value_bytes), "--partitions", "2",
+            "--repeat", "1", "--clients", ",".join(clients), "--out", str(tmp_path),
         ]
     )  # fmt: skip
     assert code == 0
@@ -58,8 +58,9 @@ def test_rebalance_bench_finds_no_duplicates_or_gaps_for_handoff(broker: Any, tm
     code = main(
         [
             "bench", "rebalance", "--bootstrap-servers", broker.bootstrap_servers, "--protocol", "consumer",
-            "--clients", "handoff", "--partitions", "4", "--rate", "200", "--slow-every", "50", "--slow-ms", "300",
-            "--steady", "2", "--leave-after", "4", "--stop-after", "2", "--out", str(tmp_path),
+            "--clients", "handoff", "--partitions", "4", "--rate", "200", "--slow-every", "50",
+            "--slow-ms", "300", "--steady", "2", "--leave-after", "4", "--stop-after", "2",
+            "--out", str(tmp_path),
         ]
     )  # fmt: skip
     assert code == 0

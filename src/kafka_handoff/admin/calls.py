@@ -14,7 +14,6 @@ raising anything else fails it.  Everything here runs on the network thread; tim
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
@@ -26,8 +25,9 @@ from kafka_handoff.errors import (
     KafkaError,
     KafkaTimeoutError,
     NotCoordinatorError,
-    error_for_code,
 )
+from kafka_handoff.group.coordinator import find_coordinator_body, parse_find_coordinator
+from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.requests import ANY_NODE, MAX_POLL_WAIT_MS, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import BrokerNode
@@ -237,37 +237,16 @@ class AdminCallManager:
         lookup.in_flight = True
 
         def build(version: int) -> dict[str, Any]:
-            if version >= 4:
-                return {"key_type": 0, "coordinator_keys": [group_id]}
-            return {"key": group_id, "key_type": 0}
+            return find_coordinator_body(group_id, version)
 
         def on_response(response: Any, version: int, now: int) -> None:
             lookup.in_flight = False
-            if version >= 4:
-                entries = [c for c in response.coordinators if c.key == group_id] or list(
-                    response.coordinators
-                )
-                c = entries[0]
-                code, node_id, host, port, message = (
-                    int(c.error_code),
-                    int(c.node_id),
-                    c.host,
-                    int(c.port),
-                    c.error_message,
-                )
-            else:
-                code, node_id, host, port = (
-                    int(response.error_code),
-                    int(response.node_id),
-                    response.host,
-                    int(response.port),
-                )
-                message = getattr(response, "error_message", None)
-            if code != 0:
-                self._lookup_failed(group_id, lookup, error_for_code(code, message), now)
+            found = parse_find_coordinator(group_id, response, version)
+            if isinstance(found, BaseException):
+                self._lookup_failed(group_id, lookup, found, now)
                 return
             lookup.attempts = 0
-            self.coordinators[group_id] = BrokerNode(node_id, str(host), port)
+            self.coordinators[group_id] = found
 
         def on_failure(error: BaseException, now: int) -> None:
             lookup.in_flight = False
@@ -292,8 +271,7 @@ class AdminCallManager:
 
 
 def _backoff(base_ms: int, max_ms: int, attempts: int) -> int:
-    delay = min(max_ms, base_ms * 2 ** min(max(attempts - 1, 0), 16))
-    return int(delay * random.uniform(0.8, 1.2)) if delay > 0 else 0
+    return ExponentialBackoff(base_ms, max_ms).after_failures(max(attempts, 1))
 
 
 def _set_result(future: Future[Any], value: Any) -> None:

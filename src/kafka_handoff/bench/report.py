@@ -25,6 +25,7 @@ _COLOURS = {
     "handoff-py": "#6baed6",
     "handoff-batch": "#08306b",
     "confluent": "#d62728",
+    "confluent-tuned": "#ff9896",
     "kafka-python": "#ff7f0e",
     "aiokafka": "#2ca02c",
     "java": "#7f7f7f",

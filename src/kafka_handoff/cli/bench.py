@@ -42,7 +42,8 @@ def register(subparsers: Any) -> None:
     tp.add_argument(
         "--clients",
         default="all",
-        help="comma-separated: handoff, handoff-py, handoff-batch, confluent, kafka-python, aiokafka, java",
+        help="comma-separated: handoff, handoff-py, handoff-batch, confluent, confluent-tuned, kafka-python, "
+        "aiokafka, java (default: all)",
     )
     _common(tp)
     tp.add_argument("--keep-topic", action="store_true", help="do not delete the benchmark topic")

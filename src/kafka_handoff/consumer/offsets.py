@@ -12,7 +12,6 @@ refuses up front to commit partitions this member does not own, and runs the aut
 from __future__ import annotations
 
 import collections
-import random
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from kafka_handoff.errors import (
     error_for_code,
 )
 from kafka_handoff.group.coordinator import CoordinatorManager
+from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.requests import COORDINATOR, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
@@ -367,6 +367,7 @@ class CommitManager:
         self._interval = auto_commit_interval_ms
         self._backoff = retry_backoff_ms
         self._backoff_max = retry_backoff_max_ms
+        self._retry_backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
         self._require_stable = require_stable
         self._commits: collections.deque[_Commit] = collections.deque()
         self._fetches: list[_Fetch] = []
@@ -521,8 +522,7 @@ class CommitManager:
 
     def _retry_later(self, item: _Commit | _Fetch, now_ms: int) -> None:
         item.attempts += 1
-        delay = min(self._backoff_max, self._backoff * 2 ** min(item.attempts - 1, 10))
-        item.next_ms = now_ms + int(delay * random.uniform(0.8, 1.2))
+        item.next_ms = now_ms + self._retry_backoff.after_failures(item.attempts)
 
     def _commit_request(self, c: _Commit) -> UnsentRequest:
         c.in_flight = True

@@ -17,6 +17,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafka_handoff.errors import KafkaTimeoutError, raise_for_code
+from kafka_handoff.protocol.metadata import parse_metadata
 from kafka_handoff.protocol.wire import (
     FrameDecoder,
     ProtocolError,
@@ -26,7 +27,7 @@ from kafka_handoff.protocol.wire import (
     kio_version_range,
     response_correlation_id,
 )
-from kafka_handoff.types import BrokerNode, ClusterMetadata, PartitionInfo
+from kafka_handoff.types import ClusterMetadata
 
 __all__ = [
     "API_VERSIONS",
@@ -166,49 +167,7 @@ class ProbeConnection:
 
 
 def _to_cluster_metadata(response: Any) -> ClusterMetadata:
-    brokers = {
-        int(b.node_id): BrokerNode(int(b.node_id), str(b.host), int(b.port), b.rack) for b in response.brokers
-    }
-    partitions: dict[str, tuple[PartitionInfo, ...]] = {}
-    topic_ids = {}
-    internal = set()
-    errors: dict[str, int] = {}
-    for topic in response.topics:
-        name = str(topic.name)
-        if int(topic.error_code) != 0:
-            errors[name] = int(topic.error_code)
-            continue
-        if getattr(topic, "topic_id", None) is not None:
-            topic_ids[name] = topic.topic_id
-        if topic.is_internal:
-            internal.add(name)
-        partitions[name] = tuple(
-            sorted(
-                (
-                    PartitionInfo(
-                        topic=name,
-                        partition=int(p.partition_index),
-                        leader=int(p.leader_id),
-                        leader_epoch=int(getattr(p, "leader_epoch", -1)),
-                        replicas=tuple(int(r) for r in p.replica_nodes),
-                        isr=tuple(int(r) for r in p.isr_nodes),
-                        offline_replicas=tuple(int(r) for r in getattr(p, "offline_replicas", ())),
-                        error_code=int(p.error_code),
-                    )
-                    for p in topic.partitions
-                ),
-                key=lambda info: info.partition,
-            )
-        )
-    return ClusterMetadata(
-        brokers=brokers,
-        controller_id=int(response.controller_id),
-        cluster_id=response.cluster_id,
-        partitions=partitions,
-        topic_ids=topic_ids,
-        internal_topics=frozenset(internal),
-        topic_errors=errors,
-    )
+    return parse_metadata(response)
 
 
 def fetch_metadata(

@@ -133,6 +133,7 @@ from kafka_handoff.group.protocol_data import (
     encode_subscription,
 )
 from kafka_handoff.group.validate import validate_cooperative_assignment
+from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.requests import COORDINATOR, MAX_POLL_WAIT_MS, PollResult, UnsentRequest
 from kafka_handoff.types import ClusterMetadata, ConsumerGroupMetadata, TopicPartition
 
@@ -602,7 +603,9 @@ class ClassicMembership:
             self._join_deadline_ms = deadline
 
     def _backoff_ms(self, attempts: int) -> int:
-        return int(min(self._retry_backoff_ms * (2 ** min(attempts, 30)), self._retry_backoff_max_ms))
+        return ExponentialBackoff(self._retry_backoff_ms, self._retry_backoff_max_ms, jitter=0).backoff_ms(
+            attempts
+        )
 
     # ------------------------------------------------------------------------------------------------
     # joining

@@ -7,16 +7,52 @@ reports every change to its listeners (the network client routes ``COORDINATOR``
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from typing import Any
 
 from kafka_handoff.errors import CoordinatorNotAvailableError, error_for_code
+from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.requests import ANY_NODE, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import BrokerNode
 
-__all__ = ["CoordinatorManager"]
+__all__ = ["CoordinatorManager", "find_coordinator_body", "parse_find_coordinator"]
+
+
+def find_coordinator_body(group_id: str, version: int) -> dict[str, Any]:
+    """A FindCoordinator request body for a group (batched keys from v4)."""
+    if version >= 4:
+        return {"key_type": 0, "coordinator_keys": [group_id]}
+    return {"key": group_id, "key_type": 0}
+
+
+def parse_find_coordinator(group_id: str, response: Any, version: int) -> BrokerNode | BaseException:
+    """The coordinator a FindCoordinator response names for ``group_id``, or the error it reports."""
+    if version >= 4:
+        entries = [c for c in response.coordinators if c.key == group_id] or list(response.coordinators)
+        if not entries:
+            return CoordinatorNotAvailableError(
+                f"FindCoordinator named no coordinator for group {group_id!r}"
+            )
+        c = entries[0]
+        code, node_id, host, port, message = (
+            int(c.error_code),
+            int(c.node_id),
+            c.host,
+            int(c.port),
+            c.error_message,
+        )
+    else:
+        code, node_id, host, port = (
+            int(response.error_code),
+            int(response.node_id),
+            response.host,
+            int(response.port),
+        )
+        message = getattr(response, "error_message", None)
+    if code != 0:
+        return error_for_code(code, message)
+    return BrokerNode(node_id, str(host), port)
 
 
 class CoordinatorManager:
@@ -27,6 +63,7 @@ class CoordinatorManager:
         self.coordinator: BrokerNode | None = None
         self._backoff_base = retry_backoff_ms
         self._backoff_max = retry_backoff_max_ms
+        self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
         self._in_flight = False
         self._attempts = 0
         self._next_ms = 0
@@ -48,36 +85,16 @@ class CoordinatorManager:
         self._in_flight = True
 
         def build(version: int) -> dict[str, Any]:
-            if version >= 4:
-                return {"key_type": 0, "coordinator_keys": [self.group_id]}
-            return {"key": self.group_id, "key_type": 0}
+            return find_coordinator_body(self.group_id, version)
 
         def on_response(response: Any, version: int, now: int) -> None:
             self._in_flight = False
-            if version >= 4:
-                entries = [c for c in response.coordinators if c.key == self.group_id] or list(
-                    response.coordinators
-                )
-                if not entries:
-                    error = CoordinatorNotAvailableError("FindCoordinator response names no coordinator")
-                    self._fail(error, now)
-                    return
-                c = entries[0]
-                code, node_id, host, port = int(c.error_code), int(c.node_id), c.host, int(c.port)
-                message = c.error_message
-            else:
-                code, node_id, host, port = (
-                    int(response.error_code),
-                    int(response.node_id),
-                    response.host,
-                    int(response.port),
-                )
-                message = getattr(response, "error_message", None)
-            if code != 0:
-                self._fail(error_for_code(code, message), now)
+            found = parse_find_coordinator(self.group_id, response, version)
+            if isinstance(found, BaseException):
+                self._fail(found, now)
                 return
             self._attempts = 0
-            self.coordinator = BrokerNode(node_id, host, port)
+            self.coordinator = found
             for listener in self.listeners:
                 listener(self.coordinator, now)
 
@@ -101,5 +118,4 @@ class CoordinatorManager:
     def _fail(self, error: BaseException, now_ms: int) -> None:
         self.last_error = error
         self._attempts += 1
-        delay = min(self._backoff_max, self._backoff_base * 2 ** min(self._attempts - 1, 10))
-        self._next_ms = now_ms + int(delay * random.uniform(0.8, 1.2))
+        self._next_ms = now_ms + self._backoff.after_failures(self._attempts)

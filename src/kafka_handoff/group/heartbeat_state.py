@@ -11,12 +11,12 @@
 from __future__ import annotations
 
 import enum
-import math
-import random
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from kafka_handoff.protocol.backoff import ExponentialBackoff
 
 __all__ = [
     "NO_ASSIGNMENT",
@@ -58,38 +58,6 @@ class LocalAssignment:
 
 NO_ASSIGNMENT = LocalAssignment(-1)
 """Not in a group, or nothing reconciled yet (Java's ``LocalAssignment.NONE``)."""
-
-
-class ExponentialBackoff:
-    """``initial * multiplier**attempts`` capped at ``max_ms``, times a jitter factor in [1-j, 1+j)."""
-
-    def __init__(
-        self,
-        initial_ms: int,
-        max_ms: int,
-        *,
-        multiplier: float = 2.0,
-        jitter: float = 0.2,
-        rand: Callable[[], float] = random.random,
-    ) -> None:
-        self.initial_ms = max(0, initial_ms)
-        self.max_ms = max(self.initial_ms, max_ms)
-        self.multiplier = multiplier
-        self.jitter = jitter
-        self._rand = rand
-        if self.initial_ms > 0 and self.max_ms > self.initial_ms:
-            self._exp_max = math.log(self.max_ms / self.initial_ms) / math.log(multiplier)
-        else:
-            self._exp_max = 0.0
-
-    def backoff_ms(self, attempts: int) -> int:
-        """Backoff after ``attempts + 1`` consecutive failures (``attempts`` = 0 for the first)."""
-        if self.initial_ms == 0:
-            return 0
-        exp = min(float(max(0, attempts)), self._exp_max)
-        term = self.initial_ms * self.multiplier**exp
-        factor = 1.0 if self.jitter <= 0 else 1.0 - self.jitter + 2.0 * self.jitter * self._rand()
-        return min(self.max_ms, int(term * factor))
 
 
 class HeartbeatTimer:

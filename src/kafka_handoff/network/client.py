@@ -24,6 +24,7 @@ from kafka_handoff.errors import (
     UnsupportedVersionError,
 )
 from kafka_handoff.network.connection import BrokerConnection, ConnState, InFlight, timeout_error
+from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.requests import ANY_NODE, COORDINATOR, UnsentRequest
 from kafka_handoff.protocol.versions import pick_version
 from kafka_handoff.types import BrokerNode
@@ -75,6 +76,7 @@ class NetworkClient:
         self.connect_timeout_ms = connect_timeout_ms
         self._reconnect_base = reconnect_backoff_ms
         self._reconnect_max = reconnect_backoff_max_ms
+        self._reconnect_backoff = ExponentialBackoff(reconnect_backoff_ms, reconnect_backoff_max_ms)
         self._rcvbuf = receive_buffer_bytes
         self._sndbuf = send_buffer_bytes
         self.max_in_flight = max_in_flight_per_connection
@@ -398,8 +400,7 @@ class NetworkClient:
             log.debug("disconnected from %s:%s: %s", conn.host, conn.port, error)
         backoff = self._backoff[conn_id]
         backoff.attempts += 1
-        delay = min(self._reconnect_max, self._reconnect_base * (2 ** min(backoff.attempts - 1, 16)))
-        backoff.next_ms = now_ms + int(delay * random.uniform(0.8, 1.2))
+        backoff.next_ms = now_ms + self._reconnect_backoff.after_failures(backoff.attempts)
         err = error if isinstance(error, KafkaError) else ConnectionError_(str(error))
         for entry in failed:
             if entry.request is not None:

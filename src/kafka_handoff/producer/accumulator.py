@@ -31,6 +31,7 @@ from typing import Final
 from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
 from kafka_handoff.producer.batch import Entry, ProducerBatch
 from kafka_handoff.producer.partitioner import BuiltInPartitioner
+from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.compression import CompressionType
 from kafka_handoff.protocol.records import RECORD_BATCH_OVERHEAD
 from kafka_handoff.protocol.requests import MonotonicClock
@@ -287,9 +288,9 @@ class RecordAccumulator:
     # ------------------------------------------------------------------ network thread
     def backoff_ms(self, attempts: int) -> int:
         """The retry backoff before attempt ``attempts + 1`` (exponential, without jitter)."""
-        if attempts <= 0:
-            return 0
-        return int(min(self.retry_backoff_max_ms, self.retry_backoff_ms * (2 ** min(attempts - 1, 30))))
+        return ExponentialBackoff(self.retry_backoff_ms, self.retry_backoff_max_ms, jitter=0).after_failures(
+            attempts
+        )
 
     def ready(self, leaders: Mapping[TopicPartition, int], now_ms: int) -> ReadyCheck:
         """Which brokers have a sendable batch; expires queued batches past the delivery timeout."""

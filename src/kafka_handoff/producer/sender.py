@@ -23,7 +23,6 @@ import functools
 import heapq
 import itertools
 import logging
-import random
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -44,6 +43,7 @@ from kafka_handoff.producer.idempotence import (
 )
 from kafka_handoff.producer.metrics import ProducerMetrics
 from kafka_handoff.protocol import wire
+from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.compression import CompressionType
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.requests import ANY_NODE, MAX_POLL_WAIT_MS, PollResult, UnsentRequest
@@ -229,10 +229,9 @@ class Sender:
 
         def backoff(now: int) -> None:
             self._init_attempts += 1
-            delay = min(
-                self.retry_backoff_max_ms, self.retry_backoff_ms * 2 ** min(self._init_attempts - 1, 20)
-            )
-            self._init_next_ms = now + int(delay * random.uniform(0.8, 1.2))
+            self._init_next_ms = now + ExponentialBackoff(
+                self.retry_backoff_ms, self.retry_backoff_max_ms
+            ).after_failures(self._init_attempts)
 
         def on_response(response: Any, _version: int, now: int) -> None:
             self._init_in_flight = False

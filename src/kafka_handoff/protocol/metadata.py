@@ -7,11 +7,11 @@ asks (:meth:`MetadataManager.request_update`), and notifies listeners with every
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.requests import ANY_NODE, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import BrokerNode, ClusterMetadata, PartitionInfo
@@ -82,6 +82,7 @@ class MetadataManager:
         self._max_age = max_age_ms
         self._backoff_base = retry_backoff_ms
         self._backoff_max = retry_backoff_max_ms
+        self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
         self._auto_create = allow_auto_topic_creation
         self._topics = topics
         """Returns the topics to fetch, or ``None`` for all topics."""
@@ -167,8 +168,7 @@ class MetadataManager:
             self._need_update = True
             self._attempts += 1
             self.last_error = error
-            delay = min(self._backoff_max, self._backoff_base * 2 ** min(self._attempts - 1, 10))
-            self._next_attempt_ms = now + int(delay * random.uniform(0.8, 1.2))
+            self._next_attempt_ms = now + self._backoff.after_failures(self._attempts)
             self._waiters.extend(waiters)
 
         request = UnsentRequest(
