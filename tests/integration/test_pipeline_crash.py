@@ -62,7 +62,9 @@ def wait(proc: Any, timeout: float, log: Path) -> int:
     except Exception:
         proc.kill()
         proc.wait(10)
-        raise AssertionError(f"worker did not exit within {timeout}s; log:\n{log.read_text()[-4000:]}") from None
+        raise AssertionError(
+            f"worker did not exit within {timeout}s; log:\n{log.read_text()[-4000:]}"
+        ) from None
 
 
 def test_crash_between_sink_commit_and_kafka_commit_then_restart(

@@ -96,9 +96,7 @@ def test_clickstream_example_matches_ground_truth(
     assert summary.records_committed == 3000
 
     merged = aggregate(read_output(config), config.show)
-    got = {
-        (row["page"], int(row["minute"].timestamp() * 1000)): row["views"] for row in merged.to_pylist()
-    }
+    got = {(row["page"], int(row["minute"].timestamp() * 1000)): row["views"] for row in merged.to_pylist()}
     assert got == dict(pt.page_views(events))
 
     dead = read_output(config, dead_letter=True)
@@ -234,7 +232,7 @@ def test_a_transform_that_cannot_be_imported_is_a_config_error(
     config = pt.pipeline_config(
         broker.bootstrap_servers, "unused", "g-unused", str(tmp_path / "out"), function="no_such_module:fn"
     )
-    with pytest.raises(ConfigError, match="transform.function: cannot import module 'no_such_module'"):
+    with pytest.raises(ConfigError, match=r"transform\.function: cannot import module 'no_such_module'"):
         Worker(config, spark=spark).run()
 
 
@@ -256,7 +254,9 @@ def test_malformed_fail_policy_stops_naming_the_records(
     assert committed(broker.bootstrap_servers, f"g-{topic}", topic, 1) == {0: None}
 
 
-def test_malformed_skip_policy_counts_them(broker: Any, topic_factory: Any, spark: Any, tmp_path: Path) -> None:
+def test_malformed_skip_policy_counts_them(
+    broker: Any, topic_factory: Any, spark: Any, tmp_path: Path
+) -> None:
     topic = topic_factory(2, configs=NO_RETENTION)
     events = generate_events(600, seed=61, malformed_share=0.05, start_ms=now_ms())
     pt.produce(broker.bootstrap_servers, topic, events)

@@ -79,7 +79,8 @@ def test_clickstream_transform_counts_page_views_per_minute(spark: Any) -> None:
     df = spark.createDataFrame(kafka_table([e.value for e in events], [e.timestamp for e in events]))
     result = normalize_result(clickstream.transform(df), "clickstream:transform")
     got = {
-        (r["page"], int(r["minute"].timestamp() * 1000)): r["views"] for r in result.output.toArrow().to_pylist()
+        (r["page"], int(r["minute"].timestamp() * 1000)): r["views"]
+        for r in result.output.toArrow().to_pylist()
     }
     assert got == dict(pt.page_views(events))
     assert result.rejected.count() == sum(1 for e in events if e.malformed)
@@ -93,7 +94,9 @@ def test_normalize_result_rejects_what_is_not_a_dataframe(spark: Any) -> None:
         normalize_result((df, df.select("offset")), "m:f")
 
 
-def test_lost_partitions_cancel_the_running_spark_job_and_discard_the_output(spark: Any, tmp_path: Path) -> None:
+def test_lost_partitions_cancel_the_running_spark_job_and_discard_the_output(
+    spark: Any, tmp_path: Path
+) -> None:
     config = pt.pipeline_config(
         "unused:9092", "ev", "g", str(tmp_path / "out"), function="kafka_handoff.pipeline.testing:slow"
     )
@@ -102,17 +105,21 @@ def test_lost_partitions_cancel_the_running_spark_job_and_discard_the_output(spa
     tp = TopicPartition("ev", 0)
     chunk = ColumnChunk("ev", 0, [0, 1], [0, 0], [None, None], [b"{}", b"{}"], [(), ()])
     batch = Batch(1, [chunk], {tp: PartitionRange(None, 0, 1, 2)}, 2, "test-cancel-batch-1")
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        future = pool.submit(worker._process, batch)
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    future = pool.submit(worker._process, batch)
+    try:
         tracker = spark.sparkContext.statusTracker()
         deadline = time.monotonic() + 120
-        while not tracker.getActiveJobIds():  # the batch's job is running
+        while not tracker.getActiveJobsIds():  # the batch's job is running
             assert time.monotonic() < deadline and not future.done(), future
             time.sleep(0.05)
         started = time.monotonic()
         batch.cancelled.set()  # what Worker._on_lost does
         JobControl(spark).cancel(batch.tag)
         outcome = future.result(timeout=60)
+    finally:
+        spark.sparkContext.cancelAllJobs()  # never leave an hours-long job behind
+        pool.shutdown(wait=True)
     assert outcome.report.status == "cancelled"
     assert time.monotonic() - started < 30  # cancelled, not finished (it would take hours)
     assert outcome.updates == {}

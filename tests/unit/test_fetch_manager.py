@@ -261,6 +261,7 @@ def test_only_fetchable_partitions_are_fetched() -> None:
     h.subs.pause([parts[0]])
     h.subs.mark_pending_revocation([parts[1]])
     h.buffer.add([CompletedFetch(parts[3], 1, h.subs.state(parts[3]).position_epoch, batch(1))])
+    h.buffer.pop()  # the collector took it: a-3 stays buffered until consumed; the queue is empty
     (req,) = h.requests().values()
     assert set(sent_partitions(req)) == {parts[4]}
 
@@ -332,13 +333,47 @@ def test_buffered_partition_is_not_fetched_again_until_consumed() -> None:
     h.assign(A0, B0)
     (req,) = h.requests().values()
     respond(req, fetch_response(13, {A0: {"records": batch(10)}, B0: {}}), 13, h.clock.now_ms())
+    h.buffer.pop()  # the collector took A0's data
     (again,) = h.requests().values()
     assert set(sent_partitions(again)) == {B0}
     respond(again, fetch_response(13, {B0: {}}), 13, h.clock.now_ms())
-    h.buffer.pop()
     h.buffer.done_with(A0)
     (third,) = h.requests().values()
     assert set(sent_partitions(third)) == {A0, B0}
+
+
+def test_next_fetch_waits_until_the_buffer_is_half_drained() -> None:
+    """Released partitions are fetched together once half of the queued data was taken, not one by one."""
+    h = Harness(leaders={A0: 1, A1: 1, B0: 1})
+    wakes: list[int] = []
+    h.buffer.on_release = lambda: wakes.append(1)
+    h.assign(A0, A1, B0)
+    (req,) = h.requests().values()
+    data = {tp: {"records": batch(10)} for tp in (A0, A1, B0)}
+    respond(req, fetch_response(13, data), 13, h.clock.now_ms())
+    assert h.requests() == {}
+    first = h.buffer.pop()
+    assert first is not None
+    h.buffer.done_with(first.tp)  # 2 of 3 still queued: above the low water mark
+    assert h.requests() == {} and wakes == []
+    second = h.buffer.pop()
+    assert second is not None
+    h.buffer.done_with(second.tp)  # 1 of 3 queued: at most half
+    assert wakes == [1]  # the network thread is woken once, now
+    (again,) = h.requests().values()
+    assert set(sent_partitions(again)) == {first.tp, second.tp}
+
+
+def test_empty_buffer_never_holds_fetches_back() -> None:
+    h = Harness()
+    h.assign(A0)
+    (req,) = h.requests().values()
+    respond(req, fetch_response(13, {A0: {"records": batch(10)}}), 13, h.clock.now_ms())
+    assert h.buffer.below_low_water() is False
+    h.buffer.drop(lambda tp: False)  # e.g. a seek: the queued data is gone
+    assert h.buffer.below_low_water() is True
+    (again,) = h.requests().values()
+    assert set(sent_partitions(again)) == {A0}
 
 
 def test_offset_out_of_range_requests_reset() -> None:

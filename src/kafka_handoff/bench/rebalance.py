@@ -4,7 +4,8 @@ A producer writes a steady stream (``--rate`` records/s, round-robin over the pa
 consume it with *asynchronous processing*: a poll loop hands records to a thread pool, at most
 ``--in-flight`` records per partition run at once, and offsets are committed in order as processing
 completes.  Each record takes ``--work-ms``; every ``--slow-every``-th offset of a partition takes
-``--slow-ms`` (a slow downstream call), so at any moment some partitions have a slow record in flight.
+``--slow-ms`` (a slow downstream call; staggered across partitions), so at any moment some partitions have
+a slow record in flight.
 At ``--join-at`` seconds a fourth member joins; at ``--leave-at`` one of the first three leaves (graceful
 close); at ``--stop-at`` the producer stops and the members drain before they are stopped.
 
@@ -128,9 +129,11 @@ class _Member:
     def event(self, kind: str, partitions: Iterable[int] = ()) -> None:
         self.events.append((time.time(), kind, sorted(partitions)))
 
-    def work_s(self, offset: int) -> float:
+    def work_s(self, partition: int, offset: int) -> float:
+        """Depends on the record only (every member sees the same work).  The slow offsets are staggered
+        across partitions, so the slow calls do not all start at the same moment."""
         cfg = self.cfg
-        if cfg.slow_every > 0 and offset % cfg.slow_every == cfg.slow_every - 1:
+        if cfg.slow_every > 0 and (offset + 37 * partition) % cfg.slow_every == cfg.slow_every - 1:
             return cfg.slow_ms / 1000.0
         return cfg.work_ms / 1000.0
 
@@ -155,7 +158,7 @@ class _Member:
                 fut.add_done_callback(p.futures.discard)
 
     def _run(self, partition: int, p: _Partition, offset: int) -> None:
-        time.sleep(self.work_s(offset))
+        time.sleep(self.work_s(partition, offset))
         with p.lock:
             p.open -= 1
             if p.abandoned:
@@ -709,6 +712,9 @@ def analyse(
     t_leave = marks.get("leave")
     scenario_events = [e for e in (("m4 joins", t_join), ("m3 leaves", t_leave)) if e[1] is not None]
     first_record_m4 = min(by_member.get("m4", []), default=None)
+    m4_assigned = min(
+        (t for t, name, kind, parts in events if name == "m4" and kind == "assigned" and parts), default=None
+    )
     origin = marks.get("stable", wall0)  # the stream starts when the first three members are stable
     steady_start = origin + 1.0
     out_events: list[dict[str, Any]] = []
@@ -769,6 +775,7 @@ def analyse(
         "beyond_produced": beyond,
         "discarded": sum(int(log.get("discarded", 0)) for log in logs.values()),
         "join_to_first_record_s": (first_record_m4 - t_join) if first_record_m4 and t_join else None,
+        "join_to_assigned_s": (m4_assigned - t_join) if m4_assigned and t_join else None,
         "events": out_events,
         "stable_partitions": stable,
         "timeline": {

@@ -119,7 +119,7 @@ def rebalance_table(results: Sequence[Mapping[str, Any]], title: str = "") -> Ta
     table.add_column("never processed", justify="right")
     table.add_column("unaffected: min rate vs steady", justify="right")
     table.add_column("unaffected: longest gap ms (steady)", justify="right")
-    table.add_column("join -> first record s", justify="right")
+    table.add_column("join -> assigned / first record s", justify="right")
     for r in results:
         name = f"{r['label']} / {r['protocol']}"
         if r.get("error"):
@@ -133,10 +133,14 @@ def rebalance_table(results: Sequence[Mapping[str, Any]], title: str = "") -> Ta
                 f"{r['missing']:,}" if i == 0 else "",
                 _pct(ev.get("unaffected_min_rate_ratio")),
                 _gap(ev.get("unaffected_longest_gap_ms"), ev.get("steady_longest_gap_ms")),
-                f"{r['join_to_first_record_s']:.2f}" if i == 0 and r.get("join_to_first_record_s") is not None
-                else "",
+                _join(r) if i == 0 else "",
             )  # fmt: skip
     return table
+
+
+def _join(r: Mapping[str, Any]) -> str:
+    assigned, first = r.get("join_to_assigned_s"), r.get("join_to_first_record_s")
+    return " / ".join("n/a" if v is None else f"{float(v):.2f}" for v in (assigned, first))
 
 
 def _pct(value: Any) -> str:

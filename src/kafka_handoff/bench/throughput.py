@@ -393,12 +393,12 @@ def run_benchmark(
         report.config["topic"] = topic
         # One untimed pass warms the broker (page cache is warm already; this warms its JIT).
         progress("warm-up pass (confluent-kafka, not counted)")
-        run_client(CLIENTS["confluent"], bootstrap, topic, partitions, records)
+        run_client(CLIENTS["confluent-tuned"], bootstrap, topic, partitions, records)
         for round_no in range(1, repeat + 1):
             for name in clients:
                 prof = None
                 if profile_dir is not None and round_no == 1 and name.startswith("handoff"):
-                    prof = str(profile_dir / f"profile-{name}.html")
+                    prof = str(profile_dir / f"profile-{name}.txt")
                 sample = run_client(CLIENTS[name], bootstrap, topic, partitions, records, profile=prof)
                 report.samples.append(sample)
                 if sample.ok:

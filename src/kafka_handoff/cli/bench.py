@@ -48,7 +48,7 @@ def register(subparsers: Any) -> None:
     _common(tp)
     tp.add_argument("--keep-topic", action="store_true", help="do not delete the benchmark topic")
     tp.add_argument(
-        "--profile", action="store_true", help="pyinstrument HTML profiles of the first kafka-handoff runs"
+        "--profile", action="store_true", help="pyinstrument profiles (text) of the first kafka-handoff runs"
     )
     tp.set_defaults(func=_throughput)
 

@@ -64,10 +64,12 @@ class FetchBuffer:
     _buffered: set[TopicPartition] = field(default_factory=set)
     _woken: bool = False
     bytes_buffered: int = 0
+    """Bytes of the fetches waiting in the queue (the collector's current fetch not included)."""
+    _peak: int = 0
     on_release: Callable[[], None] | None = None
-    """Called (on the application thread) when a partition may be fetched again: set by the consumer to
-    wake the network thread, so the next fetch goes out while the other partitions' data is handed out
-    instead of once the buffer ran dry."""
+    """Called (on the application thread) when a partition was released and the buffer is down to its low
+    water mark: set by the consumer to wake the network thread, so the next fetch goes out while the rest
+    of the buffered data is handed out, instead of once the buffer ran dry."""
 
     def add(self, fetches: list[CompletedFetch]) -> None:
         with self._cond:
@@ -75,7 +77,19 @@ class FetchBuffer:
                 self._queue.append(f)
                 self._buffered.add(f.tp)
                 self.bytes_buffered += len(f.records or b"")
+            self._peak = self.bytes_buffered
             self._cond.notify_all()
+
+    def below_low_water(self) -> bool:
+        """True when the queue is empty or holds at most half of what it held after the last fetch arrived.
+
+        The fetch manager sends the next fetch only then (one fetch per broker is in flight at a time):
+        released partitions are collected into one large fetch, sent early enough to arrive while the
+        other half is handed out.  Sending one small fetch per released partition instead costs a full
+        round trip per partition, and with the GIL shared by both threads, far more time than it saves.
+        """
+        with self._cond:
+            return self.bytes_buffered == 0 or self.bytes_buffered * 2 <= self._peak
 
     def has_buffered(self, tp: TopicPartition) -> bool:
         with self._cond:
@@ -103,7 +117,8 @@ class FetchBuffer:
             if tp not in self._buffered:
                 return
             self._buffered.discard(tp)
-        if self.on_release is not None:
+            wake = self.bytes_buffered == 0 or self.bytes_buffered * 2 <= self._peak
+        if wake and self.on_release is not None:
             self.on_release()
 
     def push_front(self, f: CompletedFetch) -> None:
@@ -181,8 +196,8 @@ class FetchManager:
         if not self.enabled:
             return PollResult.idle()
         fetchable = self._subs.fetchable()
-        if not fetchable:
-            return PollResult.idle()
+        if not fetchable or not self._buffer.below_low_water():
+            return PollResult.idle()  # the buffer wakes the network thread when it drains (on_release)
         cluster = self._metadata.cluster
         buffered = self._buffer.buffered_partitions()
         busy = set().union(*self._in_flight.values()) if self._in_flight else set()

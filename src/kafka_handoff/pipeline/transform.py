@@ -69,17 +69,10 @@ def load_transform(config: TransformConfig) -> Callable[[Any], Any]:
 
 
 def _is_dataframe(value: Any) -> bool:
-    try:
-        from pyspark.sql import DataFrame
-    except ImportError:  # pragma: no cover - pyspark is a dependency of the pipeline
-        return False
-    if isinstance(value, DataFrame):
-        return True
-    try:
-        from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
-    except ImportError:
-        return False
-    return isinstance(value, ConnectDataFrame)
+    """A classic or Spark Connect DataFrame (checked by class, without importing Spark Connect)."""
+    return any(
+        c.__name__ == "DataFrame" and c.__module__.startswith("pyspark.sql") for c in type(value).__mro__
+    )
 
 
 def normalize_result(value: Any, function: str) -> TransformResult:

@@ -12,7 +12,7 @@ member that no longer owns a partition (or a zombie that missed its fencing) can
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,8 +61,9 @@ class Sink(abc.ABC):
         and store the new marks, atomically; conditional on every ``expected`` mark (see the module doc)."""
 
     @abc.abstractmethod
-    def read_table(self) -> Any:
-        """Everything committed so far, as a ``pyarrow.Table`` (empty, without columns, when nothing is)."""
+    def read_table(self, columns: Sequence[str] | None = None) -> Any:
+        """Everything committed so far (only ``columns`` if given), as a ``pyarrow.Table`` (empty, without
+        columns, when nothing is)."""
 
     def exists(self) -> bool:
         """True once a first commit has been made."""

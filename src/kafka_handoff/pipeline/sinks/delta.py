@@ -17,7 +17,7 @@ against a snapshot (a write to a bare path would append to a table created meanw
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -136,11 +136,11 @@ class DeltaSink(Sink):
             f"the delta sink writes pyarrow tables or Spark DataFrames, not {type(data).__name__}"
         )
 
-    def read_table(self) -> Any:
+    def read_table(self, columns: Sequence[str] | None = None) -> Any:
         table = self._load()
         if table is None:
             return pa.table({})
-        return table.to_pyarrow_table()
+        return table.to_pyarrow_table(columns=list(columns) if columns is not None else None)
 
     def version(self) -> int | None:
         table = self._load()

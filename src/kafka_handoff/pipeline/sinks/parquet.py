@@ -24,7 +24,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,9 +158,9 @@ class ParquetSink(Sink):
         raise RuntimeError(f"could not publish a manifest in {self.manifests} after {_MAX_ATTEMPTS} attempts")
 
     # ------------------------------------------------------------------------------------- reading
-    def read_table(self) -> Any:
+    def read_table(self, columns: Sequence[str] | None = None) -> Any:
         files = self.files()
-        tables = [pq.read_table(f) for f in files]
+        tables = [pq.read_table(f, columns=list(columns) if columns is not None else None) for f in files]
         tables = [t for t in tables if t.num_columns]
         if not tables:
             return pa.table({})
