@@ -305,5 +305,34 @@ def test_malformed_records_to_a_dead_letter_topic(
     assert {"handoff.source.partition", "handoff.source.offset", "handoff.error"} <= set(headers)
 
 
+def test_the_demo_function_prints_the_table(
+    broker: Any, topic_factory: Any, spark: Any, tmp_path: Path
+) -> None:
+    """What ``make demo`` runs after starting the broker: produce, run until idle, print the table."""
+    import io
+
+    from rich.console import Console
+
+    from kafka_handoff.pipeline.demo import run_pipeline_demo
+
+    topic = topic_factory(3, configs=NO_RETENTION)
+    buffer = io.StringIO()
+    status = run_pipeline_demo(
+        broker.bootstrap_servers,
+        topic=topic,
+        count=2000,
+        work_dir=tmp_path,
+        until_idle_s=3,
+        overrides=[f"kafka.group.id=g-{topic}"],
+        console=Console(file=buffer, width=200),
+        spark=spark,
+    )
+    text = buffer.getvalue()
+    assert status == 0, text
+    assert "produced 2,000 clickstream events" in text
+    assert "page views per page per minute" in text and "views" in text
+    assert "dead-letter table" in text
+
+
 def test_pipeline_errors_are_pipeline_errors() -> None:
     assert issubclass(TransformError, PipelineError) and issubclass(MalformedRecordError, PipelineError)

@@ -6,9 +6,10 @@ killed with SIGKILL in the middle of its work, one crashes between a sink commit
 ``HANDOFF_PIPELINE_CRASH_AFTER_SINK`` hook).  Afterwards two fresh workers drain what is left.  The output
 must hold every well-formed event exactly once.
 
-The issue asks for 1M events.  On the 2-core test machine (each worker a full Spark driver) that takes
-longer than a test should; the default is ``HANDOFF_PIPELINE_SCALE_EVENTS`` = 200 000 -- set it to
-1000000 for the full run (see docs/pipeline.md for measured times).
+The issue asks for 1M events, the default (``HANDOFF_PIPELINE_SCALE_EVENTS`` changes it).  Measured on the
+2-core VM: 1M events in 155 s (13 s producing, 139 s processing by 6 worker processes) while the machine
+was otherwise quiet; with other jobs loading both cores (load average 7-10) 200k events took 131-185 s,
+so expect 1M to take several times longer on a busy machine.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from kafka_handoff.pipeline.worker import CRASH_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
-EVENTS = int(os.environ.get("HANDOFF_PIPELINE_SCALE_EVENTS", "200000"))
+EVENTS = int(os.environ.get("HANDOFF_PIPELINE_SCALE_EVENTS", "1000000"))
 PARTITIONS = 12
 CHURN_SECONDS = float(os.environ.get("HANDOFF_PIPELINE_SCALE_CHURN_S", "40"))
 CHURN_EVERY = 8.0

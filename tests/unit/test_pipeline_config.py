@@ -57,6 +57,7 @@ def test_nested_tables_become_dotted_kafka_names() -> None:
     cfg = parse_config(raw)
     assert cfg.bootstrap_servers == "h:1" and cfg.group_id == "g2"
     assert cfg.consumer["group.protocol"] == "classic"
+    assert cfg.consumer["partition.assignment.strategy"] == "cooperative-sticky"
 
 
 @pytest.mark.parametrize(

@@ -842,6 +842,38 @@ def _stable_partitions(
 
 
 # ============================================================================================ driver
+def warm_up(bootstrap: str, cfg: ScenarioConfig, protocols: Sequence[str], seconds: float = 8.0) -> None:
+    """Exercise the broker's produce, fetch and group paths before the first scenario.
+
+    A freshly started broker (the JVM's JIT still cold) appends and serves records with latencies of
+    a second or more for a while; the first scenario would measure that instead of the clients.
+    """
+    from kafka_handoff.bench.throughput import create_topic, delete_topic, produce_data
+    from kafka_handoff.consumer import Consumer
+
+    topic = create_topic(bootstrap, cfg.partitions, prefix="bench-rebalance-warmup")
+    try:
+        produce_data(bootstrap, topic, cfg.partitions, 100_000, cfg.value_bytes)
+        producer = _Producer(bootstrap, topic, cfg.partitions, cfg.rate, cfg.value_bytes)
+        producer.start()
+        per_protocol = seconds / max(1, len(protocols))
+        for protocol in protocols:
+            config: dict[str, Any] = {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"bench-rebalance-warmup-{uuid.uuid4().hex[:8]}",
+                "group.protocol": protocol,
+                "auto.offset.reset": "earliest",
+            }
+            with Consumer(config) as consumer:
+                consumer.subscribe([topic])
+                deadline = time.monotonic() + per_protocol
+                while time.monotonic() < deadline:
+                    consumer.poll(0.05)
+        producer.stop()
+    finally:
+        delete_topic(bootstrap, topic)
+
+
 def run_benchmark(
     bootstrap: str,
     *,
@@ -849,6 +881,7 @@ def run_benchmark(
     clients: Sequence[str] = ("handoff", "confluent"),
     cfg: ScenarioConfig | None = None,
     work_dir: Path,
+    warm_up_s: float = 8.0,
     progress: Callable[[str], None] = lambda msg: None,
 ) -> dict[str, Any]:
     cfg = cfg or ScenarioConfig()
@@ -857,6 +890,9 @@ def run_benchmark(
             raise ValueError(f"unknown client {c!r} (allowed: {', '.join(CLIENT_LABELS)})")
     results: list[dict[str, Any]] = []
     load_start = os.getloadavg()
+    if warm_up_s > 0:
+        progress(f"warming the broker up ({warm_up_s:g} s, not measured)")
+        warm_up(bootstrap, cfg, protocols, warm_up_s)
     for protocol in protocols:
         for client in clients:
             progress(f"scenario {client} / {protocol} (load {os.getloadavg()[0]:.1f})")

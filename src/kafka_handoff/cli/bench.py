@@ -74,6 +74,9 @@ def register(subparsers: Any) -> None:
     rb.add_argument(
         "--stop-after", type=float, default=12.0, help="seconds from the leave until the producer stops"
     )
+    rb.add_argument(
+        "--warm-up", type=float, default=8.0, help="seconds of broker warm-up before the first scenario"
+    )
     _common(rb)
     rb.set_defaults(func=_rebalance)
 
@@ -202,6 +205,7 @@ def _rebalance(args: argparse.Namespace) -> int:
             clients=clients,
             cfg=cfg,
             work_dir=out / "rebalance-runs",
+            warm_up_s=args.warm_up,
             progress=_progress,
         )
     suffix = "" if args.protocol == "both" else f"-{args.protocol}"

@@ -1,7 +1,9 @@
 """``handoff demo``: the furthest the project has got, on embedded defaults.
 
-For now: start a local Kafka broker (in ``.handoff/demo-broker``), create the topic ``events``, print the
-cluster's metadata, stop the broker.  Later issues extend this to the full pipeline.
+Start a local Kafka broker (in ``.handoff/demo-broker``), create the topic ``events``, print the
+cluster's metadata, generate sample clickstream events (with a small share of malformed ones), run the
+PySpark pipeline of ``examples/clickstream.toml`` (parse, count page views per page per minute, Delta sink
+with exactly-once marks) until it is idle, print the resulting table, stop the broker.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="broker data dir")
     parser.add_argument("--partitions", type=int, default=6, help=f"partitions of the {DEMO_TOPIC!r} topic")
+    parser.add_argument("--events", type=int, default=None, help="sample events to generate")
+    parser.add_argument("--no-pipeline", action="store_true", help="stop after printing the metadata")
     parser.set_defaults(func=cmd_demo)
 
 
@@ -58,7 +62,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         cluster.create_topic(DEMO_TOPIC, partitions=args.partitions, exist_ok=True)
         print(f"created topic {DEMO_TOPIC!r} with {args.partitions} partitions\n")
         print(format_metadata(cluster.metadata()))
-        print()
+        print(flush=True)
+        status = 0
+        if not args.no_pipeline:
+            from kafka_handoff.pipeline.demo import run_pipeline_demo
+
+            kwargs: dict[str, Any] = {"topic": DEMO_TOPIC}
+            if args.events is not None:
+                kwargs["count"] = args.events
+            status = run_pipeline_demo(cluster.bootstrap_servers, **kwargs)
         t1 = time.monotonic()
     print(f"broker stopped in {time.monotonic() - t1:.1f}s; demo took {time.monotonic() - t0:.1f}s")
-    return 0
+    return status

@@ -90,7 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except KafkaError as exc:
         err.print(f"[red]handoff pipeline run: {exc}[/red]")
         return 1
-    return 0 if summary.status != "failed" else 1
+    return {"failed": 1, "interrupted": 130}.get(summary.status, 0)
 
 
 def cmd_show(args: argparse.Namespace) -> int:

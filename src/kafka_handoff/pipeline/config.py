@@ -279,6 +279,10 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
             "after each sink write"
         )
     consumer["enable.auto.commit"] = False
+    if consumer.get("group.protocol") == "classic" and "partition.assignment.strategy" not in kafka:
+        # Incremental (cooperative) rebalances: delaying a revoke then holds only the partitions of the
+        # running batch, not the whole group (as it would with an eager assignor).
+        consumer["partition.assignment.strategy"] = "cooperative-sticky"
     try:
         parse_consumer_config(consumer)
     except ConfigError as exc:

@@ -32,12 +32,17 @@ def find_example_config() -> Path:
 def produce_events(
     bootstrap: str, topic: str, count: int, *, seed: int = 0, malformed_share: float = 0.01
 ) -> tuple[int, int]:
-    """Write ``count`` clickstream events (``handoff produce-sample``'s generator, event times starting
-    now) with the project's producer.  Returns (records sent, malformed among them)."""
+    """Write ``count`` clickstream events (``handoff produce-sample``'s generator) with the project's
+    producer.  Returns (records sent, malformed among them).
+
+    Event times (also the record timestamps) are 0-49 ms apart and *end* about now: a broker rejects
+    timestamps more than an hour ahead (``log.message.timestamp.after.max.ms``) and deletes segments older
+    than its retention, so neither "starting now" nor the generator's fixed 2023 default works for large
+    counts."""
     from kafka_handoff.cli.produce_sample import iter_events
     from kafka_handoff.producer import Producer
 
-    start_ms = time.time_ns() // 1_000_000
+    start_ms = time.time_ns() // 1_000_000 - 25 * count
     failures: list[BaseException] = []
 
     def on_delivery(_md: Any, exc: BaseException | None) -> None:
@@ -72,12 +77,13 @@ def run_pipeline_demo(
     until_idle_s: float = 8.0,
     overrides: Sequence[str] = (),
     console: Any = None,
+    spark: Any = None,
 ) -> int:
     """Produce ``count`` events to ``topic``, run the pipeline on ``examples/clickstream.toml`` until it
     is idle, print the result table.  Returns an exit status (0 = the table was printed).
 
     The output goes to ``work_dir`` (wiped first when ``fresh``: sink marks must not outlive the topic they
-    describe).
+    describe).  ``spark``: an existing SparkSession to use (default: the worker starts and stops its own).
     """
     from rich.console import Console
 
@@ -106,7 +112,7 @@ def run_pipeline_demo(
     out.print(f"produced {sent:,} clickstream events to {topic!r} ({malformed:,} malformed) "
               f"in {time.monotonic() - t0:.1f}s")  # fmt: skip
     out.print(f"running the pipeline ({path.name}) until it has been idle for {until_idle_s:.0f}s ...")
-    summary = run_worker(config, console=out, until_idle_s=until_idle_s)
+    summary = run_worker(config, console=out, until_idle_s=until_idle_s, spark=spark)
     print_summary(out, summary)
     if summary.status == "failed":
         out.print(f"[red]the pipeline failed: {summary.error}[/red]")
