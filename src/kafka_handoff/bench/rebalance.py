@@ -122,6 +122,7 @@ class _Member:
         self.parts: dict[int, _Partition] = {}
         self.pool = ThreadPoolExecutor(cfg.workers, thread_name_prefix=f"{name}-work")
         self.processed: list[tuple[float, int, int]] = []  # (time, partition, offset)
+        self.slow_polls: list[tuple[float, float]] = []  # (time, seconds) of poll()/consume() calls > 50 ms
         self.events: list[tuple[float, str, list[int]]] = []
         self.discarded = 0
         self._log_lock = threading.Lock()
@@ -236,7 +237,7 @@ class _Member:
         with self._log_lock:
             processed = list(self.processed)
         data = {"name": self.name, "events": self.events, "processed": processed, "discarded": self.discarded,
-                **extra}  # fmt: skip
+                "slow_polls": self.slow_polls, **extra}  # fmt: skip
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data), encoding="utf-8")
         tmp.replace(path)
@@ -307,7 +308,11 @@ def _member_handoff(args: argparse.Namespace, cfg: ScenarioConfig, stop: threadi
 
     def one_poll() -> None:
         nonlocal next_commit
+        t_poll = time.time()
         records = consumer.poll(cfg.poll_timeout)
+        took = time.time() - t_poll
+        if took > 0.05:
+            m.slow_polls.append((t_poll, took))
         for tp, batch in records.by_partition().items():
             for r in batch:
                 m.queue(tp.partition, r.offset, None)
@@ -409,7 +414,12 @@ def _member_confluent(args: argparse.Namespace, cfg: ScenarioConfig, stop: threa
     next_commit = 0.0
     print("ready", flush=True)
     while not stop.is_set():
-        for msg in consumer.consume(num_messages=500, timeout=cfg.poll_timeout):
+        t_poll = time.time()
+        msgs = consumer.consume(num_messages=500, timeout=cfg.poll_timeout)
+        took = time.time() - t_poll
+        if took > 0.05:
+            m.slow_polls.append((t_poll, took))
+        for msg in msgs:
             partition, offset = msg.partition(), msg.offset()
             if msg.error() is None and partition is not None and offset is not None:
                 m.queue(partition, offset, None)
@@ -754,6 +764,10 @@ def analyse(
             ev["steady_longest_gap_ms"] = 1000 * max(
                 _longest_gap(by_partition[p], max(steady_from, t_ev - (end - t_ev)), t_ev) for p in unaffected
             )
+        polls = [
+            float(d) for log in logs.values() for t, d in log.get("slow_polls", []) if t_ev <= float(t) <= end
+        ]
+        ev["longest_poll_ms"] = 1000 * max(polls) if polls else None  # None: every call took under 50 ms
         out_events.append(ev)
         prev_end = end
 

@@ -119,11 +119,12 @@ def rebalance_table(results: Sequence[Mapping[str, Any]], title: str = "") -> Ta
     table.add_column("never processed", justify="right")
     table.add_column("unaffected: min rate vs steady", justify="right")
     table.add_column("unaffected: longest gap ms (steady)", justify="right")
+    table.add_column("longest poll() ms", justify="right")
     table.add_column("join -> assigned / first record s", justify="right")
     for r in results:
         name = f"{r['label']} / {r['protocol']}"
         if r.get("error"):
-            table.add_row(name, "failed", "", "", "", "", str(r["error"])[:60])
+            table.add_row(name, "failed", "", "", "", "", "", str(r["error"])[:60])
             continue
         for i, ev in enumerate(r["events"]):
             table.add_row(
@@ -133,6 +134,7 @@ def rebalance_table(results: Sequence[Mapping[str, Any]], title: str = "") -> Ta
                 f"{r['missing']:,}" if i == 0 else "",
                 _pct(ev.get("unaffected_min_rate_ratio")),
                 _gap(ev.get("unaffected_longest_gap_ms"), ev.get("steady_longest_gap_ms")),
+                "< 50" if ev.get("longest_poll_ms") is None else f"{float(ev['longest_poll_ms']):,.0f}",
                 _join(r) if i == 0 else "",
             )  # fmt: skip
     return table
