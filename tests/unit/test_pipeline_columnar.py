@@ -9,7 +9,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from kafka_handoff.consumer.batch import ColumnarCollector, ColumnChunk
+from kafka_handoff.consumer.batch import ColumnChunk
 from kafka_handoff.consumer.collector import Collector
 from kafka_handoff.consumer.fetcher import CompletedFetch, FetchBuffer
 from kafka_handoff.consumer.subscription import SubscriptionState
@@ -37,12 +37,15 @@ def corrupt(data: bytes) -> bytes:
     return bytes(buf)
 
 
-def make(max_poll_records: int = 500) -> tuple[SubscriptionState, FetchBuffer, ColumnarCollector]:
+def make(max_poll_records: int = 500) -> tuple[SubscriptionState, FetchBuffer, Collector]:
     subs = SubscriptionState("latest")
     subs.assign_from_user([A0, A1])
     buffer = FetchBuffer()
-    base = Collector(subs, buffer, max_poll_records=max_poll_records, check_crcs=True, read_committed=False)
-    return subs, buffer, ColumnarCollector.replacing(base)
+    return (
+        subs,
+        buffer,
+        Collector(subs, buffer, max_poll_records=max_poll_records, check_crcs=True, read_committed=False),
+    )
 
 
 def feed(subs: SubscriptionState, buffer: FetchBuffer, tp: TopicPartition, offset: int, data: bytes) -> None:
@@ -52,12 +55,9 @@ def feed(subs: SubscriptionState, buffer: FetchBuffer, tp: TopicPartition, offse
     buffer.add([CompletedFetch(tp, offset, subs.state(tp).position_epoch, data)])
 
 
-def columns(collector: ColumnarCollector) -> dict[TopicPartition, ColumnChunk]:
-    collector.columnar = True
-    try:
-        return collector.collect()
-    finally:
-        collector.columnar = False
+def columns(collector: Collector) -> dict[TopicPartition, ColumnChunk]:
+    result: dict[TopicPartition, ColumnChunk] = collector.collect(columnar=True)
+    return result
 
 
 def test_columnar_matches_object_records_and_positions() -> None:

@@ -163,7 +163,7 @@ def plot_rebalance(results: Sequence[Mapping[str, Any]], path: Path, subtitle: s
     n = max(1, len(ok))
     cols = 2 if n > 1 else 1
     nrows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(nrows, cols, figsize=(7 * cols, 3.0 * nrows), dpi=90, squeeze=False)
+    fig, axes = plt.subplots(nrows, cols, figsize=(7 * cols, 3.0 * nrows), dpi=75, squeeze=False)
     for ax, r in zip(axes.flat, ok, strict=False):
         timeline = r["timeline"]
         t = timeline["t"]

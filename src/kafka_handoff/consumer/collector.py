@@ -10,13 +10,22 @@ position stays at the bad batch.
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from kafka_handoff.consumer.fetcher import CompletedFetch, FetchBuffer
+from kafka_handoff.consumer.records import ColumnChunk
 from kafka_handoff.consumer.subscription import SubscriptionState
 from kafka_handoff.errors import SerializationError
-from kafka_handoff.protocol.records import decode_batches
+from kafka_handoff.protocol.records import (
+    DecodedColumns,
+    DecodedRecords,
+    RecordColumns,
+    decode_batches,
+    decode_batches_columnar,
+)
 from kafka_handoff.types import ConsumerRecord, TopicPartition
 
 __all__ = ["Collector"]
@@ -82,69 +91,49 @@ class Collector:
         st = self._subs.get(tp)
         return st is not None and st.paused
 
-    def collect(self) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """Up to ``max.poll.records`` records.  Errors (corrupt batch, deserializer, error fetch) are raised
-        only when no records were collected in this call: records already handed out (and whose positions
-        moved) are never lost to an exception; the failing fetch stays current and raises on the next call."""
-        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+    def collect(self, *, columnar: bool = False) -> dict[TopicPartition, Any]:
+        """Up to ``max.poll.records`` records: per partition a list of :class:`ConsumerRecord` objects, or
+        with ``columnar`` one :class:`ColumnChunk` (parallel lists; deserializers not applied).
+
+        Errors (corrupt batch, deserializer, error fetch) are raised only when no records were collected in
+        this call: records already handed out (and whose positions moved) are never lost to an exception;
+        the failing fetch stays current and raises on the next call."""
+        out: dict[TopicPartition, Any] = {}
         remaining = self._max
         while remaining > 0:
-            f = self._current
+            f = self._next_fetch()
             if f is None:
-                f = self._buffer.pop()
-                if f is None:
-                    break
-                self._current = f
-            if not self._valid(f):
-                self._finish(f)
-                continue
-            if self._is_paused(f.tp):
-                # Keep it: the partition stays "buffered" (not fetched again) until resume().
-                self._parked[f.tp] = f
-                self._current = None
-                continue
+                break
             if f.error is not None:
                 if out:
                     break
                 self._finish(f)
                 raise f.error
-            if not f.initialized:
-                f.decoded = decode_batches(
-                    f.records or b"",
-                    topic=f.tp.topic,
-                    partition=f.tp.partition,
-                    check_crcs=self._check_crcs,
-                    read_committed=self._read_committed,
-                    aborted_transactions=f.aborted_transactions,
-                    start_offset=f.fetch_offset,
-                )
-                f.initialized = True
-                f.next_index = 0
-            decoded = f.decoded
-            records: list[ConsumerRecord] = decoded.records
+            decoded = self._decoded(f, columnar)
+            total = len(decoded.columns) if columnar else len(decoded.records)
             start = f.next_index
-            end = min(len(records), start + remaining)
+            end = min(total, start + remaining)
             if end > start:
-                chunk = records[start:end]
                 bad: SerializationError | None = None
-                if self._kdes is not None or self._vdes is not None:
-                    chunk, bad = self._deserialize_chunk(chunk)
-                    end = start + len(chunk)
-                if chunk:
-                    last = chunk[-1]
+                if columnar:
+                    last_offset, epoch = self._take_columns(f, decoded, start, end, out)
+                else:
+                    end, bad = self._take_records(f, decoded.records, start, end, out)
+                    last_offset = decoded.records[end - 1].offset if end > start else -1
+                    epoch = decoded.records[end - 1].leader_epoch if end > start else None
+                if end > start:
                     f.next_index = end
                     remaining -= end - start
-                    out.setdefault(f.tp, []).extend(chunk)
                     if bad is not None:
-                        next_offset = records[end].offset  # at the record that failed to deserialize
-                    elif end == len(records) and decoded.error is None:
+                        next_offset = decoded.records[end].offset  # at the record that failed to deserialize
+                    elif end == total and decoded.error is None:
                         next_offset = decoded.next_offset
                     else:
-                        next_offset = last.offset + 1
-                    self._subs.advance(f.tp, f.position_epoch, next_offset, last.leader_epoch)
+                        next_offset = last_offset + 1
+                    self._subs.advance(f.tp, f.position_epoch, next_offset, epoch)
                     if self._on_records is not None:
                         # Bytes for the metrics: the decoded batches' size, pro rata (no per-record work).
-                        share = decoded.bytes_consumed * (end - start) // max(1, len(records))
+                        share = decoded.bytes_consumed * (end - start) // max(1, total)
                         self._on_records(f.tp, end - start, share)
                 if bad is not None:
                     # The position stays at the bad record; raised now, or on the next call when records
@@ -152,7 +141,7 @@ class Collector:
                     if out:
                         break
                     raise bad
-                if end < len(records):
+                if end < total:
                     break
             # All decoded records handed out.
             if decoded.error is not None:
@@ -167,6 +156,80 @@ class Collector:
                 self._subs.advance(f.tp, f.position_epoch, decoded.next_offset, None)
             self._finish(f)
         return out
+
+    def _next_fetch(self) -> CompletedFetch | None:
+        """The fetch to take records from: the current one, else the next valid unpaused one."""
+        while True:
+            f = self._current
+            if f is None:
+                f = self._buffer.pop()
+                if f is None:
+                    return None
+                self._current = f
+            if not self._valid(f):
+                self._finish(f)
+                continue
+            if self._is_paused(f.tp):
+                # Keep it: the partition stays "buffered" (not fetched again) until resume().
+                self._parked[f.tp] = f
+                self._current = None
+                continue
+            return f
+
+    def _decoded(self, f: CompletedFetch, columnar: bool) -> Any:
+        """The fetch decoded in the requested form (decoded once; converted if the form changed)."""
+        if not f.initialized:
+            decode = decode_batches_columnar if columnar else decode_batches
+            f.decoded = decode(
+                f.records or b"",
+                topic=f.tp.topic,
+                partition=f.tp.partition,
+                check_crcs=self._check_crcs,
+                read_committed=self._read_committed,
+                aborted_transactions=f.aborted_transactions,
+                start_offset=f.fetch_offset,
+            )
+            f.initialized = True
+            f.next_index = 0
+        elif columnar and isinstance(f.decoded, DecodedRecords):
+            f.decoded = _records_to_columns(f.decoded)
+        elif not columnar and isinstance(f.decoded, DecodedColumns):
+            f.decoded = _columns_to_records(f.decoded)
+        return f.decoded
+
+    def _take_records(
+        self,
+        f: CompletedFetch,
+        records: list[ConsumerRecord],
+        start: int,
+        end: int,
+        out: dict[TopicPartition, Any],
+    ) -> tuple[int, SerializationError | None]:
+        chunk = records[start:end]
+        bad: SerializationError | None = None
+        if self._kdes is not None or self._vdes is not None:
+            chunk, bad = self._deserialize_chunk(chunk)
+        if chunk:
+            out.setdefault(f.tp, []).extend(chunk)
+        return start + len(chunk), bad
+
+    @staticmethod
+    def _take_columns(
+        f: CompletedFetch, decoded: DecodedColumns, start: int, end: int, out: dict[TopicPartition, Any]
+    ) -> tuple[int, int | None]:
+        cols = decoded.columns
+        chunk = out.get(f.tp)
+        if chunk is None:
+            chunk = out[f.tp] = ColumnChunk(f.tp.topic, f.tp.partition)
+        whole = start == 0 and end == len(cols)
+        chunk.offsets.extend(cols.offsets if whole else cols.offsets[start:end])
+        chunk.timestamps.extend(cols.timestamps if whole else cols.timestamps[start:end])
+        chunk.keys.extend(cols.keys if whole else cols.keys[start:end])
+        chunk.values.extend(cols.values if whole else cols.values[start:end])
+        chunk.headers.extend(cols.headers if whole else cols.headers[start:end])
+        batch_index = bisect.bisect_right(cols.batch_starts, end - 1) - 1
+        epoch = cols.batch_leader_epochs[batch_index] if batch_index >= 0 else None
+        return cols.offsets[end - 1], epoch
 
     def _finish(self, f: CompletedFetch) -> None:
         self._buffer.done_with(f.tp)
@@ -196,3 +259,26 @@ class Collector:
             r.value = value
             done.append(r)
         return done, None
+
+
+def _columns_to_records(decoded: DecodedColumns) -> DecodedRecords:
+    """The object form of a columnar decode result (the form changed in the middle of a fetch)."""
+    values = {f.name: getattr(decoded, f.name) for f in dataclasses.fields(DecodedColumns)}
+    del values["columns"]
+    return DecodedRecords(**values, records=decoded.columns.to_records(decoded.topic, decoded.partition))
+
+
+def _records_to_columns(decoded: DecodedRecords) -> DecodedColumns:
+    values = {f.name: getattr(decoded, f.name) for f in dataclasses.fields(DecodedRecords)}
+    del values["records"]
+    cols = RecordColumns()
+    for r in decoded.records:
+        cols.offsets.append(r.offset)
+        cols.timestamps.append(r.timestamp)
+        cols.keys.append(r.key)
+        cols.values.append(r.value)
+        cols.headers.append(tuple(r.headers))
+        cols.batch_starts.append(len(cols.offsets) - 1)
+        cols.batch_timestamp_types.append(r.timestamp_type)
+        cols.batch_leader_epochs.append(r.leader_epoch)
+    return DecodedColumns(**values, columns=cols)

@@ -21,6 +21,7 @@ from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
 
 from kafka_handoff.config import ConsumerConfig, parse_consumer_config
+from kafka_handoff.consumer.batch import ColumnarRecords
 from kafka_handoff.consumer.collector import Collector
 from kafka_handoff.consumer.fetcher import FetchBuffer, FetchManager
 from kafka_handoff.consumer.listener import (
@@ -463,11 +464,7 @@ class Consumer:
         i = 0
         while i < len(queue_):
             event = queue_[i]
-            if (
-                event.kind is CallbackKind.ASSIGN
-                and self._revoke.pending_seqs()
-                and not self._leaving
-            ):
+            if event.kind is CallbackKind.ASSIGN and self._revoke.pending_seqs() and not self._leaving:
                 i += 1
                 continue
             del queue_[i]
@@ -566,6 +563,17 @@ class Consumer:
     # ==================================================================================== poll
     def poll(self, timeout: float | None = 0.0) -> ConsumerRecords:
         """Return records fetched for the assigned partitions, waiting up to ``timeout`` seconds."""
+        result: ConsumerRecords = self._poll(timeout, columnar=False)
+        return result
+
+    def poll_columns(self, timeout: float | None = 0.0) -> ColumnarRecords:
+        """:meth:`poll` with each partition's records as one :class:`ColumnChunk` of parallel lists
+        (offsets, timestamps, keys, values, headers) instead of one object per record -- the batch API
+        for Arrow/Spark.  Same group semantics; deserializers are not applied."""
+        result: ColumnarRecords = self._poll(timeout, columnar=True)
+        return result
+
+    def _poll(self, timeout: float | None, *, columnar: bool) -> Any:
         self._ensure_open()
         if self._subs.type is SubscriptionType.NONE:
             raise IllegalStateError("consumer is not subscribed to any topics or assigned any partitions")
@@ -576,12 +584,12 @@ class Consumer:
             self._raise_background_errors()
             self._check_wakeup()
             early = self._before_collect()
-            records = self._collector.collect()
+            records = self._collector.collect(columnar=columnar)
             if records or early:
-                return self._make_records(records)
+                return self._make_records(records, columnar)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return self._make_records({})
+                return self._make_records({}, columnar)
             self._thread.wakeup()
             self._buffer.wait(
                 min(remaining, 0.1),
@@ -622,8 +630,9 @@ class Consumer:
         self._early_return = False
         return early
 
-    def _make_records(self, records: dict[TopicPartition, list[Any]]) -> ConsumerRecords:
-        return ConsumerRecords(
+    def _make_records(self, records: dict[TopicPartition, Any], columnar: bool = False) -> Any:
+        kind = ColumnarRecords if columnar else ConsumerRecords
+        return kind(
             records,
             to_be_revoked=self._revoke.to_be_revoked_partitions(),
             lost=self._revoke.lost_partitions(),

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from kafka_handoff.protocol.records import Header
 from kafka_handoff.types import ConsumerRecord, TopicPartition
 
-__all__ = ["ConsumerRecords"]
+__all__ = ["ColumnChunk", "ConsumerRecords"]
 
 _EMPTY: frozenset[TopicPartition] = frozenset()
 
@@ -72,3 +75,34 @@ class ConsumerRecords:
 
     def __eq__(self, other: Any) -> bool:
         return isinstance(other, ConsumerRecords) and self._by_tp == other._by_tp
+
+
+@dataclass(slots=True)
+class ColumnChunk:
+    """Consecutive records of one partition as parallel lists (raw ``bytes`` keys and values)."""
+
+    topic: str
+    partition: int
+    offsets: list[int] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
+    headers: list[tuple[Header, ...]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def extend(self, other: ColumnChunk) -> None:
+        self.offsets.extend(other.offsets)
+        self.timestamps.extend(other.timestamps)
+        self.keys.extend(other.keys)
+        self.values.extend(other.values)
+        self.headers.extend(other.headers)
+
+    def drop_below(self, offset: int) -> int:
+        """Remove the records whose offset is below ``offset`` (offsets ascend); returns how many."""
+        cut = bisect.bisect_left(self.offsets, offset)
+        if cut:
+            del self.offsets[:cut], self.timestamps[:cut], self.keys[:cut], self.values[:cut]
+            del self.headers[:cut]
+        return cut
