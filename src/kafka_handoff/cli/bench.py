@@ -80,6 +80,18 @@ def register(subparsers: Any) -> None:
     _common(rb)
     rb.set_defaults(func=_rebalance)
 
+    pl = actions.add_parser(
+        "pipeline",
+        help="the pipeline worker beside Spark's built-in Kafka source: records/s, latency p50/p99",
+        description=_doc("kafka_handoff.bench.pipeline"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    pl.add_argument("--events", type=int, default=200_000)
+    pl.add_argument("--partitions", type=int, default=4)
+    pl.add_argument("--sink", choices=("delta", "parquet"), default="delta", help="the pipeline's sink")
+    _common(pl)
+    pl.set_defaults(func=lambda a: __import__("kafka_handoff.bench.pipeline", fromlist=["cli"]).cli(a))
+
     for name, module in (("decode", "decode"), ("produce", "produce")):
         p = actions.add_parser(
             name,

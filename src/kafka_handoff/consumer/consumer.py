@@ -197,7 +197,7 @@ class Consumer:
             background_events=self._background,
             on_close=self._on_close_nt,
         )
-        self._buffer.on_release = self._thread.wakeup  # fetch a drained partition again at once
+        self._buffer.on_release = self._thread.wakeup  # the buffer hit its low-water mark: fetch more
         self._group_hooks_init()
         self._thread.start()
 

@@ -1,0 +1,47 @@
+"""A tiny run of ``handoff bench pipeline``: both engines read every record, the JSON is sane.
+
+Speed is not asserted (that is what the benchmark is for).  Needs Spark's Kafka source from Maven Central
+the first time (then Ivy's cache under ``~/.cache/kafka-handoff/ivy``); skipped when it cannot be had.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kafka_handoff.cli.main import main
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
+
+
+def test_pipeline_bench_reports_both_engines(broker: Any, tmp_path: Path) -> None:
+    from kafka_handoff.bench.pipeline import spark_kafka_jars
+
+    try:
+        spark_kafka_jars()
+    except OSError as exc:  # no cache and no network
+        pytest.skip(f"Spark's Kafka source is not available: {exc}")
+    events = 3000
+    code = main(
+        [
+            "bench", "pipeline", "--bootstrap-servers", broker.bootstrap_servers,
+            "--events", str(events), "--partitions", "2", "--out", str(tmp_path),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads((tmp_path / "pipeline.json").read_text())
+    assert data["events"] == events
+    rows = {r["engine"]: r for r in data["results"]}
+    assert set(rows) == {"kafka-handoff", "spark-kafka"}
+    for engine, row in rows.items():
+        assert row["error"] is None, engine
+        assert row["records"] == events, engine
+        assert row["records_per_s"] > 0, engine
+        assert row["output_commits"] >= 1, engine
+        assert 0 < row["latency_p50_ms"] <= row["latency_p99_ms"] <= row["wall_s"] * 1000 + 1, engine
+    # the same transform on the same data: the same number of malformed records rejected
+    assert rows["kafka-handoff"]["detail"]["malformed"] == rows["spark-kafka"]["detail"]["malformed"]
+    assert data["malformed_produced"] == rows["spark-kafka"]["detail"]["malformed"]
