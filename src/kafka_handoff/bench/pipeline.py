@@ -177,8 +177,6 @@ def _run_handoff(
             "malformed": summary.malformed,
             "output_rows": summary.output_rows,
             "summary_records_per_s": summary.records_per_s,
-            "summary_latency_p50_ms_since_create_time": summary.latency_p50_ms,
-            "summary_latency_p99_ms_since_create_time": summary.latency_p99_ms,
         },
         error=summary.error,
     )
