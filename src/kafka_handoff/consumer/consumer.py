@@ -511,10 +511,13 @@ class Consumer:
                 offsets = {tp: o for tp, o in self._consumed_offsets().items() if tp in parts}
                 if offsets:
                     self._in_callback = True  # part of the revocation: no other callback runs meanwhile
+                    # Bounded by the rebalance timeout, and while leaving (close/unsubscribe) by what is
+                    # left of the caller's timeout.
+                    timeout_s = int(self._config.get("max.poll.interval.ms")) / 1000
+                    if self._leaving and self._leave_deadline is not None:
+                        timeout_s = min(timeout_s, max(0.0, self._leave_deadline - time.monotonic()))
                     try:
-                        self.commit_sync(
-                            offsets, timeout=int(self._config.get("max.poll.interval.ms")) / 1000
-                        )
+                        self.commit_sync(offsets, timeout=timeout_s)
                     except KafkaError as exc:
                         log.warning("auto-commit before revocation failed: %s", exc)
                     finally:
@@ -598,6 +601,7 @@ class Consumer:
 
     _in_poll = False
     _in_callback = False
+    _leave_deadline: float | None = None
 
     def _on_poll_start(self) -> None:
         """Start of poll(): KIP-983 start-of-poll rules (complete due revokes), then the poll event."""
@@ -989,6 +993,7 @@ class Consumer:
         if membership is None:
             return
         deadline = time.monotonic() + timeout_ms / 1000.0
+        self._leave_deadline = deadline
         self._leaving = True
         try:
             self._leave_group_loop(membership, deadline)
