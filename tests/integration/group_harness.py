@@ -657,3 +657,41 @@ def delete_topics(bootstrap: str, names: Iterable[str]) -> None:
             future.result(timeout=20)
         except Exception:  # best effort cleanup
             pass
+
+
+def run_mixed_group(
+    bootstrap: str,
+    topic: str,
+    partitions: list[TopicPartition],
+    log: GroupLog,
+    producer: BackgroundProducer,
+    our_config: dict[str, Any],
+    confluent_conf: dict[str, Any],
+) -> int:
+    """Two of our members and two librdkafka members in one group: librdkafka joins first (it may lead and
+    assign for ours), members join one at a time, then the first librdkafka member and one of ours leave.
+    Checks no overlap and no record outside ownership; returns the number of records processed twice."""
+    ours = [Member(f"ours{i}", log, dict(our_config), [topic]) for i in (1, 2)]
+    theirs = [ConfluentMember(f"rdk{i}", log, confluent_conf, [topic]) for i in (1, 2)]
+    order: list[Member | ConfluentMember] = [theirs[0], ours[0], theirs[1], ours[1]]
+    started: list[Member | ConfluentMember] = []
+    try:
+        for m in order:
+            m.start()
+            started.append(m)
+            wait_settled(log, [x.member for x in started], partitions)
+        for m in (theirs[0], ours[1]):
+            m.finish()
+            started.remove(m)
+            wait_settled(log, [x.member for x in started], partitions)
+        delivered = producer.finish()
+        wait_for(lambda: delivered <= set(log.consumed()), 60, "every record consumed")
+        for m in started:
+            m.finish()
+    finally:
+        for m in order:
+            m.stop()
+        producer.stop()
+    log.check_no_overlap()
+    log.check_records_within_ownership()
+    return sum(1 for n in log.consumed().values() if n > 1)

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from group_harness import (
     BackgroundProducer,
-    ConfluentMember,
     GroupLog,
     Member,
     base_config,
     create_topic,
     delete_topics,
     now,
+    run_mixed_group,
     wait_for,
     wait_settled,
 )
@@ -85,30 +85,7 @@ def test_mixed_group_with_confluent_consumers(broker: Any, topic_factory: Any, s
         "session.timeout.ms": 6000,
         "heartbeat.interval.ms": 300,
     }
-    ours = [Member(f"ours{i}", log, base_config(bootstrap, group, protocol), [topic]) for i in (1, 2)]
-    theirs = [ConfluentMember(f"rdk{i}", log, confluent_conf, [topic]) for i in (1, 2)]
-    # librdkafka joins first (it leads and runs the assignment for our members), then leaves first.
-    order: list[Member | ConfluentMember] = [theirs[0], ours[0], theirs[1], ours[1]]
-    started: list[Member | ConfluentMember] = []
-    try:
-        for m in order:
-            m.start()
-            started.append(m)
-            wait_settled(log, [x.member for x in started], partitions)
-        # The librdkafka leader leaves, then one of ours: the rest take over (one of ours may lead now).
-        for m in (theirs[0], ours[1]):
-            m.finish()
-            started.remove(m)
-            wait_settled(log, [x.member for x in started], partitions)
-        delivered = producer.finish()
-        wait_for(lambda: delivered <= set(log.consumed()), 60, "every record consumed")
-        for m in started:
-            m.finish()
-    finally:
-        for m in order:
-            m.stop()
-        producer.stop()
-    log.check_no_overlap()
-    log.check_records_within_ownership()
-    duplicates = sum(1 for n in log.consumed().values() if n > 1)
-    print(f"\n[classic {strategy}] mixed group: {len(delivered)} records, {duplicates} duplicates")
+    duplicates = run_mixed_group(
+        bootstrap, topic, partitions, log, producer, base_config(bootstrap, group, protocol), confluent_conf
+    )
+    print(f"\n[classic {strategy}] mixed group: {duplicates} duplicates")
