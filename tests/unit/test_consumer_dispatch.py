@@ -1,0 +1,491 @@
+"""The Consumer's rebalance-callback dispatch on the application thread (no broker).
+
+A real :class:`Consumer` (bootstrap on port 1: connections fail harmlessly) with a fake membership
+injected: the fake records what the consumer reports back (``on_callback_completed``, ``on_app_poll``,
+``leave``) and hands out scripted events through ``drain_events``.  Covers KIP-983 delayed revocation
+(revoke completes at the start of the next poll, ``delay_revoke`` adds one poll per call), KIP-429
+ordering (an ASSIGN waits for an earlier REVOKE), lost partitions, listener exceptions, callbacks that
+arrive outside ``poll()``, and the expiry of the KIP-1306 view.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Collection, Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from kafka_handoff.consumer.consumer import Consumer
+from kafka_handoff.consumer.listener import RebalanceConsumer
+from kafka_handoff.errors import IllegalStateError
+from kafka_handoff.group.membership import (
+    AssignmentChanged,
+    CallbackKind,
+    CallbackNeeded,
+    GroupEvent,
+    Subscription,
+)
+from kafka_handoff.protocol.requests import PollResult
+from kafka_handoff.types import ConsumerGroupMetadata, TopicPartition
+
+pytestmark = pytest.mark.unit
+
+T0 = TopicPartition("t", 0)
+T1 = TopicPartition("t", 1)
+T2 = TopicPartition("t", 2)
+REVOKE, ASSIGN, LOST = CallbackKind.REVOKE, CallbackKind.ASSIGN, CallbackKind.LOST
+
+
+class Journal:
+    """One ordered, thread-safe log shared by the listener (app thread) and the fake (network thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: list[tuple[Any, ...]] = []
+
+    def add(self, *entry: Any) -> None:
+        with self._lock:
+            self._entries.append(entry)
+
+    @property
+    def entries(self) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return list(self._entries)
+
+    def of(self, kind: str) -> list[tuple[Any, ...]]:
+        return [e for e in self.entries if e[0] == kind]
+
+
+class FakeMembership:
+    """Just enough of the Membership interface; called on the network thread."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self._lock = threading.Lock()
+        self._events: list[GroupEvent] = []
+        self._on_next_app_poll: list[GroupEvent] = []
+        self.wake: Any = None
+        self.owned: frozenset[TopicPartition] = frozenset()
+        self.left = True
+        self.app_polls = 0
+        self.leaves = 0
+
+    # --- scripting (test thread)
+    def add(self, events: Sequence[GroupEvent]) -> None:
+        with self._lock:
+            self._events.extend(events)
+
+    def add_on_next_app_poll(self, events: Sequence[GroupEvent]) -> None:
+        with self._lock:
+            self._on_next_app_poll.extend(events)
+
+    # --- Membership interface
+    def poll(self, now_ms: int) -> PollResult:
+        return PollResult.idle()
+
+    def drain_events(self) -> list[GroupEvent]:
+        with self._lock:
+            events, self._events = self._events, []
+            return events
+
+    def on_callback_completed(self, seq: int, error: BaseException | None, now_ms: int) -> None:
+        self.journal.add("completed", seq, error)
+
+    def on_app_poll(self, now_ms: int) -> None:
+        with self._lock:
+            self.app_polls += 1
+            released, self._on_next_app_poll = self._on_next_app_poll, []
+            self._events.extend(released)
+        if released and self.wake is not None:
+            self.wake()  # the network thread's next client poll returns at once, then drains us
+
+    def leave(self, now_ms: int) -> None:
+        self.leaves += 1
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return ConsumerGroupMetadata("g", 1, "member-1", None)
+
+    def on_coordinator(self, node_id: int | None, now_ms: int) -> None:
+        pass
+
+    def on_metadata(self, metadata: Any, now_ms: int) -> None:
+        pass
+
+
+class Listener:
+    """A two-argument listener that logs every call (and can be told to raise, or to keep its view)."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.raise_on: dict[str, BaseException] = {}
+        self.views: list[RebalanceConsumer] = []
+
+    def _log(self, name: str, partitions: Collection[TopicPartition], consumer: RebalanceConsumer) -> None:
+        self.journal.add(name, frozenset(partitions))
+        self.views.append(consumer)
+        error = self.raise_on.pop(name, None)
+        if error is not None:
+            raise error
+
+    def on_partitions_revoked(
+        self, partitions: Collection[TopicPartition], consumer: RebalanceConsumer
+    ) -> None:
+        self._log("revoked", partitions, consumer)
+
+    def on_partitions_assigned(
+        self, partitions: Collection[TopicPartition], consumer: RebalanceConsumer
+    ) -> None:
+        self._log("assigned", partitions, consumer)
+
+    def on_partitions_lost(self, partitions: Collection[TopicPartition], consumer: RebalanceConsumer) -> None:
+        self._log("lost", partitions, consumer)
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.journal = Journal()
+        self.consumer = Consumer(
+            {"bootstrap.servers": "127.0.0.1:1", "group.id": "g", "enable.auto.commit": False}
+        )
+        self.fake = FakeMembership(self.journal)
+        self.fake.wake = self.consumer._thread.wakeup
+        self.listener = Listener(self.journal)
+        self.consumer.membership = self.fake
+        self.consumer.set_rebalance_listener(self.listener)
+
+    def own(self, *parts: TopicPartition) -> None:
+        """Auto-assignment mode owning ``parts`` (positions set, so no committed-offset lookups start)."""
+        owned = frozenset(parts)
+        self.fake.owned = owned
+
+        def run(now: int) -> None:
+            subs = self.consumer._subs
+            if not subs.has_auto_assignment:
+                subs.subscribe(Subscription(topics=frozenset({"t"})))
+            subs.set_group_assignment(owned, ())
+            for tp in owned:
+                subs.seek(tp, 0)
+
+        self.consumer._thread.call_sync(run, 5.0)
+
+    def inject(self, *events: GroupEvent) -> None:
+        """The membership emits ``events``; after this returns the network thread has drained them (the
+        callbacks are on the background queue, nothing ran on the application thread yet)."""
+        self.fake.add(events)
+        self.consumer._thread.call_sync(self.consumer._drain_membership_nt, 5.0)
+
+    def sync(self) -> None:
+        """Wait until everything posted to the network thread so far (completions) has run."""
+        self.consumer._thread.call_sync(lambda now: None, 5.0)
+
+    def completed(self) -> list[tuple[int, BaseException | None]]:
+        self.sync()
+        return [(e[1], e[2]) for e in self.journal.of("completed")]
+
+    def calls(self) -> list[tuple[str, frozenset[TopicPartition]]]:
+        return [(e[0], e[1]) for e in self.journal.entries if e[0] != "completed"]
+
+
+@pytest.fixture
+def h() -> Iterator[Harness]:
+    harness = Harness()
+    try:
+        yield harness
+    finally:
+        harness.fake.left = True
+        start = time.monotonic()
+        harness.consumer.close(0.5)
+        assert time.monotonic() - start < 5.0, "close() hung"
+        assert not harness.consumer._thread.alive
+
+
+# ============================================================================================ 1. revoke
+def test_revoke_requested_during_poll_returns_early_and_completes_at_start_of_next_poll(h: Harness) -> None:
+    h.own(T0, T1, T2)
+    parts = frozenset({T0, T1})
+    # Released by the membership when poll N reaches it (on_app_poll), i.e. while poll N waits.
+    h.fake.add_on_next_app_poll([CallbackNeeded(REVOKE, parts, seq=7)])
+
+    start = time.monotonic()
+    records = h.consumer.poll(5.0)  # poll N
+    elapsed = time.monotonic() - start
+
+    assert records.to_be_revoked_partitions == parts
+    assert elapsed < 4.0, "poll() did not return early when a revoke was requested"
+    assert h.calls() == []
+    assert h.completed() == []
+    assert h.consumer.to_be_revoked_partitions() == parts
+    # From the request on, nothing more is fetched for them.
+    assert all(h.consumer._subs.state(tp).pending_revocation for tp in parts)
+    assert not h.consumer._subs.state(T2).pending_revocation
+
+    records = h.consumer.poll(0)  # poll N+1: the revoke completes first thing
+    assert h.calls() == [("revoked", parts)]
+    assert h.completed() == [(7, None)]
+    assert records.to_be_revoked_partitions == frozenset()
+    entries = h.journal.entries
+    assert entries.index(("revoked", parts)) < entries.index(("completed", 7, None))
+
+    h.consumer.poll(0)
+    assert h.calls() == [("revoked", parts)]
+    assert h.completed() == [(7, None)]
+
+
+def test_revoke_injected_before_poll_is_reported_by_that_poll_only(h: Harness) -> None:
+    h.own(T0)
+    h.inject(CallbackNeeded(REVOKE, frozenset({T0}), seq=1))
+    assert h.consumer.to_be_revoked_partitions() == frozenset()  # nothing ran before poll()
+
+    assert h.consumer.poll(0).to_be_revoked_partitions == {T0}
+    assert h.completed() == []
+    assert h.calls() == []
+    assert h.consumer.poll(0).to_be_revoked_partitions == frozenset()
+    assert h.completed() == [(1, None)]
+    assert h.calls() == [("revoked", frozenset({T0}))]
+
+
+# ============================================================================================ 2. delay
+def test_delay_revoke_postpones_by_exactly_one_poll_per_call(h: Harness) -> None:
+    h.own(T0, T1)
+    h.inject(CallbackNeeded(REVOKE, frozenset({T0}), seq=3))
+    assert h.consumer.poll(0).to_be_revoked_partitions == {T0}  # poll N: requested
+
+    assert h.consumer.delay_revoke([T0]) is True
+    assert h.consumer.delay_revoke([T0]) is True  # same interval: still one poll, not two
+    assert h.consumer.to_be_revoked_partitions() == frozenset()  # delayed ones leave revoke-next
+    records = h.consumer.poll(0)  # N+1: not completed
+    assert h.calls() == []
+    assert h.completed() == []
+    assert records.to_be_revoked_partitions == {T0}
+
+    assert h.consumer.delay_revoke([T0]) is True
+    h.consumer.poll(0)  # N+2: delayed again
+    assert h.calls() == []
+    assert h.completed() == []
+
+    h.consumer.poll(0)  # N+3: no delay this time -> completes
+    assert h.calls() == [("revoked", frozenset({T0}))]
+    assert h.completed() == [(3, None)]
+
+
+def test_delay_revoke_of_a_partition_not_pending_returns_false(h: Harness) -> None:
+    h.own(T0, T1)
+    h.inject(CallbackNeeded(REVOKE, frozenset({T0}), seq=1))
+    h.consumer.poll(0)
+
+    assert h.consumer.delay_revoke([T1]) is False  # owned, but no revoke requested
+    assert h.consumer.delay_revoke([T0, T1]) is False  # all-or-nothing: T0 not delayed either
+    assert h.consumer.delay_revoke([TopicPartition("other", 0)]) is False
+    h.consumer.poll(0)
+    assert h.calls() == [("revoked", frozenset({T0}))]
+    assert h.completed() == [(1, None)]
+    assert h.consumer.delay_revoke([T0]) is False  # already completed
+
+
+# ========================================================================================== 3. KIP-429 order
+def test_assign_waits_for_an_earlier_delayed_revoke(h: Harness) -> None:
+    h.own(T0, T1)
+    h.inject(
+        CallbackNeeded(REVOKE, frozenset({T0}), seq=1),
+        AssignmentChanged(frozenset({T0, T1, T2}), awaiting_callback=frozenset({T2})),
+        CallbackNeeded(ASSIGN, frozenset({T2}), seq=2),
+    )
+    assert h.consumer.poll(0).to_be_revoked_partitions == {T0}  # poll N
+    assert h.calls() == []  # the ASSIGN waits behind the pending REVOKE
+    assert h.consumer._subs.state(T2).awaiting_callback
+
+    assert h.consumer.delay_revoke([T0])
+    h.consumer.poll(0)  # N+1
+    assert h.calls() == []
+    assert h.completed() == []
+
+    h.consumer.poll(0)  # N+2: revoke completes, then the assign runs
+    assert h.calls() == [("revoked", frozenset({T0})), ("assigned", frozenset({T2}))]
+    assert h.completed() == [(1, None), (2, None)]
+    assert not h.consumer._subs.state(T2).awaiting_callback
+
+
+def test_assign_without_pending_revoke_runs_in_the_same_poll(h: Harness) -> None:
+    h.own()
+    h.fake.owned = frozenset({T0})
+    h.inject(
+        AssignmentChanged(frozenset({T0}), awaiting_callback=frozenset({T0})),
+        CallbackNeeded(ASSIGN, frozenset({T0}), seq=1),
+    )
+    assert h.consumer._subs.state(T0).awaiting_callback
+    h.consumer.poll(0)
+    assert h.calls() == [("assigned", frozenset({T0}))]
+    assert h.completed() == [(1, None)]
+    assert not h.consumer._subs.state(T0).awaiting_callback
+
+
+# ============================================================================================ 4. lost
+def test_lost_runs_in_the_same_poll_and_resolves_a_pending_revoke(h: Harness) -> None:
+    h.own(T0, T1)
+    h.inject(
+        CallbackNeeded(REVOKE, frozenset({T0, T1}), seq=1),
+        CallbackNeeded(LOST, frozenset({T0}), seq=2),
+    )
+    records = h.consumer.poll(0)  # poll N
+    assert h.calls() == [("lost", frozenset({T0}))]
+    assert records.lost_partitions == {T0}
+    assert records.to_be_revoked_partitions == {T1}
+    assert h.completed() == [(2, None)]  # seq 1 still waits for T1
+    assert h.consumer.delay_revoke([T0]) is False  # lost partitions cannot be delayed
+
+    records = h.consumer.poll(0)  # N+1: lost reported for exactly one poll; T1's revoke completes
+    assert records.lost_partitions == frozenset()
+    assert h.calls() == [("lost", frozenset({T0})), ("revoked", frozenset({T1}))]
+    assert h.completed() == [(2, None), (1, None)]
+
+
+def test_lost_of_every_pending_partition_completes_the_revoke_without_its_callback(h: Harness) -> None:
+    h.own(T0, T1)
+    h.inject(CallbackNeeded(REVOKE, frozenset({T0}), seq=1))
+    h.consumer.poll(0)
+    assert h.consumer.delay_revoke([T0])
+    h.consumer.poll(0)  # revoke still pending (delayed)
+    assert h.completed() == []
+    assert h.consumer.delay_revoke([T0])  # the next poll's start-of-poll rules will not complete it
+
+    h.inject(CallbackNeeded(LOST, frozenset({T0}), seq=2))
+    records = h.consumer.poll(0)  # start of poll: T0 back on revoke-next; then the loss takes it off
+    assert records.lost_partitions == {T0}
+    assert records.to_be_revoked_partitions == frozenset()
+    assert h.calls() == [("lost", frozenset({T0}))]
+    assert h.completed() == [(1, None), (2, None)]
+
+    records = h.consumer.poll(0)
+    assert records.lost_partitions == frozenset()
+    assert h.calls() == [("lost", frozenset({T0}))]  # never a revoke callback for the lost partition
+    assert h.completed() == [(1, None), (2, None)]
+
+
+def test_lost_poll_returns_early(h: Harness) -> None:
+    h.own(T0)
+    h.fake.add_on_next_app_poll([CallbackNeeded(LOST, frozenset({T0}), seq=4)])
+    start = time.monotonic()
+    records = h.consumer.poll(5.0)
+    assert time.monotonic() - start < 4.0, "poll() did not return early when partitions were lost"
+    assert records.lost_partitions == {T0}
+    assert h.completed() == [(4, None)]
+
+
+# ============================================================================================ 5. exceptions
+def test_listener_exception_raised_from_poll_after_completion_reported(h: Harness) -> None:
+    h.own(T0, T1)
+    boom = RuntimeError("revoke failed")
+    h.listener.raise_on["revoked"] = boom
+    h.inject(CallbackNeeded(REVOKE, frozenset({T0}), seq=5))
+    h.consumer.poll(0)
+
+    with pytest.raises(RuntimeError) as info:
+        h.consumer.poll(0)
+    assert info.value is boom
+    assert h.completed() == [(5, boom)]  # the membership was told, with the error, before poll raised
+
+    records = h.consumer.poll(0)  # the next poll works
+    assert records.to_be_revoked_partitions == frozenset()
+    assert h.calls() == [("revoked", frozenset({T0}))]
+    assert h.completed() == [(5, boom)]
+
+
+def test_assign_listener_exception_is_reported_and_raised(h: Harness) -> None:
+    boom = ValueError("assign failed")
+    h.listener.raise_on["assigned"] = boom
+    h.own(T0)
+    h.inject(CallbackNeeded(ASSIGN, frozenset({T0}), seq=9))
+    with pytest.raises(ValueError) as info:
+        h.consumer.poll(0)
+    assert info.value is boom
+    assert h.completed() == [(9, boom)]
+    h.consumer.poll(0)
+    assert h.calls() == [("assigned", frozenset({T0}))]
+
+
+# ============================================================================================ 6. outside poll
+def test_callbacks_arriving_during_another_call_are_deferred_to_the_next_poll(h: Harness) -> None:
+    h.own(T0, T1)
+    h.consumer.poll(0)
+    h.inject(
+        CallbackNeeded(REVOKE, frozenset({T0}), seq=1),
+        CallbackNeeded(LOST, frozenset({T1}), seq=2),
+    )
+    # group_metadata() waits on the network thread and so processes background events meanwhile.
+    assert h.consumer.group_metadata().member_id == "member-1"
+    assert h.consumer._background.empty()  # they were taken off the queue ...
+    assert h.calls() == []  # ... but not run inside that call
+    assert h.completed() == []
+    assert h.consumer.to_be_revoked_partitions() == frozenset()
+    assert h.consumer.lost_partitions() == frozenset()
+    assert h.consumer.position(T0) == 0  # another background-draining call: still nothing runs
+    assert h.calls() == []
+
+    records = h.consumer.poll(0)
+    assert records.to_be_revoked_partitions == {T0}  # requested in this poll, completes in the next
+    assert records.lost_partitions == {T1}
+    assert h.calls() == [("lost", frozenset({T1}))]
+    assert h.completed() == [(2, None)]
+
+    h.consumer.poll(0)
+    assert h.calls() == [("lost", frozenset({T1})), ("revoked", frozenset({T0}))]
+    assert h.completed() == [(2, None), (1, None)]
+
+
+def test_assign_arriving_outside_poll_runs_in_the_next_poll(h: Harness) -> None:
+    h.own(T0)
+    h.consumer.poll(0)
+    h.inject(CallbackNeeded(ASSIGN, frozenset({T0}), seq=1))
+    h.consumer.group_metadata()
+    assert h.calls() == []
+    h.consumer.poll(0)
+    assert h.calls() == [("assigned", frozenset({T0}))]
+    assert h.completed() == [(1, None)]
+
+
+# ============================================================================================ 7. view expiry
+@pytest.mark.parametrize("kind", [REVOKE, ASSIGN, LOST])
+def test_view_expires_after_the_callback_returned(h: Harness, kind: CallbackKind) -> None:
+    h.own(T0)
+    seen_inside: list[frozenset[TopicPartition]] = []
+    original = h.listener._log
+
+    def log_and_use(name: str, partitions: Collection[TopicPartition], consumer: RebalanceConsumer) -> None:
+        seen_inside.append(consumer.assignment())  # valid while the callback runs
+        original(name, partitions, consumer)
+
+    h.listener._log = log_and_use  # type: ignore[method-assign]
+    h.inject(CallbackNeeded(kind, frozenset({T0}), seq=1))
+    h.consumer.poll(0)
+    h.consumer.poll(0)
+    assert len(h.listener.views) == 1
+    assert seen_inside == [frozenset({T0})]
+    view = h.listener.views[0]
+    with pytest.raises(IllegalStateError, match="expired"):
+        view.assignment()
+    with pytest.raises(IllegalStateError):
+        view.commit_sync({T0: 1})
+
+
+def test_view_expires_even_when_the_callback_raised(h: Harness) -> None:
+    h.own(T0)
+    h.listener.raise_on["lost"] = RuntimeError("x")
+    h.inject(CallbackNeeded(LOST, frozenset({T0}), seq=1))
+    with pytest.raises(RuntimeError):
+        h.consumer.poll(0)
+    with pytest.raises(IllegalStateError):
+        h.listener.views[0].paused()
+
+
+# ============================================================================================ close
+def test_close_completes_a_pending_revoke_and_leaves(h: Harness) -> None:
+    h.own(T0)
+    h.inject(CallbackNeeded(REVOKE, frozenset({T0}), seq=1))
+    h.consumer.poll(0)
+    assert h.consumer.delay_revoke([T0])
+    h.consumer.close(0.5)
+    assert h.calls() == [("revoked", frozenset({T0}))]
+    assert [(e[1], e[2]) for e in h.journal.of("completed")] == [(1, None)]
+    assert h.fake.leaves == 1
