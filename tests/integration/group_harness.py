@@ -20,6 +20,7 @@ import re
 import statistics
 import threading
 import time
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
@@ -695,3 +696,42 @@ def run_mixed_group(
     log.check_no_overlap()
     log.check_records_within_ownership()
     return sum(1 for n in log.consumed().values() if n > 1)
+
+
+def run_regex_scenario(bootstrap: str, protocol: str, *, assign_timeout: float, **config: Any) -> float:
+    """A member subscribed to a pattern gets the partitions of a matching topic created after it joined and
+    consumes its records; a non-matching topic stays out.  Returns seconds from topic creation to the
+    assignment that included it."""
+    prefix = f"rx-{uuid.uuid4().hex[:8]}"
+    first, later, other = f"{prefix}-a", f"{prefix}-b", f"x{prefix}-c"
+    log = GroupLog()
+    create_topic(bootstrap, first, 2)
+    producer = BackgroundProducer(bootstrap, {first: 2}, rate=100)
+    producer.start()
+    conf = base_config(bootstrap, f"g-{prefix}", protocol, **config)
+    member = Member("m", log, conf, re.compile(re.escape(prefix) + r"-.*"))
+    try:
+        member.start()
+        wait_settled(log, ["m"], [TopicPartition(first, p) for p in range(2)])
+        create_topic(bootstrap, later, 3)
+        create_topic(bootstrap, other, 1)
+        producer.add_topic(later, 3)
+        producer.add_topic(other, 1)
+        t_created = now()
+        expected = {TopicPartition(first, p) for p in range(2)} | {TopicPartition(later, p) for p in range(3)}
+        wait_for(
+            lambda: member.owned == expected,
+            assign_timeout,
+            lambda: f"the new topic assigned\n{log.describe()}",
+        )
+        picked = next(e for e in log.callbacks("m") if e.kind == "assigned" and e.t >= t_created)
+        delivered = producer.finish()
+        wanted = {(tp, off) for tp, off in delivered if tp.topic != other}
+        wait_for(lambda: wanted <= set(log.consumed()), 30, "records of both matching topics consumed")
+        member.finish()
+    finally:
+        member.stop()
+        producer.stop()
+        delete_topics(bootstrap, [first, later, other])
+    assert not [tp for tp, _ in log.consumed() if tp.topic == other]
+    return float(picked.t - t_created)

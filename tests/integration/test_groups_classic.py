@@ -3,7 +3,6 @@ shared with confluent-kafka (librdkafka) consumers using cooperative-sticky (iss
 
 from __future__ import annotations
 
-import re
 import uuid
 from typing import Any
 
@@ -11,14 +10,9 @@ import pytest
 from group_harness import (
     BackgroundProducer,
     GroupLog,
-    Member,
     base_config,
-    create_topic,
-    delete_topics,
-    now,
     run_mixed_group,
-    wait_for,
-    wait_settled,
+    run_regex_scenario,
 )
 
 from kafka_handoff.types import TopicPartition
@@ -32,36 +26,10 @@ pytest.importorskip("confluent_kafka")
 def test_regex_subscription_picks_up_a_topic_created_later(broker: Any, protocol: str) -> None:
     """A pattern subscription (matched on the client from metadata) gets the partitions of a matching topic
     created after the member joined, and consumes its records; a non-matching topic stays out."""
-    bootstrap = broker.bootstrap_servers
-    prefix = f"rx-{uuid.uuid4().hex[:8]}"
-    first, later, other = f"{prefix}-a", f"{prefix}-b", f"x{prefix}-c"
-    log = GroupLog()
-    create_topic(bootstrap, first, 2)
-    producer = BackgroundProducer(bootstrap, {first: 2}, rate=100)
-    producer.start()
-    conf = base_config(bootstrap, f"g-{prefix}", protocol, metadata_max_age_ms=1000)
-    member = Member("m", log, conf, re.compile(re.escape(prefix) + r"-.*"))
-    try:
-        member.start()
-        wait_settled(log, ["m"], [TopicPartition(first, p) for p in range(2)])
-        create_topic(bootstrap, later, 3)
-        create_topic(bootstrap, other, 1)
-        producer.add_topic(later, 3)
-        producer.add_topic(other, 1)
-        t_created = now()
-        expected = {TopicPartition(first, p) for p in range(2)} | {TopicPartition(later, p) for p in range(3)}
-        wait_for(lambda: member.owned == expected, 30, lambda: f"the new topic assigned\n{log.describe()}")
-        picked = next(e for e in log.callbacks("m") if e.kind == "assigned" and e.t >= t_created)
-        delivered = producer.finish()
-        wanted = {(tp, off) for tp, off in delivered if tp.topic != other}
-        wait_for(lambda: wanted <= set(log.consumed()), 30, "records of both matching topics consumed")
-        member.finish()
-    finally:
-        member.stop()
-        producer.stop()
-        delete_topics(bootstrap, [first, later, other])
-    assert not [tp for tp, _ in log.consumed() if tp.topic == other]
-    print(f"\n[{protocol}] regex picked up the new topic {picked.t - t_created:.3f} s after it was created")
+    seconds = run_regex_scenario(
+        broker.bootstrap_servers, protocol, assign_timeout=30, metadata_max_age_ms=1000
+    )
+    print(f"\n[{protocol}] regex picked up the new topic {seconds:.3f} s after it was created")
 
 
 @pytest.mark.parametrize("strategy", ["cooperative-sticky", "range"])

@@ -3,7 +3,6 @@ group shared with confluent-kafka consumers on the consumer protocol, server-sid
 
 from __future__ import annotations
 
-import re
 import uuid
 from typing import Any
 
@@ -13,11 +12,9 @@ from group_harness import (
     GroupLog,
     Member,
     base_config,
-    create_topic,
-    delete_topics,
     now,
     run_mixed_group,
-    wait_for,
+    run_regex_scenario,
     wait_settled,
 )
 
@@ -34,37 +31,9 @@ pytest.importorskip("confluent_kafka")
 def test_regex_subscription_is_resolved_by_the_broker_and_picks_up_a_new_topic(broker: Any) -> None:
     """subscribe(pattern) sends the regex to the broker (ConsumerGroupHeartbeat v1); a matching topic
     created later is assigned by the broker and consumed; a non-matching one is not."""
-    bootstrap = broker.bootstrap_servers
-    prefix = f"rx-{uuid.uuid4().hex[:8]}"
-    first, later, other = f"{prefix}-a", f"{prefix}-b", f"x{prefix}-c"
-    log = GroupLog()
-    create_topic(bootstrap, first, 2)
-    producer = BackgroundProducer(bootstrap, {first: 2}, rate=100)
-    producer.start()
-    conf = base_config(bootstrap, f"g-{prefix}", "consumer")
-    member = Member("m", log, conf, re.compile(re.escape(prefix) + r"-.*"))
-    try:
-        member.start()
-        wait_settled(log, ["m"], [TopicPartition(first, p) for p in range(2)])
-        create_topic(bootstrap, later, 3)
-        create_topic(bootstrap, other, 1)
-        producer.add_topic(later, 3)
-        producer.add_topic(other, 1)
-        t_created = now()
-        expected = {TopicPartition(first, p) for p in range(2)} | {TopicPartition(later, p) for p in range(3)}
-        # The broker re-resolves regexes periodically (it batches refreshes), hence the generous deadline.
-        wait_for(lambda: member.owned == expected, 60, lambda: f"the new topic assigned\n{log.describe()}")
-        picked = next(e for e in log.callbacks("m") if e.kind == "assigned" and e.t >= t_created)
-        delivered = producer.finish()
-        wanted = {(tp, off) for tp, off in delivered if tp.topic != other}
-        wait_for(lambda: wanted <= set(log.consumed()), 30, "records of both matching topics consumed")
-        member.finish()
-    finally:
-        member.stop()
-        producer.stop()
-        delete_topics(bootstrap, [first, later, other])
-    assert not [tp for tp, _ in log.consumed() if tp.topic == other]
-    print(f"\n[consumer] regex picked up the new topic {picked.t - t_created:.3f} s after it was created")
+    # The broker re-resolves regexes periodically (it batches refreshes), hence the generous deadline.
+    seconds = run_regex_scenario(broker.bootstrap_servers, "consumer", assign_timeout=60)
+    print(f"\n[consumer] regex picked up the new topic {seconds:.3f} s after it was created")
 
 
 def test_mixed_group_with_confluent_consumers_on_the_consumer_protocol(

@@ -139,7 +139,7 @@ def test_broker_kill_and_restart_mid_stream_loses_and_duplicates_nothing(
             lambda: len(futures) > total // 4 and futures[total // 8].done(), 60, "the stream to start"
         )
         broker_up.stop_node(1, kill=True)  # SIGKILL: in-flight requests die with their connections
-        time.sleep(1.5)
+        time.sleep(1.5)  # the outage's length (fault injection), not synchronisation
         broker_up.restart_node(1)
         thread.join(120)
         assert sent.is_set()
