@@ -38,7 +38,7 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kafka_handoff.consumer import Consumer
+from kafka_handoff import Consumer
 from kafka_handoff.consumer.listener import RebalanceConsumer, RebalanceListenerBase
 from kafka_handoff.consumer.records import ConsumerRecords
 from kafka_handoff.errors import KafkaError
@@ -568,7 +568,7 @@ class AsyncProcessor(RebalanceListenerBase):
 
 # ============================================================================================ CLI
 def _produce(bootstrap: str, topic: str, count: int) -> None:
-    from kafka_handoff.producer import Producer
+    from kafka_handoff import Producer
 
     with Producer({"bootstrap.servers": bootstrap, "linger.ms": 20}) as producer:
         for i in range(count):

@@ -1,25 +1,106 @@
 """kafka-handoff: a Python Kafka client whose consumer hands partitions between group members
-without stalls and without duplicates."""
+without stalls and without duplicates.
 
+Everything an application names is importable from here::
+
+    from kafka_handoff import Consumer, Producer, AdminClient, TopicPartition, OffsetAndMetadata
+
+The submodule paths (``kafka_handoff.consumer``, ``kafka_handoff.producer``, ``kafka_handoff.admin``,
+``kafka_handoff.errors``, ``kafka_handoff.types``) keep working.
+"""
+
+from kafka_handoff.admin import (
+    AdminClient,
+    ClusterDescription,
+    ConfigEntry,
+    CreateTopicResult,
+    GroupDescription,
+    GroupListing,
+    MemberDescription,
+    NewTopic,
+    OffsetSpec,
+    TopicDescription,
+    TopicListing,
+)
+from kafka_handoff.consumer import Consumer, ConsumerRecords
+from kafka_handoff.consumer.listener import (
+    CommitCallback,
+    ConsumerRebalanceListener,
+    RebalanceConsumer,
+    RebalanceListener,
+    RebalanceListenerBase,
+)
 from kafka_handoff.errors import (
+    BrokerResponseError,
     CommitFailedError,
     ConfigError,
     CorruptRecordError,
+    FencedError,
+    GroupAuthorizationFailedError,
     IllegalStateError,
+    InterruptError,
     KafkaError,
     KafkaTimeoutError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+    SerializationError,
+    TopicAuthorizationFailedError,
     WakeupError,
+)
+from kafka_handoff.producer import Producer
+from kafka_handoff.types import (
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    PartitionInfo,
+    RecordMetadata,
+    TopicPartition,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdminClient",
+    "BrokerResponseError",
+    "ClusterDescription",
+    "CommitCallback",
     "CommitFailedError",
+    "ConfigEntry",
     "ConfigError",
+    "Consumer",
+    "ConsumerGroupMetadata",
+    "ConsumerRebalanceListener",
+    "ConsumerRecord",
+    "ConsumerRecords",
     "CorruptRecordError",
+    "CreateTopicResult",
+    "FencedError",
+    "GroupAuthorizationFailedError",
+    "GroupDescription",
+    "GroupListing",
     "IllegalStateError",
+    "InterruptError",
     "KafkaError",
     "KafkaTimeoutError",
+    "MemberDescription",
+    "NewTopic",
+    "NoOffsetForPartitionError",
+    "OffsetAndMetadata",
+    "OffsetAndTimestamp",
+    "OffsetOutOfRangeError",
+    "OffsetSpec",
+    "PartitionInfo",
+    "Producer",
+    "RebalanceConsumer",
+    "RebalanceListener",
+    "RebalanceListenerBase",
+    "RecordMetadata",
+    "SerializationError",
+    "TopicAuthorizationFailedError",
+    "TopicDescription",
+    "TopicListing",
+    "TopicPartition",
     "WakeupError",
     "__version__",
 ]

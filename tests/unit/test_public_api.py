@@ -1,0 +1,48 @@
+"""The top-level package exports everything an application names (issue: what a user expects on day one)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import kafka_handoff
+
+pytestmark = pytest.mark.unit
+
+
+def test_every_name_in_all_resolves() -> None:
+    missing = [name for name in kafka_handoff.__all__ if not hasattr(kafka_handoff, name)]
+    assert missing == []
+
+
+@pytest.mark.parametrize(
+    ("name", "module"),
+    [
+        ("Consumer", "kafka_handoff.consumer"),
+        ("ConsumerRecords", "kafka_handoff.consumer"),
+        ("Producer", "kafka_handoff.producer"),
+        ("AdminClient", "kafka_handoff.admin"),
+        ("NewTopic", "kafka_handoff.admin"),
+        ("TopicPartition", "kafka_handoff.types"),
+        ("OffsetAndMetadata", "kafka_handoff.types"),
+        ("ConsumerRecord", "kafka_handoff.types"),
+        ("RecordMetadata", "kafka_handoff.types"),
+        ("RebalanceListener", "kafka_handoff.consumer.listener"),
+        ("RebalanceConsumer", "kafka_handoff.consumer.listener"),
+        ("ConsumerRebalanceListener", "kafka_handoff.consumer.listener"),
+        ("KafkaError", "kafka_handoff.errors"),
+        ("CommitFailedError", "kafka_handoff.errors"),
+    ],
+)
+def test_top_level_names_are_the_submodule_objects(name: str, module: str) -> None:
+    assert getattr(kafka_handoff, name) is getattr(importlib.import_module(module), name)
+
+
+def test_importing_the_package_does_not_load_spark() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, kafka_handoff; print(any(m.startswith('pyspark') for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
