@@ -217,9 +217,10 @@ def test_seek_pause_resume_and_commit(broker: Any, topic_factory: Any) -> None:
 
         c.commit_sync({tp0: OffsetAndMetadata(17, "meta"), tp1: 33})
         committed = c.committed([tp0, tp1])
-        assert committed[tp0] is not None and committed[tp0].offset == 17
-        assert committed[tp0].metadata == "meta"
-        assert committed[tp1] is not None and committed[tp1].offset == 33
+        c0, c1 = committed[tp0], committed[tp1]
+        assert c0 is not None and c0.offset == 17
+        assert c0.metadata == "meta"
+        assert c1 is not None and c1.offset == 33
 
         results: list[Any] = []
         c.commit_async({tp0: 18}, callback=lambda offsets, err: results.append((offsets, err)))

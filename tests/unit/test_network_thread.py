@@ -147,6 +147,10 @@ def test_request_timeout_and_close_with_pending_requests_is_bounded() -> None:
     done = threading.Event()
     try:
 
+        def failed(e: BaseException, now: int) -> None:
+            failures.append(e)
+            done.set()
+
         def arm(now: int) -> None:
             manager.pending.append(
                 UnsentRequest(
@@ -154,7 +158,7 @@ def test_request_timeout_and_close_with_pending_requests_is_bounded() -> None:
                     node=-1,
                     values={"topics": None},
                     timeout_ms=300,
-                    on_failure=lambda e, n: (failures.append(e), done.set()),
+                    on_failure=failed,
                 )
             )
 

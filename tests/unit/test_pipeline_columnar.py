@@ -174,6 +174,8 @@ def test_paused_partitions_keep_their_data_until_resumed_as_in_the_object_collec
         assert buf.has_buffered(A0)  # kept: not fetched again while paused
         subs.resume([A0])
         col.unpark([A0])
-        got = columns(col) if columnar else col.collect()
-        offsets = got[A0].offsets if columnar else [r.offset for r in got[A0]]
+        if columnar:
+            offsets = list(columns(col)[A0].offsets)
+        else:
+            offsets = [r.offset for r in col.collect()[A0]]
         assert offsets == [0, 1, 2, 3]
