@@ -9,6 +9,7 @@ The submodule paths (``kafka_handoff.consumer``, ``kafka_handoff.producer``, ``k
 ``kafka_handoff.errors``, ``kafka_handoff.types``) keep working.
 """
 
+from kafka_handoff._build import BuildInfo, build_info
 from kafka_handoff.admin import (
     AdminClient,
     ClusterDescription,
@@ -63,6 +64,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AdminClient",
     "BrokerResponseError",
+    "BuildInfo",
     "ClusterDescription",
     "CommitCallback",
     "CommitFailedError",
@@ -103,4 +105,5 @@ __all__ = [
     "TopicPartition",
     "WakeupError",
     "__version__",
+    "build_info",
 ]

@@ -46,3 +46,24 @@ def test_importing_the_package_does_not_load_spark() -> None:
     code = "import sys, kafka_handoff; print(any(m.startswith('pyspark') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_build_info_reports_the_active_fast_paths() -> None:
+    from kafka_handoff.producer import batch
+    from kafka_handoff.protocol import records
+
+    info = kafka_handoff.build_info()
+    assert info["version"] == kafka_handoff.__version__
+    assert info["record_decoder"] == records.IMPLEMENTATION
+    assert info["record_encoder"] == batch.IMPLEMENTATION
+    assert (info["record_decoder_unavailable"] is None) == ("c" in records.available_implementations())
+
+
+def test_missing_fast_paths_names_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kafka_handoff._build import missing_fast_paths
+    from kafka_handoff.protocol import records
+
+    monkeypatch.setattr(records, "IMPLEMENTATION", "python")
+    monkeypatch.setattr(records, "C_UNAVAILABLE_REASON", "ImportError: no _fastrecords")
+    missing = missing_fast_paths()
+    assert any("C record decoder (ImportError: no _fastrecords)" in m for m in missing)

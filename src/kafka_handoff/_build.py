@@ -1,0 +1,66 @@
+"""Which fast paths this installation uses: ``kafka_handoff.build_info()``."""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+import sys
+from typing import TypedDict
+
+__all__ = ["BuildInfo", "build_info", "missing_fast_paths"]
+
+
+class BuildInfo(TypedDict):
+    version: str
+    python: str
+    platform: str
+    record_decoder: str
+    """``"c"`` when the ``_fastrecords`` extension decodes record batches, else ``"python"``."""
+    record_decoder_unavailable: str | None
+    """Why the C decoder is not in use (``None`` when it is)."""
+    record_encoder: str
+    """``"c"`` when the ``_fastencode`` extension encodes produced records, else ``"python"``."""
+    crc32c: str
+    compression: list[str]
+    extras: dict[str, bool]
+
+
+def _has(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def build_info() -> BuildInfo:
+    """Report the version and which fast paths are active (the C record loops, CRC32C, codecs, extras)."""
+    from kafka_handoff import __version__
+    from kafka_handoff.producer import batch
+    from kafka_handoff.protocol import records
+
+    crc = "crc32c (hardware or C)" if _has("crc32c") else "unavailable"
+    codecs = ["gzip"]
+    if _has("cramjam"):
+        codecs += ["snappy", "lz4", "zstd"]
+    return BuildInfo(
+        version=__version__,
+        python=sys.version.split()[0],
+        platform=platform.platform(),
+        record_decoder=records.IMPLEMENTATION,
+        record_decoder_unavailable=records.C_UNAVAILABLE_REASON,
+        record_encoder=batch.IMPLEMENTATION,
+        crc32c=crc,
+        compression=codecs,
+        extras={name: _has(name) for name in ("pyspark", "pyarrow", "deltalake", "prometheus_client")},
+    )
+
+
+def missing_fast_paths() -> list[str]:
+    """The compiled fast paths this installation lacks, each with the reason (empty when all are active)."""
+    info = build_info()
+    missing = []
+    if info["record_decoder"] != "c":
+        missing.append(f"C record decoder ({info['record_decoder_unavailable']})")
+    if info["record_encoder"] != "c":
+        missing.append("C record encoder (kafka_handoff.producer._fastencode)")
+    return missing
