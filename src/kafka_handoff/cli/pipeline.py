@@ -34,6 +34,13 @@ def register(subparsers: Any) -> None:
     run.add_argument("--summary-json", type=Path, default=None, help="also write the summary here as JSON")
     run.add_argument("--member", default=None, help="member name in progress and summary (default host-pid)")
     run.add_argument("--quiet", "-q", action="store_true", help="no per-batch progress lines")
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="N",
+        help="serve the consumer's and the worker's metrics for Prometheus at http://127.0.0.1:N/metrics",
+    )
     run.set_defaults(func=cmd_run)
 
     show = actions.add_parser("show", help="print the pipeline's output table")
@@ -83,6 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             member=args.member,
             summary_console=err,
             summary_json=args.summary_json,
+            metrics_port=args.metrics_port,
         )
     except ConfigError as exc:
         err.print(f"[red]handoff pipeline run: {exc}[/red]")

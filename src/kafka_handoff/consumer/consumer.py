@@ -101,6 +101,8 @@ class Consumer:
         self._fatal: BaseException | None = None
 
         isolation = 1 if cfg.get("isolation.level") == "read_committed" else 0
+        self._read_committed = isolation == 1
+        self._lag_assignment: frozenset[TopicPartition] = frozenset()
         self._metadata = MetadataManager(
             max_age_ms=int(cfg.get("metadata.max.age.ms")),
             retry_backoff_ms=int(cfg.get("retry.backoff.ms")),
@@ -187,7 +189,7 @@ class Consumer:
             read_committed=isolation == 1,
             key_deserializer=cfg.get("key.deserializer"),
             value_deserializer=cfg.get("value.deserializer"),
-            on_records=self._fetch_metrics.record_consumed,
+            on_records=self._on_records_consumed,
         )
         self._thread = NetworkThread(
             client,
@@ -913,6 +915,25 @@ class Consumer:
     def metrics(self) -> dict[str, float]:
         """Current metric values keyed ``"group:name"`` (Java's names)."""
         return self._metrics.as_dict()
+
+    def _on_records_consumed(self, tp: TopicPartition, records: int, num_bytes: int) -> None:
+        """Collector hook (application thread): consumption and lag metrics of ``tp``."""
+        self._fetch_metrics.record_consumed(tp, records, num_bytes)
+        st = self._subs.get(tp)
+        if st is None or st.position is None:
+            return
+        end = st.last_stable_offset if self._read_committed else st.high_watermark
+        if end is not None:
+            self._fetch_metrics.record_partition_lag(tp, max(0, end - st.position.offset))
+        assigned = self._subs.assigned()
+        if assigned != self._lag_assignment:
+            self._lag_assignment = assigned
+            self._fetch_metrics.retain_partitions(assigned)
+
+    def metric_registry(self) -> Metrics:
+        """The client's metric registry (names with tags; what the Prometheus and OpenTelemetry exporters
+        in :mod:`kafka_handoff.metrics` read)."""
+        return self._metrics
 
     @property
     def config(self) -> ConsumerConfig:

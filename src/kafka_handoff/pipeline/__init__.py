@@ -66,14 +66,24 @@ def run_worker(
     spark: Any = None,
     summary_console: Any = None,
     summary_json: str | Path | None = None,
+    metrics_port: int | None = None,
 ) -> WorkerSummary:
     """Run one worker until it stops; print the summary to ``summary_console`` (if given).
 
     A failed batch (transform error, sink error, malformed records under ``fail``) is printed with its
     partitions and offsets and gives a summary with ``status == "failed"``; a :class:`ConfigError` (bad
-    config, transform not importable) propagates.
+    config, transform not importable) propagates.  ``metrics_port``: serve the consumer's and the worker's
+    metrics for Prometheus at ``http://127.0.0.1:PORT/metrics`` while the worker runs.
     """
     from kafka_handoff.pipeline.worker import Worker
+
+    collector: Any = None
+    server: Any = None
+    if metrics_port is not None:
+        from kafka_handoff.metrics.prometheus import KafkaCollector, start_http_server
+
+        collector = KafkaCollector()
+        server = start_http_server(metrics_port, collector)
 
     worker = Worker(
         config,
@@ -82,6 +92,7 @@ def run_worker(
         until_idle_s=until_idle_s,
         member=member,
         spark=spark,
+        metrics=collector,
     )
     try:
         summary = worker.run()
@@ -93,6 +104,10 @@ def run_worker(
         )
         if summary_console is not None:
             summary_console.print(f"[red]pipeline failed: {exc}[/red]", highlight=False)
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
     if summary_console is not None:
         print_summary(summary_console, summary)
     if summary_json is not None:

@@ -121,6 +121,28 @@ class WorkerStats:
         self.busy_s = 0.0
         self.latency = LatencyHistogram()
 
+    def metric_values(self) -> dict[str, float]:
+        """The worker's counters and latency percentiles for the metrics exporters (``*_total``: counters)."""
+        values = {
+            "records_in_total": float(self.records_in),
+            "records_committed_total": float(self.records_committed),
+            "output_rows_total": float(self.output_rows),
+            "malformed_total": float(self.malformed),
+            "dead_lettered_total": float(self.dead_lettered),
+            "batches_committed_total": float(self.batches_committed),
+            "batches_discarded_total": float(self.batches_discarded),
+            "mark_conflicts_total": float(self.mark_conflicts),
+            "kafka_commit_failures_total": float(self.kafka_commit_failures),
+            "partitions_assigned_total": float(self.assigned),
+            "partitions_revoked_total": float(self.revoked),
+            "partitions_lost_total": float(self.lost),
+            "revokes_delayed_total": float(self.revokes_delayed),
+        }
+        for p in (50, 99):
+            q = self.latency.percentile(p)
+            values[f"latency_p{p}_ms"] = float("nan") if q is None else q
+        return values
+
     def saw_records(self, n: int) -> None:
         if n and self.first_record is None:
             self.first_record = time.monotonic()

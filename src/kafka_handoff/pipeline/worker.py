@@ -151,7 +151,10 @@ class Worker:
         spark: Any = None,
         member: str | None = None,
         on_batch: Callable[[BatchReport], None] | None = None,
+        metrics: Any = None,
     ) -> None:
+        """``metrics``: a :class:`kafka_handoff.metrics.prometheus.KafkaCollector` (or anything with its
+        ``add``/``add_gauges``) that gets the worker's consumer and counters."""
         self.config = config
         self.console = console
         self.max_records = max_records
@@ -161,6 +164,14 @@ class Worker:
         self._given_spark = spark
         self.spark: Any = spark
         self.stats = WorkerStats()
+        self._metrics = metrics
+        if metrics is not None:
+            metrics.add_gauges(
+                "kafka_handoff_pipeline",
+                "pipeline worker",
+                {"member": self.member, "group": config.group_id},
+                self.stats.metric_values,
+            )
         self._stop = threading.Event()
         self._signals = 0
         crash = os.environ.get(CRASH_ENV, "").strip()
@@ -225,6 +236,8 @@ class Worker:
             consumer_config = dict(self.config.consumer)
             consumer_config.setdefault("client.id", f"handoff-pipeline-{self.member}")
             self._consumer = Consumer(consumer_config)
+            if self._metrics is not None:
+                self._metrics.add(self._consumer)
             self._consumer.set_rebalance_listener(_Listener(self))
             self._consumer.subscribe(list(self.config.topics))
             self._last_activity = time.monotonic()

@@ -519,6 +519,11 @@ class Producer:
         """Current metric values keyed ``"producer-metrics:<name>"``."""
         return self._metrics.as_dict()
 
+    def metric_registry(self) -> Metrics:
+        """The client's metric registry (names with tags; what the Prometheus and OpenTelemetry exporters
+        in :mod:`kafka_handoff.metrics` read)."""
+        return self._metrics
+
     @property
     def config(self) -> ProducerConfig:
         return self._config

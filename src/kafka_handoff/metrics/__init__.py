@@ -714,7 +714,10 @@ class FetchMetrics:
     * :meth:`record_consumed` whenever records of a partition are handed to the application:
       ``records-consumed-rate/total``, ``bytes-consumed-rate/total``, plus the same four per topic (tag
       ``topic``, dots replaced by underscores as the Java client does);
-    * :meth:`record_lag` with a partition's lag after a fetch: ``records-lag-max``.
+    * :meth:`record_lag` with a partition's lag after a fetch: ``records-lag-max``;
+    * :meth:`record_partition_lag` with a partition's lag whenever its records are handed out: the above,
+      plus per partition (tags ``topic``, ``partition``) ``records-lag``, ``records-lag-avg`` and
+      ``records-lag-max``, as the Java client; :meth:`retain_partitions` drops partitions no longer assigned.
     """
 
     def __init__(
@@ -725,6 +728,7 @@ class FetchMetrics:
         self._tags: dict[str, str] = {"client-id": client_id} if client_id is not None else {}
         self._topics: dict[str, tuple[Sensor, Sensor]] = {}
         self._topics_lock = threading.Lock()
+        self._partition_lag: dict[TopicPartition, Sensor] = {}
 
         def name(metric: str, description: str) -> MetricName:
             return metrics.metric_name(metric, group, description, self._tags)
@@ -800,6 +804,33 @@ class FetchMetrics:
 
     def record_lag(self, lag: int, now_ms: int | None = None) -> None:
         self._lag.record(lag, now_ms)
+
+    def record_partition_lag(self, tp: TopicPartition, lag: int, now_ms: int | None = None) -> None:
+        """``tp``'s lag (high watermark, or last stable offset under read_committed, minus the position)."""
+        with self._topics_lock:
+            sensor = self._partition_lag.get(tp)
+            if sensor is None:
+                tags = {**self._tags, "topic": tp.topic.replace(".", "_"), "partition": str(tp.partition)}
+
+                def name(metric: str, description: str) -> MetricName:
+                    return self._metrics.metric_name(metric, self._group, description, tags)
+
+                sensor = self._partition_lag[tp] = (
+                    self._metrics.sensor(f"{tp.topic}-{tp.partition}.records-lag")
+                    .add(name("records-lag", "Latest lag of the partition"), Value())
+                    .add(name("records-lag-avg", "Average lag of the partition"), Avg())
+                    .add(name("records-lag-max", "Maximum lag of the partition"), Max())
+                )
+        sensor.record(lag, now_ms)
+        self._lag.record(lag, now_ms)
+
+    def retain_partitions(self, assigned: frozenset[TopicPartition]) -> None:
+        """Remove the per-partition metrics of partitions not in ``assigned``."""
+        with self._topics_lock:
+            gone = [tp for tp in self._partition_lag if tp not in assigned]
+            for tp in gone:
+                del self._partition_lag[tp]
+                self._metrics.remove_sensor(f"{tp.topic}-{tp.partition}.records-lag")
 
 
 if TYPE_CHECKING:
