@@ -7,7 +7,7 @@ PIP    := $(VENV)/bin/pip
 EXT    := setup.py $(sort $(wildcard src/kafka_handoff/*/*.c))
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(EXT) | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test test-unit lint typecheck clean jars
+.PHONY: setup demo test test-unit lint typecheck clean jars docs
 
 $(STAMP): pyproject.toml $(EXT)
 	@start=$$(date +%s); \
@@ -33,7 +33,12 @@ jars: setup
 demo: setup
 	$(VENV)/bin/handoff demo
 
-test: setup
+# The API reference from the docstrings; a broken cross-reference fails the build (make test runs it).
+docs: $(STAMP)
+	$(VENV)/bin/sphinx-build -q -E -n -W --keep-going -b html docs/api build/docs
+	@echo "API reference: build/docs/index.html"
+
+test: setup docs
 	$(VENV)/bin/ruff check src tests examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -p no:cacheprovider tests

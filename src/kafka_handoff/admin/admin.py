@@ -153,7 +153,8 @@ class AdminClient:
 
     # ==================================================================================== lifecycle
     def close(self, timeout: float | None = 30.0) -> None:
-        """Stop the network thread; calls still running fail with :class:`KafkaError`.  Idempotent."""
+        """Stop the network thread; calls still running fail with
+        :class:`~kafka_handoff.errors.KafkaError`.  Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -664,8 +665,8 @@ class AdminClient:
         *,
         timeout: float | None = None,
     ) -> dict[TopicPartition, int]:
-        """The offset of each partition for ``spec``: :attr:`OffsetSpec.LATEST` (the log end offset),
-        :attr:`OffsetSpec.EARLIEST`, :attr:`OffsetSpec.MAX_TIMESTAMP`, or a timestamp in ms (the first offset
+        """The offset of each partition for ``spec``: ``OffsetSpec.LATEST`` (the log end offset),
+        ``OffsetSpec.EARLIEST``, ``OffsetSpec.MAX_TIMESTAMP``, or a timestamp in ms (the first offset
         at or after it; -1 when there is none).  Asked of each partition's leader."""
         wanted = sorted({TopicPartition(*tp) for tp in partitions})
         deadline = self._deadline(timeout)

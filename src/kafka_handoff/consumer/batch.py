@@ -26,7 +26,8 @@ _EMPTY: frozenset[TopicPartition] = frozenset()
 
 
 class ColumnarRecords:
-    """What :func:`poll_columns` returns: one :class:`ColumnChunk` per partition plus KIP-983's sets."""
+    """What :meth:`Consumer.poll_columns <kafka_handoff.Consumer.poll_columns>` returns: one
+    :class:`~kafka_handoff.consumer.records.ColumnChunk` per partition plus KIP-983's sets."""
 
     __slots__ = ("_chunks", "lost_partitions", "to_be_revoked_partitions")
 

@@ -572,9 +572,10 @@ class Consumer:
         return result
 
     def poll_columns(self, timeout: float | None = 0.0) -> ColumnarRecords:
-        """:meth:`poll` with each partition's records as one :class:`ColumnChunk` of parallel lists
-        (offsets, timestamps, keys, values, headers) instead of one object per record -- the batch API
-        for Arrow/Spark.  Same group semantics; deserializers are not applied."""
+        """:meth:`poll` with each partition's records as one
+        :class:`~kafka_handoff.consumer.records.ColumnChunk` of parallel lists (offsets, timestamps, keys,
+        values, headers) instead of one object per record -- the batch API for Arrow/Spark.  Same group
+        semantics; deserializers are not applied."""
         result: ColumnarRecords = self._poll(timeout, columnar=True)
         return result
 
@@ -680,7 +681,8 @@ class Consumer:
             raise WakeupError("poll() was interrupted by wakeup()")
 
     def wakeup(self) -> None:
-        """Interrupt a blocking call from another thread: it raises :class:`WakeupError`."""
+        """Interrupt a blocking call from another thread: it raises
+        :class:`~kafka_handoff.errors.WakeupError`."""
         self._wakeup_requested.set()
         self._buffer.wakeup()
 

@@ -72,7 +72,8 @@ class KafkaCollector:
         self._gauges: list[tuple[str, str, Mapping[str, str], Callable[[], Mapping[str, float]]]] = []
 
     def add(self, client: Any) -> None:
-        """Export ``client``'s metrics (a Consumer, Producer, or a :class:`Metrics` registry)."""
+        """Export ``client``'s metrics (a Consumer, Producer, or a
+        :class:`~kafka_handoff.metrics.Metrics` registry)."""
         with self._lock:
             self._registries.add(_registry_of(client))
 

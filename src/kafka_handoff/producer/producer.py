@@ -484,8 +484,8 @@ class Producer:
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything now and wait until every record sent before this call has its outcome
-        (callbacks included).  Raises :class:`KafkaTimeoutError` if that takes longer than ``timeout``
-        seconds (``None``: no limit)."""
+        (callbacks included).  Raises :class:`~kafka_handoff.errors.KafkaTimeoutError` if that takes
+        longer than ``timeout`` seconds (``None``: no limit)."""
         if threading.current_thread() is self._completer:
             raise IllegalStateError(
                 "flush() cannot be called from a send callback: it would wait for the callback thread itself"
