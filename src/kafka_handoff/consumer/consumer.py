@@ -55,6 +55,8 @@ from kafka_handoff.network.client import NetworkClient
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.requests import MonotonicClock, RequestManager
+from kafka_handoff.protocol.telemetry import TelemetryManager
+from kafka_handoff.protocol.telemetry import client_instance_id as telemetry_client_instance_id
 from kafka_handoff.types import (
     ClusterMetadata,
     ConsumerGroupMetadata,
@@ -180,6 +182,15 @@ class Consumer:
             on_fetched=self._fetch_metrics.record_fetch,
         )
         managers += [self._offsets, self._fetcher]
+        group_id = self.group_id
+        self._telemetry = TelemetryManager(
+            self._metrics,
+            enabled=bool(cfg.get("enable.metrics.push")),
+            retry_backoff_ms=int(cfg.get("retry.backoff.ms")),
+            retry_backoff_max_ms=int(cfg.get("retry.backoff.max.ms")),
+            resource=lambda: {"group_id": group_id} if group_id else {},
+        )
+        managers.append(self._telemetry)
         self._managers = managers
         self._collector = Collector(
             self._subs,
@@ -932,6 +943,14 @@ class Consumer:
             self._lag_assignment = assigned
             self._fetch_metrics.retain_partitions(assigned)
 
+    def client_instance_id(self, timeout: float = 30.0) -> uuid.UUID | None:
+        """The id the cluster gave this client for its telemetry (KIP-714), waiting up to ``timeout``
+        seconds for it; ``None`` when it is not known by then or the brokers do not support client
+        telemetry.  Raises :class:`~kafka_handoff.errors.IllegalStateError` when ``enable.metrics.push`` is
+        false, as Java does."""
+        self._ensure_open()
+        return telemetry_client_instance_id(self._telemetry, timeout)
+
     def metric_registry(self) -> Metrics:
         """The client's metric registry (names with tags; what the Prometheus and OpenTelemetry exporters
         in :mod:`kafka_handoff.metrics` read)."""
@@ -1075,9 +1094,20 @@ class Consumer:
                     fut.result(left / 1000.0)
                 except Exception:
                     log.debug("auto-commit on close failed", exc_info=True)
+        self._terminate_telemetry(timeout_ms - int((time.monotonic() - start) * 1000))
         self._closed = True
         left = timeout_ms - int((time.monotonic() - start) * 1000)
         self._thread.close(max(0, left))
+
+    def _terminate_telemetry(self, left_ms: int) -> None:
+        """KIP-714: the terminating push, within what is left of the close timeout."""
+        if left_ms <= 0 or not self._telemetry.enabled:
+            return
+        telemetry = self._telemetry
+        try:
+            self._thread.call(lambda now, f: telemetry.terminate(now, f)).result(left_ms / 1000.0)
+        except Exception:
+            log.debug("terminating telemetry push did not complete", exc_info=True)
 
     def _close_group(self, timeout_ms: int) -> None:
         if self.membership is not None and self._subs.has_auto_assignment:

@@ -28,6 +28,7 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -62,6 +63,8 @@ from kafka_handoff.protocol.compression import CompressionType, compression_type
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.records import RECORD_BATCH_OVERHEAD
 from kafka_handoff.protocol.requests import MonotonicClock
+from kafka_handoff.protocol.telemetry import TelemetryManager
+from kafka_handoff.protocol.telemetry import client_instance_id as telemetry_client_instance_id
 from kafka_handoff.types import ClusterMetadata, PartitionInfo, RecordMetadata
 
 __all__ = ["Producer"]
@@ -225,9 +228,15 @@ class Producer:
         self._completer = threading.Thread(
             target=self._complete_loop, name=f"kafka-handoff-producer-callbacks-{self.client_id}", daemon=True
         )
+        self._telemetry = TelemetryManager(
+            self._metrics,
+            enabled=cfg.enable_metrics_push,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
+        )
         self._thread = NetworkThread(
             client,
-            [self._metadata, self._sender],
+            [self._metadata, self._sender, self._telemetry],
             self._clock,
             name=f"kafka-handoff-network-{self.client_id}",
             background_events=self._background,
@@ -519,6 +528,12 @@ class Producer:
         """Current metric values keyed ``"producer-metrics:<name>"``."""
         return self._metrics.as_dict()
 
+    def client_instance_id(self, timeout: float = 30.0) -> uuid.UUID | None:
+        """The id the cluster gave this client for its telemetry (KIP-714), waiting up to ``timeout``
+        seconds; ``None`` when not known by then or unsupported by the brokers.  Raises
+        :class:`~kafka_handoff.errors.IllegalStateError` when ``enable.metrics.push`` is false."""
+        return telemetry_client_instance_id(self._telemetry, timeout)
+
     def metric_registry(self) -> Metrics:
         """The client's metric registry (names with tags; what the Prometheus and OpenTelemetry exporters
         in :mod:`kafka_handoff.metrics` read)."""
@@ -545,9 +560,15 @@ class Producer:
             timeout_ms = self._delivery_timeout_ms + self._config.request_timeout_ms + 5_000
         else:
             timeout_ms = max(0, int(timeout * 1000))
+        if self._telemetry.enabled and timeout_ms > 0:  # KIP-714's terminating push, first (as Java)
+            telemetry = self._telemetry
+            try:
+                self._thread.call(lambda now, f: telemetry.terminate(now, f)).result(timeout_ms / 2000.0)
+            except Exception:
+                log.debug("terminating telemetry push did not complete", exc_info=True)
         self._accumulator.close()
         self._client.wakeup()
-        self._thread.close(timeout_ms)
+        self._thread.close(max(0, timeout_ms - int((time.monotonic() - start) * 1000)))
         error = IllegalStateError(
             f"the producer was closed before the record could be delivered (close timeout {timeout_ms} ms)"
         )
