@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from kafka_handoff.consumer.consumer import Consumer
-from kafka_handoff.consumer.listener import RebalanceConsumer
+from kafka_handoff.consumer.listener import RebalanceConsumer, RebalanceListenerBase
 from kafka_handoff.errors import IllegalStateError
 from kafka_handoff.group.membership import (
     AssignmentChanged,
@@ -144,10 +144,15 @@ class Listener:
 
 
 class Harness:
-    def __init__(self) -> None:
+    def __init__(self, protocol: str = "classic") -> None:
         self.journal = Journal()
         self.consumer = Consumer(
-            {"bootstrap.servers": "127.0.0.1:1", "group.id": "g", "enable.auto.commit": False}
+            {
+                "bootstrap.servers": "127.0.0.1:1",
+                "group.id": "g",
+                "enable.auto.commit": False,
+                "group.protocol": protocol,
+            }
         )
         self.fake = FakeMembership(self.journal)
         self.fake.wake = self.consumer._thread.wakeup
@@ -190,7 +195,17 @@ class Harness:
 
 @pytest.fixture
 def h() -> Iterator[Harness]:
-    harness = Harness()
+    yield from _harness("classic")
+
+
+@pytest.fixture(params=["classic", "consumer"])
+def hp(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    """The same dispatch under both ``group.protocol`` values (the consumer must behave the same)."""
+    yield from _harness(str(request.param))
+
+
+def _harness(protocol: str) -> Iterator[Harness]:
+    harness = Harness(protocol)
     try:
         yield harness
     finally:
@@ -489,3 +504,200 @@ def test_close_completes_a_pending_revoke_and_leaves(h: Harness) -> None:
     assert h.calls() == [("revoked", frozenset({T0}))]
     assert [(e[1], e[2]) for e in h.journal.of("completed")] == [(1, None)]
     assert h.fake.leaves == 1
+
+
+# ============================================================================ issue 14: callback failures
+def test_raising_revoke_callback_still_runs_the_assign_callback_and_raises_once(hp: Harness) -> None:
+    """Item 2 (KIP-1306 "Exception Handling"), both protocols: the rebalance completes regardless, the
+    exception is raised from poll() once, the other callbacks run, the consumer stays usable."""
+    hp.own(T0, T1)
+    boom = RuntimeError("revoke failed")
+    hp.listener.raise_on["revoked"] = boom
+    hp.inject(
+        CallbackNeeded(REVOKE, frozenset({T0}), seq=1),
+        AssignmentChanged(frozenset({T0, T1, T2}), awaiting_callback=frozenset({T2})),
+        CallbackNeeded(ASSIGN, frozenset({T2}), seq=2),
+    )
+    hp.consumer.poll(0)  # revoke requested
+    with pytest.raises(RuntimeError) as info:
+        hp.consumer.poll(0)  # revoke completes (raising), the assign runs all the same
+    assert info.value is boom
+    assert hp.calls() == [("revoked", frozenset({T0})), ("assigned", frozenset({T2}))]
+    assert hp.completed() == [(1, boom), (2, None)]
+    assert not hp.consumer._subs.state(T2).awaiting_callback
+    for _ in range(3):
+        hp.consumer.poll(0)  # raised once only; nothing re-invoked
+    assert hp.calls() == [("revoked", frozenset({T0})), ("assigned", frozenset({T2}))]
+
+
+def test_raising_assign_callback_still_makes_the_partitions_fetchable(hp: Harness) -> None:
+    hp.own()
+    hp.fake.owned = frozenset({T0})
+    boom = ValueError("assign failed")
+    hp.listener.raise_on["assigned"] = boom
+    hp.inject(
+        AssignmentChanged(frozenset({T0}), awaiting_callback=frozenset({T0})),
+        CallbackNeeded(ASSIGN, frozenset({T0}), seq=4),
+    )
+    with pytest.raises(ValueError) as info:
+        hp.consumer.poll(0)
+    assert info.value is boom
+    assert hp.completed() == [(4, boom)]
+    # Fetchable now: no longer awaiting its callback (under KIP-848 they used to stay blocked forever).
+    assert not hp.consumer._subs.state(T0).awaiting_callback
+    hp.consumer.poll(0)
+    assert hp.calls() == [("assigned", frozenset({T0}))]
+
+
+# ============================================================================ issue 14: stale assign, order
+def test_assign_waiting_for_a_revoke_is_dropped_when_the_generation_is_reset(h: Harness) -> None:
+    """Item 3: an ASSIGN queued behind a delayed REVOKE, then a generation reset (LOST of everything):
+    the lost callback runs and the stale assign never does (nor the assignor's on_assignment)."""
+    h.own(T0, T1)
+    hook_calls: list[str] = []
+    h.inject(
+        CallbackNeeded(REVOKE, frozenset({T0}), seq=1),
+        AssignmentChanged(frozenset({T0, T1, T2}), awaiting_callback=frozenset({T2})),
+        CallbackNeeded(ASSIGN, frozenset({T2}), seq=2, on_assignment=lambda: hook_calls.append("x")),
+    )
+    h.consumer.poll(0)
+    assert h.consumer.delay_revoke([T0])
+    h.consumer.poll(0)  # the assign still waits
+    assert h.consumer.delay_revoke([T0])
+    h.inject(AssignmentChanged(frozenset()), CallbackNeeded(LOST, frozenset({T0, T1, T2}), seq=3))
+    records = h.consumer.poll(0)
+    assert records.lost_partitions == {T0, T1, T2}
+    for _ in range(2):
+        h.consumer.poll(0)
+    assert h.calls() == [("lost", frozenset({T0, T1, T2}))]
+    assert hook_calls == []
+    assert sorted(seq for seq, _ in h.completed()) == [1, 2, 3]  # the membership does not wait for it
+
+
+def test_assign_partly_lost_runs_for_the_partitions_still_owned(h: Harness) -> None:
+    h.own(T0, T1)
+    h.inject(
+        CallbackNeeded(REVOKE, frozenset({T0}), seq=1),
+        AssignmentChanged(frozenset({T0, T1, T2}), awaiting_callback=frozenset({T1, T2})),
+        CallbackNeeded(ASSIGN, frozenset({T1, T2}), seq=2),
+    )
+    h.consumer.poll(0)
+    assert h.consumer.delay_revoke([T0])
+    h.inject(AssignmentChanged(frozenset({T0, T1})), CallbackNeeded(LOST, frozenset({T2}), seq=3))
+    h.consumer.poll(0)  # the lost callback; T0's revoke (delayed) completes at the start of the next poll
+    h.consumer.poll(0)
+    assert h.calls() == [
+        ("lost", frozenset({T2})),
+        ("revoked", frozenset({T0})),
+        ("assigned", frozenset({T1})),
+    ]
+
+
+def test_on_assignment_runs_after_a_delayed_revoke_and_before_assigned(h: Harness) -> None:
+    """Item 5 (KIP-429): revoked < Assignor#onAssignment < assigned, also when the revoke is delayed; and
+    the assignor's on_assignment runs on the application thread."""
+    h.own(T0, T1)
+    threads: list[str] = []
+
+    def on_assignment() -> None:
+        h.journal.add("on_assignment", frozenset())
+        threads.append(threading.current_thread().name)
+
+    h.inject(
+        CallbackNeeded(REVOKE, frozenset({T0}), seq=1),
+        AssignmentChanged(frozenset({T0, T1, T2}), awaiting_callback=frozenset({T2})),
+        CallbackNeeded(ASSIGN, frozenset({T2}), seq=2, on_assignment=on_assignment),
+    )
+    h.consumer.poll(0)
+    assert h.consumer.delay_revoke([T0])
+    h.consumer.poll(0)
+    assert h.calls() == []  # on_assignment waits with the assign
+    h.consumer.poll(0)
+    assert h.calls() == [
+        ("revoked", frozenset({T0})),
+        ("on_assignment", frozenset()),
+        ("assigned", frozenset({T2})),
+    ]
+    assert threads == [threading.current_thread().name]
+
+
+def test_on_assignment_error_is_raised_from_poll_and_the_assign_still_runs(h: Harness) -> None:
+    h.own()
+    h.fake.owned = frozenset({T0})
+    boom = RuntimeError("assignor state")
+
+    def on_assignment() -> None:
+        raise boom
+
+    h.inject(
+        AssignmentChanged(frozenset({T0}), awaiting_callback=frozenset({T0})),
+        CallbackNeeded(ASSIGN, frozenset({T0}), seq=1, on_assignment=on_assignment),
+    )
+    with pytest.raises(RuntimeError) as info:
+        h.consumer.poll(0)
+    assert info.value is boom
+    assert h.calls() == [("assigned", frozenset({T0}))]
+    assert h.completed() == [(1, boom)]
+    assert not h.consumer._subs.state(T0).awaiting_callback
+
+
+# ============================================================================ issue 14: the lost set
+def test_lost_callback_gets_partitions_whose_delayed_revoke_already_ran(h: Harness) -> None:
+    """Item 6 (KIP-1306, as Java): on_partitions_lost gets every partition the member owned, including one
+    whose revoke callback already ran; KIP-983's lost_partitions() lists only the ones still held."""
+    h.own(T0, T1)
+    h.inject(CallbackNeeded(REVOKE, frozenset({T0}), seq=1))
+    h.consumer.poll(0)
+    assert h.consumer.delay_revoke([T0])
+    h.consumer.poll(0)
+    h.consumer.poll(0)  # the delayed revoke completes
+    assert h.calls() == [("revoked", frozenset({T0}))]
+    # The member was fenced before it acted on that completion: it still owned T0.
+    h.inject(AssignmentChanged(frozenset()), CallbackNeeded(LOST, frozenset({T0, T1}), seq=2))
+    records = h.consumer.poll(0)
+    assert h.calls() == [("revoked", frozenset({T0})), ("lost", frozenset({T0, T1}))]
+    assert records.lost_partitions == {T1}
+    assert h.consumer.lost_partitions() == {T1}
+
+
+# ============================================================================ issue 14: client_instance_id
+def test_client_instance_id_through_the_view_raises_when_telemetry_is_off() -> None:
+    """Item 10 (KIP-1306 lists clientInstanceId on the view): with enable.metrics.push=false it raises
+    IllegalStateError as Java does, on the consumer and on the view inside a callback."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": "127.0.0.1:1",
+            "group.id": "g",
+            "enable.auto.commit": False,
+            "enable.metrics.push": False,
+        }
+    )
+    harness_journal = Journal()
+    fake = FakeMembership(harness_journal)
+    consumer.membership = fake
+    seen: list[BaseException] = []
+
+    class L(RebalanceListenerBase):
+        def on_partitions_assigned(
+            self, partitions: Collection[TopicPartition], view: RebalanceConsumer
+        ) -> None:
+            try:
+                view.client_instance_id(0.1)
+            except IllegalStateError as exc:
+                seen.append(exc)
+
+    try:
+        consumer.set_rebalance_listener(L())
+        with pytest.raises(IllegalStateError, match=r"enable\.metrics\.push"):
+            consumer.client_instance_id(0.1)
+
+        def run(now: int) -> None:
+            consumer._subs.subscribe(Subscription(topics=frozenset({"t"})))
+
+        consumer._thread.call_sync(run, 5.0)
+        fake.add([CallbackNeeded(ASSIGN, frozenset(), seq=1)])
+        consumer._thread.call_sync(consumer._drain_membership_nt, 5.0)
+        consumer.poll(0)
+        assert len(seen) == 1 and "enable.metrics.push" in str(seen[0])
+    finally:
+        consumer.close(0.5)

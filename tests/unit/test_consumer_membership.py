@@ -892,39 +892,45 @@ def test_ack_not_sent_because_of_a_newer_target_goes_out_at_once(h: H) -> None:
     assert owned_wire(ack) == {TID_A: [0, 1]}
 
 
-def test_assign_callback_failure_stays_reconciling_and_retries(h: H) -> None:
+def test_assign_callback_failure_completes_the_reconciliation(h: H) -> None:
+    """Issue 14 item 2 (KIP-1306): a raising assign callback does not stop the rebalance -- the new
+    partitions become fetchable and the assignment is acknowledged; the callback is not invoked again."""
     h.join({TID_A: [0]})
     h.respond(h.next_interval_hb(), epoch=2, assignment={TID_A: [0, 1]})
     (assign,) = h.callbacks()
     h.complete(assign, RuntimeError("listener failed"))
-    assert h.state() is S.RECONCILING
+    assert h.state() is S.ACKNOWLEDGING
     assert h.m.owned == tps("a0", "a1")
-    assert h.m.awaiting_assign_callback == tps("a1")
-    h.poll()
-    assert h.callbacks() == []  # not retried in a loop by the network thread
-    req = h.next_interval_hb()  # the application polls again
-    assert V(req)["topic_partitions"] is None  # no ack
-    events = h.events()
-    assert events[0] == AssignmentChanged(tps("a0", "a1"), tps("a1"))
-    assert isinstance(events[1], CallbackNeeded) and events[1].kind is CallbackKind.ASSIGN
-    assert events[1].partitions == tps("a1")  # retried for the partitions still awaiting it
-    h.respond(req, epoch=2)
-    h.complete(events[1])
-    assert owned_wire(h.hb()) == {TID_A: [0, 1]}
+    assert h.m.awaiting_assign_callback == frozenset()
+    ack = h.hb()
+    assert owned_wire(ack) == {TID_A: [0, 1]}
+    h.respond(ack, epoch=2)
+    assert h.state() is S.STABLE
+    for _ in range(3):
+        h.respond(h.next_interval_hb(), epoch=2)
+    assert h.callbacks() == []  # never retried
 
 
-def test_revoke_callback_failure_stays_reconciling_without_ack(h: H) -> None:
+def test_revoke_callback_failure_still_gives_the_partitions_up(h: H) -> None:
+    """Issue 14 item 2: a raising revoke callback does not block the rebalance -- the assign step runs
+    (the assign callback is not skipped), the revocation is acknowledged, the revoke is not re-invoked."""
     h.join({TID_A: [0, 1]})
-    h.respond(h.next_interval_hb(), epoch=2, assignment={TID_A: [1]})
+    h.respond(h.next_interval_hb(), epoch=2, assignment={TID_A: [1], TID_B: [0]})
     (revoke,) = h.callbacks()
     h.complete(revoke, RuntimeError("listener failed"))
-    assert h.state() is S.RECONCILING
-    assert h.m.owned == tps("a0", "a1")
-    assert h.events() == []
-    req = h.next_interval_hb()
-    assert V(req)["topic_partitions"] is None
-    (again,) = h.callbacks()
-    assert again.kind is CallbackKind.REVOKE and again.partitions == tps("a0")
+    events = h.events()
+    assert events[0] == AssignmentChanged(tps("a1", "b0"), tps("b0"))
+    assert isinstance(events[1], CallbackNeeded) and events[1].kind is CallbackKind.ASSIGN
+    assert events[1].partitions == tps("b0")
+    assert h.m.owned == tps("a1", "b0")
+    h.complete(events[1])
+    ack = h.hb()
+    assert owned_wire(ack) == {TID_A: [1], TID_B: [0]}
+    h.respond(ack, epoch=2)
+    assert h.state() is S.STABLE
+    for _ in range(3):
+        h.respond(h.next_interval_hb(), epoch=2)
+    assert h.callbacks() == []  # the revoke callback is not invoked again
 
 
 def test_stale_reconciliation_is_discarded_when_leaving(h: H) -> None:

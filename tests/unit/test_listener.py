@@ -87,6 +87,7 @@ CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "current_lag": ((A,), {}),
     "group_metadata": ((), {}),
     "metrics": ((), {}),
+    "client_instance_id": ((), {"timeout": 2.5}),
 }
 
 
@@ -598,7 +599,8 @@ def test_subscribe_without_listener_neither_warns_nor_changes_anything() -> None
     assert holder.begin_poll() is b
 
 
-def test_set_rebalance_listener_overrides_subscribe_listener_in_either_order() -> None:
+def test_subscribe_listener_and_set_rebalance_listener_the_one_set_last_wins() -> None:
+    """Issue 14 item 10 (KIP-1306): both paths overwrite one reference, as in Java."""
     a, b = Named("a"), Named("b")
     first = RebalanceListenerHolder()
     with pytest.warns(DeprecationWarning):
@@ -608,9 +610,9 @@ def test_set_rebalance_listener_overrides_subscribe_listener_in_either_order() -
 
     second = RebalanceListenerHolder()
     second.set_rebalance_listener(b)
-    with pytest.warns(DeprecationWarning, match="ignored"):
+    with pytest.warns(DeprecationWarning):
         consumer_subscribe(second, a)
-    assert second.begin_poll() is b
+    assert second.begin_poll() is a
 
 
 def test_last_value_set_before_the_next_poll_wins() -> None:

@@ -8,6 +8,7 @@ records from the fetch buffer, decoding them here so the network thread stays fr
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import queue
@@ -496,10 +497,11 @@ class Consumer:
                 self._complete_revokes(self._revoke.complete_all())
             return
         if event.kind is CallbackKind.LOST:
-            # Not for partitions the application was already told are gone (a revoke that completed after
-            # the membership declared them lost, e.g. a member fenced while its revoke callback ran).
-            parts = frozenset(parts - self._told_gone)
-            self._revoke.on_lost(parts)
+            # The lost callback gets every partition the member owned, also those whose revoke callback
+            # already ran (a delayed revoke that completed before the membership acted on it), as Java does
+            # (KIP-1306); KIP-983's lost_partitions() lists only those the application still held.
+            self._revoke.on_lost(parts - self._told_gone)
+            self._drop_stale_assigns(event)
             self._collector.drop_partitions(lambda tp: tp not in parts)
             error = self._run_listener(CallbackKind.LOST, parts) if parts else None
             self._note_error(error)
@@ -507,13 +509,42 @@ class Consumer:
             self._complete_nt(event.seq, error)
             self._early_return = True
             return
-        # ASSIGN: always invoked, even for an empty set.
+        # ASSIGN: always invoked, even for an empty set; the classic assignor's on_assignment first (KIP-429:
+        # revoked < onAssignment < assigned).  An error does not stop the rebalance (KIP-1306): the
+        # partitions become fetchable and the error is raised from poll().
+        assignor_error: BaseException | None = None
+        if event.on_assignment is not None:
+            self._in_callback = True
+            try:
+                event.on_assignment()
+            except Exception as exc:
+                assignor_error = exc
+            finally:
+                self._in_callback = False
         error = self._run_listener(CallbackKind.ASSIGN, parts)
+        self._note_error(assignor_error)
         self._note_error(error)
-        if error is None or self._protocol != "consumer":
-            self._subs.clear_awaiting_callback(parts)
-        self._complete_nt(event.seq, error)
+        self._subs.clear_awaiting_callback(parts)
+        self._complete_nt(event.seq, assignor_error or error)
         self._thread.wakeup()
+
+    def _drop_stale_assigns(self, lost: CallbackNeeded) -> None:
+        """A LOST supersedes ASSIGNs still queued before it (waiting behind a pending revoke): an assigned
+        callback never runs after the lost callback for partitions the member no longer owns.  An ASSIGN
+        all of whose partitions are lost (a generation reset) is dropped (its completion is reported, so
+        the membership does not wait for it); one partly lost runs for the rest."""
+        kept: list[CallbackNeeded] = []
+        for queued in self._deferred_callbacks:
+            if queued.kind is CallbackKind.ASSIGN and queued.seq < lost.seq:
+                if queued.partitions <= lost.partitions:
+                    log.debug("assign callback (seq %d) dropped: superseded by lost partitions", queued.seq)
+                    self._complete_nt(queued.seq, None)
+                    continue
+                rest = queued.partitions - lost.partitions
+                if rest != queued.partitions:
+                    queued = dataclasses.replace(queued, partitions=rest)
+            kept.append(queued)
+        self._deferred_callbacks[:] = kept
 
     def _complete_revokes(self, completed: frozenset[TopicPartition]) -> None:
         """Run the revoke callback for partitions whose revoke completes now, then tell the membership."""

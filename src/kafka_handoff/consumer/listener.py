@@ -54,6 +54,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import Future
@@ -108,6 +109,7 @@ REBALANCE_CONSUMER_OPERATIONS: Final[tuple[str, ...]] = (
     "current_lag",
     "group_metadata",
     "metrics",
+    "client_instance_id",
 )
 """Every operation a :class:`RebalanceConsumer` offers (KIP-1306's safe set)."""
 
@@ -135,7 +137,8 @@ class RebalanceConsumer(Protocol):
     ``commit_async``, ``committed``, ``position``), seeking (``seek``, ``seek_to_beginning``,
     ``seek_to_end``), partition state (``assignment``, ``pause``, ``resume``, ``paused``) and read-only
     queries (``beginning_offsets``, ``end_offsets``, ``offsets_for_times``, ``partitions_for``,
-    ``list_topics``, ``current_lag``, ``group_metadata``, ``metrics``) -- with the consumer's own
+    ``list_topics``, ``current_lag``, ``group_metadata``, ``metrics``, ``client_instance_id``) -- with the
+    consumer's own
     signatures.  ``poll``, ``close``, ``subscribe``, ``unsubscribe``, ``assign``, ``wakeup`` and
     ``enforce_rebalance`` are absent: calling them is a type error (mypy) and an ``AttributeError`` at
     runtime.
@@ -201,6 +204,8 @@ class RebalanceConsumer(Protocol):
     def group_metadata(self) -> ConsumerGroupMetadata: ...
 
     def metrics(self) -> dict[str, float]: ...
+
+    def client_instance_id(self, timeout: float = 30.0) -> uuid.UUID | None: ...
 
 
 _CALLBACK_NAMES: Final[dict[CallbackKind, str]] = {
@@ -342,6 +347,9 @@ class _RebalanceConsumerView:
 
     def metrics(self) -> dict[str, float]:
         return self.__target().metrics()
+
+    def client_instance_id(self, timeout: float = 30.0) -> uuid.UUID | None:
+        return self.__target().client_instance_id(timeout)
 
 
 _VIEW_IS_A_REBALANCE_CONSUMER: type[RebalanceConsumer] = _RebalanceConsumerView  # checked by mypy
@@ -601,31 +609,27 @@ class RebalanceListenerHolder:
     * :meth:`set_rebalance_listener` may be called any number of times; ``None`` removes the listener.
       The value set last takes effect at the next ``poll()`` (:meth:`begin_poll`): callbacks during that
       poll and later ones use it.
-    * Once ``set_rebalance_listener`` has been called, its value wins over any listener passed to
-      ``subscribe(..., listener=...)``, whether that ``subscribe`` came before or after.  (Java keeps a
-      single reference that both paths overwrite; we make the explicit, non-deprecated path always win so
-      a half-migrated program behaves the same whatever the order of the two calls.)
-    * ``subscribe(..., listener=X)`` still works when ``set_rebalance_listener`` was never called, and
-      emits a :class:`DeprecationWarning`.  ``subscribe(...)`` without a listener changes nothing, so
-      ``set_rebalance_listener(l)`` followed by ``subscribe(topics)`` keeps ``l``.
+    * When both ``set_rebalance_listener`` and ``subscribe(..., listener=...)`` are used, the one called
+      last wins: as in Java, both paths overwrite a single reference (KIP-1306: "calling this method will
+      override it", and the consumers "eventually override the reference").
+    * ``subscribe(..., listener=X)`` still works and emits a :class:`DeprecationWarning`.
+      ``subscribe(...)`` without a listener changes nothing, so ``set_rebalance_listener(l)`` followed by
+      ``subscribe(topics)`` keeps ``l``.
 
     Used only from the application thread (no locking).
     """
 
-    __slots__ = ("_active", "_explicit", "_explicit_set", "_from_subscribe")
+    __slots__ = ("_active", "_current")
 
     def __init__(self) -> None:
-        self._explicit: object | None = None
-        self._explicit_set = False
-        self._from_subscribe: object | None = None
+        self._current: object | None = None
         self._active: object | None = None
 
     def set_rebalance_listener(self, listener: AnyRebalanceListener | None) -> None:
         """``Consumer.set_rebalance_listener``: validates, then records the value (effective next poll)."""
         if listener is not None:
             check_listener(listener)
-        self._explicit = listener
-        self._explicit_set = True
+        self._current = listener
 
     def set_from_subscribe(self, listener: AnyRebalanceListener | None, *, stacklevel: int = 3) -> None:
         """``Consumer.subscribe(..., listener=...)``: deprecated path; ``None`` leaves things unchanged.
@@ -636,18 +640,17 @@ class RebalanceListenerHolder:
         if listener is None:
             return
         check_listener(listener)
-        message = (
+        warnings.warn(
             "subscribe(..., listener=...) is deprecated; call consumer.set_rebalance_listener(listener) "
-            "instead"
+            "instead",
+            DeprecationWarning,
+            stacklevel=stacklevel,
         )
-        if self._explicit_set:
-            message += " (this listener is ignored: set_rebalance_listener() was already called and wins)"
-        warnings.warn(message, DeprecationWarning, stacklevel=stacklevel)
-        self._from_subscribe = listener
+        self._current = listener
 
     def resolve(self) -> object | None:
         """The listener that the most recent calls select (what the next ``poll()`` will use)."""
-        return self._explicit if self._explicit_set else self._from_subscribe
+        return self._current
 
     def begin_poll(self) -> object | None:
         """Call at the start of ``poll()``: fixes and returns the listener for this poll's callbacks."""

@@ -17,10 +17,11 @@ Semantics")
       LOST(all owned); else EAGER -> REVOKE(all owned); COOPERATIVE -> REVOKE(owned partitions of topics no
       longer subscribed).  A REVOKE is never emitted for an empty set; the JoinGroup waits for completion.
     * after SyncGroup ("join complete"): COOPERATIVE -> REVOKE(owned - assigned) if non-empty, then
-      ``assignor.on_assignment``, then ``AssignmentChanged`` and ASSIGN(assigned - owned), always, even
-      when empty.  When that REVOKE completes the member rejoins (the follow-up rebalance that lets the
-      partitions move).  An assignment naming topics outside the subscription is not applied: the member
-      rejoins.
+      ``AssignmentChanged`` and ASSIGN(assigned - owned), always, even when empty.  The ASSIGN event carries
+      ``assignor.on_assignment``: user code, run by the application thread right before the assigned
+      callback, so after the revoke callback even when that is delayed (KIP-429 order).  When that REVOKE
+      completes the member rejoins (the follow-up rebalance that lets the partitions move).  An assignment
+      naming topics outside the subscription is not applied: the member rejoins.
     * LOST(all owned) immediately when the generation is reset by UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION /
       FENCED_INSTANCE_ID (Heartbeat, SyncGroup, JoinGroup or a commit) or when ``max.poll.interval.ms``
       expires; LOST(vanished) when metadata says owned partitions of subscribed topics no longer exist.
@@ -93,7 +94,7 @@ Metrics
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1000,22 +1001,21 @@ class ClassicMembership:
                 "partitions assigned to another member: revoke, then rejoin",
                 followup=self.protocol is RebalanceProtocol.COOPERATIVE,
             )
-        on_assignment_error: BaseException | None = None
-        try:
-            assignor.on_assignment(assignment, self._generation.generation_id)
-        except Exception as exc:
-            on_assignment_error = exc
         self._assigned = assigned
         self._events.append(AssignmentChanged(owned=self.owned, awaiting_callback=added))
-        seq = self._emit_callback(CallbackKind.ASSIGN, added, "rebalance completed")
+        # The assignor's on_assignment is user code: it runs on the application thread, after the revoke
+        # callback above (even a delayed one) and right before the assigned callback (KIP-429 order).
+        generation_id = self._generation.generation_id
+
+        def on_assignment() -> None:
+            try:
+                assignor.on_assignment(assignment, generation_id)
+            except Exception as exc:
+                raise KafkaError(f"assignor {assignor.name!r} on_assignment failed: {exc!r}") from exc
+
+        seq = self._emit_callback(CallbackKind.ASSIGN, added, "rebalance completed", on_assignment)
         self._assign_seq = seq
         self._waiting.add(seq)
-        if on_assignment_error is not None:
-            self._events.append(
-                MembershipError(
-                    KafkaError(f"assignor {assignor.name!r} on_assignment failed: {on_assignment_error!r}")
-                )
-            )
         if self._subscribed_topics != self._joined_topics:
             self._request_rejoin("subscription changed during the rebalance")
         elif self._metadata_changed():
@@ -1217,9 +1217,15 @@ class ClassicMembership:
     # ------------------------------------------------------------------------------------------------
     # callbacks and ownership
 
-    def _emit_callback(self, kind: CallbackKind, partitions: frozenset[TopicPartition], reason: str) -> int:
+    def _emit_callback(
+        self,
+        kind: CallbackKind,
+        partitions: frozenset[TopicPartition],
+        reason: str,
+        on_assignment: Callable[[], None] | None = None,
+    ) -> int:
         self._seq += 1
-        self._events.append(CallbackNeeded(kind, partitions, self._seq, reason))
+        self._events.append(CallbackNeeded(kind, partitions, self._seq, reason, on_assignment))
         return self._seq
 
     def _revoke(self, partitions: Iterable[TopicPartition], reason: str, *, followup: bool = False) -> None:

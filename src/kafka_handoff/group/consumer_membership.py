@@ -928,21 +928,14 @@ class ConsumerMembership:
     def _reconciliation_valid(self, rec: _Reconciliation | None) -> bool:
         return rec is not None and rec is self._reconciliation and self._state is _S.RECONCILING
 
-    def _fail_reconciliation(self) -> None:
-        # Stay RECONCILING without acking; retried after the next application poll (or a new target).
-        # The broker fences the member if this lasts longer than the rebalance timeout.
-        self._reconciliation = None
-        self._retry_after_app_poll = True
-
     def _on_revoke_done(self, pending: _PendingCallback, error: BaseException | None, now_ms: int) -> None:
         rec = pending.reconciliation
         if not self._reconciliation_valid(rec):
             log.debug("revoke completed for a reconciliation that is no longer current; discarded")
             return
         assert rec is not None
-        if error is not None:
-            self._fail_reconciliation()
-            return
+        # A failed revoke callback does not stop the rebalance (KIP-1306, as the classic protocol): the
+        # application thread raises the error from poll() once; the partitions are given up all the same.
         self._assign_step(rec)
 
     def _on_assign_done(self, pending: _PendingCallback, error: BaseException | None, now_ms: int) -> None:
@@ -951,10 +944,8 @@ class ConsumerMembership:
             log.debug("assign completed for a reconciliation that is no longer current; discarded")
             return
         assert rec is not None
-        if error is not None:
-            # The added partitions stay awaiting their ASSIGN callback (not fetchable); retried later.
-            self._fail_reconciliation()
-            return
+        # A failed assign callback does not stop the rebalance either: the partitions become fetchable and
+        # the new assignment is acknowledged (the error reaches the application from poll(), once).
         self._awaiting_assign = self._awaiting_assign - rec.added
         self._current = rec.resolved
         self._reconciliation = None

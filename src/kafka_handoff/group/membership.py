@@ -30,7 +30,7 @@ from __future__ import annotations
 import enum
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -81,6 +81,10 @@ class CallbackNeeded:
     seq: int
     """Echoed back in ``on_callback_completed`` so stale completions can be told apart."""
     reason: str = ""
+    on_assignment: Callable[[], None] | None = field(default=None, compare=False)
+    """ASSIGN only (classic): the assignor's ``on_assignment``, run on the application thread right before
+    the assigned callback -- after any earlier revoke callback completed (KIP-429: revoked < onAssignment <
+    assigned).  An exception from it is raised from ``poll()`` like a callback error."""
 
 
 @dataclass(frozen=True, slots=True)

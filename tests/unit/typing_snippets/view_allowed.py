@@ -4,6 +4,7 @@ is expected (its signatures match the view's), and both listener styles must be 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Collection
 from concurrent.futures import Future
 
@@ -56,6 +57,8 @@ class Committing(RebalanceListenerBase):
         meta: ConsumerGroupMetadata = consumer.group_metadata()
         metrics: dict[str, float] = consumer.metrics()
         assert meta.group_id or metrics
+        instance: uuid.UUID | None = consumer.client_instance_id(timeout=1.0)
+        assert instance is None or instance.version == 4
 
 
 class Legacy(ConsumerRebalanceListener):
