@@ -1539,10 +1539,18 @@ def test_unsubscribe_then_subscribe_again_rejoins() -> None:
 # metadata changes
 
 
-def test_deleted_topic_partitions_are_lost_and_member_rejoins() -> None:
-    h = Harness(protocol=COOP, topics=("a", "b"))
+def test_deleted_topic_partitions_are_lost_and_the_leader_rejoins() -> None:
+    a = ScriptedAssignor(supported_protocols=(EAGER, COOP))
+    h = Harness([a], protocol=COOP, topics=("a", "b"))
     h.m.on_metadata(metadata({"a": 1, "b": 2}), h.now)
-    h.stable(["a0", "b0", "b1"])
+    h.start()
+    h.poll()
+    members = [("m1", None, _member_metadata(["a", "b"]))]
+    a.result = {"m1": MemberAssignment((tp("a0"), tp("b0"), tp("b1")))}
+    h.reply(h.take(JOIN), join_response(member_id="m1", leader="m1", members=members))
+    h.poll()
+    h.reply(h.take(SYNC), sync_response([tp("a0"), tp("b0"), tp("b1")]))
+    h.complete(*h.events())
     h.m.on_metadata(metadata({"a": 1}, errors={"b": int(E.unknown_topic_or_partition)}), h.now)
     events = h.events()
     assert events[0] == AssignmentChanged(owned=tps("a0"))
@@ -1552,10 +1560,9 @@ def test_deleted_topic_partitions_are_lost_and_member_rejoins() -> None:
     assert join_subscription(join).owned_partitions == (tp("a0"),)
 
 
-def test_partition_count_change_triggers_rejoin() -> None:
-    h = Harness(protocol=COOP, topics=("a",))
-    h.m.on_metadata(metadata({"a": 2}), h.now)
-    h.stable(["a0"])
+def test_partition_count_change_triggers_the_leaders_rejoin() -> None:
+    a = ScriptedAssignor(supported_protocols=(EAGER, COOP))
+    h = _stable_leader(a, {"a": 2})
     h.m.on_metadata(metadata({"a": 2, "other": 5}), h.now)
     h.poll()
     assert JOIN not in h.kinds()  # nothing changed for subscribed topics
@@ -1572,7 +1579,24 @@ def test_first_metadata_after_joining_without_metadata_does_not_rejoin() -> None
     assert JOIN not in h.kinds()
 
 
-def test_metadata_change_during_a_rebalance_rejoins_after_it_completes() -> None:
+def test_metadata_change_during_a_rebalance_makes_the_leader_rejoin_after_it_completes() -> None:
+    a = ScriptedAssignor(supported_protocols=(EAGER, COOP))
+    h = Harness([a], protocol=COOP, topics=("a",))
+    h.m.on_metadata(metadata({"a": 1}), h.now)
+    h.start()
+    h.poll()
+    a.result = {"m1": MemberAssignment((tp("a0"),))}
+    members = [("m1", None, _member_metadata(["a"]))]
+    h.reply(h.take(JOIN), join_response(member_id="m1", leader="m1", members=members))
+    h.m.on_metadata(metadata({"a": 3}), h.now)
+    h.poll()
+    h.reply(h.take(SYNC), sync_response([tp("a0")]))
+    h.complete(*h.events())
+    h.poll()
+    assert JOIN in h.kinds()
+
+
+def test_metadata_change_during_a_rebalance_does_not_make_a_follower_rejoin() -> None:
     h = Harness(protocol=COOP, topics=("a",))
     h.m.on_metadata(metadata({"a": 1}), h.now)
     h.start()
@@ -1583,7 +1607,7 @@ def test_metadata_change_during_a_rebalance_rejoins_after_it_completes() -> None
     h.reply(h.take(SYNC), sync_response([tp("a0")]))
     h.complete(*h.events())
     h.poll()
-    assert JOIN in h.kinds()
+    assert JOIN not in h.kinds()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -1726,3 +1750,82 @@ def test_raising_callbacks_do_not_stop_the_cooperative_rebalance() -> None:
     join = h.take(JOIN)
     assert join_subscription(join).owned_partitions == (tp("a1"), tp("a2"))
     assert h.events() == []
+
+
+# ----------------------------------------------------------------------------------------------------------
+# issue 14 item 9: classic rebalance triggers
+
+
+def _stable_leader(a: ScriptedAssignor, counts: dict[str, int]) -> Harness:
+    h = Harness([a], protocol=COOP, topics=("a",))
+    h.start()
+    h.m.on_metadata(metadata(counts), h.now)
+    h.events()
+    h.poll()
+    members = [("m1", None, _member_metadata(["a"])), ("m2", None, _member_metadata(["a"]))]
+    a.result = {"m1": MemberAssignment((tp("a0"),)), "m2": MemberAssignment((tp("a1"),))}
+    h.reply(h.take(JOIN), join_response(member_id="m1", leader="m1", members=members))
+    h.poll()
+    h.reply(h.take(SYNC), sync_response([tp("a0")]))
+    h.complete(*h.events())
+    assert h.m.is_leader and h.m.state is MemberState.STABLE
+    return h
+
+
+def test_partition_count_change_makes_only_the_leader_rejoin() -> None:
+    follower = Harness(protocol=COOP, topics=("a",))
+    follower.start()
+    follower.m.on_metadata(metadata({"a": 2}), follower.now)
+    follower.join_as_follower(["a0"])
+    assert not follower.m.is_leader and follower.m.state is MemberState.STABLE
+    follower.m.on_metadata(metadata({"a": 4}), follower.now)
+    assert not follower.m.rejoin_needed
+    follower.heartbeat_ok()
+    assert follower.kinds() == []  # no JoinGroup from a follower
+
+    a = ScriptedAssignor(supported_protocols=(EAGER, COOP))
+    leader = _stable_leader(a, {"a": 2})
+    leader.m.on_metadata(metadata({"a": 4}), leader.now)
+    assert leader.m.rejoin_needed
+    leader.poll()
+    join = leader.take(JOIN)
+    assert "metadata has changed" in join.body(9)["reason"]
+
+
+def test_vanished_partitions_are_lost_and_only_the_leader_rejoins() -> None:
+    follower = Harness(protocol=COOP, topics=("a",))
+    follower.start()
+    follower.m.on_metadata(metadata({"a": 2}), follower.now)
+    follower.join_as_follower(["a0", "a1"])
+    follower.m.on_metadata(metadata({"a": 1}), follower.now)  # a1 no longer exists
+    lost = follower.callbacks(follower.events())
+    assert [(c.kind, c.partitions) for c in lost] == [(LOST, tps("a1"))]
+    assert not follower.m.rejoin_needed
+
+    a = ScriptedAssignor(supported_protocols=(EAGER, COOP))
+    leader = _stable_leader(a, {"a": 2})
+    leader.m.on_metadata(metadata({"a": 1}, errors={}), leader.now)
+    assert leader.m.rejoin_needed
+
+
+def test_leader_hands_partitions_of_topics_it_cannot_see_back_to_their_owners() -> None:
+    """KIP-429 2.f: unknown-but-owned partitions (a topic the leader's metadata does not show) are given
+    back to the member that claims them instead of being taken away."""
+    a = ScriptedAssignor("custom-coop", (COOP,))
+    h = Harness([a], protocol=COOP, topics=("a",))
+    h.start()
+    h.m.on_metadata(metadata({"a": 2}), h.now)
+    h.poll()
+    members = [
+        ("m1", None, _member_metadata(["a"], owned=[tp("a0")], generation=1)),
+        ("m2", None, _member_metadata(["a", "n"], owned=[tp("a1"), tp("n0"), tp("n1")], generation=1)),
+    ]
+    a.result = {"m1": MemberAssignment((tp("a0"),)), "m2": MemberAssignment((tp("a1"),), b"ud")}
+    h.reply(h.take(JOIN), join_response(member_id="m1", leader="m1", members=members, protocol="custom-coop"))
+    assert h.events() == [MetadataNeeded(topics=frozenset({"a", "n"}))]
+    h.m.on_metadata(metadata({"a": 2}), h.now)  # still no "n" (e.g. created after the leader's metadata)
+    assert a.assign_calls[0][0] == {"a": 2}
+    h.poll()
+    sent = {x["member_id"]: decode_assignment(x["assignment"]) for x in h.take(SYNC).body(5)["assignments"]}
+    assert sent["m1"] == MemberAssignment((tp("a0"),))
+    assert sent["m2"] == MemberAssignment((tp("a1"), tp("n0"), tp("n1")), b"ud")

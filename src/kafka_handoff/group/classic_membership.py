@@ -27,6 +27,13 @@ Semantics")
       expires; LOST(vanished) when metadata says owned partitions of subscribed topics no longer exist.
     * Callback errors are the application thread's business (it reports them); the rebalance completes.
 
+Rebalance triggers (KIP-429 1.x)
+    Every member rejoins when its subscribed topics change (subscription, pattern matches) or on
+    REBALANCE_IN_PROGRESS / a generation reset.  A changed partition count of a subscribed topic (or owned
+    partitions that vanished: LOST for them) makes only the *leader* rejoin, as in Java, which compares with
+    the counts it assigned from.  The leader hands partitions that members claim as owned, of topics its
+    metadata does not show and that the assignor gave to nobody, back to their owners (KIP-429 2.f).
+
 Ownership while a callback is outstanding
     A partition stays in :attr:`ClassicMembership.owned` until its REVOKE callback completed (the application
     may still commit it; nobody else can own it yet, see below).  ``AssignmentChanged.owned`` always equals
@@ -496,10 +503,13 @@ class ClassicMembership:
         self._handle_vanished_partitions()
         if (
             self._state is MemberState.STABLE
+            and self._is_leader
             and not self._rejoin_needed
             and self._leave is _Leave.NONE
             and self._metadata_changed()
         ):
+            # Only the leader, which assigned from these counts, rejoins (Java's assignmentSnapshot; KIP-429
+            # 1.2); the other members' metadata may lag or lead, and their rejoin would add nothing.
             self._request_rejoin("cached metadata has changed (partition count of a subscribed topic)")
         if self._leader_job is not None:
             self._try_leader_assignment(now_ms)
@@ -866,6 +876,7 @@ class ClassicMembership:
                 validate_cooperative_assignment(
                     {m: s.owned_partitions for m, s in subscriptions.items()}, result
                 )
+            result = _hand_back_unknown_owned(result, subscriptions, partitions_per_topic)
             assignments = [
                 {"member_id": member_id, "assignment": encode_assignment(result[member_id])}
                 for member_id in sorted(result)
@@ -1018,7 +1029,7 @@ class ClassicMembership:
         self._waiting.add(seq)
         if self._subscribed_topics != self._joined_topics:
             self._request_rejoin("subscription changed during the rebalance")
-        elif self._metadata_changed():
+        elif self._is_leader and self._metadata_changed():
             self._request_rejoin("cached metadata has changed during the rebalance")
 
     # ------------------------------------------------------------------------------------------------
@@ -1412,6 +1423,34 @@ class ClassicMembership:
             if parts and tp.partition not in {p.partition for p in parts}:
                 gone.add(tp)
         if gone:
+            # KIP-429 1.2: LOST for owned partitions that no longer exist; only the leader rejoins (the
+            # changed partition counts are a trigger of its own, see on_metadata).
             self._lose(gone, "partitions no longer exist (topic deleted)")
-            if self._state is not MemberState.UNJOINED and self._leave is _Leave.NONE:
+            if self._is_leader and self._state is not MemberState.UNJOINED and self._leave is _Leave.NONE:
                 self._request_rejoin("owned partitions no longer exist")
+
+
+def _hand_back_unknown_owned(
+    result: dict[str, MemberAssignment],
+    subscriptions: dict[str, MemberSubscription],
+    partitions_per_topic: dict[str, int],
+) -> dict[str, MemberAssignment]:
+    """KIP-429 2.c.iii / 2.f: partitions members claim as owned, of topics this leader's metadata does not
+    show (stale metadata, or a topic created or deleted meanwhile), and that nobody was assigned, go back to
+    the member that claims them -- taking them away would revoke them for no reason; if the topic really is
+    gone, the owner learns that from its own metadata.  Only for topics the owner still subscribes to."""
+    assigned = {tp for a in result.values() for tp in a.partitions}
+    out = dict(result)
+    for member_id in sorted(subscriptions):
+        sub = subscriptions[member_id]
+        back = [
+            tp
+            for tp in sub.owned_partitions
+            if tp.topic not in partitions_per_topic and tp.topic in sub.topics and tp not in assigned
+        ]
+        if not back:
+            continue
+        assigned.update(back)
+        current = out.get(member_id, MemberAssignment(()))
+        out[member_id] = MemberAssignment((*current.partitions, *back), current.user_data)
+    return out
