@@ -24,6 +24,7 @@ from kafka_handoff.group.assignors import CooperativeStickyAssignor, RangeAssign
 from kafka_handoff.group.assignors.base import MemberAssignment, MemberSubscription, RebalanceProtocol
 from kafka_handoff.group.classic_membership import ClassicMembership, MemberState
 from kafka_handoff.group.membership import (
+    AppThreadTask,
     AssignmentChanged,
     CallbackKind,
     CallbackNeeded,
@@ -218,6 +219,7 @@ class Harness:
         pattern: str | None = None,
         margin: int | None = None,
         subscribe: bool = True,
+        app_thread_assignors: bool = False,
     ) -> None:
         self.clock = FakeClock()
         if assignors is None:
@@ -238,6 +240,7 @@ class Harness:
             retry_backoff_max_ms=BACKOFF_MAX,
             metrics=self.sink,
             revoke_deadline_margin_ms=margin,
+            app_thread_assignors=app_thread_assignors,
         )
         self.pending: list[UnsentRequest] = []
         if subscribe:
@@ -1829,3 +1832,71 @@ def test_leader_hands_partitions_of_topics_it_cannot_see_back_to_their_owners() 
     sent = {x["member_id"]: decode_assignment(x["assignment"]) for x in h.take(SYNC).body(5)["assignments"]}
     assert sent["m1"] == MemberAssignment((tp("a0"),))
     assert sent["m2"] == MemberAssignment((tp("a1"), tp("n0"), tp("n1")), b"ud")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# issue 14 item 5: a custom assignor runs on the application thread
+
+
+def _leader_with_task(a: Any) -> tuple[Harness, AppThreadTask]:
+    h = Harness([a], topics=("a",), app_thread_assignors=True)  # as the consumer constructs it
+    h.start()
+    h.m.on_metadata(metadata({"a": 2}), h.now)
+    h.events()
+    h.poll()
+    members = [("m1", None, _member_metadata(["a"])), ("m2", None, _member_metadata(["a"]))]
+    h.reply(h.take(JOIN), join_response(member_id="m1", leader="m1", members=members))
+    (task,) = [e for e in h.events() if isinstance(e, AppThreadTask)]
+    return h, task
+
+
+def test_custom_assignor_assign_is_handed_to_the_application_thread() -> None:
+    a = ScriptedAssignor()
+    a.result = {"m1": MemberAssignment((tp("a0"),)), "m2": MemberAssignment((tp("a1"),))}
+    h, task = _leader_with_task(a)
+    h.poll()
+    assert h.kinds() == [] and a.assign_calls == []  # nothing ran on the network thread
+    h.advance(HB)
+    h.poll()
+    assert h.kinds() == [HEARTBEAT]  # heartbeats go on while the application thread has not run it
+    h.take(HEARTBEAT)
+    result = task.run()  # the application thread, inside poll()
+    assert len(a.assign_calls) == 1
+    task.done(result, None, h.now)  # back on the network thread
+    h.poll()
+    sent = {x["member_id"]: decode_assignment(x["assignment"]) for x in h.take(SYNC).body(5)["assignments"]}
+    assert sent == a.result
+
+
+def test_custom_assignor_failure_on_the_application_thread_is_reported() -> None:
+    h, task = _leader_with_task(ScriptedAssignor())
+    task.done(None, RuntimeError("assignor bug"), h.now)
+    errors = [e for e in h.events() if isinstance(e, MembershipError)]
+    assert len(errors) == 1 and "assignor bug" in str(errors[0].error) and not errors[0].fatal
+    h.poll()
+    assert SYNC not in h.kinds()
+
+
+def test_stale_custom_assignor_result_is_ignored() -> None:
+    a = ScriptedAssignor()
+    a.result = {"m1": MemberAssignment((tp("a0"),))}
+    h, task = _leader_with_task(a)
+    h.advance(HB)
+    h.poll()
+    h.reply(h.take(HEARTBEAT), heartbeat_response(E.unknown_member_id))  # generation reset meanwhile
+    task.done(task.run(), None, h.now)
+    h.poll()
+    assert SYNC not in h.kinds()
+
+
+def test_builtin_assignor_runs_at_once_on_the_network_thread() -> None:
+    h = Harness([RangeAssignor()], topics=("a",), app_thread_assignors=True)
+    h.start()
+    h.m.on_metadata(metadata({"a": 2}), h.now)
+    h.events()
+    h.poll()
+    members = [("m1", None, _member_metadata(["a"]))]
+    h.reply(h.take(JOIN), join_response(member_id="m1", leader="m1", members=members, protocol="range"))
+    assert not [e for e in h.events() if isinstance(e, AppThreadTask)]
+    h.poll()
+    assert h.kinds() == [SYNC]

@@ -21,6 +21,7 @@ from kafka_handoff.consumer.consumer import Consumer
 from kafka_handoff.consumer.listener import RebalanceConsumer, RebalanceListenerBase
 from kafka_handoff.errors import IllegalStateError
 from kafka_handoff.group.membership import (
+    AppThreadTask,
     AssignmentChanged,
     CallbackKind,
     CallbackNeeded,
@@ -701,3 +702,43 @@ def test_client_instance_id_through_the_view_raises_when_telemetry_is_off() -> N
         assert len(seen) == 1 and "enable.metrics.push" in str(seen[0])
     finally:
         consumer.close(0.5)
+
+
+def test_custom_assignor_task_runs_on_the_application_thread_inside_poll(h: Harness) -> None:
+    """Item 5: a custom assignor's assign() (AppThreadTask) runs on the application thread, inside poll(),
+    never inside another call; its outcome goes back to the network thread."""
+    h.own(T0)
+    ran: list[str] = []
+    reported: list[tuple[object, BaseException | None, str]] = []
+
+    def run() -> object:
+        ran.append(threading.current_thread().name)
+        return {"m1": "assignment"}
+
+    def done(result: object, error: BaseException | None, now_ms: int) -> None:
+        reported.append((result, error, threading.current_thread().name))
+
+    h.inject(AppThreadTask(run, done, "assignor 'x' assign()"))
+    h.consumer.assignment()  # another call: nothing runs
+    assert ran == []
+    h.consumer.poll(0)
+    h.sync()
+    assert ran == [threading.current_thread().name]
+    assert len(reported) == 1
+    result, error, thread = reported[0]
+    assert result == {"m1": "assignment"} and error is None
+    assert thread.startswith("kafka-handoff-network")
+
+
+def test_custom_assignor_task_error_goes_back_to_the_membership(h: Harness) -> None:
+    h.own(T0)
+    boom = RuntimeError("assignor bug")
+    reported: list[BaseException | None] = []
+
+    def run() -> object:
+        raise boom
+
+    h.inject(AppThreadTask(run, lambda result, error, now: reported.append(error)))
+    h.consumer.poll(0)  # the error is the membership's to report (as a MembershipError), not raised here
+    h.sync()
+    assert reported == [boom]

@@ -43,6 +43,7 @@ from kafka_handoff.errors import (
 )
 from kafka_handoff.group.coordinator import CoordinatorManager
 from kafka_handoff.group.membership import (
+    AppThreadTask,
     AssignmentChanged,
     CallbackKind,
     CallbackNeeded,
@@ -222,7 +223,7 @@ class Consumer:
         self._protocol = str(self._config.get("group.protocol"))
         self._early_return = False
         self._callback_error: BaseException | None = None
-        self._deferred_callbacks: list[CallbackNeeded] = []
+        self._deferred_callbacks: list[CallbackNeeded | AppThreadTask] = []
         # Partitions whose revoked/lost callback ran and that were not assigned again since.
         self._told_gone: set[TopicPartition] = set()
         self._leaving = False
@@ -272,6 +273,7 @@ class Consumer:
             heartbeat_interval_ms=int(cfg.get("heartbeat.interval.ms")),
             request_timeout_ms=int(cfg.get("request.timeout.ms")),
             exclude_internal_topics=bool(cfg.get("exclude.internal.topics")),
+            app_thread_assignors=True,
             **common,
         )
 
@@ -288,6 +290,9 @@ class Consumer:
                 if event.kind is CallbackKind.REVOKE:
                     # From now on nothing more is fetched for them (KIP-983: no more records).
                     self._subs.mark_pending_revocation(event.partitions)
+                self._background.put(event)
+                notify = True
+            elif isinstance(event, AppThreadTask):
                 self._background.put(event)
                 notify = True
             elif isinstance(event, MetadataNeeded):
@@ -431,9 +436,9 @@ class Consumer:
         adds rebalance callbacks)."""
         if isinstance(event, _CommitCallback):
             event.callback(event.offsets, event.error)
-        elif isinstance(event, CallbackNeeded):
-            # Rebalance callbacks run inside poll() (or while leaving), never inside another call, and in
-            # the order the membership asked for them.
+        elif isinstance(event, (CallbackNeeded, AppThreadTask)):
+            # Rebalance callbacks (and a custom assignor's assign()) run inside poll() (or while leaving),
+            # never inside another call, and in the order the membership asked for them.
             self._deferred_callbacks.append(event)
             if (self._in_poll or self._leaving) and not self._in_callback:
                 self._run_deferred_callbacks()
@@ -478,12 +483,36 @@ class Consumer:
         i = 0
         while i < len(queue_):
             event = queue_[i]
+            if isinstance(event, AppThreadTask):
+                del queue_[i]
+                self._run_app_thread_task(event)
+                i = 0
+                continue
             if event.kind is CallbackKind.ASSIGN and self._revoke.pending_seqs() and not self._leaving:
                 i += 1
                 continue
             del queue_[i]
             self._on_callback_needed(event)
             i = 0
+
+    def _run_app_thread_task(self, task: AppThreadTask) -> None:
+        """User code the membership needs on this thread (a custom assignor's ``assign``); the outcome goes
+        back to the network thread, where an error becomes a membership error raised from ``poll()``."""
+        result: object = None
+        error: BaseException | None = None
+        self._in_callback = True
+        try:
+            result = task.run()
+        except Exception as exc:
+            error = exc
+        finally:
+            self._in_callback = False
+
+        def report(now: int, fut: Future[Any]) -> None:
+            task.done(result, error, now)
+            fut.set_result(None)
+
+        self._thread.call(report)
 
     def _on_callback_needed(self, event: CallbackNeeded) -> None:
         parts = event.partitions
@@ -533,9 +562,13 @@ class Consumer:
         callback never runs after the lost callback for partitions the member no longer owns.  An ASSIGN
         all of whose partitions are lost (a generation reset) is dropped (its completion is reported, so
         the membership does not wait for it); one partly lost runs for the rest."""
-        kept: list[CallbackNeeded] = []
+        kept: list[CallbackNeeded | AppThreadTask] = []
         for queued in self._deferred_callbacks:
-            if queued.kind is CallbackKind.ASSIGN and queued.seq < lost.seq:
+            if (
+                isinstance(queued, CallbackNeeded)
+                and queued.kind is CallbackKind.ASSIGN
+                and queued.seq < lost.seq
+            ):
                 if queued.partitions <= lost.partitions:
                     log.debug("assign callback (seq %d) dropped: superseded by lost partitions", queued.seq)
                     self._complete_nt(queued.seq, None)

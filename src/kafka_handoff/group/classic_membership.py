@@ -101,7 +101,7 @@ Metrics
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,7 +115,7 @@ from kafka_handoff.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from kafka_handoff.group.assignors import is_builtin_cooperative, select_protocol
+from kafka_handoff.group.assignors import is_builtin, is_builtin_cooperative, select_protocol
 from kafka_handoff.group.assignors.base import (
     MemberAssignment,
     MemberSubscription,
@@ -123,6 +123,7 @@ from kafka_handoff.group.assignors.base import (
     RebalanceProtocol,
 )
 from kafka_handoff.group.membership import (
+    AppThreadTask,
     AssignmentChanged,
     CallbackKind,
     CallbackNeeded,
@@ -246,6 +247,7 @@ class ClassicMembership:
         metrics: RebalanceMetricsSink | None = None,
         exclude_internal_topics: bool = True,
         revoke_deadline_margin_ms: int | None = None,
+        app_thread_assignors: bool = False,
     ) -> None:
         if not assignors:
             raise ConfigError("partition.assignment.strategy: at least one assignor is required")
@@ -301,6 +303,10 @@ class ClassicMembership:
         self._join_token: object | None = None
         self._sync_token: object | None = None
         self._leader_job: _LeaderJob | None = None
+        # A custom assignor's assign() runs on the application thread (AppThreadTask) when
+        # app_thread_assignors is set (the consumer sets it); this is the task being waited for.
+        self._app_thread_assignors = app_thread_assignors
+        self._assign_task: object | None = None
         self._join_deadline_ms: int | None = None
         self._fatal: BaseException | None = None
 
@@ -752,6 +758,7 @@ class ClassicMembership:
                 return
             self._generation = Generation(int(resp.generation_id), str(resp.member_id), str(protocol_name))
             self._state = MemberState.COMPLETING_REBALANCE
+            self._assign_task = None
             # Java's heartbeat.resetTimeouts(): session, heartbeat and poll timers restart.
             self._session_deadline_ms = now_ms + self._session_timeout_ms
             self._hb_next_ms = now_ms + self._heartbeat_interval_ms
@@ -870,8 +877,58 @@ class ClassicMembership:
             )
             return
         partitions_per_topic = {t: n for t, n in counts.items() if n}
+        if self._app_thread_assignors and not is_builtin(assignor):
+            # A custom assignor is user code: the application thread runs it inside poll() (as Java's
+            # classic consumer does); heartbeats go on meanwhile.  Built-in assignors run here at once.
+            token = object()
+            self._assign_task = token
+            generation = self._generation
+
+            def run() -> object:
+                return assignor.assign(partitions_per_topic, subscriptions)
+
+            def done(result: object, error: BaseException | None, at_ms: int) -> None:
+                if (
+                    token is not self._assign_task
+                    or self._generation != generation
+                    or self._state is not MemberState.COMPLETING_REBALANCE
+                ):
+                    return  # the rebalance moved on meanwhile
+                self._assign_task = None
+                self._finish_leader_assignment(
+                    assignor, subscriptions, partitions_per_topic, result, error, at_ms
+                )
+
+            self._events.append(AppThreadTask(run, done, f"assignor {assignor.name!r} assign()"))
+            return
+        outcome: object = None
+        failure: BaseException | None = None
         try:
-            result = assignor.assign(partitions_per_topic, subscriptions)
+            outcome = assignor.assign(partitions_per_topic, subscriptions)
+        except Exception as exc:
+            failure = exc
+        self._finish_leader_assignment(
+            assignor, subscriptions, partitions_per_topic, outcome, failure, now_ms
+        )
+
+    def _finish_leader_assignment(
+        self,
+        assignor: PartitionAssignor,
+        subscriptions: dict[str, MemberSubscription],
+        partitions_per_topic: dict[str, int],
+        outcome: object,
+        failure: BaseException | None,
+        now_ms: int,
+    ) -> None:
+        """Check the assignor's output, hand unknown-but-owned partitions back, and send SyncGroup."""
+        try:
+            if failure is not None:
+                raise failure
+            if not isinstance(outcome, Mapping):
+                raise TypeError(
+                    f"assign() returned {type(outcome).__name__}, not a mapping of member assignments"
+                )
+            result: dict[str, MemberAssignment] = dict(outcome)
             if self.protocol is RebalanceProtocol.COOPERATIVE and not is_builtin_cooperative(assignor):
                 validate_cooperative_assignment(
                     {m: s.owned_partitions for m, s in subscriptions.items()}, result

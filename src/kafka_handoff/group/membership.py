@@ -18,6 +18,9 @@ Outputs besides requests are drained with :meth:`Membership.drain_events`:
 * :class:`MetadataNeeded` -- the membership needs fresher metadata (topic ids to resolve, a regex to
   match, partition counts for the classic leader).
 * :class:`MembershipError` -- a fatal or caller-visible error (the next API call raises it).
+* :class:`AppThreadTask` -- user code the membership needs run on the application thread (a custom
+  assignor's ``assign`` on the classic leader), inside ``poll()``; its ``done`` goes back to the network
+  thread with the result.
 * :class:`CoordinatorNeeded` -- the membership considers the coordinator unknown (never found, or
   NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / a disconnect): (re)discover it and report the result
   with :meth:`Membership.on_coordinator`.
@@ -38,6 +41,7 @@ from kafka_handoff.protocol.requests import PollResult
 from kafka_handoff.types import ClusterMetadata, ConsumerGroupMetadata, TopicPartition
 
 __all__ = [
+    "AppThreadTask",
     "AssignmentChanged",
     "CallbackKind",
     "CallbackNeeded",
@@ -115,7 +119,20 @@ class CoordinatorNeeded:
     reason: str = ""
 
 
-GroupEvent = CallbackNeeded | AssignmentChanged | MetadataNeeded | MembershipError | CoordinatorNeeded
+@dataclass(frozen=True, slots=True)
+class AppThreadTask:
+    """User code to run on the application thread inside ``poll()`` (as Java runs a classic leader's
+    assignor inside ``poll()``): ``run()`` there, then ``done(result, error, now_ms)`` on the network
+    thread.  A stale ``done`` (the rebalance moved on meanwhile) is ignored by the membership."""
+
+    run: Callable[[], object]
+    done: Callable[[object, BaseException | None, int], None]
+    what: str = ""
+
+
+GroupEvent = (
+    CallbackNeeded | AssignmentChanged | MetadataNeeded | MembershipError | CoordinatorNeeded | AppThreadTask
+)
 
 
 class RebalanceMetricsSink(Protocol):

@@ -39,6 +39,7 @@ __all__ = [
     "StickyAssignor",
     "get_assignor",
     "get_assignors",
+    "is_builtin",
     "is_builtin_cooperative",
     "select_protocol",
 ]
@@ -180,6 +181,11 @@ def select_protocol(assignors: Sequence[PartitionAssignor]) -> RebalanceProtocol
             + ")"
         )
     return max(common)
+
+
+def is_builtin(assignor: PartitionAssignor) -> bool:
+    """True for an instance of one of our own assignor classes (not a subclass): no user code runs in it."""
+    return type(assignor) in BUILTIN_ASSIGNORS.values()
 
 
 def is_builtin_cooperative(assignor: PartitionAssignor) -> bool:
