@@ -744,8 +744,8 @@ class Consumer:
         return self._revoke.delay_revoke([TopicPartition(*tp) for tp in partitions], self._clock.now_ms())
 
     def set_rebalance_listener(self, listener: AnyRebalanceListener | None) -> None:
-        """Set (or with ``None`` remove) the rebalance listener; the value set last before the next
-        ``poll()`` wins, also over a listener given to ``subscribe()`` (KIP-1306)."""
+        """Set (or with ``None`` remove) the rebalance listener; it takes effect at the next ``poll()``.
+        Of this and a listener given to ``subscribe()``, the one set last wins (KIP-1306, as Java)."""
         self._ensure_open()
         self._listeners.set_rebalance_listener(listener)
 
