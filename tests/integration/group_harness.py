@@ -129,6 +129,7 @@ class GroupLog:
     def intervals(self) -> dict[TopicPartition, list[Interval]]:
         """Ownership intervals per partition from the callbacks (assigned .. revoked/lost)."""
         open_: dict[tuple[str, TopicPartition], float] = {}
+        revoked: set[tuple[str, TopicPartition]] = set()
         out: dict[TopicPartition, list[Interval]] = defaultdict(list)
         for e in self.callbacks():
             for tp in e.partitions:
@@ -139,10 +140,19 @@ class GroupLog:
                             f"{e.member} was assigned {tp} twice without a revoke in between"
                         )
                     open_[key] = e.t
+                    revoked.discard(key)
                 else:
                     if key not in open_:
+                        if e.kind == "lost" and key in revoked:
+                            # The lost callback gets every partition the membership still counted as owned,
+                            # also one whose revoke callback already ran (KIP-1306, as Java): its ownership
+                            # ended with that revoke.
+                            revoked.discard(key)
+                            continue
                         raise AssertionError(f"{e.member} got {e.kind} for {tp}, which it did not own")
                     out[tp].append(Interval(e.member, open_.pop(key), e.t, e.kind))
+                    if e.kind == "revoked":
+                        revoked.add(key)
         for (member, tp), start in open_.items():
             out[tp].append(Interval(member, start, float("inf"), "open"))
         return out
