@@ -34,6 +34,13 @@ Rebalance triggers (KIP-429 1.x)
     the counts it assigned from.  The leader hands partitions that members claim as owned, of topics its
     metadata does not show and that the assignor gave to nobody, back to their owners (KIP-429 2.f).
 
+User code of assignors
+    With ``app_thread_assignors`` (the consumer sets it) a custom assignor's ``assign`` is handed to the
+    application thread as an :class:`~kafka_handoff.group.membership.AppThreadTask` (run inside ``poll()``,
+    as Java does; heartbeats go on meanwhile); built-in assignors run here at once.  ``on_assignment`` of any
+    assignor rides on the ASSIGN event (application thread).  ``subscription_user_data`` is still called on
+    the network thread when a JoinGroup is built.
+
 Ownership while a callback is outstanding
     A partition stays in :attr:`ClassicMembership.owned` until its REVOKE callback completed (the application
     may still commit it; nobody else can own it yet, see below).  ``AssignmentChanged.owned`` always equals
