@@ -579,6 +579,44 @@ def test_in_flight_expiry_bumps_epoch_when_the_batch_was_not_written() -> None:
     assert h.broker.logs[TopicPartition("t", 0)] == [b"b"]
 
 
+def test_gap_after_an_expired_retried_batch_bumps_the_epoch_at_once() -> None:
+    """Regression: a batch retried across a leader outage expires (its sequence is unresolved); the batch
+    after it is then answered OUT_OF_ORDER_SEQUENCE_NUMBER.  As Java does, that proves the gap: the epoch is
+    bumped at once and the later batch is written -- it used to be retried without a bump until it expired
+    too (the unresolved marker held the partition's next sequence, not the one after the expired batch)."""
+    h = Harness(delivery_timeout_ms=30_000, batch_size=100)
+    h.init()
+    h.send(b"a0")
+    h.run()  # the broker knows the producer (sequence 0 acknowledged)
+    tp = TopicPartition("t", 0)
+    lost = h.send(b"a1")
+    (r1,) = h.poll()
+    h.clock.advance(20_000)
+    later = h.send(b"a2")
+    (r2,) = h.poll()
+    assert [h.header(h.batches_of(r)[0][1]).base_sequence for r in (r1, r2)] == [1, 2]
+    h.actions.append(lambda tp_, d: "fail")  # the old leader dies: nothing written
+    h.answer(r1)
+    h.actions.clear()
+    h.answer(r2)  # a new leader that never saw sequence 1: OUT_OF_ORDER, retried without a bump (not next)
+    assert h.idem is not None and h.idem.epoch == 0
+    h.clock.advance(1_000)
+    (r3,) = h.poll()  # a1 retried
+    assert h.header(h.batches_of(r3)[0][1]).base_sequence == 1
+    h.clock.advance(10_000)  # a1 expires while its retry is unanswered
+    assert h.poll() == []
+    assert isinstance(lost.exception(0), KafkaTimeoutError)
+    h.actions.append(lambda tp_, d: "fail")
+    h.answer(r3)  # ...and it was not written
+    h.actions.clear()
+    steps_before = h.clock.now_ms()
+    h.run()
+    assert later.result(0).offset == 1  # delivered, not expired
+    assert h.clock.now_ms() - steps_before < 5_000  # well before a2's own delivery timeout
+    assert h.idem.epoch == 1
+    assert h.broker.logs[tp] == [b"a0", b"a2"]
+
+
 def test_retriable_error_after_delivery_timeout_fails_with_timeout() -> None:
     h = Harness(delivery_timeout_ms=30_000, idempotent=False)
     fut = h.send(b"a")
