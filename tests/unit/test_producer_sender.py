@@ -690,6 +690,75 @@ def test_not_leader_refreshes_metadata_and_retries_on_new_leader() -> None:
     assert fut.result(0).offset == 0
 
 
+def _not_leader_response(leader: int, epoch: int, endpoints: list[tuple[int, str, int]]) -> Any:
+    """A Produce v10+ answer: NOT_LEADER_OR_FOLLOWER with the new leader (KIP-951)."""
+    partition = SimpleNamespace(
+        index=0,
+        error_code=NOT_LEADER,
+        base_offset=-1,
+        log_append_time=None,
+        log_start_offset=-1,
+        record_errors=(),
+        error_message=None,
+        current_leader=SimpleNamespace(leader_id=leader, leader_epoch=epoch),
+    )
+    return SimpleNamespace(
+        responses=[SimpleNamespace(name="t", partition_responses=[partition])],
+        throttle_time=None,
+        node_endpoints=[
+            SimpleNamespace(node_id=n, host=host, port=port, rack=None) for n, host, port in endpoints
+        ],
+    )
+
+
+def _with_epoch(h: Harness, leader: int, epoch: int) -> None:
+    h.metadata.cluster = ClusterMetadata(
+        brokers={n: BrokerNode(n, "127.0.0.1", 9000 + n) for n in (1, 2, 3)},
+        partitions={"t": (PartitionInfo("t", 0, leader, leader_epoch=epoch),)},
+    )
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_kip951_leader_hint_sends_the_retry_to_the_new_leader_at_once(idempotent: bool) -> None:
+    h = Harness(idempotent=idempotent, retry_backoff_ms=1000)
+    _with_epoch(h, leader=1, epoch=3)
+    if idempotent:
+        h.init()
+    fut = h.send(b"x")
+    (request,) = h.poll()
+    assert request.node == 1
+    h.in_flight.remove(request)
+    assert request.on_response is not None
+    request.on_response(_not_leader_response(4, 4, [(4, "new-leader", 9094)]), 11, h.clock.now_ms())
+    tp = TopicPartition("t", 0)
+    assert h.metadata.cluster.leader_for(tp) == 4
+    assert h.metadata.cluster.brokers[4] == BrokerNode(4, "new-leader", 9094)
+    (retry,) = h.poll()  # no retry backoff, no metadata round trip
+    assert retry.node == 4
+    h.answer(retry)
+    assert fut.result(0).offset == 0
+    assert h.broker.logs[tp] == [b"x"]
+
+
+def test_kip951_stale_leader_hint_is_ignored_and_the_retry_backs_off() -> None:
+    h = Harness(idempotent=False, retry_backoff_ms=1000)
+    _with_epoch(h, leader=1, epoch=3)
+    fut = h.send(b"x")
+    (request,) = h.poll()
+    h.in_flight.remove(request)
+    assert request.on_response is not None
+    h.metadata._need_update = False
+    request.on_response(_not_leader_response(2, 2, []), 11, h.clock.now_ms())  # epoch 2 < 3: stale
+    assert h.metadata.cluster.leader_for(TopicPartition("t", 0)) == 1
+    assert h.metadata._need_update  # a metadata refresh is still asked for
+    assert h.poll() == []  # the retry waits for its backoff
+    h.clock.advance(1_300)
+    (retry,) = h.poll()
+    assert retry.node == 1
+    h.answer(retry)
+    assert fut.result(0).offset == 0
+
+
 def test_retry_backoff_grows_exponentially_up_to_the_maximum() -> None:
     h = Harness(idempotent=False, retry_backoff_ms=100, retry_backoff_max_ms=1000)
     fut = h.send(b"x")
