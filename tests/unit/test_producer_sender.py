@@ -759,6 +759,43 @@ def test_kip951_stale_leader_hint_is_ignored_and_the_retry_backs_off() -> None:
     assert fut.result(0).offset == 0
 
 
+def test_retry_to_a_new_leader_from_a_metadata_refresh_skips_the_backoff() -> None:
+    """As Java's RecordAccumulator (KIP-951): the retry backoff is for a broker that failed; once the
+    metadata names another leader the retried batch goes there at once."""
+    h = Harness(idempotent=False, retry_backoff_ms=1000)
+    fut = h.send(b"x")
+    (request,) = h.poll()
+    h.actions.append(lambda tp, d: (NOT_LEADER, -1))
+    h.answer(request)
+    h.actions.clear()
+    assert h.poll() == []  # same leader: the backoff holds
+    h.set_leaders({0: 2})  # the refresh names the new leader
+    (retry,) = h.poll()
+    assert retry.node == 2
+    h.answer(retry)
+    assert fut.result(0).offset == 0
+
+
+def test_kip951_hint_moves_every_in_flight_batch_of_the_partition_in_order() -> None:
+    h = Harness(batch_size=100, retry_backoff_ms=1000)
+    _with_epoch(h, leader=1, epoch=3)
+    h.init()
+    data = values(30)
+    futures = [h.send(v) for v in data]
+    requests = h.poll()
+    assert len(requests) == 5 and all(r.node == 1 for r in requests)
+    for request in list(requests):  # the old leader answers every request with the hint
+        h.in_flight.remove(request)
+        assert request.on_response is not None
+        request.on_response(_not_leader_response(2, 4, [(2, "127.0.0.1", 9002)]), 11, h.clock.now_ms())
+    start = h.clock.now_ms()
+    h.run()
+    assert h.clock.now_ms() - start < 1000  # no retry waited for its backoff
+    assert h.broker.logs[TopicPartition("t", 0)] == data  # once each, in order
+    assert [f.result(0).offset for f in futures] == list(range(30))
+    assert h.idem is not None and h.idem.epoch == 0
+
+
 def test_retry_backoff_grows_exponentially_up_to_the_maximum() -> None:
     h = Harness(idempotent=False, retry_backoff_ms=100, retry_backoff_max_ms=1000)
     fut = h.send(b"x")

@@ -281,6 +281,7 @@ class Sender:
             topics.setdefault(batch.topic, []).append((batch.partition, payload))
             by_tp[batch.tp] = batch
             batch.in_flight = True
+            batch.sent_to = node
             self._in_flight_batches.add(batch)
             if batch not in self._heaped:
                 self._heaped.add(batch)
@@ -331,7 +332,7 @@ class Sender:
                 self.metrics.record_throttle(
                     _to_ms(throttle) if not isinstance(throttle, datetime.timedelta) else throttle // _MS, now
                 )
-            moved = self._apply_leader_hints(response, now)
+            self._apply_leader_hints(response, now)  # a retry to the new leader then skips its backoff
             for topic_response in response.responses:
                 name = str(topic_response.name)
                 for p in topic_response.partition_responses:
@@ -355,9 +356,6 @@ class Sender:
                             )
                         error = error_for_code(code, detail)
                         self._handle_error(batch, code, error, int(getattr(p, "log_start_offset", -1)), now)
-                        if tp in moved and not batch.done and not batch.in_flight:
-                            # KIP-951: the new leader is known already; retry there without the backoff.
-                            batch.retry_at_ms = now
             for batch in by_tp.values():  # not in the answer: treat as a retriable failure
                 self._handle_error(
                     batch,
