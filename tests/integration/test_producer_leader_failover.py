@@ -4,6 +4,7 @@ An ``acks=all`` idempotent producer writes steadily to a 3-partition topic (repl
 ``min.insync.replicas=2``) while the partition leaders are SIGKILLed and restarted one at a time.  Then
 everything is read back with librdkafka (an independent oracle): every acknowledged record is in the log
 exactly once, at the offset its future reported, and each partition holds the records in send order.
+After each kill the admin client's ``list_offsets`` must find the partitions' new leader within its timeout.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 import pytest
 
 from kafka_handoff import devbroker
+from kafka_handoff.admin import AdminClient, OffsetSpec
 from kafka_handoff.producer import Producer
-from kafka_handoff.types import RecordMetadata
+from kafka_handoff.types import RecordMetadata, TopicPartition
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
@@ -78,12 +80,22 @@ def _read_back(bootstrap: str, topic: str) -> dict[int, list[tuple[int, bytes]]]
 
 
 def _bounce(
-    cluster: devbroker.Cluster, topic: str, victim: int, led: list[int], acked: Callable[[], int]
+    cluster: devbroker.Cluster,
+    topic: str,
+    victim: int,
+    led: list[int],
+    acked: Callable[[], int],
+    admin: AdminClient,
 ) -> None:
     """SIGKILL ``victim`` (the leader of ``led``), let the stream go on without it, restart it and wait
-    until it is back in every ISR (so that the next kill keeps ``min.insync.replicas``)."""
+    until it is back in every ISR (so that the next kill keeps ``min.insync.replicas``).
+
+    Right after the kill the admin client lists the partitions' end offsets: the metadata still names the
+    dead leader for a while, and the call must follow the leadership to the new leader within its timeout."""
     before = acked()
     cluster.stop_node(victim, kill=True)  # SIGKILL: in-flight requests die with the connections
+    ends = admin.list_offsets([TopicPartition(topic, p) for p in led], OffsetSpec.LATEST, timeout=60)
+    assert sorted(tp.partition for tp in ends) == sorted(led) and all(o >= 0 for o in ends.values())
     wait_until(
         lambda: all(_leaders(cluster, topic).get(p, victim) not in (victim, -1) for p in led),
         60,
@@ -133,6 +145,7 @@ def test_idempotent_producer_across_leader_kills_loses_and_duplicates_nothing(
     thread = threading.Thread(target=stream, name="leader-failover-stream")
     thread.start()
     killed: list[int] = []
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     try:
         wait_until(lambda: acked() >= 1000, 60, "the stream to start")
         for round_ in range(KILLS):
@@ -141,7 +154,7 @@ def test_idempotent_producer_across_leader_kills_loses_and_duplicates_nothing(
             if victim in killed:  # prefer a leader that was not killed yet
                 victim = next((n for n in leaders.values() if n not in killed), victim)
             killed.append(victim)
-            _bounce(cluster, topic, victim, [p for p, n in leaders.items() if n == victim], acked)
+            _bounce(cluster, topic, victim, [p for p, n in leaders.items() if n == victim], acked, admin)
         stop.set()
         thread.join(30)
         assert not thread.is_alive() and not stream_error, stream_error
@@ -151,6 +164,7 @@ def test_idempotent_producer_across_leader_kills_loses_and_duplicates_nothing(
         stop.set()
         thread.join(30)
         producer.close(30)
+        admin.close(10)
         cluster.heal()
 
     failed = [(p, s, f.exception()) for p, s, f in sent if f.exception() is not None]
