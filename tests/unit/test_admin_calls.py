@@ -347,3 +347,29 @@ def test_submit_is_idempotent_for_already_done_futures() -> None:
     )
     mgr.submit(call, clock.now_ms())
     assert mgr.poll(clock.now_ms()).unsent == []
+
+
+def test_a_leader_call_fails_at_once_on_a_lost_connection_so_the_leader_is_looked_up_again() -> None:
+    """A call to a partition leader (``reroute``) does not retry a broker that is gone: the operation asks
+    the metadata for the new leader.  Errors the leader answers are still retried in place."""
+    clock = FakeClock()
+    mgr = manager()
+    call = AdminCall(
+        "ListOffsets(broker 1)",
+        ApiKey.LIST_OFFSETS,
+        1,
+        lambda version, timeout_ms: {},
+        Script(RequestTimedOutError("slow"), result="ok"),
+        clock.now_ms() + 60_000,
+        reroute=True,
+    )
+    mgr.submit(call, clock.now_ms())
+    request = only(mgr.poll(clock.now_ms()).unsent)
+    respond(request, clock.now_ms())  # a broker error: retried after the backoff
+    assert not call.future.done()
+    clock.advance(200)
+    request = only(mgr.poll(clock.now_ms()).unsent)
+    assert request.on_failure is not None
+    request.on_failure(ConnectionError_("connection refused"), clock.now_ms())
+    assert isinstance(call.future.exception(0), ConnectionError_)
+    assert mgr.poll(clock.now_ms()).unsent == []

@@ -14,6 +14,7 @@ from kafka_handoff.admin import AdminClient, NewTopic
 from kafka_handoff.admin.calls import AdminCall, NoRetry
 from kafka_handoff.errors import (
     ConfigError,
+    ConnectionError_,
     GroupIdNotFoundError,
     IllegalStateError,
     KafkaTimeoutError,
@@ -25,7 +26,7 @@ from kafka_handoff.group.assignors.base import MemberAssignment, MemberSubscript
 from kafka_handoff.group.protocol_data import encode_assignment, encode_subscription
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.protocol.wire import build_response
-from kafka_handoff.types import OffsetAndMetadata, TopicPartition
+from kafka_handoff.types import BrokerNode, ClusterMetadata, OffsetAndMetadata, PartitionInfo, TopicPartition
 
 pytestmark = pytest.mark.unit
 
@@ -339,3 +340,30 @@ def test_list_group_offsets_builds_both_request_shapes(
         "require_stable": False,
     }
     assert captured[1].build(7, 1000) == {"group_id": "g", "topics": None, "require_stable": False}
+
+
+def test_list_offsets_follows_the_leader_when_the_old_one_is_unreachable(
+    admin: AdminClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leader of a partition is killed: the ListOffsets call to it fails (lost connection), and
+    list_offsets asks the metadata again and goes to the new leader instead of failing or waiting for its
+    deadline on the dead broker."""
+    tp = TopicPartition("t", 0)
+    leaders = iter([1, 2])
+    targets: list[Any] = []
+
+    def fake_cluster(topics: Any, deadline_ms: int) -> ClusterMetadata:
+        return ClusterMetadata(
+            brokers={n: BrokerNode(n, "127.0.0.1", 9000 + n) for n in (1, 2)},
+            partitions={"t": (PartitionInfo("t", 0, next(leaders), leader_epoch=1),)},
+        )
+
+    def fake_run(calls: Any, deadline_ms: int) -> list[Any]:
+        targets.extend(c.target for c in calls)
+        assert all(c.reroute for c in calls)
+        return [ConnectionError_("connection refused") if c.target == 1 else {tp: 42} for c in calls]
+
+    monkeypatch.setattr(admin, "_cluster", fake_cluster)
+    monkeypatch.setattr(admin, "_run", fake_run)
+    assert admin.list_offsets([tp], timeout=10) == {tp: 42}
+    assert targets == [1, 2]

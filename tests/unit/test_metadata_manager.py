@@ -361,3 +361,59 @@ def test_parse_metadata_old_version_without_ids_and_epochs() -> None:
     assert parts is not None and parts[0].leader == 1
     assert parts[0].leader_epoch == -1
     assert cluster.topic_ids == {}
+
+
+# ------------------------------------------------------------------------------------- leader hints (KIP-951)
+
+
+def test_leader_hint_with_a_newer_epoch_moves_the_leader_and_adds_its_endpoint() -> None:
+    clock = FakeClock()
+    mm = manager()
+    refresh(mm, clock, [topic("a", {0: 1, 1: 1}, topic_id=TID, epoch=5)])
+    seen: list[ClusterMetadata] = []
+    mm.listeners.append(lambda cluster, now: seen.append(cluster))
+    moved = mm.update_leaders(
+        {TopicPartition("a", 0): (3, 6), TopicPartition("a", 1): (2, 5)},  # the second is not newer
+        [BrokerNode(3, "h3", 9094)],
+        clock.now_ms(),
+    )
+    assert moved == {TopicPartition("a", 0)}
+    cluster = mm.cluster
+    assert cluster.leader_for(TopicPartition("a", 0)) == 3
+    assert cluster.partitions["a"][0].leader_epoch == 6
+    assert cluster.leader_for(TopicPartition("a", 1)) == 1
+    assert cluster.brokers[3] == BrokerNode(3, "h3", 9094)
+    assert seen == [cluster]  # listeners see the new snapshot (e.g. the network client's addresses)
+
+
+def test_leader_hint_for_an_unknown_node_or_partition_is_ignored() -> None:
+    clock = FakeClock()
+    mm = manager()
+    refresh(mm, clock, [topic("a", {0: 1}, topic_id=TID, epoch=5)])
+    before = mm.cluster
+    hints = {TopicPartition("a", 0): (9, 7), TopicPartition("a", 4): (2, 7), TopicPartition("b", 0): (2, 7)}
+    assert mm.update_leaders(hints, [], clock.now_ms()) == set()
+    assert mm.cluster is before
+
+
+def test_a_lagging_brokers_metadata_does_not_undo_a_newer_leader() -> None:
+    """After a failover a broker that has not caught up still names the old leader with the old epoch: the
+    newer leader (from a hint or an earlier refresh) is kept, as Java's Metadata does."""
+    clock = FakeClock()
+    mm = manager()
+    refresh(mm, clock, [topic("a", {0: 1, 1: 1}, topic_id=TID, epoch=5)])
+    mm.update_leaders({TopicPartition("a", 0): (2, 6)}, [], clock.now_ms())
+    clock.advance(BACKOFF)
+    mm.request_update()
+    refresh(mm, clock, [topic("a", {0: 1, 1: 2}, topic_id=TID, epoch=5)])
+    assert mm.cluster.leader_for(TopicPartition("a", 0)) == 2  # kept (epoch 6 > 5)
+    assert mm.cluster.leader_for(TopicPartition("a", 1)) == 2  # taken (same epoch: the fresh answer wins)
+    clock.advance(BACKOFF)
+    mm.request_update()
+    refresh(mm, clock, [topic("a", {0: 3, 1: 2}, topic_id=TID, epoch=7)])
+    assert mm.cluster.leader_for(TopicPartition("a", 0)) == 3  # a newer epoch is taken
+    clock.advance(BACKOFF)
+    mm.request_update()
+    other = uuid.UUID(int=99)
+    refresh(mm, clock, [topic("a", {0: 1}, topic_id=other, epoch=0)])
+    assert mm.cluster.leader_for(TopicPartition("a", 0)) == 1  # a recreated topic starts over

@@ -579,6 +579,44 @@ def test_in_flight_expiry_bumps_epoch_when_the_batch_was_not_written() -> None:
     assert h.broker.logs[TopicPartition("t", 0)] == [b"b"]
 
 
+def test_gap_after_an_expired_retried_batch_bumps_the_epoch_at_once() -> None:
+    """Regression: a batch retried across a leader outage expires (its sequence is unresolved); the batch
+    after it is then answered OUT_OF_ORDER_SEQUENCE_NUMBER.  As Java does, that proves the gap: the epoch is
+    bumped at once and the later batch is written -- it used to be retried without a bump until it expired
+    too (the unresolved marker held the partition's next sequence, not the one after the expired batch)."""
+    h = Harness(delivery_timeout_ms=30_000, batch_size=100)
+    h.init()
+    h.send(b"a0")
+    h.run()  # the broker knows the producer (sequence 0 acknowledged)
+    tp = TopicPartition("t", 0)
+    lost = h.send(b"a1")
+    (r1,) = h.poll()
+    h.clock.advance(20_000)
+    later = h.send(b"a2")
+    (r2,) = h.poll()
+    assert [h.header(h.batches_of(r)[0][1]).base_sequence for r in (r1, r2)] == [1, 2]
+    h.actions.append(lambda tp_, d: "fail")  # the old leader dies: nothing written
+    h.answer(r1)
+    h.actions.clear()
+    h.answer(r2)  # a new leader that never saw sequence 1: OUT_OF_ORDER, retried without a bump (not next)
+    assert h.idem is not None and h.idem.epoch == 0
+    h.clock.advance(1_000)
+    (r3,) = h.poll()  # a1 retried
+    assert h.header(h.batches_of(r3)[0][1]).base_sequence == 1
+    h.clock.advance(10_000)  # a1 expires while its retry is unanswered
+    assert h.poll() == []
+    assert isinstance(lost.exception(0), KafkaTimeoutError)
+    h.actions.append(lambda tp_, d: "fail")
+    h.answer(r3)  # ...and it was not written
+    h.actions.clear()
+    steps_before = h.clock.now_ms()
+    h.run()
+    assert later.result(0).offset == 1  # delivered, not expired
+    assert h.clock.now_ms() - steps_before < 5_000  # well before a2's own delivery timeout
+    assert h.idem.epoch == 1
+    assert h.broker.logs[tp] == [b"a0", b"a2"]
+
+
 def test_retriable_error_after_delivery_timeout_fails_with_timeout() -> None:
     h = Harness(delivery_timeout_ms=30_000, idempotent=False)
     fut = h.send(b"a")
@@ -650,6 +688,112 @@ def test_not_leader_refreshes_metadata_and_retries_on_new_leader() -> None:
     assert retry.node == 2
     h.answer(retry)
     assert fut.result(0).offset == 0
+
+
+def _not_leader_response(leader: int, epoch: int, endpoints: list[tuple[int, str, int]]) -> Any:
+    """A Produce v10+ answer: NOT_LEADER_OR_FOLLOWER with the new leader (KIP-951)."""
+    partition = SimpleNamespace(
+        index=0,
+        error_code=NOT_LEADER,
+        base_offset=-1,
+        log_append_time=None,
+        log_start_offset=-1,
+        record_errors=(),
+        error_message=None,
+        current_leader=SimpleNamespace(leader_id=leader, leader_epoch=epoch),
+    )
+    return SimpleNamespace(
+        responses=[SimpleNamespace(name="t", partition_responses=[partition])],
+        throttle_time=None,
+        node_endpoints=[
+            SimpleNamespace(node_id=n, host=host, port=port, rack=None) for n, host, port in endpoints
+        ],
+    )
+
+
+def _with_epoch(h: Harness, leader: int, epoch: int) -> None:
+    h.metadata.cluster = ClusterMetadata(
+        brokers={n: BrokerNode(n, "127.0.0.1", 9000 + n) for n in (1, 2, 3)},
+        partitions={"t": (PartitionInfo("t", 0, leader, leader_epoch=epoch),)},
+    )
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_kip951_leader_hint_sends_the_retry_to_the_new_leader_at_once(idempotent: bool) -> None:
+    h = Harness(idempotent=idempotent, retry_backoff_ms=1000)
+    _with_epoch(h, leader=1, epoch=3)
+    if idempotent:
+        h.init()
+    fut = h.send(b"x")
+    (request,) = h.poll()
+    assert request.node == 1
+    h.in_flight.remove(request)
+    assert request.on_response is not None
+    request.on_response(_not_leader_response(4, 4, [(4, "new-leader", 9094)]), 11, h.clock.now_ms())
+    tp = TopicPartition("t", 0)
+    assert h.metadata.cluster.leader_for(tp) == 4
+    assert h.metadata.cluster.brokers[4] == BrokerNode(4, "new-leader", 9094)
+    (retry,) = h.poll()  # no retry backoff, no metadata round trip
+    assert retry.node == 4
+    h.answer(retry)
+    assert fut.result(0).offset == 0
+    assert h.broker.logs[tp] == [b"x"]
+
+
+def test_kip951_stale_leader_hint_is_ignored_and_the_retry_backs_off() -> None:
+    h = Harness(idempotent=False, retry_backoff_ms=1000)
+    _with_epoch(h, leader=1, epoch=3)
+    fut = h.send(b"x")
+    (request,) = h.poll()
+    h.in_flight.remove(request)
+    assert request.on_response is not None
+    h.metadata._need_update = False
+    request.on_response(_not_leader_response(2, 2, []), 11, h.clock.now_ms())  # epoch 2 < 3: stale
+    assert h.metadata.cluster.leader_for(TopicPartition("t", 0)) == 1
+    assert h.metadata._need_update  # a metadata refresh is still asked for
+    assert h.poll() == []  # the retry waits for its backoff
+    h.clock.advance(1_300)
+    (retry,) = h.poll()
+    assert retry.node == 1
+    h.answer(retry)
+    assert fut.result(0).offset == 0
+
+
+def test_retry_to_a_new_leader_from_a_metadata_refresh_skips_the_backoff() -> None:
+    """As Java's RecordAccumulator (KIP-951): the retry backoff is for a broker that failed; once the
+    metadata names another leader the retried batch goes there at once."""
+    h = Harness(idempotent=False, retry_backoff_ms=1000)
+    fut = h.send(b"x")
+    (request,) = h.poll()
+    h.actions.append(lambda tp, d: (NOT_LEADER, -1))
+    h.answer(request)
+    h.actions.clear()
+    assert h.poll() == []  # same leader: the backoff holds
+    h.set_leaders({0: 2})  # the refresh names the new leader
+    (retry,) = h.poll()
+    assert retry.node == 2
+    h.answer(retry)
+    assert fut.result(0).offset == 0
+
+
+def test_kip951_hint_moves_every_in_flight_batch_of_the_partition_in_order() -> None:
+    h = Harness(batch_size=100, retry_backoff_ms=1000)
+    _with_epoch(h, leader=1, epoch=3)
+    h.init()
+    data = values(30)
+    futures = [h.send(v) for v in data]
+    requests = h.poll()
+    assert len(requests) == 5 and all(r.node == 1 for r in requests)
+    for request in list(requests):  # the old leader answers every request with the hint
+        h.in_flight.remove(request)
+        assert request.on_response is not None
+        request.on_response(_not_leader_response(2, 4, [(2, "127.0.0.1", 9002)]), 11, h.clock.now_ms())
+    start = h.clock.now_ms()
+    h.run()
+    assert h.clock.now_ms() - start < 1000  # no retry waited for its backoff
+    assert h.broker.logs[TopicPartition("t", 0)] == data  # once each, in order
+    assert [f.result(0).offset for f in futures] == list(range(30))
+    assert h.idem is not None and h.idem.epoch == 0
 
 
 def test_retry_backoff_grows_exponentially_up_to_the_maximum() -> None:

@@ -27,6 +27,7 @@ from kafka_handoff.admin.calls import (
     GroupCoordinator,
     NoRetry,
     Target,
+    is_retriable,
     set_exception,
 )
 from kafka_handoff.admin.results import (
@@ -698,9 +699,12 @@ class AdminClient:
             calls = [
                 self._list_offsets_call(leader, tps, spec, deadline) for leader, tps in by_leader.items()
             ]
-            for outcome in self._run(calls, deadline):
+            for tps, outcome in zip(by_leader.values(), self._run(calls, deadline), strict=True):
                 if isinstance(outcome, BaseException):
-                    raise outcome
+                    if not is_retriable(outcome):
+                        raise outcome
+                    retry.extend(tps)  # the leader is unreachable: ask the metadata for the new one
+                    continue
                 for tp, value in outcome.items():
                     if isinstance(value, BaseException):
                         if getattr(value, "retriable", False):
@@ -759,6 +763,7 @@ class AdminClient:
             handle,
             deadline,
             min_version=1,
+            reroute=True,
         )
 
     # ==================================================================================== groups

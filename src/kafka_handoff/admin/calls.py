@@ -79,6 +79,10 @@ class AdminCall:
     max_version: int | None = None
     backoff_max_ms: int | None = None
     """Cap of this call's retry backoff (``None``: the manager's ``retry.backoff.max.ms``)."""
+    reroute: bool = False
+    """The target is a partition leader: a lost connection or a request timeout fails the call at once
+    (with its retriable error) so that the operation looks the leader up again instead of retrying a broker
+    that may be gone."""
     attempts: int = 0
     next_attempt_ms: int = 0
     in_flight: bool = False
@@ -219,6 +223,9 @@ class AdminCallManager:
             return
         if not isinstance(error, BrokerResponseError) and self._on_unknown_node is not None:
             self._on_unknown_node()  # a lost connection or an unknown address: refresh the brokers
+        if call.reroute and not isinstance(error, BrokerResponseError):
+            set_exception(call.future, error)  # the caller finds the (new) leader and tries again
+            return
         cap = self._backoff_max if call.backoff_max_ms is None else call.backoff_max_ms
         delay = _backoff(self._backoff_base, cap, call.attempts)
         if now_ms + delay >= call.deadline_ms:

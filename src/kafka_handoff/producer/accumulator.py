@@ -325,10 +325,10 @@ class RecordAccumulator:
                     continue
                 first = dq[0]
                 if first.attempts > 0:
-                    if first.retry_at_ms > now_ms:
+                    if first.retry_at_ms > now_ms and first.sent_to in (leader, -1):
                         result.next_ready_ms = min(result.next_ready_ms, first.retry_at_ms)
                         continue
-                    nodes.add(leader)
+                    nodes.add(leader)  # backoff over, or the leader moved (KIP-951: no backoff then)
                     continue
                 if force or len(dq) > 1 or first.closed:
                     nodes.add(leader)
@@ -397,7 +397,7 @@ class RecordAccumulator:
                     if not dq:
                         continue
                     first = dq[0]
-                    if first.attempts > 0 and first.retry_at_ms > now_ms:
+                    if first.attempts > 0 and first.retry_at_ms > now_ms and first.sent_to in (node, -1):
                         continue
                     estimate = self._wire_estimate(first)
                     if taken and size + estimate > max_request_size:

@@ -192,6 +192,7 @@ class ProducerBatch:
         "producer_epoch",
         "producer_id",
         "retry_at_ms",
+        "sent_to",
         "sequence_reset",
         "size",
         "topic",
@@ -214,6 +215,8 @@ class ProducerBatch:
         self.last_attempt_ms = created_ms
         self.attempts = 0
         self.retry_at_ms = 0
+        self.sent_to = -1
+        """The broker the last attempt went to: a retry to another (new) leader skips the backoff."""
         self.closed = False
         self.payload: bytes | None = None
         self.uncompressed_size = 0

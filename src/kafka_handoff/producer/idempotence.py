@@ -80,6 +80,11 @@ def _seq_add(sequence: int, count: int) -> int:
     return sequence + count
 
 
+def _seq_after(a: int, b: int) -> bool:
+    """Whether sequence ``a`` comes after ``b`` (sequences wrap at ``Integer.MAX_VALUE``)."""
+    return 0 < ((a - b) & INT32_MAX) < (1 << 30)
+
+
 @dataclass
 class _Partition:
     producer_id: int
@@ -301,7 +306,12 @@ class IdempotenceManager:
         entry = self._entry(batch.tp)
         if not awaiting_response:
             entry.remove(batch)
-        self._unresolved[batch.tp] = entry.next_sequence
+        # The sequence right after the expired batch (the highest such, as Java's markSequenceUnresolved):
+        # the batch that carries it is the one whose OUT_OF_ORDER_SEQUENCE_NUMBER proves the gap.
+        after = _seq_add(batch.last_sequence, 1)
+        known = self._unresolved.get(batch.tp)
+        if known is None or _seq_after(after, known):
+            self._unresolved[batch.tp] = after
 
     def request_epoch_bump(self, tp: TopicPartition | None = None) -> None:
         if tp is not None:

@@ -48,7 +48,7 @@ from kafka_handoff.protocol.compression import CompressionType
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.requests import ANY_NODE, MAX_POLL_WAIT_MS, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
-from kafka_handoff.types import ClusterMetadata, TopicPartition
+from kafka_handoff.types import BrokerNode, ClusterMetadata, TopicPartition
 
 __all__ = ["OnDone", "Sender"]
 
@@ -64,6 +64,11 @@ REQUEST_TIMED_OUT: Final = 7
 MESSAGE_TOO_LARGE: Final = 10
 RECORD_LIST_TOO_LARGE: Final = 18
 INVALID_RECORD: Final = 87
+
+NOT_LEADER_OR_FOLLOWER: Final = 6
+FENCED_LEADER_EPOCH: Final = 74
+#: Produce errors that come with the new leader (KIP-951 ``current_leader``).
+_LEADER_HINT_ERRORS: Final = frozenset({NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH})
 
 #: Java's ``InvalidMetadataException`` subclasses: after these the leader may have moved.
 _METADATA_ERRORS: Final = frozenset({3, 5, 6, 13, 56, 74, 75, 100, 103})
@@ -276,6 +281,7 @@ class Sender:
             topics.setdefault(batch.topic, []).append((batch.partition, payload))
             by_tp[batch.tp] = batch
             batch.in_flight = True
+            batch.sent_to = node
             self._in_flight_batches.add(batch)
             if batch not in self._heaped:
                 self._heaped.add(batch)
@@ -326,6 +332,7 @@ class Sender:
                 self.metrics.record_throttle(
                     _to_ms(throttle) if not isinstance(throttle, datetime.timedelta) else throttle // _MS, now
                 )
+            self._apply_leader_hints(response, now)  # a retry to the new leader then skips its backoff
             for topic_response in response.responses:
                 name = str(topic_response.name)
                 for p in topic_response.partition_responses:
@@ -378,6 +385,31 @@ class Sender:
             expect_response=self.acks != 0,
             min_version=3,
         )
+
+    def _apply_leader_hints(self, response: Any, now_ms: int) -> set[TopicPartition]:
+        """KIP-951 (Produce v10+): partitions answered NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH name their
+        new leader and epoch, and the response carries its endpoint; update the metadata at once.  Returns
+        the partitions whose leader moved."""
+        hints: dict[TopicPartition, tuple[int, int]] = {}
+        for topic_response in response.responses:
+            for p in topic_response.partition_responses:
+                if int(p.error_code) not in _LEADER_HINT_ERRORS:
+                    continue
+                leader = getattr(p, "current_leader", None)
+                if leader is not None and int(leader.leader_id) >= 0 and int(leader.leader_epoch) >= 0:
+                    tp = TopicPartition(str(topic_response.name), int(p.index))
+                    hints[tp] = (int(leader.leader_id), int(leader.leader_epoch))
+        if not hints:
+            return set()
+        nodes = [
+            BrokerNode(int(n.node_id), str(n.host), int(n.port), None if n.rack is None else str(n.rack))
+            for n in getattr(response, "node_endpoints", None) or ()
+        ]
+        moved = self.metadata.update_leaders(hints, nodes, now_ms)
+        if moved:
+            described = ", ".join(f"{tp} -> {hints[tp][0]} (epoch {hints[tp][1]})" for tp in sorted(moved))
+            log.info("new leaders from the produce response (KIP-951): %s", described)
+        return moved
 
     def _request_done(self, node: int) -> None:
         count = self._in_flight.get(node, 0) - 1

@@ -7,16 +7,17 @@ asks (:meth:`MetadataManager.request_update`), and notifies listeners with every
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
 from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.requests import ANY_NODE, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
-from kafka_handoff.types import BrokerNode, ClusterMetadata, PartitionInfo
+from kafka_handoff.types import BrokerNode, ClusterMetadata, PartitionInfo, TopicPartition
 
-__all__ = ["MetadataManager", "parse_metadata"]
+__all__ = ["MetadataManager", "keep_newer_leaders", "parse_metadata"]
 
 
 def parse_metadata(response: Any) -> ClusterMetadata:
@@ -66,6 +67,33 @@ def parse_metadata(response: Any) -> ClusterMetadata:
     )
 
 
+def keep_newer_leaders(current: ClusterMetadata, fresh: ClusterMetadata) -> ClusterMetadata:
+    """``fresh`` with the partitions for which ``current`` knows a newer leader epoch kept from ``current``
+    (a lagging broker's Metadata answer must not undo a leader change learnt from a KIP-951 hint or a newer
+    refresh; Java's ``Metadata`` does the same).  Topics recreated under a new id are taken as they come."""
+    if not current.partitions:
+        return fresh
+    partitions: dict[str, tuple[PartitionInfo, ...]] | None = None
+    for topic, parts in fresh.partitions.items():
+        known = current.partitions.get(topic)
+        if not known or current.topic_ids.get(topic) != fresh.topic_ids.get(topic):
+            continue
+        merged = list(parts)
+        changed = False
+        for i, p in enumerate(parts):
+            old = known[p.partition] if p.partition < len(known) else None
+            if old is not None and old.partition == p.partition and old.leader_epoch > p.leader_epoch >= 0:
+                merged[i] = old
+                changed = True
+        if changed:
+            if partitions is None:
+                partitions = dict(fresh.partitions)
+            partitions[topic] = tuple(merged)
+    if partitions is None:
+        return fresh
+    return dataclasses.replace(fresh, partitions=partitions)
+
+
 class MetadataManager:
     """Keeps cluster metadata fresh for a set of topics (or all topics)."""
 
@@ -98,6 +126,43 @@ class MetadataManager:
 
     def request_update(self) -> None:
         self._need_update = True
+
+    def update_leaders(
+        self,
+        leaders: Mapping[TopicPartition, tuple[int, int]],
+        nodes: Iterable[BrokerNode],
+        now_ms: int,
+    ) -> set[TopicPartition]:
+        """Apply KIP-951 leader hints (``{partition: (leader id, leader epoch)}`` and the leaders' endpoints)
+        from a Produce or Fetch response, without waiting for a Metadata refresh.
+
+        As Java's ``Metadata.updatePartitionLeadership``: a hint is taken only for a partition this snapshot
+        knows, when its epoch is newer than the known leader epoch and the leader's address is known (from
+        ``nodes`` or the current brokers).  Listeners are notified with the new snapshot.  Returns the
+        partitions whose leader changed."""
+        cluster = self.cluster
+        brokers = dict(cluster.brokers)
+        for node in nodes:
+            brokers.setdefault(node.node_id, node)
+        partitions = dict(cluster.partitions)
+        updated: set[TopicPartition] = set()
+        for tp, (leader, epoch) in leaders.items():
+            parts = partitions.get(tp.topic)
+            if leader < 0 or epoch < 0 or leader not in brokers or parts is None:
+                continue
+            if not 0 <= tp.partition < len(parts) or parts[tp.partition].partition != tp.partition:
+                continue
+            current = parts[tp.partition]
+            if current.leader_epoch >= epoch:
+                continue  # stale or already known
+            new = dataclasses.replace(current, leader=leader, leader_epoch=epoch)
+            partitions[tp.topic] = (*parts[: tp.partition], new, *parts[tp.partition + 1 :])
+            updated.add(tp)
+        if updated:
+            self.cluster = dataclasses.replace(cluster, brokers=brokers, partitions=partitions)
+            for listener in self.listeners:
+                listener(self.cluster, now_ms)
+        return updated
 
     def wait_for_update(
         self, future: Future[ClusterMetadata], extra_topics: frozenset[str] | None = None
@@ -146,7 +211,7 @@ class MetadataManager:
 
         def on_response(response: Any, _version: int, now: int) -> None:
             self._in_flight = False
-            cluster = parse_metadata(response)
+            cluster = keep_newer_leaders(self.cluster, parse_metadata(response))
             self._last_refresh_ms = now
             self._attempts = 0
             self.updates += 1

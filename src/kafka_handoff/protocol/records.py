@@ -828,6 +828,9 @@ def _decode(
         mark = len(records) if objects else len(cols.offsets)
         mark_batches = len(cols.batch_starts)
         try:
+            if count == 0 and end - pos != RECORD_BATCH_OVERHEAD:
+                # An empty batch has no records section; bytes there are records the count does not cover.
+                _decode_batch_records(buf, pos, end, attributes, 0, base_offset, base_ts, RecordColumns())
             if read_committed and producer_id >= 0:
                 while next_aborted < len(aborted) and aborted[next_aborted][0] <= last_offset:
                     active_aborted.add(aborted[next_aborted][1])

@@ -241,6 +241,8 @@ def encode_request(payload: Any, correlation_id: int, client_id: str | None) -> 
 
 def response_correlation_id(frame: bytes | memoryview) -> int:
     """The correlation id at the start of a response frame (size prefix already removed)."""
+    if len(frame) < _CORRELATION.size:
+        raise ProtocolError(f"response frame of {len(frame)} bytes has no correlation id")
     (cid,) = _CORRELATION.unpack_from(frame, 0)
     return int(cid)
 
@@ -248,7 +250,10 @@ def response_correlation_id(frame: bytes | memoryview) -> int:
 def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> Any:
     """Decode a response frame (without its size prefix) of a request sent with ``api_key``/``version``."""
     cls = response_class(api_key, version)
+    name = f"{API_NAMES[api_key]} v{version} response"
     offset = 4  # correlation id
+    if len(frame) < offset:
+        raise ProtocolError(f"cannot decode {name}: frame of {len(frame)} bytes has no correlation id")
     if cls.__flexible__ and api_key != _API_VERSIONS_KEY:
         # Response header v1: correlation id followed by tagged fields (usually the single byte 0).
         num_tags, size = _read_uvarint(frame, offset)
@@ -258,11 +263,160 @@ def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> An
             offset += size
             length, size = _read_uvarint(frame, offset)
             offset += size + length
+            if offset > len(frame):
+                raise ProtocolError(f"cannot decode {name}: a header tagged field extends past the frame")
+    _check_array_lengths(cls, frame, offset, name)
     try:
         value, _consumed = _response_reader(cls)(memoryview(frame)[offset:], 0)
     except Exception as exc:  # kio raises several error types for malformed input
-        raise ProtocolError(f"cannot decode {API_NAMES[api_key]} v{version} response: {exc}") from exc
+        raise ProtocolError(f"cannot decode {name}: {exc}") from exc
     return value
+
+
+# --------------------------------------------------------------------------------------------------
+# Array lengths checked before kio decodes: kio's native reader reserves room for an array's declared
+# length before reading its elements, so a corrupt length (2^31) aborts the process on a failed allocation.
+# Every element takes at least one byte, so a length beyond the bytes left is rejected here first.
+
+_FIXED_SIZES: dict[str, int] = {
+    "bool": 1, "int8": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "uint32": 4,
+    "timedelta_i32": 4, "int64": 8, "uint64": 8, "datetime_i64": 8, "timedelta_i64": 8, "float64": 8,
+    "uuid": 16,
+}  # fmt: skip
+_VARIABLE = ("string", "bytes", "records")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+# A plan step: (kind, fixed size or kafka type, nested plan, array?, nullable entity?)
+_Step = tuple[str, Any, Any, bool, bool]
+_Plan = tuple[tuple[_Step, ...], dict[int, _Step] | None]
+
+
+@_type_cache
+def _length_plan(cls: type[Any]) -> _Plan:
+    from kio.serial._introspect import (  # kio's own field classification (stable since 0.4)
+        EntityField,
+        EntityTupleField,
+        classify_field,
+        get_field_tag,
+        is_optional,
+    )
+
+    steps: list[_Step] = []
+    tagged: dict[int, _Step] = {}
+    for f in fields(cls):
+        fc = classify_field(f)
+        if isinstance(fc, (EntityField, EntityTupleField)):
+            step: _Step = (
+                "entity",
+                None,
+                fc.type_,
+                fc.is_array,
+                isinstance(fc, EntityField) and is_optional(f),
+            )
+        else:
+            kafka_type = f.metadata["kafka_type"]
+            if kafka_type in _FIXED_SIZES:
+                step = ("fixed", _FIXED_SIZES[kafka_type], None, fc.is_array, False)
+            elif kafka_type in _VARIABLE:
+                step = ("var", kafka_type, None, fc.is_array, False)
+            else:
+                raise LookupError(f"no length rule for kafka type {kafka_type!r} of {cls.__qualname__}")
+        tag = get_field_tag(f)
+        if tag is not None:
+            tagged[int(tag)] = step
+        elif steps and step[0] == "fixed" and not step[3] and steps[-1][0] == "fixed" and not steps[-1][3]:
+            steps[-1] = ("fixed", steps[-1][1] + step[1], None, False, False)  # one skip for a run
+        else:
+            steps.append(step)
+    return tuple(steps), (tagged if cls.__flexible__ else None)
+
+
+def _check_array_lengths(cls: type[Any], frame: bytes | memoryview, offset: int, name: str) -> None:
+    buf = bytes(frame) if not isinstance(frame, bytes) else frame
+    try:
+        _walk(cls, buf, offset, len(buf))
+    except ProtocolError as exc:
+        raise ProtocolError(f"cannot decode {name}: {exc}") from None
+    except (IndexError, struct.error):
+        raise ProtocolError(f"cannot decode {name}: the frame ends inside a field") from None
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    value, size = _read_uvarint(buf, pos)
+    return value, pos + size
+
+
+def _walk(cls: type[Any], buf: bytes, pos: int, end: int) -> int:
+    steps, tagged = _length_plan(cls)
+    flexible = tagged is not None
+    for step in steps:
+        if step[0] == "fixed" and not step[3]:
+            pos += step[1]
+        else:
+            pos = _walk_step(step, flexible, buf, pos, end)
+    if flexible:
+        if pos < end and buf[pos] == 0:
+            return pos + 1  # no tagged fields (the usual case)
+        pos = _walk_tags(tagged, buf, pos, end)
+    elif pos > end:
+        raise ProtocolError("a field extends past the frame")
+    return pos
+
+
+def _walk_tags(tagged: dict[int, _Step] | None, buf: bytes, pos: int, end: int) -> int:
+    count, pos = _uvarint(buf, pos)
+    for _ in range(count):
+        tag, pos = _uvarint(buf, pos)
+        size, pos = _uvarint(buf, pos)
+        if size > end - pos:
+            raise ProtocolError(f"tagged field {tag} of {size} bytes extends past the frame")
+        step = tagged.get(tag) if tagged else None
+        if step is not None:
+            _walk_step(step, True, buf, pos, pos + size)
+        pos += size
+    return pos
+
+
+def _walk_step(step: _Step, flexible: bool, buf: bytes, pos: int, end: int) -> int:
+    kind, arg, nested, is_array, nullable = step
+    count = 1
+    if is_array:
+        if flexible:
+            count, pos = _uvarint(buf, pos)
+            count -= 1  # 0 is null
+        else:
+            (count,) = _I32.unpack_from(buf, pos)
+            pos += 4
+        if count > end - pos:
+            raise ProtocolError(f"array of {count} elements cannot fit in the {end - pos} bytes left")
+    if kind == "fixed":
+        pos += arg * max(count, 0)
+        if pos > end:
+            raise ProtocolError("a field extends past the frame")
+        return pos
+    for _ in range(max(count, 0)):
+        if kind == "var":
+            if flexible:
+                length, pos = _uvarint(buf, pos)
+                length -= 1
+            elif arg == "string":
+                (length,) = _I16.unpack_from(buf, pos)
+                pos += 2
+            else:
+                (length,) = _I32.unpack_from(buf, pos)
+                pos += 4
+            pos += max(length, 0)
+        else:
+            if nullable:
+                marker = buf[pos]
+                pos += 1
+                if marker == 0xFF:
+                    continue
+            pos = _walk(nested, buf, pos, end)
+        if pos > end:
+            raise ProtocolError("a field extends past the frame")
+    return pos
 
 
 def _read_uvarint(buf: bytes | memoryview, offset: int) -> tuple[int, int]:
@@ -270,6 +424,8 @@ def _read_uvarint(buf: bytes | memoryview, offset: int) -> tuple[int, int]:
     shift = 0
     start = offset
     while True:
+        if offset >= len(buf):
+            raise ProtocolError("response header ends inside a uvarint")
         byte = buf[offset]
         offset += 1
         result |= (byte & 0x7F) << shift
