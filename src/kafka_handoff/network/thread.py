@@ -178,6 +178,10 @@ class NetworkThread:
             self.client.poll(wait, now, self.clock.now_ms)
         except Exception as exc:
             self._report(exc)
+        for auth_error in self.client.take_auth_errors():
+            # Authentication/TLS failures: the application's next call raises them (no traceback here).
+            log.error("%s", auth_error)
+            self.background_events.put(BackgroundError(auth_error))
         now = self.clock.now_ms()
         for hook in self._after_poll:
             try:

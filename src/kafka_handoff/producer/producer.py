@@ -65,6 +65,7 @@ from kafka_handoff.protocol.records import RECORD_BATCH_OVERHEAD
 from kafka_handoff.protocol.requests import MonotonicClock
 from kafka_handoff.protocol.telemetry import TelemetryManager
 from kafka_handoff.protocol.telemetry import client_instance_id as telemetry_client_instance_id
+from kafka_handoff.security import build_security
 from kafka_handoff.types import ClusterMetadata, PartitionInfo, RecordMetadata
 
 __all__ = ["Producer"]
@@ -179,6 +180,7 @@ class Producer:
             receive_buffer_bytes=cfg.receive_buffer_bytes,
             send_buffer_bytes=cfg.send_buffer_bytes,
             max_in_flight_per_connection=cfg.max_in_flight_requests_per_connection,
+            security=build_security(cfg),
         )
         self._client = client
         self._idempotence = IdempotenceManager() if cfg.enable_idempotence else None
