@@ -288,6 +288,7 @@ class TokenProvider:
         self._lock = threading.Lock()
         self._token: OAuthToken | None = None
         self._error: AuthenticationError | None = None
+        self._failures = 0
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.listeners: list[Callable[[], None]] = []
@@ -334,7 +335,7 @@ class TokenProvider:
             )
             with self._lock:
                 self._error = error
-                self._failures = getattr(self, "_failures", 0) + 1
+                self._failures += 1
                 failures = self._failures
             log.warning("%s", error)
             self._notify()
