@@ -9,6 +9,7 @@ from the next call within seconds.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -207,3 +208,37 @@ def test_ca_path_must_exist(pki: Pki, tmp_path: Path) -> None:
                 "ssl.ca.location": str(tmp_path / "missing.pem"),
             }
         )
+
+
+def test_producer_and_admin_fail_fast_with_an_untrusted_ca(tls_broker: Any, pki: Pki) -> None:
+    _cluster, proxy = tls_broker
+    props = _ssl(pki, proxy, **{"ssl.ca.location": str(pki.other_ca_pem)})
+    start = time.monotonic()
+    with Producer(props) as producer:
+        future = producer.send("any-topic", b"v")
+        with pytest.raises(SslError, match="certificate verify failed"):
+            future.result(20)
+    assert time.monotonic() - start < 15
+    start = time.monotonic()
+    with AdminClient(props) as admin, pytest.raises(SslError, match=f"localhost:{proxy.port}"):
+        admin.list_topics(timeout=30)
+    assert time.monotonic() - start < 15
+
+
+def test_unreachable_brokers_are_named_in_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    caplog.set_level(logging.WARNING, logger="kafka_handoff.network.client")
+    with Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "g"}) as consumer:
+        consumer.subscribe(["t"])
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not any(
+            r.levelno == logging.WARNING and f"127.0.0.1:{port}" in r.getMessage() for r in caplog.records
+        ):
+            assert not consumer.poll(0.2)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("no broker reachable" in w and f"127.0.0.1:{port}" in w for w in warnings), warnings
+    assert len(warnings) <= 3  # rate-limited, not one per reconnect
