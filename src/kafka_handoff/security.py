@@ -46,7 +46,13 @@ from kafka_handoff.protocol.sasl import (
     validate_extensions,
 )
 
-__all__ = ["SecuritySettings", "TokenProvider", "build_security", "validate_security_values"]
+__all__ = [
+    "SecuritySettings",
+    "TokenProvider",
+    "build_security",
+    "connection_settings",
+    "validate_security_values",
+]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +75,20 @@ def _is_ssl_key(name: str) -> bool:
 
 def _is_sasl_key(name: str) -> bool:
     return name.startswith("sasl.") or name == "oauth_cb"
+
+
+def connection_settings(props: Mapping[str, Any]) -> dict[str, Any]:
+    """The security settings among ``props`` (``security.protocol``, ``ssl.*``, ``sasl.*``, ``oauth_cb``,
+    librdkafka's aliases): what every client of one application shares, e.g. a pipeline's consumer and its
+    dead-letter producer."""
+    return {
+        key: value
+        for key, value in props.items()
+        if key == "security.protocol" or _is_ssl_key(key) or _is_sasl_key(key) or key in _ALIAS_KEYS
+    }
+
+
+_ALIAS_KEYS = frozenset({"oauth.cb", "sasl.mechanisms"})
 
 
 def parse_extensions(text: str | None, key: str = "sasl.oauthbearer.extensions") -> dict[str, str]:
