@@ -41,7 +41,7 @@ def _properties(text: str, path: Path) -> dict[str, str]:
         if line.endswith("\\") and not line.endswith("\\\\"):
             pending = line[:-1]
             continue
-        # As java.util.Properties: the key ends at the first '=', ':' or blank; blanks around the separator go.
+        # As java.util.Properties: the key ends at the first '=', ':' or blank.
         match = re.match(r"((?:[^=:\s\\]|\\.)+)\s*[=:]?\s*(.*)", line)
         if match is None:
             raise ConfigError(f"{path}:{number}: expected key=value (a properties line)")
