@@ -343,8 +343,8 @@ class BrokerConnection:
             # KIP-368: re-authenticate at 85-95% of the session lifetime, as Java's client does.
             self.reauth_at_ms = now_ms + int(lifetime * random.uniform(0.85, 0.95))
         log.debug(
-            "%s authenticated with %s (%s); session lifetime %d ms",
-            "re-" if self.authenticated_once else "",
+            "%s with %s (%s); session lifetime %d ms",
+            "re-authenticated" if self.authenticated_once else "authenticated",
             self.broker,
             self.security.sasl_mechanism if self.security else "",
             lifetime,
