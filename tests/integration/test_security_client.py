@@ -239,3 +239,89 @@ def test_reauthentication_keeps_connections_while_consuming(secured: Any) -> Non
             received += len(consumer.poll(0.2))
     assert received == sent
     assert before & after, f"every connection was replaced ({before} -> {after}): no re-authentication"
+
+
+# ------------------------------------------------------------------------------------------ CLI and pipeline
+def test_handoff_commands_take_command_config(secured: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from kafka_handoff.cli.main import main
+
+    path = secured.security.client_json_path("sasl_ssl", "SCRAM-SHA-256")
+    props = settings(secured, "sasl_ssl", "SCRAM-SHA-256")
+    topic = f"cli-{uuid.uuid4().hex[:6]}"
+    # bootstrap.servers comes from the file
+    assert main(["topics", "create", topic, "-p", "2", "--command-config", str(path)]) == 0
+    assert main(["topics", "list", "--command-config", str(path)]) == 0
+    assert (
+        main(["produce-sample", "-t", topic, "-n", "20", "--no-progress", "--command-config", str(path)]) == 0
+    )
+    assert (
+        main(
+            [
+                "consume",
+                "-t",
+                topic,
+                "--from-beginning",
+                "-n",
+                "20",
+                "--format",
+                "none",
+                "--command-config",
+                str(path),
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr()
+    assert topic in out.out
+    assert props["sasl.password"] not in out.out + out.err
+
+
+@pytest.mark.spark
+def test_pipeline_run_over_sasl_ssl(secured: Any, tmp_path: Path) -> None:
+    """``handoff pipeline run --command-config client.json``: the consumer and the dead-letter producer
+    both use SASL_SSL; every well-formed event is in the output once, every malformed one in the dead-letter
+    topic."""
+    pytest.importorskip("pyspark")
+    from kafka_handoff.cli.main import main
+    from kafka_handoff.cli.produce_sample import generate_events
+    from kafka_handoff.pipeline import load_config
+    from kafka_handoff.pipeline import testing as pt
+    from kafka_handoff.pipeline.show import read_output
+
+    path = secured.security.client_json_path("sasl_ssl", "SCRAM-SHA-512")
+    props = settings(secured, "sasl_ssl", "SCRAM-SHA-512")
+    topic, dlq = f"pipe-{uuid.uuid4().hex[:6]}", f"dlq-{uuid.uuid4().hex[:6]}"
+    with AdminClient(props) as admin:
+        admin.create_topics([NewTopic(topic, 2, 1), NewTopic(dlq, 1, 1)], timeout=60)
+    events = generate_events(400, seed=5, malformed_share=0.05, start_ms=int(time.time() * 1000))
+    with Producer(props) as producer:
+        for e in events:
+            producer.send(topic, e.value, key=e.key, timestamp=e.timestamp)
+        producer.flush(60)
+    toml = pt.write_config_toml(
+        tmp_path / "p.toml",
+        {
+            "kafka": {
+                "topics": [topic],
+                "group.id": f"g-{topic}",
+            },  # bootstrap and security: --command-config
+            "batch": {"max_records": 200, "max_interval_ms": 500},
+            "transform": {"function": "kafka_handoff.pipeline.testing:records"},
+            "sink": {"format": "parquet", "path": str(tmp_path / "out")},
+            "errors": {"malformed": "dead-letter-topic", "dead_letter_topic": dlq},
+            "spark": {"master": "local[1]"},
+        },
+    )
+    code = main(["pipeline", "run", str(toml), "--command-config", str(path), "--until-idle", "3", "-q"])
+    assert code == 0
+    config = load_config(toml, client_settings=props)
+    got = pt.output_event_ids(read_output(config))
+    assert pt.exactly_once_report(pt.valid_event_ids(events), got) == ""
+    malformed = sorted(e.value for e in events if e.malformed)
+    dead: list[Any] = []
+    with Consumer({**props, "group.id": f"d-{dlq}", "auto.offset.reset": "earliest"}) as consumer:
+        consumer.subscribe([dlq])
+        deadline = time.monotonic() + 30
+        while len(dead) < len(malformed) and time.monotonic() < deadline:
+            dead.extend(consumer.poll(0.5))
+    assert sorted(r.value for r in dead) == malformed
