@@ -574,6 +574,9 @@ _ENDPOINT_ALGORITHM = _Check(_validate_endpoint_algorithm, "https, or empty/none
 CONFIG_ALIASES: Final = {
     "sasl.mechanisms": "sasl.mechanism",
     "ssl.ca.location": "ssl.truststore.location",
+    "ssl.ca.pem": "ssl.truststore.certificates",
+    "ssl.certificate.pem": "ssl.keystore.certificate.chain",
+    "ssl.key.pem": "ssl.keystore.key",
     "sasl.oauthbearer.client.credentials.client.id": "sasl.oauthbearer.client.id",
     "sasl.oauthbearer.client.credentials.client.secret": "sasl.oauthbearer.client.secret",
     "oauth.cb": "oauth_cb",
@@ -672,6 +675,11 @@ def _common_rows(
          "PEM file of the CA certificates that sign the brokers' certificates (librdkafka: ssl.ca.location);"
          " unset: the system's CAs."),
         ("ssl.truststore.type", _S, "PEM", OneOf(("PEM",)), _MED, "Trust store format: PEM only."),
+        ("ssl.truststore.certificates", _P, None, None, _HI,
+         "CA certificates in PEM, inline (librdkafka: ssl.ca.pem)."),
+        ("ssl.keystore.certificate.chain", _P, None, None, _HI,
+         "Client certificate chain in PEM, inline (librdkafka: ssl.certificate.pem)."),
+        ("ssl.keystore.key", _P, None, None, _HI, "Client private key in PEM, inline (ssl.key.pem)."),
         ("ssl.keystore.location", _S, None, _NON_EMPTY, _HI,
          "PEM file with the client's private key and certificate chain (mutual TLS)."),
         ("ssl.keystore.type", _S, "PEM", OneOf(("PEM",)), _MED, "Key store format: PEM only."),
@@ -895,6 +903,9 @@ class _CommonFields(ClientConfig):
     security_protocol: str
     ssl_truststore_location: str | None
     ssl_truststore_type: str
+    ssl_truststore_certificates: Password | None
+    ssl_keystore_certificate_chain: Password | None
+    ssl_keystore_key: Password | None
     ssl_keystore_location: str | None
     ssl_keystore_type: str
     ssl_certificate_location: str | None

@@ -165,10 +165,28 @@ def validate_security_values(values: Mapping[str, Any], explicit: frozenset[str]
     else:
         return_sasl = False
     if protocol in _SSL_PROTOCOLS:
-        if values["ssl.keystore.location"] is not None and values["ssl.certificate.location"] is not None:
+        cert_sources = [
+            k
+            for k in ("ssl.keystore.location", "ssl.certificate.location", "ssl.keystore.certificate.chain")
+            if values[k] is not None
+        ]
+        if len(cert_sources) > 1:
             raise ConfigError(
-                "Configurations 'ssl.keystore.location' and 'ssl.certificate.location' are both set "
+                f"Configurations {', '.join(repr(k) for k in cert_sources)} are all set "
                 "(allowed: one of them)"
+            )
+        if (
+            values["ssl.truststore.location"] is not None
+            and values["ssl.truststore.certificates"] is not None
+        ):
+            raise ConfigError(
+                "Configurations 'ssl.truststore.location' and 'ssl.truststore.certificates' are both set "
+                "(allowed: one of them)"
+            )
+        if (values["ssl.keystore.key"] is None) != (values["ssl.keystore.certificate.chain"] is None):
+            raise ConfigError(
+                "Configuration 'ssl.keystore.key' and 'ssl.keystore.certificate.chain' go together "
+                "(allowed: both, or neither)"
             )
         if values["ssl.key.location"] is not None and values["ssl.certificate.location"] is None:
             raise ConfigError(
@@ -241,8 +259,18 @@ def build_ssl_context(values: Mapping[str, Any]) -> ssl.SSLContext:
                 f"Invalid value {ca!r} for configuration '{key}' (ssl.ca.location): cannot load CA "
                 f"certificates: {exc.__class__.__name__} (allowed: a PEM file of certificates)"
             ) from None
+    elif values["ssl.truststore.certificates"] is not None:
+        try:
+            ctx.load_verify_locations(cadata=_secret(values["ssl.truststore.certificates"]))
+        except (ssl.SSLError, ValueError):
+            raise ConfigError(
+                "Invalid value [hidden] for configuration 'ssl.truststore.certificates' (ssl.ca.pem): "
+                "cannot load CA certificates (allowed: PEM certificates)"
+            ) from None
     elif verify:
         ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    if values["ssl.keystore.certificate.chain"] is not None:
+        _load_inline_cert_chain(ctx, values)
     cert_key = "ssl.keystore.location" if values["ssl.keystore.location"] else "ssl.certificate.location"
     cert = values[cert_key]
     if cert is not None:
@@ -265,6 +293,29 @@ def build_ssl_context(values: Mapping[str, Any]) -> ssl.SSLContext:
                 "encrypted key)"
             ) from None
     return ctx
+
+
+def _load_inline_cert_chain(ctx: ssl.SSLContext, values: Mapping[str, Any]) -> None:
+    """``ssl`` loads certificates and keys from files only: the inline PEM goes to a private temporary
+    file (mode 0600) that is removed right after loading."""
+    import tempfile
+
+    chain = _secret(values["ssl.keystore.certificate.chain"]) or ""
+    key = _secret(values["ssl.keystore.key"]) or ""
+    password = _secret(values["ssl.key.password"])
+    fd, path = tempfile.mkstemp(prefix="handoff-key-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "w", encoding="ascii", errors="replace") as f:
+            f.write(key.strip() + "\n" + chain.strip() + "\n")
+        ctx.load_cert_chain(path, password=password if password is not None else _no_password)
+    except (ssl.SSLError, OSError, TypeError):
+        raise ConfigError(
+            "Invalid value [hidden] for configuration 'ssl.keystore.key' / 'ssl.keystore.certificate.chain' "
+            "(ssl.key.pem / ssl.certificate.pem): cannot load the client key and certificate (allowed: PEM "
+            "private key and certificate chain, ssl.key.password for an encrypted key)"
+        ) from None
+    finally:
+        os.unlink(path)
 
 
 def _no_password() -> str:

@@ -21,6 +21,7 @@ from tls_proxy import Pki, TlsProxy, make_pki
 
 from kafka_handoff import devbroker
 from kafka_handoff.admin import AdminClient, NewTopic
+from kafka_handoff.config import parse_admin_config
 from kafka_handoff.consumer import Consumer
 from kafka_handoff.errors import SslError
 from kafka_handoff.producer import Producer
@@ -247,3 +248,27 @@ def test_unreachable_brokers_are_named_in_a_warning(caplog: pytest.LogCaptureFix
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("no broker reachable" in w and f"127.0.0.1:{port}" in w for w in warnings), warnings
     assert len(warnings) <= 3  # rate-limited, not one per reconnect
+
+
+def test_inline_pem_settings(tls_broker: Any, pki: Pki) -> None:
+    """librdkafka's ssl.ca.pem / ssl.certificate.pem / ssl.key.pem (Java: ssl.truststore.certificates,
+    ssl.keystore.certificate.chain, ssl.keystore.key): mutual TLS from PEM text instead of files."""
+    cluster, _proxy = tls_broker
+    mtls = TlsProxy(pki.server_cert, pki.server_key, client_ca=pki.ca_pem)
+    try:
+        host, port = cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
+        mtls.set_target(host, int(port))
+        props = {
+            "bootstrap.servers": f"localhost:{mtls.port}",
+            "security.protocol": "SSL",
+            "ssl.ca.pem": pki.ca_pem.read_text(),
+            "ssl.certificate.pem": pki.client_cert.read_text(),
+            "ssl.key.pem": pki.client_key_encrypted.read_text(),
+            "ssl.key.password": pki.client_key_password,
+        }
+        with AdminClient(props) as admin:
+            assert admin.describe_cluster(timeout=30).brokers
+        assert mtls.client_subjects and not mtls.handshake_errors
+        assert "PRIVATE KEY" not in repr(parse_admin_config(props))
+    finally:
+        mtls.close()

@@ -70,6 +70,9 @@ COMMON_DEFAULTS = {
     # Java's security defaults (JKS stores are Java-only: PEM is the one format here).
     "ssl.truststore.location": None,
     "ssl.truststore.type": "PEM",
+    "ssl.truststore.certificates": None,
+    "ssl.keystore.certificate.chain": None,
+    "ssl.keystore.key": None,
     "ssl.keystore.location": None,
     "ssl.keystore.type": "PEM",
     "ssl.key.password": None,
