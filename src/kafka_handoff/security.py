@@ -148,14 +148,14 @@ def validate_security_values(values: Mapping[str, Any], explicit: frozenset[str]
     """Cross-key rules; raises :class:`ConfigError` naming the key and what is allowed."""
     protocol = values["security.protocol"]
     if protocol not in _SSL_PROTOCOLS:
-        given = sorted(k for k in explicit if _is_ssl_key(k))
+        given = sorted(k for k in explicit if _is_ssl_key(k) and values.get(k) is not None)
         if given:
             raise ConfigError(
                 f"TLS configuration {', '.join(given)} given but security.protocol={protocol} "
                 "(allowed: security.protocol=SSL or SASL_SSL, or remove the ssl.* keys)"
             )
     if protocol not in _SASL_PROTOCOLS:
-        given = sorted(k for k in explicit if _is_sasl_key(k))
+        given = sorted(k for k in explicit if _is_sasl_key(k) and values.get(k) is not None)
         if given:
             raise ConfigError(
                 f"SASL configuration {', '.join(given)} given but security.protocol={protocol} "

@@ -181,6 +181,11 @@ def test_security_validation_names_key_and_allowed(props: dict[str, Any], fragme
     _no_secret_in(text)
 
 
+def test_unset_security_keys_are_not_settings() -> None:
+    cfg = parse_consumer_config({**BOOT, "ssl.ca.location": None, "sasl.password": None, "oauth_cb": None})
+    assert cfg.security_protocol == "PLAINTEXT" and build_security(cfg) is None
+
+
 def test_missing_files_name_the_key(tmp_path: Any) -> None:
     cfg = parse_consumer_config(
         {**BOOT, "security.protocol": "SSL", "ssl.ca.location": str(tmp_path / "nope.pem")}
