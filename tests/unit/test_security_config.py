@@ -382,3 +382,18 @@ def test_oidc_through_build_security(idp: str) -> None:
         assert re.search(rb"identityPoolId=pool-2", mech.initial_response())
     finally:
         security.close()
+
+
+def test_tls_verification_switches() -> None:
+    import ssl
+
+    base = {**BOOT, "security.protocol": "SSL"}
+    default = build_security(parse_consumer_config(base))
+    assert default is not None and default.ssl_context is not None
+    assert default.ssl_context.check_hostname and default.ssl_context.verify_mode == ssl.CERT_REQUIRED
+    no_host = build_security(parse_consumer_config({**base, "ssl.endpoint.identification.algorithm": ""}))
+    assert no_host is not None and no_host.ssl_context is not None
+    assert not no_host.ssl_context.check_hostname and no_host.ssl_context.verify_mode == ssl.CERT_REQUIRED
+    off = build_security(parse_consumer_config({**base, "enable.ssl.certificate.verification": "false"}))
+    assert off is not None and off.ssl_context is not None
+    assert not off.ssl_context.check_hostname and off.ssl_context.verify_mode == ssl.CERT_NONE
