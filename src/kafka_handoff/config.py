@@ -49,6 +49,7 @@ __all__ = [
     "ConsumerConfig",
     "Importance",
     "OneOf",
+    "Password",
     "ProducerConfig",
     "Range",
     "Validator",
@@ -82,6 +83,34 @@ class ConfigType(enum.Enum):
     """Comma-separated string or a Python sequence; parsed to a tuple."""
     CALLABLE = "callable"
     """A Python callable (Java's CLASS type: serializers, deserializers) or ``None``."""
+    PASSWORD = "password"
+    """A secret string, held in a :class:`Password` whose repr and str are ``[hidden]``."""
+
+
+class Password:
+    """A secret configuration value (Java's ``Password``): ``str()``/``repr()`` show ``[hidden]``;
+    :attr:`value` is the secret itself."""
+
+    __slots__ = ("_value",)
+    HIDDEN: ClassVar[str] = "[hidden]"
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    @property
+    def value(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return self.HIDDEN
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Password) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
 
 
 class Importance(enum.Enum):
@@ -282,6 +311,12 @@ def _coerce(key: str, ctype: ConfigType, value: Any, allowed: str) -> Any:
         else:
             raise _invalid(key, value, "expected a list or a comma-separated string", allowed)
         return tuple(items)
+    if ctype is ConfigType.PASSWORD:
+        if isinstance(value, Password):
+            return value
+        if isinstance(value, str):
+            return Password(value.strip())
+        raise _invalid(key, Password.HIDDEN, "expected a string", allowed)
     if ctype is ConfigType.CALLABLE:
         if callable(value):
             return value
@@ -520,14 +555,47 @@ _EMPTY_LIST_ONLY = _Check(_validate_unsupported_list, "an empty list (not suppor
 _SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
-def _validate_security_protocol(key: str, value: Any) -> Any:
-    canonical = OneOf(_SECURITY_PROTOCOLS).validate(key, value)
-    if canonical != "PLAINTEXT":
-        raise _invalid(key, value, f"security.protocol={canonical} is not supported yet", "PLAINTEXT")
-    return canonical
+_SECURITY_PROTOCOL = OneOf(_SECURITY_PROTOCOLS)
+_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 
 
-_SECURITY_PROTOCOL = _Check(_validate_security_protocol, "PLAINTEXT (SSL and SASL are not supported yet)")
+def _validate_endpoint_algorithm(key: str, value: Any) -> Any:
+    lowered = value.lower()
+    if lowered in ("", "none"):
+        return ""
+    if lowered == "https":
+        return "https"
+    raise _invalid(key, value, "not a supported algorithm", "https, or empty/none to disable")
+
+
+_ENDPOINT_ALGORITHM = _Check(_validate_endpoint_algorithm, "https, or empty/none to disable")
+
+# librdkafka's (and newer Java) names for keys defined under another name: alias -> canonical name.
+CONFIG_ALIASES: Final = {
+    "sasl.mechanisms": "sasl.mechanism",
+    "ssl.ca.location": "ssl.truststore.location",
+    "ssl.ca.pem": "ssl.truststore.certificates",
+    "ssl.certificate.pem": "ssl.keystore.certificate.chain",
+    "ssl.key.pem": "ssl.keystore.key",
+    "sasl.oauthbearer.client.credentials.client.id": "sasl.oauthbearer.client.id",
+    "sasl.oauthbearer.client.credentials.client.secret": "sasl.oauthbearer.client.secret",
+    "oauth.cb": "oauth_cb",
+}
+
+
+def resolve_aliases(props: Mapping[str, Any]) -> dict[str, Any]:
+    """Rename librdkafka's aliases to the canonical keys; an alias and its key with different values is an
+    error."""
+    out: dict[str, Any] = {}
+    for key, value in props.items():
+        canonical = CONFIG_ALIASES.get(key, key) if isinstance(key, str) else key
+        if canonical in out and out[canonical] != value:
+            raise ConfigError(
+                f"Configuration '{key}' is an alias of '{canonical}', which is also set to a different value "
+                f"(allowed: set only one of them)"
+            )
+        out[canonical] = value
+    return out
 
 _ACKS_ALLOWED = "all, -1, 0, 1"
 
@@ -569,7 +637,7 @@ _NON_EMPTY = _NonEmptyString()
 # Key tables: (name, type, default, validator, importance, doc).  One row per key; defaults are Java's.
 _Row = tuple[str, ConfigType, Any, Validator | None, Importance, str]
 _I, _L, _S, _B = ConfigType.INT, ConfigType.LONG, ConfigType.STRING, ConfigType.BOOLEAN
-_LIST, _FN = ConfigType.LIST, ConfigType.CALLABLE
+_LIST, _FN, _P = ConfigType.LIST, ConfigType.CALLABLE, ConfigType.PASSWORD
 _HI, _MED, _LOW = Importance.HIGH, Importance.MEDIUM, Importance.LOW
 
 
@@ -601,7 +669,55 @@ def _common_rows(
          "Close connections idle for longer than this."),
         ("enable.metrics.push", _B, enable_metrics_push, None, _LOW,
          "KIP-714 client metrics push: accepted and ignored (not implemented)."),
-        ("security.protocol", _S, "PLAINTEXT", _SECURITY_PROTOCOL, _MED, "Protocol used to talk to brokers."),
+        ("security.protocol", _S, "PLAINTEXT", _SECURITY_PROTOCOL, _MED,
+         "Protocol used to talk to brokers: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."),
+        ("ssl.truststore.location", _S, None, _NON_EMPTY, _HI,
+         "PEM file of the CA certificates that sign the brokers' certificates (librdkafka: ssl.ca.location);"
+         " unset: the system's CAs."),
+        ("ssl.truststore.type", _S, "PEM", OneOf(("PEM",)), _MED, "Trust store format: PEM only."),
+        ("ssl.truststore.certificates", _P, None, None, _HI,
+         "CA certificates in PEM, inline (librdkafka: ssl.ca.pem)."),
+        ("ssl.keystore.certificate.chain", _P, None, None, _HI,
+         "Client certificate chain in PEM, inline (librdkafka: ssl.certificate.pem)."),
+        ("ssl.keystore.key", _P, None, None, _HI, "Client private key in PEM, inline (ssl.key.pem)."),
+        ("ssl.keystore.location", _S, None, _NON_EMPTY, _HI,
+         "PEM file with the client's private key and certificate chain (mutual TLS)."),
+        ("ssl.keystore.type", _S, "PEM", OneOf(("PEM",)), _MED, "Key store format: PEM only."),
+        ("ssl.certificate.location", _S, None, _NON_EMPTY, _HI,
+         "PEM file of the client certificate chain (librdkafka's name; mutual TLS)."),
+        ("ssl.key.location", _S, None, _NON_EMPTY, _HI,
+         "PEM file of the client's private key (librdkafka's name; mutual TLS)."),
+        ("ssl.key.password", _P, None, None, _HI, "Password of an encrypted private key."),
+        ("ssl.endpoint.identification.algorithm", _S, "https", _ENDPOINT_ALGORITHM, _LOW,
+         "https: verify the broker's host name against its certificate; empty (or none) disables it."),
+        ("enable.ssl.certificate.verification", _B, True, None, _LOW,
+         "Verify the broker's certificate chain (librdkafka's name); false is for tests only."),
+        ("sasl.mechanism", _S, "GSSAPI", OneOf(_SASL_MECHANISMS), _MED,
+         "SASL mechanism (librdkafka: sasl.mechanisms): PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER."),
+        ("sasl.jaas.config", _P, None, None, _MED,
+         "Java's JAAS line, e.g. org.apache.kafka.common.security.plain.PlainLoginModule required "
+         "username=\"u\" password=\"p\"; (PLAIN and SCRAM)."),
+        ("sasl.username", _S, None, _NON_EMPTY, _HI, "SASL user name for PLAIN and SCRAM (librdkafka)."),
+        ("sasl.password", _P, None, None, _HI, "SASL password for PLAIN and SCRAM (librdkafka's name)."),
+        ("sasl.oauthbearer.method", _S, "default", OneOf(("default", "oidc")), _LOW,
+         "OAUTHBEARER token source: default (the oauth_cb callback) or oidc (client credentials)."),
+        ("sasl.oauthbearer.token.endpoint.url", _S, None, _NON_EMPTY, _MED,
+         "OIDC token endpoint (http or https URL) for sasl.oauthbearer.method=oidc."),
+        ("sasl.oauthbearer.client.id", _S, None, _NON_EMPTY, _MED, "OIDC client id."),
+        ("sasl.oauthbearer.client.secret", _P, None, None, _MED, "OIDC client secret."),
+        ("sasl.oauthbearer.scope", _S, None, _NON_EMPTY, _LOW, "Scope asked of the OIDC token endpoint."),
+        ("sasl.oauthbearer.extensions", _S, None, _NON_EMPTY, _LOW,
+         "SASL extensions sent with the token, key=value,... (e.g. logicalCluster=...,identityPoolId=...)."),
+        ("sasl.oauthbearer.config", _P, None, None, _LOW, "String passed to oauth_cb (librdkafka's name)."),
+        ("oauth_cb", _FN, None, None, _MED,
+         "OAUTHBEARER token callback: oauth_cb(config_str) -> (token, expiry_epoch_seconds[, principal"
+         "[, extensions]]), as in confluent-kafka; runs on the token refresher thread."),
+        ("sasl.login.retry.backoff.ms", _L, 100, _AT_LEAST_0, _LOW,
+         "Initial wait before retrying a failed token fetch."),
+        ("sasl.login.retry.backoff.max.ms", _L, 10_000, _AT_LEAST_0, _LOW,
+         "Cap of the token fetch retry backoff."),
+        ("sasl.login.connect.timeout.ms", _I, 10_000, _AT_LEAST_1, _LOW,
+         "Timeout of one HTTP request to the OIDC token endpoint."),
         ("metrics.sample.window.ms", _L, 30_000, _AT_LEAST_0, _LOW, "Length of one metrics sample window."),
         ("metrics.num.samples", _I, 2, _AT_LEAST_1, _LOW, "Sample windows kept by a windowed metric."),
         ("metrics.recording.level", _S, "INFO", OneOf(("INFO", "DEBUG", "TRACE")), _LOW,
@@ -785,6 +901,33 @@ class _CommonFields(ClientConfig):
     connections_max_idle_ms: int
     enable_metrics_push: bool
     security_protocol: str
+    ssl_truststore_location: str | None
+    ssl_truststore_type: str
+    ssl_truststore_certificates: Password | None
+    ssl_keystore_certificate_chain: Password | None
+    ssl_keystore_key: Password | None
+    ssl_keystore_location: str | None
+    ssl_keystore_type: str
+    ssl_certificate_location: str | None
+    ssl_key_location: str | None
+    ssl_key_password: Password | None
+    ssl_endpoint_identification_algorithm: str
+    enable_ssl_certificate_verification: bool
+    sasl_mechanism: str
+    sasl_jaas_config: Password | None
+    sasl_username: str | None
+    sasl_password: Password | None
+    sasl_oauthbearer_method: str
+    sasl_oauthbearer_token_endpoint_url: str | None
+    sasl_oauthbearer_client_id: str | None
+    sasl_oauthbearer_client_secret: Password | None
+    sasl_oauthbearer_scope: str | None
+    sasl_oauthbearer_extensions: str | None
+    sasl_oauthbearer_config: Password | None
+    oauth_cb: Callable[..., Any] | None
+    sasl_login_retry_backoff_ms: int
+    sasl_login_retry_backoff_max_ms: int
+    sasl_login_connect_timeout_ms: int
     metrics_sample_window_ms: int
     metrics_num_samples: int
     metrics_recording_level: str
@@ -895,6 +1038,13 @@ _producer_seq = itertools.count(1)
 _admin_seq = itertools.count(1)
 
 
+def _validate_security(values: dict[str, Any], explicit: frozenset[str]) -> None:
+    """Cross-key rules of the security settings (the details live in :mod:`kafka_handoff.security`)."""
+    from kafka_handoff.security import validate_security_values
+
+    validate_security_values(values, explicit)
+
+
 def _reconnect_backoff(values: dict[str, Any], explicit: frozenset[str]) -> None:
     # Java: reconnect.backoff.ms set without reconnect.backoff.max.ms disables the exponential backoff.
     if "reconnect.backoff.ms" in explicit and "reconnect.backoff.max.ms" not in explicit:
@@ -911,8 +1061,10 @@ def _is_set(props: Mapping[str, Any], name: str) -> bool:
 
 def parse_consumer_config(props: Mapping[str, Any]) -> ConsumerConfig:
     """Parse consumer configuration (Kafka's dotted names, Java 4.x defaults and rules)."""
+    props = resolve_aliases(props) if isinstance(props, Mapping) else props
     values, explicit = CONSUMER_CONFIG_DEF.parse(props)
     _reconnect_backoff(values, explicit)
+    _validate_security(values, explicit)
 
     protocol = values["group.protocol"]
     unsupported = _CONSUMER_PROTOCOL_UNSUPPORTED if protocol == "consumer" else _CLASSIC_PROTOCOL_UNSUPPORTED
@@ -946,8 +1098,10 @@ def parse_consumer_config(props: Mapping[str, Any]) -> ConsumerConfig:
 
 def parse_producer_config(props: Mapping[str, Any]) -> ProducerConfig:
     """Parse producer configuration (Kafka's dotted names, Java 4.x defaults and rules)."""
+    props = resolve_aliases(props) if isinstance(props, Mapping) else props
     values, explicit = PRODUCER_CONFIG_DEF.parse(props)
     _reconnect_backoff(values, explicit)
+    _validate_security(values, explicit)
 
     if values["enable.idempotence"]:
         user_idempotence = "enable.idempotence" in explicit
@@ -989,8 +1143,10 @@ def parse_producer_config(props: Mapping[str, Any]) -> ProducerConfig:
 
 def parse_admin_config(props: Mapping[str, Any]) -> AdminConfig:
     """Parse admin client configuration (Kafka's dotted names, Java 4.x defaults)."""
+    props = resolve_aliases(props) if isinstance(props, Mapping) else props
     values, explicit = ADMIN_CONFIG_DEF.parse(props)
     _reconnect_backoff(values, explicit)
+    _validate_security(values, explicit)
     if not values["client.id"]:
         values["client.id"] = f"adminclient-{next(_admin_seq)}"
     config: AdminConfig = AdminConfig._build(values, explicit)

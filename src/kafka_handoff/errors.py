@@ -72,6 +72,24 @@ class ConnectionError_(KafkaError):
     retriable = True
 
 
+class AuthenticationError(KafkaError):
+    """A broker refused this client's credentials, or they could not be obtained (wrong password, an
+    unsupported SASL mechanism, an OAuth token endpoint that refused the client).  Not retriable: the
+    client keeps reconnecting at ``reconnect.backoff.max.ms`` but the call that sees this error fails.
+    The message names the broker (``host:port``, node id) and the cause; it never contains a secret."""
+
+    def __init__(self, message: str, *, broker: str = "", node_id: int | None = None) -> None:
+        super().__init__(message)
+        self.broker = broker
+        self.node_id = node_id
+
+
+class SslError(AuthenticationError):
+    """The TLS handshake with a broker failed: an untrusted or expired certificate, a host name that does
+    not match the broker's certificate, or no common protocol version (Java's
+    ``SslAuthenticationException``).  Not retriable."""
+
+
 class NodeNotReadyError(KafkaError):
     retriable = True
 

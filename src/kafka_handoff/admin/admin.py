@@ -59,6 +59,7 @@ from kafka_handoff.network.thread import BackgroundError, NetworkThread
 from kafka_handoff.protocol.metadata import MetadataManager, parse_metadata
 from kafka_handoff.protocol.requests import ANY_NODE, MonotonicClock
 from kafka_handoff.protocol.versions import ApiKey
+from kafka_handoff.security import build_security
 from kafka_handoff.types import BrokerNode, ClusterMetadata, OffsetAndMetadata, TopicPartition
 
 __all__ = ["AdminClient", "OffsetSpec"]
@@ -132,6 +133,7 @@ class AdminClient:
             reconnect_backoff_max_ms=int(cfg.reconnect_backoff_max_ms),
             receive_buffer_bytes=int(cfg.receive_buffer_bytes),
             send_buffer_bytes=int(cfg.send_buffer_bytes),
+            security=build_security(cfg),
         )
         self._client = client
         self._metadata.listeners.append(lambda cluster, now: client.update_brokers(cluster.brokers.values()))

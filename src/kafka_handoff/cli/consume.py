@@ -15,6 +15,8 @@ import sys
 import time
 from typing import Any
 
+from kafka_handoff.cli.command_config import add_command_config_arg, client_config
+
 __all__ = ["register"]
 
 
@@ -24,9 +26,11 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--bootstrap-servers",
-        default=os.environ.get("HANDOFF_BOOTSTRAP", "127.0.0.1:9092"),
-        help="host:port[,host:port] (default: $HANDOFF_BOOTSTRAP or 127.0.0.1:9092)",
+        default=None,
+        help="host:port[,host:port] (default: the --command-config file's, $HANDOFF_BOOTSTRAP or "
+        "127.0.0.1:9092)",
     )
+    add_command_config_arg(p)
     p.add_argument("--topic", "-t", required=True)
     p.add_argument(
         "--group", "-g", help="join this consumer group (subscribe) instead of assigning all partitions"
@@ -65,10 +69,14 @@ def _run(args: argparse.Namespace) -> int:
     from kafka_handoff.errors import ConfigError, KafkaError, WakeupError
     from kafka_handoff.types import TopicPartition
 
-    config: dict[str, Any] = {
-        "bootstrap.servers": args.bootstrap_servers,
-        "auto.offset.reset": "earliest" if args.from_beginning else "latest",
-    }
+    try:
+        config = client_config(
+            args, args.bootstrap_servers, os.environ.get("HANDOFF_BOOTSTRAP", "").strip() or "127.0.0.1:9092"
+        )
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    config["auto.offset.reset"] = "earliest" if args.from_beginning else "latest"
     if args.group:
         config["group.id"] = args.group
         config["group.protocol"] = args.group_protocol

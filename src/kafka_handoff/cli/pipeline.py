@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kafka_handoff.cli.command_config import add_command_config_arg
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -23,6 +25,7 @@ def register(subparsers: Any) -> None:
     run = actions.add_parser("run", help="run one pipeline worker (a consumer-group member)")
     run.add_argument("config", type=Path, help="pipeline config (TOML)")
     _add_set(run)
+    add_command_config_arg(run)
     run.add_argument(
         "--until-idle",
         type=float,
@@ -72,12 +75,14 @@ def _stdout_console() -> Any:
 def cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from kafka_handoff.cli.command_config import load_command_config
     from kafka_handoff.errors import ConfigError, KafkaError
     from kafka_handoff.pipeline import load_config, run_worker
 
     err = Console(stderr=True, highlight=False)
     try:
-        config = load_config(args.config, args.overrides)
+        client_settings = load_command_config(args.command_config) if args.command_config else None
+        config = load_config(args.config, args.overrides, client_settings=client_settings)
     except ConfigError as exc:
         err.print(f"[red]handoff pipeline run: {exc}[/red]")
         return 2

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
+from kafka_handoff.cli.command_config import add_command_config_arg
+
 __all__ = [
     "DEFAULT_START_MS",
     "REQUIRED_FIELDS",
@@ -156,8 +158,9 @@ def register(subparsers: Any) -> None:
         "-b",
         default=None,
         metavar="HOST:PORT[,...]",
-        help="brokers (default: $HANDOFF_BOOTSTRAP or 127.0.0.1:9092)",
+        help="brokers (default: the --command-config file's, $HANDOFF_BOOTSTRAP or 127.0.0.1:9092)",
     )
+    add_command_config_arg(parser)
     parser.add_argument("--topic", "-t", required=True, help="topic to write to")
     parser.add_argument("--count", "-n", type=int, required=True, help="number of records")
     parser.add_argument(
@@ -192,17 +195,19 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _bootstrap(args: argparse.Namespace) -> str:
+def _connection(args: argparse.Namespace) -> dict[str, Any]:
     import os
 
-    value: str | None = args.bootstrap_servers
-    return value or os.environ.get("HANDOFF_BOOTSTRAP", "").strip() or "127.0.0.1:9092"
+    from kafka_handoff.cli.command_config import client_config
+
+    fallback = os.environ.get("HANDOFF_BOOTSTRAP", "").strip() or "127.0.0.1:9092"
+    return client_config(args, args.bootstrap_servers, fallback)
 
 
-def _ensure_topic(bootstrap: str, topic: str, partitions: int, replication: int) -> None:
+def _ensure_topic(connection: dict[str, Any], topic: str, partitions: int, replication: int) -> None:
     from kafka_handoff.admin import AdminClient, NewTopic
 
-    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+    with AdminClient(dict(connection)) as admin:
         admin.create_topics([NewTopic(topic, partitions, replication)], if_not_exists=True, timeout=60)
 
 
@@ -220,14 +225,14 @@ def run(args: argparse.Namespace) -> int:
     if not 0.0 <= args.malformed_share <= 1.0:
         console.print("[red]--malformed-share must be within 0..1[/red]")
         return 2
-    bootstrap = _bootstrap(args)
     start_ms = time.time_ns() // 1_000_000 if args.now else (args.start_ms or DEFAULT_START_MS)
     try:
+        connection = _connection(args)
         if args.partitions is not None:
-            _ensure_topic(bootstrap, args.topic, args.partitions, args.replication_factor)
+            _ensure_topic(connection, args.topic, args.partitions, args.replication_factor)
         producer = Producer(
             {
-                "bootstrap.servers": bootstrap,
+                **connection,
                 "compression.type": args.compression,
                 "linger.ms": 10,
                 "batch.size": 65536,

@@ -11,6 +11,8 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from kafka_handoff.cli.command_config import add_command_config_arg, client_config
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -29,11 +31,19 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
         help=f"brokers to connect to (default: $HANDOFF_BOOTSTRAP or {DEFAULT_BOOTSTRAP})",
     )
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the cluster")
+    add_command_config_arg(parser)
 
 
 def bootstrap_servers(args: argparse.Namespace) -> str:
     value: str | None = args.bootstrap_servers
     return value or os.environ.get("HANDOFF_BOOTSTRAP", "").strip() or DEFAULT_BOOTSTRAP
+
+
+def connection_config(args: argparse.Namespace) -> dict[str, Any]:
+    """Client settings of a command: ``--command-config`` FILE, ``--bootstrap-servers`` (or the file's, or
+    ``$HANDOFF_BOOTSTRAP``, or the default)."""
+    fallback = os.environ.get("HANDOFF_BOOTSTRAP", "").strip() or DEFAULT_BOOTSTRAP
+    return client_config(args, args.bootstrap_servers, fallback)
 
 
 def console() -> Console:
@@ -50,7 +60,7 @@ def run_admin(args: argparse.Namespace, action: Callable[[AdminClient], int]) ->
     from kafka_handoff.errors import KafkaError
 
     try:
-        with AdminClient({"bootstrap.servers": bootstrap_servers(args)}) as admin:
+        with AdminClient(connection_config(args)) as admin:
             return action(admin)
     except (KafkaError, ValueError) as exc:
         print(f"handoff {args.command}: {exc}", file=sys.stderr)

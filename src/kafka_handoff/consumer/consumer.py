@@ -59,6 +59,7 @@ from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.requests import MonotonicClock, RequestManager
 from kafka_handoff.protocol.telemetry import TelemetryManager
 from kafka_handoff.protocol.telemetry import client_instance_id as telemetry_client_instance_id
+from kafka_handoff.security import build_security
 from kafka_handoff.types import (
     ClusterMetadata,
     ConsumerGroupMetadata,
@@ -124,6 +125,7 @@ class Consumer:
             reconnect_backoff_max_ms=int(cfg.get("reconnect.backoff.max.ms")),
             receive_buffer_bytes=int(cfg.get("receive.buffer.bytes")),
             send_buffer_bytes=int(cfg.get("send.buffer.bytes")),
+            security=build_security(cfg),
         )
         self._client = client
         self._metadata.listeners.append(lambda cluster, now: client.update_brokers(cluster.brokers.values()))

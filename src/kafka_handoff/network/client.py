@@ -16,8 +16,10 @@ import selectors
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kafka_handoff.errors import (
+    AuthenticationError,
     ConnectionError_,
     CoordinatorNotAvailableError,
     KafkaError,
@@ -29,12 +31,16 @@ from kafka_handoff.protocol.requests import ANY_NODE, COORDINATOR, UnsentRequest
 from kafka_handoff.protocol.versions import pick_version
 from kafka_handoff.types import BrokerNode
 
+if TYPE_CHECKING:
+    from kafka_handoff.security import SecuritySettings
+
 __all__ = ["NetworkClient", "parse_bootstrap"]
 
 log = logging.getLogger(__name__)
 
 _BOOTSTRAP_BASE = -1000
 _COORDINATOR_BASE = 1 << 30
+_UNREACHABLE_WARN_MS = 10_000  # a warning about unreachable brokers at most this often
 
 
 def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
@@ -70,8 +76,15 @@ class NetworkClient:
         receive_buffer_bytes: int = 65536,
         send_buffer_bytes: int = 131072,
         max_in_flight_per_connection: int = 5,
+        security: SecuritySettings | None = None,
     ) -> None:
         self.client_id = client_id
+        self.security = security
+        self._auth_errors: collections.deque[AuthenticationError] = collections.deque(maxlen=16)
+        self._failed_addresses: dict[str, str] = {}  # host:port -> last failure, since the last connection
+        self._last_connected_ms: int | None = None
+        self._unreachable_since_ms: int | None = None
+        self._last_unreachable_warning_ms = -(1 << 62)
         self.request_timeout_ms = request_timeout_ms
         self.connect_timeout_ms = connect_timeout_ms
         self._reconnect_base = reconnect_backoff_ms
@@ -101,6 +114,8 @@ class NetworkClient:
         self.disconnect_listeners: list[Callable[[int, bool, int], None]] = []
         """Called as ``listener(node_id, is_coordinator_connection, now_ms)`` when a connection is lost."""
         self._closed = False
+        if security is not None and security.token_provider is not None:
+            security.token_provider.listeners.append(self.wakeup)
 
     # ------------------------------------------------------------------ topology
     def update_brokers(self, brokers: Iterable[BrokerNode]) -> None:
@@ -213,6 +228,7 @@ class NetworkClient:
     def poll(self, timeout_ms: int, now_ms: int, clock: Callable[[], int]) -> None:
         """Connect, write, wait up to ``timeout_ms`` for I/O, read, dispatch responses and timeouts."""
         self._start_connections(now_ms)
+        self._poll_auth(now_ms)
         self._flush_pending(now_ms)
         self._update_interest()
         deadline = self._next_deadline()
@@ -232,7 +248,13 @@ class NetworkClient:
                 if conn.state is ConnState.CONNECTING:
                     if mask & selectors.EVENT_WRITE:
                         conn.finish_connect(now_ms, self.request_timeout_ms)
-                        self._backoff[conn_id] = _Backoff()
+                        if self.security is None:
+                            self._on_connected(conn_id, now_ms)
+                    continue
+                if conn.state is ConnState.TLS_HANDSHAKE:
+                    conn.tls_handshake(now_ms, self.request_timeout_ms)
+                    if conn.state is not ConnState.TLS_HANDSHAKE:
+                        conn.write()  # ApiVersions
                     continue
                 if mask & selectors.EVENT_WRITE:
                     conn.write()
@@ -240,12 +262,17 @@ class NetworkClient:
                     was_ready = conn.ready
                     results = conn.read(now_ms, self.request_timeout_ms)
                     if conn.ready and not was_ready:
+                        if self.security is not None:
+                            self._on_connected(conn_id, now_ms)
                         self._flush_pending(now_ms)
+                    elif conn.wants_write():
+                        conn.write()  # the next SASL message
                     for entry, response in results:
                         self._complete(entry, response, now_ms)
             except (KafkaError, OSError) as exc:
                 self._disconnect(conn_id, exc, now_ms)
         self._expire(now_ms)
+        self._poll_auth(now_ms)
         self._flush_pending(now_ms)
         for conn_id, conn in list(self._conns.items()):
             if conn.ready and conn.wants_write():
@@ -253,6 +280,50 @@ class NetworkClient:
                     conn.write()
                 except KafkaError as exc:
                     self._disconnect(conn_id, exc, now_ms)
+
+    def _on_connected(self, conn_id: int, now_ms: int) -> None:
+        """A connection became usable (after TLS and SASL when configured)."""
+        self._backoff[conn_id] = _Backoff()
+        self._last_connected_ms = now_ms
+        self._unreachable_since_ms = None
+        self._failed_addresses.clear()
+
+    def _poll_auth(self, now_ms: int) -> None:
+        if self.security is None or self.security.sasl_mechanism is None:
+            return
+        for conn_id, conn in list(self._conns.items()):
+            if conn.state is ConnState.AUTHENTICATING or conn.reauth_at_ms is not None:
+                try:
+                    conn.poll_auth(now_ms, self.request_timeout_ms)
+                    if conn.wants_write():
+                        conn.write()
+                except (KafkaError, OSError) as exc:
+                    self._disconnect(conn_id, exc, now_ms)
+
+    def take_auth_errors(self) -> list[AuthenticationError]:
+        """Authentication and TLS failures since the last call (the network thread reports them to the
+        application, whose next call raises them)."""
+        out = list(self._auth_errors)
+        self._auth_errors.clear()
+        return out
+
+    def _note_unreachable(self, conn: BrokerConnection, error: BaseException, now_ms: int) -> None:
+        """Warn (rate-limited) when no broker could be reached, naming the addresses tried."""
+        self._failed_addresses[f"{conn.host}:{conn.port}"] = str(error)
+        if any(c.ready for c in self._conns.values()):
+            return
+        if self._unreachable_since_ms is None:
+            self._unreachable_since_ms = now_ms
+        if now_ms - self._last_unreachable_warning_ms < _UNREACHABLE_WARN_MS:
+            return
+        self._last_unreachable_warning_ms = now_ms
+        tried = ", ".join(f"{addr} ({cause})" for addr, cause in sorted(self._failed_addresses.items()))
+        log.warning(
+            "%s: no broker reachable for %d ms; tried %s",
+            self.client_id,
+            now_ms - self._unreachable_since_ms,
+            tried,
+        )
 
     def _drain_wakeups(self) -> None:
         try:
@@ -286,6 +357,7 @@ class NetworkClient:
             self.client_id,
             receive_buffer_bytes=self._rcvbuf,
             send_buffer_bytes=self._sndbuf,
+            security=self.security,
         )
         try:
             conn.connect(now_ms, self.connect_timeout_ms)
@@ -334,6 +406,8 @@ class NetworkClient:
                 mask |= selectors.EVENT_WRITE
             if conn.state is ConnState.CONNECTING:
                 mask = selectors.EVENT_WRITE
+            elif conn.state is ConnState.TLS_HANDSHAKE:
+                mask = selectors.EVENT_WRITE if conn.wants_write() else selectors.EVENT_READ
             if self._masks.get(conn_id) != mask:
                 self._selector.modify(conn.sock, mask, conn_id)
                 self._masks[conn_id] = mask
@@ -349,7 +423,10 @@ class NetworkClient:
 
     def _expire(self, now_ms: int) -> None:
         for conn_id, conn in list(self._conns.items()):
-            if conn.state is ConnState.CONNECTING and conn.connect_deadline_ms <= now_ms:
+            if (
+                conn.state in (ConnState.CONNECTING, ConnState.TLS_HANDSHAKE)
+                and conn.connect_deadline_ms <= now_ms
+            ):
                 self._disconnect(
                     conn_id, ConnectionError_(f"connecting to {conn.host}:{conn.port} timed out"), now_ms
                 )
@@ -390,7 +467,9 @@ class NetworkClient:
         conn = self._conns.pop(conn_id, None)
         self._masks.pop(conn_id, None)
         failed: list[InFlight] = []
+        was_ready = False
         if conn is not None:
+            was_ready = conn.ready or conn.authenticated_once
             if conn.sock is not None:
                 try:
                     self._selector.unregister(conn.sock)
@@ -402,6 +481,16 @@ class NetworkClient:
         backoff.attempts += 1
         backoff.next_ms = now_ms + self._reconnect_backoff.after_failures(backoff.attempts)
         err = error if isinstance(error, KafkaError) else ConnectionError_(str(error))
+        if isinstance(error, AuthenticationError):
+            # Fatal to the calls, not to the client (as in Java): the application's next call raises it,
+            # reconnects wait reconnect.backoff.max.ms, and the requests fail with a retriable error so
+            # that their managers keep their own backoff.
+            backoff.next_ms = now_ms + self._reconnect_max
+            self._auth_errors.append(error)
+            err = ConnectionError_(str(error))
+            err.__cause__ = error
+        if conn is not None and not was_ready and not isinstance(error, AuthenticationError):
+            self._note_unreachable(conn, error, now_ms)
         for entry in failed:
             if entry.request is not None:
                 self._fail(entry.request, err, now_ms)
@@ -418,6 +507,8 @@ class NetworkClient:
 
     def close(self) -> None:
         self._closed = True
+        if self.security is not None:
+            self.security.close()
         for conn_id in list(self._conns):
             conn = self._conns.pop(conn_id)
             if conn.sock is not None:

@@ -9,15 +9,31 @@ from __future__ import annotations
 import collections
 import enum
 import errno
+import logging
+import random
 import socket
+import ssl
 import struct
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from kafka_handoff.errors import ConnectionError_, KafkaError, KafkaTimeoutError, error_for_code
+from kafka_handoff.errors import (
+    AuthenticationError,
+    ConnectionError_,
+    KafkaError,
+    KafkaTimeoutError,
+    SslError,
+    error_for_code,
+)
 from kafka_handoff.protocol import wire
 from kafka_handoff.protocol.requests import UnsentRequest
+from kafka_handoff.protocol.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslAuthenticator
 from kafka_handoff.protocol.versions import ApiKey, negotiate
+
+if TYPE_CHECKING:
+    from kafka_handoff.security import SecuritySettings
+
+log = logging.getLogger(__name__)
 
 __all__ = ["BrokerConnection", "ConnState", "FrameReader", "InFlight"]
 
@@ -42,7 +58,16 @@ class FrameReader:
     and on a busy application thread getting it back costs up to the interpreter's switch interval.
     """
 
-    def __init__(self, max_frame_bytes: int = 512 * 1024 * 1024, scratch_bytes: int = _SCRATCH_BYTES) -> None:
+    def __init__(
+        self,
+        max_frame_bytes: int = 512 * 1024 * 1024,
+        scratch_bytes: int = _SCRATCH_BYTES,
+        *,
+        drain: bool = False,
+    ) -> None:
+        # drain: keep receiving until the socket would block.  A TLS socket needs it: it hands out one TLS
+        # record per call and may hold decrypted bytes that select() cannot see (SSLSocket.pending()).
+        self._drain = drain
         self._max = max_frame_bytes
         self._scratch = bytearray(scratch_bytes)
         self._view = memoryview(self._scratch)
@@ -72,7 +97,7 @@ class FrameReader:
                         self._compact()
                     want = len(self._scratch) - self._end
                     n = sock.recv_into(self._view[self._end :], want)
-            except (BlockingIOError, InterruptedError):
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 return frames
             if n == 0:
                 raise EOFError("connection closed by the peer")
@@ -82,11 +107,12 @@ class FrameReader:
                     frames.append(memoryview(self._frame).toreadonly())
                     self._frame = self._frame_view = None
                     self._filled = 0
-                    return frames  # select() says whether more is there; saves a recv that would block
+                    if not self._drain:
+                        return frames  # select() says whether more is there; saves a recv that would block
             else:
                 self._end += n
                 self._parse(frames)
-            if n < want:
+            if n < want and not self._drain:
                 return frames  # drained for now
 
     def _compact(self) -> None:
@@ -124,7 +150,9 @@ class FrameReader:
 class ConnState(enum.Enum):
     DISCONNECTED = "disconnected"
     CONNECTING = "connecting"
+    TLS_HANDSHAKE = "tls_handshake"  # TLS handshake driven by the selector
     HANDSHAKE = "handshake"  # ApiVersions in flight
+    AUTHENTICATING = "authenticating"  # SASL exchange (first time or KIP-368 re-authentication)
     READY = "ready"
 
 
@@ -150,6 +178,7 @@ class BrokerConnection:
         software_version: str = "0.1.0",
         receive_buffer_bytes: int = 65536,
         send_buffer_bytes: int = 131072,
+        security: SecuritySettings | None = None,
     ) -> None:
         self.node_id = node_id
         self.host = host
@@ -168,6 +197,19 @@ class BrokerConnection:
         self._api_versions_version = 3
         self.connect_deadline_ms = 0
         self.last_activity_ms = 0
+        self.security = security
+        self._tls_want_write = False
+        self._ssl_retry_len = 0  # a TLS write that would block must be retried with the same length
+        self._auth: SaslAuthenticator | None = None
+        self._waiting_token = False
+        self.reauth_at_ms: int | None = None
+        self.authenticated_once = False
+
+    @property
+    def broker(self) -> str:
+        """``host:port (node N)`` for messages."""
+        node = f" (node {self.node_id})" if self.node_id >= 0 else " (bootstrap)"
+        return f"{self.host}:{self.port}{node}"
 
     # ------------------------------------------------------------------ lifecycle
     def connect(self, now_ms: int, timeout_ms: int) -> None:
@@ -180,6 +222,13 @@ class BrokerConnection:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, max(self._rcvbuf, 1 << 20))
         if self._sndbuf > 0:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._sndbuf)
+        if self.security is not None and self.security.ssl_context is not None:
+            # Wrapped before connecting; the handshake runs later, step by step, from the selector.
+            # server_hostname gives SNI and the name the certificate is checked against.
+            sock = self.security.ssl_context.wrap_socket(
+                sock, server_hostname=self.host, do_handshake_on_connect=False
+            )
+            self._reader = FrameReader(drain=True)
         err = sock.connect_ex(addr)
         if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
             sock.close()
@@ -199,8 +248,125 @@ class BrokerConnection:
             raise ConnectionError_(
                 f"cannot connect to {self.host}:{self.port}: {errno.errorcode.get(err, err)}"
             )
+        if isinstance(self.sock, ssl.SSLSocket):
+            self.state = ConnState.TLS_HANDSHAKE
+            self.tls_handshake(now_ms, request_timeout_ms)
+            return
         self.state = ConnState.HANDSHAKE
         self._send_api_versions(now_ms, request_timeout_ms)
+
+    def tls_handshake(self, now_ms: int, request_timeout_ms: int) -> None:
+        """One non-blocking step of the TLS handshake (called whenever the socket is ready)."""
+        sock = self.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._tls_want_write = False
+            return
+        except ssl.SSLWantWriteError:
+            self._tls_want_write = True
+            return
+        except ssl.SSLCertVerificationError as exc:
+            raise SslError(
+                f"TLS handshake with broker {self.broker} failed: certificate verify failed: "
+                f"{exc.verify_message or exc.reason}",
+                broker=f"{self.host}:{self.port}",
+                node_id=self.node_id,
+            ) from None
+        except ssl.SSLError as exc:
+            raise SslError(
+                f"TLS handshake with broker {self.broker} failed: {exc.reason or exc} "
+                "(is the listener a TLS listener, and do the TLS versions match?)",
+                broker=f"{self.host}:{self.port}",
+                node_id=self.node_id,
+            ) from None
+        except OSError as exc:
+            raise SslError(
+                f"TLS handshake with broker {self.broker} failed: {exc.strerror or exc} "
+                "(the broker closed the connection: is the listener a TLS listener?)",
+                broker=f"{self.host}:{self.port}",
+                node_id=self.node_id,
+            ) from None
+        self._tls_want_write = False
+        log.debug("TLS with %s: %s %s", self.broker, sock.version(), sock.cipher())
+        self.state = ConnState.HANDSHAKE
+        self.last_activity_ms = now_ms
+        self._send_api_versions(now_ms, request_timeout_ms)
+
+    # ------------------------------------------------------------------ SASL
+    def _start_auth(self, now_ms: int, request_timeout_ms: int) -> None:
+        security = self.security
+        assert security is not None and security.sasl_mechanism is not None
+        self.state = ConnState.AUTHENTICATING
+        try:
+            ready = security.token_ready()
+        except AuthenticationError as exc:
+            raise AuthenticationError(
+                f"SASL {security.sasl_mechanism} authentication with broker {self.broker} failed: {exc}",
+                broker=f"{self.host}:{self.port}",
+                node_id=self.node_id,
+            ) from None
+        if not ready:
+            self._waiting_token = True
+            return
+        self._waiting_token = False
+        self._auth = SaslAuthenticator(
+            security.sasl_mechanism,
+            security.new_mechanism,
+            self.versions,
+            f"{self.host}:{self.port}",
+            self.node_id,
+        )
+        self._send_sasl(self._auth.start(), now_ms, request_timeout_ms)
+
+    def _send_sasl(self, request: Any, now_ms: int, request_timeout_ms: int) -> None:
+        assert self._auth is not None
+        version = (
+            self._auth.handshake_version
+            if request.api_key == SASL_HANDSHAKE
+            else self._auth.authenticate_version
+        )
+        payload = wire.build_request(request.api_key, version, request.values)
+        self._enqueue(payload, request.api_key, version, None, now_ms, request_timeout_ms)
+
+    def _on_sasl(self, api_key: int, response: Any, now_ms: int, request_timeout_ms: int) -> None:
+        assert self._auth is not None
+        following = self._auth.on_response(api_key, response)
+        if following is not None:
+            self._send_sasl(following, now_ms, request_timeout_ms)
+            return
+        lifetime = self._auth.session_lifetime_ms
+        self._auth = None
+        self.reauth_at_ms = None
+        if lifetime > 0:
+            # KIP-368: re-authenticate at 85-95% of the session lifetime, as Java's client does.
+            self.reauth_at_ms = now_ms + int(lifetime * random.uniform(0.85, 0.95))
+        log.debug(
+            "%s with %s (%s); session lifetime %d ms",
+            "re-authenticated" if self.authenticated_once else "authenticated",
+            self.broker,
+            self.security.sasl_mechanism if self.security else "",
+            lifetime,
+        )
+        self.authenticated_once = True
+        self.state = ConnState.READY
+
+    def poll_auth(self, now_ms: int, request_timeout_ms: int) -> None:
+        """Advance what waits on time or on other threads: a token that arrived, a due re-authentication
+        (started once no request is in flight; no new request is sent meanwhile)."""
+        if self.state is ConnState.AUTHENTICATING and self._auth is None:
+            if self._waiting_token or not self.in_flight:
+                self._start_auth(now_ms, request_timeout_ms)
+        elif (
+            self.state is ConnState.READY
+            and self.reauth_at_ms is not None
+            and self.reauth_at_ms <= now_ms
+        ):
+            self.reauth_at_ms = None
+            self.state = ConnState.AUTHENTICATING
+            if not self.in_flight:
+                self._start_auth(now_ms, request_timeout_ms)
 
     def _send_api_versions(self, now_ms: int, request_timeout_ms: int) -> None:
         v = self._api_versions_version
@@ -224,6 +390,9 @@ class BrokerConnection:
         self._out.clear()
         self._reader = FrameReader()
         self.versions = {}
+        self._auth = None
+        self._waiting_token = False
+        self.reauth_at_ms = None
         return [f for f in failed if f.request is not None]
 
     # ------------------------------------------------------------------ sending
@@ -254,14 +423,26 @@ class BrokerConnection:
             self.in_flight.append(InFlight(cid, api_key, version, request, now_ms + timeout_ms, now_ms))
 
     def wants_write(self) -> bool:
+        if self.state is ConnState.TLS_HANDSHAKE:
+            return self._tls_want_write
         return self.state is ConnState.CONNECTING or bool(self._out)
 
     def write(self) -> None:
         assert self.sock is not None
-        if not self._out:
+        if not self._out or self.state in (ConnState.CONNECTING, ConnState.TLS_HANDSHAKE):
             return
         try:
-            n = self.sock.send(self._out)
+            if isinstance(self.sock, ssl.SSLSocket):
+                # OpenSSL wants a write that would block retried with the same length.
+                length = self._ssl_retry_len or min(len(self._out), 1 << 18)
+                try:
+                    n = self.sock.send(memoryview(self._out)[:length])
+                except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                    self._ssl_retry_len = length
+                    return
+                self._ssl_retry_len = 0
+            else:
+                n = self.sock.send(self._out)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -297,7 +478,10 @@ class BrokerConnection:
                 )
             response = wire.decode_response(entry.api_key, entry.version, frame)
             if entry.request is None:
-                self._on_api_versions(response, now_ms, request_timeout_ms)
+                if entry.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+                    self._on_sasl(entry.api_key, response, now_ms, request_timeout_ms)
+                else:
+                    self._on_api_versions(response, now_ms, request_timeout_ms)
             else:
                 out.append((entry, response))
         return out
@@ -316,6 +500,9 @@ class BrokerConnection:
             raise error_for_code(code, f"ApiVersions from {self.host}:{self.port}")
         broker = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
         self.versions = negotiate(broker)
+        if self.security is not None and self.security.sasl_mechanism is not None:
+            self._start_auth(now_ms, request_timeout_ms)
+            return
         self.state = ConnState.READY
 
     def expired(self, now_ms: int) -> list[InFlight]:
@@ -324,8 +511,10 @@ class BrokerConnection:
 
     def next_deadline(self) -> int | None:
         deadlines = [f.deadline_ms for f in self.in_flight]
-        if self.state is ConnState.CONNECTING:
+        if self.state in (ConnState.CONNECTING, ConnState.TLS_HANDSHAKE):
             deadlines.append(self.connect_deadline_ms)
+        if self.reauth_at_ms is not None:
+            deadlines.append(self.reauth_at_ms)
         return min(deadlines) if deadlines else None
 
 

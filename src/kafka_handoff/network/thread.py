@@ -32,6 +32,8 @@ __all__ = ["ApplicationEvent", "BackgroundError", "NetworkThread"]
 
 log = logging.getLogger(__name__)
 
+_AUTH_LOG_INTERVAL_MS = 30_000
+
 T = TypeVar("T")
 
 
@@ -77,6 +79,7 @@ class NetworkThread:
         self._stopped = threading.Event()
         self.fatal_error: BaseException | None = None
         self._after_poll: list[Callable[[int], None]] = []
+        self._auth_logged: dict[str, int] = {}
 
     # ------------------------------------------------------------------ application-thread side
     def start(self) -> None:
@@ -178,6 +181,14 @@ class NetworkThread:
             self.client.poll(wait, now, self.clock.now_ms)
         except Exception as exc:
             self._report(exc)
+        for auth_error in self.client.take_auth_errors():
+            # Authentication/TLS failures: the application's next call raises them.  Logged without a
+            # traceback, and the same message at most every 30 s (reconnects repeat it every second).
+            text = str(auth_error)
+            if now - self._auth_logged.get(text, -(1 << 62)) >= _AUTH_LOG_INTERVAL_MS:
+                self._auth_logged[text] = now
+                log.error("%s", text)
+            self.background_events.put(BackgroundError(auth_error))
         now = self.clock.now_ms()
         for hook in self._after_poll:
             try:

@@ -449,9 +449,14 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str] | Mapping[str,
 
 
 def load_config(
-    path: str | os.PathLike[str], overrides: Sequence[str] | Mapping[str, Any] = ()
+    path: str | os.PathLike[str],
+    overrides: Sequence[str] | Mapping[str, Any] = (),
+    *,
+    client_settings: Mapping[str, Any] | None = None,
 ) -> PipelineConfig:
-    """Read and validate a pipeline TOML file (``overrides``: ``section.key=value`` strings or a mapping)."""
+    """Read and validate a pipeline TOML file (``overrides``: ``section.key=value`` strings or a mapping).
+    ``client_settings`` (``handoff pipeline run --command-config``) are added to ``[kafka]`` before the
+    overrides, so ``--set`` wins over them."""
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
@@ -461,6 +466,8 @@ def load_config(
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+    if client_settings:
+        raw = apply_overrides(raw, {f"kafka.{key}": value for key, value in client_settings.items()})
     if overrides:
         raw = apply_overrides(raw, overrides)
     return parse_config(raw, source=file.resolve())

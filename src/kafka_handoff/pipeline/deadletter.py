@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from kafka_handoff.pipeline.config import PipelineConfig
 from kafka_handoff.pipeline.errors import MalformedRecordError, MarkConflictError, SinkError
 from kafka_handoff.pipeline.sinks import MarkUpdate, Sink, make_sink
+from kafka_handoff.security import connection_settings
 from kafka_handoff.types import TopicPartition
 
 __all__ = [
@@ -234,5 +235,10 @@ def make_dead_letter(config: PipelineConfig) -> DeadLetter:
         assert config.errors.dead_letter_path is not None
         return TableDeadLetter(make_sink(config.sink, config.errors.dead_letter_path))
     assert config.errors.dead_letter_topic is not None
-    producer = {"bootstrap.servers": config.bootstrap_servers, **config.errors.producer}
+    # The consumer's connection and security settings ([kafka]) apply to the dead-letter producer too.
+    producer = {
+        "bootstrap.servers": config.bootstrap_servers,
+        **connection_settings(config.consumer),
+        **config.errors.producer,
+    }
     return TopicDeadLetter(config.errors.dead_letter_topic, producer)

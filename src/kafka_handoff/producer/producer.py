@@ -32,11 +32,13 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as wait_futures
 from time import monotonic_ns, time_ns
 from typing import Any
 
 from kafka_handoff.config import ProducerConfig, parse_producer_config
 from kafka_handoff.errors import (
+    AuthenticationError,
     IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
@@ -65,6 +67,7 @@ from kafka_handoff.protocol.records import RECORD_BATCH_OVERHEAD
 from kafka_handoff.protocol.requests import MonotonicClock
 from kafka_handoff.protocol.telemetry import TelemetryManager
 from kafka_handoff.protocol.telemetry import client_instance_id as telemetry_client_instance_id
+from kafka_handoff.security import build_security
 from kafka_handoff.types import ClusterMetadata, PartitionInfo, RecordMetadata
 
 __all__ = ["Producer"]
@@ -179,6 +182,7 @@ class Producer:
             receive_buffer_bytes=cfg.receive_buffer_bytes,
             send_buffer_bytes=cfg.send_buffer_bytes,
             max_in_flight_per_connection=cfg.max_in_flight_requests_per_connection,
+            security=build_security(cfg),
         )
         self._client = client
         self._idempotence = IdempotenceManager() if cfg.enable_idempotence else None
@@ -369,7 +373,10 @@ class Producer:
         if self._closed:
             raise IllegalStateError("cannot send: the producer is closed")
         if self._fatal is not None or not self._background.empty():
-            self._raise_background_errors()
+            try:
+                self._raise_background_errors()
+            except AuthenticationError as exc:  # as Java: the record's future fails with it
+                return self._fail_now(new_future(), callback, exc)
         if self._key_serializer is not None or self._value_serializer is not None:
             key, value = self._serialize(topic, key, value)
         if key is None:
@@ -399,7 +406,7 @@ class Producer:
             started = monotonic_ns() // 1_000_000
             try:
                 num_partitions = self._wait_for_topic(topic, started + self._max_block_ms)
-            except KafkaTimeoutError as exc:
+            except (KafkaTimeoutError, AuthenticationError) as exc:
                 return self._fail_now(new_future(), callback, exc)
         if partition is not None:
             if not 0 <= partition < num_partitions:
@@ -484,7 +491,12 @@ class Producer:
 
             fut = self._thread.call(run, deadline_ms=deadline_ms, name=f"metadata for topic {topic}")
             try:
-                fut.result(remaining / 1000.0)
+                # In slices: an authentication failure reported meanwhile ends the wait within moments.
+                while not fut.done() and self._clock.now_ms() < deadline_ms:
+                    if not self._background.empty():
+                        self._raise_background_errors()
+                    wait_futures([fut], timeout=0.2)
+                fut.result(0)
             except (FutureTimeout, KafkaTimeoutError):
                 continue
             except KafkaError:
