@@ -1305,20 +1305,25 @@ def test_poll_timer_expiry_leaves_goes_stale_loses_and_rejoins(h: H, state: str)
     assert V(join)["member_epoch"] == 0 and V(join)["member_id"] == "m1"
 
 
-def test_poll_timer_expiry_without_coordinator_goes_stale_without_leave_heartbeat(h: H) -> None:
+def test_poll_timer_expiry_waits_for_a_known_coordinator(h: H) -> None:
+    # As Java's heartbeat manager: nothing is decided while the coordinator is unknown (it is being
+    # rediscovered); once it is known again an expired timer makes the member leave.
     h.join({TID_A: [0]})
     h.m.on_coordinator(None, h.now)
     h.advance(REBALANCE_TIMEOUT)
     assert h.poll() == []
+    assert h.state() is S.STABLE
+    assert h.callbacks() == []
+    h.m.on_coordinator(2, h.now)
+    reqs = h.poll()
+    assert [V(r)["member_epoch"] for r in reqs] == [-1]
     assert h.state() is S.STALE
+    h.respond(reqs[0], epoch=-1)
     (lost,) = h.callbacks()
     assert lost.kind is CallbackKind.LOST
     h.complete(lost)
     h.app_poll()
     assert h.state() is S.JOINING
-    h.no_hb()
-    assert any(isinstance(e, CoordinatorNeeded) for e in h.events())
-    h.m.on_coordinator(1, h.now)
     assert V(h.hb())["member_epoch"] == 0
 
 

@@ -194,7 +194,101 @@ def test_mark_unknown_notifies_and_rediscovers() -> None:
     assert seen == [(None, clock.now_ms())]
     cm.mark_unknown(clock.now_ms())  # already unknown: no second notification
     assert seen == [(None, clock.now_ms())]
-    req = only_request(cm.poll(clock.now_ms()))
+    # As Java: even after a success the next FindCoordinator waits retry.backoff.ms.
+    assert cm.poll(clock.now_ms()).unsent == []
+    req = only_request(cm.poll(clock.advance(int(BACKOFF * 1.2))))
     respond(req, found(4, 5), 4, clock.now_ms())
     assert cm.coordinator is not None and cm.coordinator.node_id == 5
     assert seen[-1] == (BrokerNode(5, "coord", 9092), clock.now_ms())
+
+
+def found_now(cm: CoordinatorManager, clock: FakeClock, node_id: int) -> int:
+    """Let the manager ask (after any backoff) and answer with ``node_id``; returns the new epoch."""
+    result = cm.poll(clock.now_ms())
+    if not result.unsent:
+        result = cm.poll(clock.advance(result.wait_ms))
+    respond(only_request(result), found(4, node_id), 4, clock.now_ms())
+    assert cm.coordinator is not None and cm.coordinator.node_id == node_id
+    return cm.epoch
+
+
+def test_each_discovery_gets_a_new_epoch() -> None:
+    clock = FakeClock()
+    cm, _ = manager()
+    cm.wanted = True
+    first = found_now(cm, clock, 3)
+    assert cm.mark_unknown(clock.advance(1), "NOT_COORDINATOR", epoch=first)
+    second = found_now(cm, clock, 3)  # the same node again is still a new discovery
+    assert second == first + 1
+
+
+def test_stale_epoch_mark_does_not_invalidate_a_newer_coordinator() -> None:
+    # Issue 13: a "coordinator unknown" mark about the old coordinator, applied after the new one was found
+    # (e.g. drained in the same network poll), must be a no-op.
+    clock = FakeClock()
+    cm, seen = manager()
+    cm.wanted = True
+    old = found_now(cm, clock, 1)
+    assert cm.mark_unknown(clock.advance(1), "disconnected", epoch=old)
+    new = found_now(cm, clock, 2)
+    seen.clear()
+    assert not cm.mark_unknown(clock.now_ms(), "stale heartbeat failure", epoch=old)
+    assert cm.coordinator is not None and cm.coordinator.node_id == 2
+    assert seen == []
+    assert cm.mark_unknown(clock.now_ms(), "NOT_COORDINATOR", epoch=new)
+    assert cm.coordinator is None
+
+
+def test_disconnect_of_another_node_does_not_invalidate_the_coordinator() -> None:
+    clock = FakeClock()
+    cm, _ = manager()
+    cm.wanted = True
+    found_now(cm, clock, 2)
+    assert not cm.mark_unknown(clock.now_ms(), "connection lost", node_id=1)  # the old coordinator's
+    assert cm.coordinator is not None
+    assert cm.mark_unknown(clock.now_ms(), "connection lost", node_id=2)
+    assert cm.coordinator is None
+
+
+def test_find_coordinator_rate_is_bounded_when_every_coordinator_is_marked_unknown_at_once() -> None:
+    # A dead coordinator that FindCoordinator keeps naming (until the controller fences it): every
+    # discovery is marked unknown immediately.  Over 10 fake seconds the manager asks at most once per
+    # retry.backoff.ms (jitter 0.8..1.2): never a busy loop.
+    clock = FakeClock()
+    cm, _ = manager()
+    cm.wanted = True
+    start = clock.now_ms()
+    while clock.now_ms() - start < 10_000:
+        result = cm.poll(clock.now_ms())
+        if result.unsent:
+            respond(only_request(result), found(4, 1), 4, clock.now_ms())
+            cm.mark_unknown(clock.now_ms(), "connection refused", epoch=cm.epoch)
+        else:
+            clock.advance(max(1, result.wait_ms))
+    assert 10_000 // int(BACKOFF * 1.2) <= cm.requests_sent <= 10_000 // int(BACKOFF * 0.8) + 1
+
+
+def test_find_coordinator_failures_back_off_exponentially_over_time() -> None:
+    clock = FakeClock()
+    cm, _ = manager()
+    cm.wanted = True
+    start = clock.now_ms()
+    while clock.now_ms() - start < 10_000:
+        result = cm.poll(clock.now_ms())
+        if result.unsent:
+            respond(only_request(result), found(4, error=15), 4, clock.now_ms())
+        else:
+            clock.advance(max(1, result.wait_ms))
+    # 100, 200, 400, 800, then ~1000 each: about 15 requests in 10 s, not hundreds.
+    assert cm.requests_sent <= 20
+
+
+def test_refresh_re_announces_a_known_coordinator() -> None:
+    clock = FakeClock()
+    cm, seen = manager()
+    cm.refresh(clock.now_ms())
+    assert cm.wanted and seen == []  # nothing known yet: it will be discovered
+    found_now(cm, clock, 4)
+    seen.clear()
+    cm.refresh(clock.now_ms())
+    assert seen == [(BrokerNode(4, "coord", 9092), clock.now_ms())]

@@ -141,7 +141,7 @@ class Consumer:
 
             def on_disconnect(node: int, is_coordinator: bool, now: int) -> None:
                 if is_coordinator:
-                    coordinator.mark_unknown(now, "disconnected")
+                    coordinator.mark_unknown(now, "connection lost", node_id=node)
 
             client.disconnect_listeners.append(on_disconnect)
             self._commits = CommitManager(
@@ -232,7 +232,9 @@ class Consumer:
 
             def on_coordinator(node: Any, now: int) -> None:
                 if self.membership is not None:
-                    self.membership.on_coordinator(None if node is None else node.node_id, now)
+                    self.membership.on_coordinator(
+                        None if node is None else node.node_id, now, coordinator.epoch
+                    )
 
             coordinator.listeners.append(on_coordinator)
 
@@ -295,8 +297,9 @@ class Consumer:
                 self._metadata.request_update()
             elif isinstance(event, CoordinatorNeeded):
                 if self._coordinator is not None:
-                    self._coordinator.mark_unknown(now, event.reason)
-                    self._coordinator.wanted = True
+                    # Marks only the coordinator the event is about: a stale event must not invalidate a
+                    # coordinator found since (in the same network poll: issue 13's livelock).
+                    self._coordinator.on_coordinator_needed(event, now)
             elif isinstance(event, MembershipError):
                 self._background.put(BackgroundError(event.error, fatal=event.fatal))
                 notify = True
@@ -1005,7 +1008,7 @@ class Consumer:
         def run(now: int) -> None:
             self._subs.subscribe(subscription)
             if coordinator.coordinator is not None:
-                membership.on_coordinator(coordinator.coordinator.node_id, now)
+                membership.on_coordinator(coordinator.coordinator.node_id, now, coordinator.epoch)
             coordinator.wanted = True
             membership.subscribe(subscription, now)
             self._metadata.request_update()

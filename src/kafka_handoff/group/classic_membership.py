@@ -283,6 +283,7 @@ class ClassicMembership:
         self._generation = NO_GENERATION
         self._is_leader = False
         self._coordinator: int | None = None
+        self._coordinator_epoch = 0
         self._coordinator_requested = False
         self._rejoin_needed = True
         self._rejoin_reason = "initial join"
@@ -461,10 +462,13 @@ class ClassicMembership:
             return
         self._request_rejoin(reason or "rebalance enforced by the application")
 
-    def on_coordinator(self, node_id: int | None, now_ms: int) -> None:
+    def on_coordinator(self, node_id: int | None, now_ms: int, epoch: int | None = None) -> None:
+        if node_id is not None and node_id == self._coordinator and epoch == self._coordinator_epoch:
+            return  # the same coordinator announced again: nothing changes (not even the session timer)
         self._coordinator = node_id
         self._coordinator_requested = False
         if node_id is not None:
+            self._coordinator_epoch = epoch if epoch is not None else self._coordinator_epoch + 1
             self._session_deadline_ms = now_ms + self._session_timeout_ms
 
     def on_callback_completed(self, seq: int, error: BaseException | None, now_ms: int) -> None:
@@ -553,7 +557,7 @@ class ClassicMembership:
             if self._hb_token is None:
                 candidates.append(self._hb_next_ms - now_ms)
             candidates.append(self._session_deadline_ms - now_ms)
-        if in_group and self._leave is _Leave.NONE:
+        if in_group and self._leave is _Leave.NONE and self._coordinator is not None:
             candidates.append(self._last_app_poll_ms + self._rebalance_timeout_ms - now_ms)
         if self._join_backoff_until_ms > now_ms:
             candidates.append(self._join_backoff_until_ms - now_ms)
@@ -571,6 +575,8 @@ class ClassicMembership:
             return
         if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
             return
+        if self._coordinator is None:
+            return  # as Java's heartbeat thread: decided once the coordinator is known again
         if now_ms - self._last_app_poll_ms < self._rebalance_timeout_ms:
             return
         self._stats.values["poll_timeouts"] += 1
@@ -589,7 +595,9 @@ class ClassicMembership:
             self._give_up_revocations("no heartbeat response within session.timeout.ms")
         if self._coordinator is None or now_ms < self._session_deadline_ms:
             return
-        self._mark_coordinator_unknown("session timed out without receiving a heartbeat response")
+        self._mark_coordinator_unknown(
+            "session timed out without receiving a heartbeat response", self._coordinator_epoch
+        )
 
     def _check_join_deadline(self, now_ms: int) -> None:
         if self._join_deadline_ms is None or now_ms < self._join_deadline_ms:
@@ -682,6 +690,7 @@ class ClassicMembership:
         token = object()
         self._join_token = token
         sent_generation = self._generation
+        epoch = self._coordinator_epoch
         values = {
             "group_id": self.group_id,
             "session_timeout": self._session_timeout_ms,
@@ -694,13 +703,13 @@ class ClassicMembership:
         }
 
         def on_response(resp: Any, version: int, t: int) -> None:
-            self._on_join_response(token, sent_generation, now_ms, resp, t)
+            self._on_join_response(token, sent_generation, now_ms, resp, t, epoch)
 
         def on_failure(exc: BaseException, t: int) -> None:
             if token is not self._join_token:
                 return
             self._join_token = None
-            self._request_failed("JoinGroup", exc, t)
+            self._request_failed("JoinGroup", exc, t, epoch)
 
         self._outbox.append(
             UnsentRequest(
@@ -718,7 +727,7 @@ class ClassicMembership:
         )
 
     def _on_join_response(
-        self, token: object, sent: Generation, sent_ms: int, resp: Any, now_ms: int
+        self, token: object, sent: Generation, sent_ms: int, resp: Any, now_ms: int, epoch: int
     ) -> None:
         if token is not self._join_token:
             return  # stale: the member reset or left meanwhile
@@ -776,7 +785,7 @@ class ClassicMembership:
                 )
             self._join_retry(now_ms, backoff=False)
         elif code in (_E.coordinator_not_available, _E.not_coordinator):
-            self._mark_coordinator_unknown(f"JoinGroup failed with {_E(code).name.upper()}")
+            self._mark_coordinator_unknown(f"JoinGroup failed with {_E(code).name.upper()}", epoch)
             self._join_retry(now_ms, backoff=True)
         elif code == _E.fenced_instance_id:
             self._fail_fatal(self._fenced_error(), now_ms)
@@ -805,11 +814,11 @@ class ClassicMembership:
             self._join_backoff_until_ms = now_ms + self._backoff_ms(self._join_attempts)
             self._join_attempts += 1
 
-    def _request_failed(self, api: str, exc: BaseException, now_ms: int) -> None:
+    def _request_failed(self, api: str, exc: BaseException, now_ms: int, epoch: int) -> None:
         if isinstance(exc, UnsupportedVersionError):
             self._fail_visible(exc, now_ms)
             return
-        self._mark_coordinator_unknown(f"{api} request failed: {exc}")
+        self._mark_coordinator_unknown(f"{api} request failed: {exc}", epoch)
         self._join_retry(now_ms, backoff=True)
 
     # --- leader ---------------------------------------------------------------------------------------
@@ -893,6 +902,7 @@ class ClassicMembership:
         token = object()
         self._sync_token = token
         gen = self._generation
+        epoch = self._coordinator_epoch
         values = {
             "group_id": self.group_id,
             "generation_id": gen.generation_id,
@@ -904,13 +914,13 @@ class ClassicMembership:
         }
 
         def on_response(resp: Any, version: int, t: int) -> None:
-            self._on_sync_response(token, gen, now_ms, resp, t)
+            self._on_sync_response(token, gen, now_ms, resp, t, epoch)
 
         def on_failure(exc: BaseException, t: int) -> None:
             if token is not self._sync_token:
                 return
             self._sync_token = None
-            self._request_failed("SyncGroup", exc, t)
+            self._request_failed("SyncGroup", exc, t, epoch)
 
         self._outbox.append(
             UnsentRequest(
@@ -925,7 +935,7 @@ class ClassicMembership:
         )
 
     def _on_sync_response(
-        self, token: object, sent: Generation, sent_ms: int, resp: Any, now_ms: int
+        self, token: object, sent: Generation, sent_ms: int, resp: Any, now_ms: int, epoch: int
     ) -> None:
         if token is not self._sync_token:
             return
@@ -969,7 +979,7 @@ class ClassicMembership:
                 )
             self._join_retry(now_ms, backoff=False)
         elif code in (_E.coordinator_not_available, _E.not_coordinator):
-            self._mark_coordinator_unknown(f"SyncGroup failed with {_E(code).name.upper()}")
+            self._mark_coordinator_unknown(f"SyncGroup failed with {_E(code).name.upper()}", epoch)
             self._join_retry(now_ms, backoff=True)
         else:
             # GROUP_AUTHORIZATION_FAILED and anything unexpected: raised to the caller.
@@ -1034,6 +1044,7 @@ class ClassicMembership:
         token = object()
         self._hb_token = token
         gen = self._generation
+        epoch = self._coordinator_epoch
         self._hb_next_ms = now_ms + self._heartbeat_interval_ms
         self._stats.values["last_heartbeat_send_ms"] = now_ms
         values = {
@@ -1044,14 +1055,14 @@ class ClassicMembership:
         }
 
         def on_response(resp: Any, version: int, t: int) -> None:
-            self._on_heartbeat_response(token, gen, now_ms, resp, t)
+            self._on_heartbeat_response(token, gen, now_ms, resp, t, epoch)
 
         def on_failure(exc: BaseException, t: int) -> None:
             if token is not self._hb_token:
                 return
             self._hb_token = None
             if not isinstance(exc, UnsupportedVersionError):
-                self._mark_coordinator_unknown(f"Heartbeat request failed: {exc}")
+                self._mark_coordinator_unknown(f"Heartbeat request failed: {exc}", epoch)
             self._heartbeat_failed(t)
 
         self._outbox.append(
@@ -1075,7 +1086,7 @@ class ClassicMembership:
         self._session_deadline_ms = now_ms + self._session_timeout_ms
 
     def _on_heartbeat_response(
-        self, token: object, sent: Generation, sent_ms: int, resp: Any, now_ms: int
+        self, token: object, sent: Generation, sent_ms: int, resp: Any, now_ms: int, epoch: int
     ) -> None:
         if token is not self._hb_token:
             return
@@ -1094,7 +1105,7 @@ class ClassicMembership:
                 # the group was stable when the coordinator processed this heartbeat
                 self._stable_evidence_ms = max(self._stable_evidence_ms, sent_ms)
         elif code in (_E.coordinator_not_available, _E.not_coordinator):
-            self._mark_coordinator_unknown(f"Heartbeat failed with {_E(code).name.upper()}")
+            self._mark_coordinator_unknown(f"Heartbeat failed with {_E(code).name.upper()}", epoch)
             self._heartbeat_failed(now_ms)
         elif code == _E.rebalance_in_progress:
             # Heartbeating on during a rebalance keeps the member in the group for the rebalance timeout.
@@ -1335,11 +1346,17 @@ class ClassicMembership:
             self._coordinator_requested = True
             self._events.append(CoordinatorNeeded(reason))
 
-    def _mark_coordinator_unknown(self, reason: str) -> None:
-        if self._coordinator is not None:
-            self._coordinator = None
-            self._coordinator_requested = False
-        self._need_coordinator(reason)
+    def _mark_coordinator_unknown(self, reason: str, epoch: int) -> None:
+        """A request to the coordinator of discovery ``epoch`` failed: forget that coordinator (not a newer
+        one found since) and ask for it to be marked unknown and rediscovered."""
+        if epoch != self._coordinator_epoch:
+            return  # about an older coordinator: the current one is not in question
+        if self._coordinator is None:
+            self._need_coordinator(reason)
+            return
+        self._coordinator = None
+        self._coordinator_requested = True
+        self._events.append(CoordinatorNeeded(reason, epoch=epoch))
 
     # ------------------------------------------------------------------------------------------------
     # metadata and subscription

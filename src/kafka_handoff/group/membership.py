@@ -106,9 +106,15 @@ class MembershipError:
 
 @dataclass(frozen=True, slots=True)
 class CoordinatorNeeded:
-    """The coordinator is unknown to the membership: find it and call ``on_coordinator``."""
+    """The coordinator is unknown to the membership: find it and call ``on_coordinator``.
+
+    ``epoch`` names the coordinator the membership found wanting (the discovery epoch it was told with
+    ``on_coordinator``): only that one is marked unknown, so an event drained after a newer coordinator
+    was found cannot invalidate it.  ``None``: the membership knows no coordinator and just needs one.
+    """
 
     reason: str = ""
+    epoch: int | None = None
 
 
 GroupEvent = CallbackNeeded | AssignmentChanged | MetadataNeeded | MembershipError | CoordinatorNeeded
@@ -153,8 +159,8 @@ class Membership(Protocol):
 
     def on_metadata(self, metadata: ClusterMetadata, now_ms: int) -> None: ...
 
-    def on_coordinator(self, node_id: int | None, now_ms: int) -> None:
-        """The coordinator was found (``node_id``) or lost (``None``)."""
+    def on_coordinator(self, node_id: int | None, now_ms: int, epoch: int | None = None) -> None:
+        """The coordinator was found (``node_id``, discovery ``epoch``) or lost (``None``)."""
 
     def leave(self, now_ms: int) -> None:
         """Leave the group on close (revoke callback first when still a member)."""
