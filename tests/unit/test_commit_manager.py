@@ -343,6 +343,26 @@ def test_partitions_not_owned_are_refused_up_front() -> None:
     assert not h.cm.pending()
 
 
+def test_consumed_positions_commit_leaves_out_partitions_no_longer_owned() -> None:
+    # commit_sync() without offsets commits the consumed positions as the application thread sees them; a
+    # partition whose revocation completed meanwhile is left out (not a CommitFailedError).
+    h = Harness(owned=frozenset({A0}))
+    h.coordinator.wanted = True
+    h.find_coordinator()
+    fut: Future[None] = Future()
+    now = h.clock.now_ms()
+    h.cm.commit(
+        {A0: OffsetAndMetadata(5), B0: OffsetAndMetadata(7)}, fut, now + 10_000, now_ms=now, only_owned=True
+    )
+    (req,) = h.requests()
+    assert committed_offsets(req) == {A0: 5}
+    respond(req, commit_response({A0: 0}), 9, h.clock.now_ms())
+    assert fut.result(0) is None
+    done: Future[None] = Future()
+    h.cm.commit({B0: OffsetAndMetadata(7)}, done, now + 10_000, now_ms=now, only_owned=True)
+    assert done.result(0) is None and h.requests() == []  # nothing owned left to commit
+
+
 def test_retry_is_refused_once_the_partition_is_no_longer_owned() -> None:
     h = Harness(owned=frozenset({A0}))
     h.coordinator.wanted = True

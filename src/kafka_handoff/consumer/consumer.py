@@ -849,7 +849,9 @@ class Consumer:
         timeout_ms = self._timeout_ms(timeout)
 
         def run(now: int, fut: Future[Any]) -> None:
-            commits.commit(to_commit, fut, now + timeout_ms, retry=True, now_ms=now)
+            commits.commit(
+                to_commit, fut, now + timeout_ms, retry=True, now_ms=now, only_owned=offsets is None
+            )
 
         self._call(run, timeout_ms, "commit_sync()")
 
@@ -866,7 +868,9 @@ class Consumer:
         to_commit = self._consumed_offsets() if offsets is None else self._normalize_offsets(offsets)
         timeout_ms = self._default_timeout_ms
         fut = self._thread.call(
-            lambda now, f: commits.commit(to_commit, f, now + timeout_ms, retry=False, now_ms=now),
+            lambda now, f: commits.commit(
+                to_commit, f, now + timeout_ms, retry=False, now_ms=now, only_owned=offsets is None
+            ),
             name="commit_async()",
         )
         if callback is not None:

@@ -393,8 +393,14 @@ class CommitManager:
         *,
         retry: bool = True,
         now_ms: int = 0,
+        only_owned: bool = False,
     ) -> None:
+        """Queue an OffsetCommit.  ``only_owned``: the offsets are the consumed positions (``commit_sync()``
+        without arguments), so partitions this member no longer owns -- their revocation completed while
+        the application thread still saw them assigned -- are left out instead of failing the commit."""
         owned = self._owned()
+        if owned is not None and only_owned:
+            offsets = {tp: om for tp, om in offsets.items() if tp in owned}
         if owned is not None:
             not_owned = sorted(str(tp) for tp in offsets if tp not in owned)
             if not_owned:
