@@ -1417,6 +1417,37 @@ def test_app_polls_keep_the_member_in_the_group() -> None:
     assert h.events() == []
 
 
+def test_poll_timer_stands_still_while_the_app_is_inside_a_blocking_call() -> None:
+    # E.g. commit_sync() waiting through a coordinator failover: that time is not charged.
+    h = Harness()
+    h.stable(["a0"])
+    start = h.now
+    _keep_heartbeating(h, start + REBALANCE - 5 * HB)
+    h.m.on_app_call(True, h.now)
+    _keep_heartbeating(h, h.now + 2 * REBALANCE)
+    assert LEAVE not in h.kinds() and h.m.state is MemberState.STABLE
+    h.m.on_app_call(False, h.now)
+    _keep_heartbeating(h, h.now + 4 * HB)
+    assert LEAVE not in h.kinds() and h.m.state is MemberState.STABLE
+    _keep_heartbeating(h, h.now + HB)
+    assert LEAVE in h.kinds()  # the 5 s left before the call ran out after it
+
+
+def test_poll_timer_is_not_acted_on_while_the_coordinator_is_unknown() -> None:
+    # As Java's heartbeat thread: the expiry is decided once a coordinator is known again.
+    h = Harness()
+    h.stable(["a0"])
+    h.m.on_coordinator(None, h.now)
+    h.advance(REBALANCE + HB)
+    h.poll()
+    assert h.kinds() == [] and h.m.state is MemberState.STABLE
+    assert h.m.poll(h.now).wait_ms > 0  # and no busy loop on the expired timer
+    h.m.on_coordinator(2, h.now)
+    h.poll()
+    assert LEAVE in h.kinds()
+    assert [c.kind for c in h.callbacks(h.events())] == [LOST]
+
+
 def test_static_member_poll_timeout_sends_no_leave_group_but_resets() -> None:
     h = Harness(instance_id="inst")
     h.stable(["a0"])

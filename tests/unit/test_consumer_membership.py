@@ -1327,6 +1327,43 @@ def test_poll_timer_expiry_waits_for_a_known_coordinator(h: H) -> None:
     assert V(h.hb())["member_epoch"] == 0
 
 
+def test_poll_timer_stands_still_while_the_app_is_inside_a_blocking_call(h: H) -> None:
+    # E.g. commit_sync() waiting through a coordinator failover: that time is not charged.
+    h.join({TID_A: [0]})
+    h.app_poll()
+    h.advance(REBALANCE_TIMEOUT - 5000)
+    h.m.on_app_call(True, h.now)
+    for _ in range(4):
+        h.advance(REBALANCE_TIMEOUT // 2)
+        for r in h.poll():
+            assert V(r)["member_epoch"] >= 0
+            h.respond(r, epoch=1)
+    assert h.state() is S.STABLE
+    assert h.m.poll(h.now).wait_ms > 0  # no busy loop while paused
+    h.m.on_app_call(False, h.now)
+    h.advance(4999)
+    assert all(V(r)["member_epoch"] >= 0 for r in h.poll())
+    assert h.state() is S.STABLE
+    h.advance(1)
+    assert [V(r)["member_epoch"] for r in h.poll()] == [-1]
+    assert h.state() is S.STALE
+
+
+def test_nested_blocking_calls_resume_the_poll_timer_after_the_outer_one(h: H) -> None:
+    h.join({TID_A: [0]})
+    h.app_poll()
+    h.m.on_app_call(True, h.now)
+    h.m.on_app_call(True, h.now)
+    h.advance(REBALANCE_TIMEOUT)
+    h.m.on_app_call(False, h.now)
+    h.advance(REBALANCE_TIMEOUT)
+    h.poll()
+    assert h.state() is S.STABLE
+    h.m.on_app_call(False, h.now)
+    h.advance(REBALANCE_TIMEOUT)
+    assert [V(r)["member_epoch"] for r in h.poll()] == [-1]
+
+
 def test_app_polls_keep_the_poll_timer_from_expiring(h: H) -> None:
     h.join({TID_A: [0]})
     for _ in range(5):

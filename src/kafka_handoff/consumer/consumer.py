@@ -397,8 +397,16 @@ class Consumer:
     def _call(self, fn: Callable[[int, Future[Any]], None], timeout_ms: int, what: str) -> Any:
         self._ensure_open()
         deadline = self._clock.now_ms() + timeout_ms
-        fut = self._thread.call(fn, deadline_ms=deadline, name=what)
-        return self._wait(fut, timeout_ms + 50, what)
+        # The poll timer (max.poll.interval.ms) stands still while the application waits for us here.
+        membership = self.membership
+        if membership is not None:
+            self._thread.call(lambda now, f: f.set_result(membership.on_app_call(True, now)))
+        try:
+            fut = self._thread.call(fn, deadline_ms=deadline, name=what)
+            return self._wait(fut, timeout_ms + 50, what)
+        finally:
+            if membership is not None:
+                self._thread.call(lambda now, f: f.set_result(membership.on_app_call(False, now)))
 
     def _run_nt(self, fn: Callable[[int], T]) -> T:
         """Run a quick state change on the network thread and wait for it."""
@@ -600,6 +608,10 @@ class Consumer:
         timeout_s = 0.0 if timeout is None else max(0.0, float(timeout))
         deadline = time.monotonic() + timeout_s
         self._on_poll_start()
+        # While poll() waits for records the poll timer is reset now and then (Java sends a PollEvent per
+        # iteration), so a poll(timeout) longer than max.poll.interval.ms does not expire it.
+        refresh_s = min(1.0, int(self._config.get("max.poll.interval.ms")) / 4000)
+        refreshed = time.monotonic()
         while True:
             self._raise_background_errors()
             self._check_wakeup()
@@ -610,6 +622,9 @@ class Consumer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return self._make_records({}, columnar)
+            if self.membership is not None and time.monotonic() - refreshed >= refresh_s:
+                refreshed = time.monotonic()
+                self._thread.call(self._reset_poll_timer_nt)
             self._thread.wakeup()
             self._buffer.wait(
                 min(remaining, 0.1),
@@ -634,6 +649,11 @@ class Consumer:
         membership = self.membership
         if membership is not None:
             self._thread.call(lambda now, f: f.set_result(membership.on_app_poll(now)))
+
+    def _reset_poll_timer_nt(self, now: int, fut: Future[Any]) -> None:
+        if self.membership is not None:
+            self.membership.on_app_poll(now)
+        fut.set_result(None)
 
     def _before_collect(self) -> bool:
         """Run callbacks the membership asked for; True makes poll() return now (revoke requested or

@@ -293,6 +293,8 @@ class ConsumerMembership:
         self._events: list[GroupEvent] = []
 
         self._last_app_poll_ms: int | None = None
+        self._app_calls = 0
+        self._app_call_since_ms: int | None = None
         self._leave_pending = False
         self._stale_released = True
         self._stale_rejoin_requested = False
@@ -396,6 +398,19 @@ class ConsumerMembership:
                 self._transition_to_joining(now_ms)
         self._maybe_reconcile(now_ms)
 
+    def on_app_call(self, inside: bool, now_ms: int) -> None:
+        if inside:
+            self._app_calls += 1
+            if self._app_call_since_ms is None:
+                self._app_call_since_ms = now_ms
+            return
+        self._app_calls = max(0, self._app_calls - 1)
+        since = self._app_call_since_ms
+        if self._app_calls == 0 and since is not None:
+            self._app_call_since_ms = None
+            if self._last_app_poll_ms is not None:
+                self._last_app_poll_ms += max(0, now_ms - since)  # the timer stood still meanwhile
+
     def on_callback_completed(self, seq: int, error: BaseException | None, now_ms: int) -> None:
         pending = self._pending.pop(seq, None)
         if pending is None:
@@ -447,7 +462,12 @@ class ConsumerMembership:
     def _time_to_next(self, now_ms: int) -> int:
         wait = MAX_POLL_WAIT_MS
         st = self._state
-        if st in _IN_GROUP and self._last_app_poll_ms is not None and self._coordinator is not None:
+        if (
+            st in _IN_GROUP
+            and self._last_app_poll_ms is not None
+            and self._coordinator is not None
+            and self._app_call_since_ms is None
+        ):
             wait = min(wait, max(0, self._last_app_poll_ms + self.rebalance_timeout_ms - now_ms))
         if st not in _NO_HEARTBEAT and self._coordinator is not None and self._inflight is None:
             if st is _S.LEAVING:
@@ -846,9 +866,10 @@ class ConsumerMembership:
     def _maybe_expire_poll_timer(self, now_ms: int, unsent: list[UnsentRequest]) -> None:
         if self._state not in _IN_GROUP or self._last_app_poll_ms is None:
             return
-        if self._coordinator is None:
+        if self._coordinator is None or self._app_call_since_ms is not None:
             # As Java's heartbeat manager: nothing is decided while the coordinator is unknown; an expired
-            # timer makes the member leave once a coordinator is known again.
+            # timer makes the member leave once a coordinator is known again.  The timer stands still
+            # while the application thread is inside one of our blocking calls.
             return
         if now_ms < self._last_app_poll_ms + self.rebalance_timeout_ms:
             return

@@ -155,6 +155,11 @@ class Membership(Protocol):
     def on_app_poll(self, now_ms: int) -> None:
         """The application called ``poll()``: reset the poll timer, join or rejoin if needed."""
 
+    def on_app_call(self, inside: bool, now_ms: int) -> None:
+        """The application thread entered (``inside``) or left one of the consumer's own blocking calls
+        (``commit_sync``, ``committed``, offset and metadata lookups): the poll timer
+        (``max.poll.interval.ms``) does not run meanwhile."""
+
     def on_callback_completed(self, seq: int, error: BaseException | None, now_ms: int) -> None: ...
 
     def on_metadata(self, metadata: ClusterMetadata, now_ms: int) -> None: ...
