@@ -546,6 +546,48 @@ def test_disconnect_marks_coordinator_unknown_and_backs_off(h: H) -> None:
     assert len(h.poll()) == 1
 
 
+def test_coordinator_needed_names_the_coordinator_the_heartbeat_went_to(h: H) -> None:
+    h.m.on_coordinator(1, h.now, 7)
+    h.join({TID_A: [0]})
+    h.respond(h.next_interval_hb(), error=ErrorCode.not_coordinator)
+    assert [e for e in h.events() if isinstance(e, CoordinatorNeeded)] == [
+        CoordinatorNeeded("heartbeat failed with NOT_COORDINATOR", epoch=7)
+    ]
+
+
+def test_stale_heartbeat_failure_does_not_forget_a_newer_coordinator(h: H) -> None:
+    # The heartbeat went to coordinator 1; coordinator 2 was found before its failure arrived (the network
+    # client drops the old connection when the coordinator changes).  Coordinator 2 stays.
+    h.m.on_coordinator(1, h.now, 1)
+    h.join({TID_A: [0]})
+    req = h.next_interval_hb()
+    h.m.on_coordinator(2, h.now, 2)
+    h.fail(req, ConnectionError_("coordinator changed"))
+    assert not any(isinstance(e, CoordinatorNeeded) for e in h.events())
+    assert h.m.coordinator_id == 2
+    h.advance(1000)
+    retry = h.hb()
+    assert V(retry)["member_epoch"] == 1 and V(retry)["member_id"] == "m1"
+
+
+def test_member_keeps_its_epoch_and_id_with_a_full_heartbeat_after_failover(h: H) -> None:
+    h.m.on_coordinator(1, h.now, 1)
+    h.join({TID_A: [0]}, epoch=4)
+    h.fail(h.next_interval_hb(), ConnectionError_("connection reset"))
+    (needed,) = [e for e in h.events() if isinstance(e, CoordinatorNeeded)]
+    assert needed.epoch == 1
+    h.m.on_coordinator(None, h.now)
+    h.advance(10_000)
+    h.no_hb()
+    h.m.on_coordinator(3, h.now, 2)
+    first = h.hb()
+    assert V(first)["member_epoch"] == 4 and V(first)["member_id"] == "m1"
+    assert owned_wire(first) == {TID_A: [0]}  # a full heartbeat: the new coordinator gets everything
+    assert V(first)["subscribed_topic_names"] is not None
+    h.respond(first, epoch=4)
+    assert h.state() is S.STABLE and h.m.owned == tps("a0") and h.callbacks() == []
+
+
 def test_network_client_coordinator_unknown_error_is_routed_like_the_error_code(h: H) -> None:
     h.join({TID_A: [0]})
     req = h.next_interval_hb()

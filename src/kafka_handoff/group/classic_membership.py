@@ -1002,6 +1002,10 @@ class ClassicMembership:
         elif code in (_E.coordinator_not_available, _E.not_coordinator):
             self._mark_coordinator_unknown(f"SyncGroup failed with {_E(code).name.upper()}", epoch)
             self._join_retry(now_ms, backoff=True)
+        elif code == _E.coordinator_load_in_progress:
+            # A coordinator that took over the group is still loading it (failover): rejoin after a backoff.
+            # Java raises this from poll() as "unexpected"; it is retriable and the application need not know.
+            self._join_retry(now_ms, backoff=True)
         else:
             # GROUP_AUTHORIZATION_FAILED and anything unexpected: raised to the caller.
             self._fail_visible(error_for_code(code, "SyncGroup"), now_ms)
