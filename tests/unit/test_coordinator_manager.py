@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from kafka_handoff.errors import ConnectionError_, CoordinatorNotAvailableError, GroupAuthorizationFailedError
-from kafka_handoff.group.coordinator import CoordinatorManager
+from kafka_handoff.group.coordinator import COORDINATOR_UNKNOWN_WARN_MS, CoordinatorManager
 from kafka_handoff.protocol import wire
 from kafka_handoff.protocol.requests import ANY_NODE, FakeClock, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import CLIENT_VERSIONS, ApiKey
@@ -292,3 +292,28 @@ def test_refresh_re_announces_a_known_coordinator() -> None:
     seen.clear()
     cm.refresh(clock.now_ms())
     assert seen == [(BrokerNode(4, "coord", 9092), clock.now_ms())]
+
+
+def test_a_long_outage_is_warned_once_even_while_a_dead_node_keeps_being_found(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The stall is logged as a warning (once), also when each discovery is marked unknown right away.
+    clock = FakeClock()
+    cm, _ = manager()
+    cm.wanted = True
+    found_now(cm, clock, 1)
+    clock.advance(60_000)  # served for a while
+    with caplog.at_level("WARNING", logger="kafka_handoff.group.coordinator"):
+        cm.mark_unknown(clock.now_ms(), "connection refused", epoch=cm.epoch)
+        start = clock.now_ms()
+        while clock.now_ms() - start < 3 * COORDINATOR_UNKNOWN_WARN_MS:
+            result = cm.poll(clock.now_ms())
+            if result.unsent:
+                respond(only_request(result), found(4, 1), 4, clock.now_ms())
+                cm.mark_unknown(clock.now_ms(), "connection refused", epoch=cm.epoch)
+            else:
+                clock.advance(max(1, result.wait_ms))
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1
+    assert "no usable group coordinator" in warnings[0].getMessage()
+    assert "connection refused" in warnings[0].getMessage()

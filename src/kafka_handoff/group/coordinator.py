@@ -97,6 +97,10 @@ class CoordinatorManager:
         self._attempts = 0
         self._next_ms = 0
         self._unknown_since_ms: int | None = None
+        """Start of the current outage (no usable coordinator); kept across coordinators that were marked
+        unknown again soon after being found (e.g. a dead node FindCoordinator still names)."""
+        self._found_ms: int | None = None
+        self._last_reason = ""
         self._warned_unknown = False
         self.wanted = False
         self.listeners: list[Callable[[BrokerNode | None, int], None]] = []
@@ -141,8 +145,11 @@ class CoordinatorManager:
             reason or "marked unknown",
         )
         self.coordinator = None
-        self._unknown_since_ms = now_ms
-        self._warned_unknown = False
+        self._last_reason = reason
+        found = self._found_ms
+        if self._unknown_since_ms is None or found is None or now_ms - found >= COORDINATOR_UNKNOWN_WARN_MS:
+            self._unknown_since_ms = now_ms  # a new outage (the last coordinator served for a while)
+            self._warned_unknown = False
         for listener in self.listeners:
             listener(None, now_ms)
         return True
@@ -184,6 +191,7 @@ class CoordinatorManager:
             self._next_ms = now + self._backoff.after_failures(1)
             self.coordinator = found
             self.epoch += 1
+            self._found_ms = now
             if self._unknown_since_ms is not None:
                 log.info(
                     "group %s: discovered coordinator node %d (%s:%d) after %d ms",
@@ -193,7 +201,6 @@ class CoordinatorManager:
                     found.port,
                     now - self._unknown_since_ms,
                 )
-            self._unknown_since_ms = None
             for listener in self.listeners:
                 listener(self.coordinator, now)
 
@@ -222,10 +229,10 @@ class CoordinatorManager:
         if not self._warned_unknown and now_ms - since >= COORDINATOR_UNKNOWN_WARN_MS:
             self._warned_unknown = True
             log.warning(
-                "group %s: no usable group coordinator for %d ms (last error: %s); still rediscovering",
+                "group %s: no usable group coordinator for %d ms (last: %s); still rediscovering",
                 self.group_id,
                 now_ms - since,
-                self.last_error,
+                self.last_error or self._last_reason or "never found",
             )
 
     def _fail(self, error: BaseException, now_ms: int) -> None:
