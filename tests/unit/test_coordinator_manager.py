@@ -317,3 +317,29 @@ def test_a_long_outage_is_warned_once_even_while_a_dead_node_keeps_being_found(
     assert len(warnings) == 1
     assert "no usable group coordinator" in warnings[0].getMessage()
     assert "connection refused" in warnings[0].getMessage()
+
+
+def test_outage_is_measured_from_when_a_serving_coordinator_was_lost(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+    cm, _ = manager()
+    cm.wanted = True
+    found_now(cm, clock, 1)
+    clock.advance(20_000)  # served 20 s
+    with caplog.at_level("WARNING", logger="kafka_handoff.group.coordinator"):
+        cm.mark_unknown(clock.now_ms(), "connection lost", epoch=cm.epoch)
+        start = clock.now_ms()
+
+        def fail_for(ms: int) -> None:
+            while clock.now_ms() - start < ms:
+                result = cm.poll(clock.now_ms())
+                if result.unsent:
+                    respond(only_request(result), found(4, error=15), 4, clock.now_ms())
+                else:
+                    clock.advance(max(1, result.wait_ms))
+
+        fail_for(COORDINATOR_UNKNOWN_WARN_MS - 5000)
+        assert [r for r in caplog.records if r.levelname == "WARNING"] == []
+        fail_for(COORDINATOR_UNKNOWN_WARN_MS + 5000)
+    assert len([r for r in caplog.records if r.levelname == "WARNING"]) == 1

@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 COORDINATOR_UNKNOWN_WARN_MS = 30_000
 """A coordinator unknown for this long is logged as a warning (a stall), once per outage."""
+_SHORT_LIVED_MS = 10_000
+"""A coordinator marked unknown sooner than this after it was found did not end the outage."""
 
 
 def find_coordinator_body(group_id: str, version: int) -> dict[str, Any]:
@@ -100,6 +102,7 @@ class CoordinatorManager:
         """Start of the current outage (no usable coordinator); kept across coordinators that were marked
         unknown again soon after being found (e.g. a dead node FindCoordinator still names)."""
         self._found_ms: int | None = None
+        self._last_found_node: int | None = None
         self._last_reason = ""
         self._warned_unknown = False
         self.wanted = False
@@ -138,18 +141,22 @@ class CoordinatorManager:
             return False
         if node_id is not None and node_id != current.node_id:
             return False
-        log.info(
+        self.coordinator = None
+        self._last_reason = reason
+        found = self._found_ms
+        new_outage = self._unknown_since_ms is None or found is None or now_ms - found >= _SHORT_LIVED_MS
+        if new_outage:
+            # The coordinator served for a while: a new outage starts.  (One marked unknown soon after it
+            # was found -- a dead node FindCoordinator still names -- continues the current outage.)
+            self._unknown_since_ms = now_ms
+            self._warned_unknown = False
+        log.log(
+            logging.INFO if new_outage else logging.DEBUG,
             "group %s: coordinator node %d is unavailable or invalid (%s); rediscovering",
             self.group_id,
             current.node_id,
             reason or "marked unknown",
         )
-        self.coordinator = None
-        self._last_reason = reason
-        found = self._found_ms
-        if self._unknown_since_ms is None or found is None or now_ms - found >= COORDINATOR_UNKNOWN_WARN_MS:
-            self._unknown_since_ms = now_ms  # a new outage (the last coordinator served for a while)
-            self._warned_unknown = False
         for listener in self.listeners:
             listener(None, now_ms)
         return True
@@ -192,8 +199,11 @@ class CoordinatorManager:
             self.coordinator = found
             self.epoch += 1
             self._found_ms = now
+            changed = found.node_id != self._last_found_node
+            self._last_found_node = found.node_id
             if self._unknown_since_ms is not None:
-                log.info(
+                log.log(
+                    logging.INFO if changed else logging.DEBUG,
                     "group %s: discovered coordinator node %d (%s:%d) after %d ms",
                     self.group_id,
                     found.node_id,
