@@ -29,7 +29,7 @@ from kafka_handoff.devbroker.config import broker_settings
 from kafka_handoff.producer import Producer
 from kafka_handoff.types import RecordMetadata, TopicPartition
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 PARTITIONS = 6
 FIND_COORDINATOR_BOUND = 100
