@@ -123,3 +123,22 @@ def test_a_long_poll_keeps_resetting_the_poll_timer(
     consumer.poll(1.6)  # max.poll.interval.ms=2000: refreshed every 0.5 s while waiting
     _sync(consumer)
     assert fake.journal().count("app_poll") >= 3
+
+
+def test_position_waiting_for_an_unknown_position_is_bracketed(
+    consumer_and_fake: tuple[Consumer, FakeMembership],
+) -> None:
+    consumer, fake = consumer_and_fake
+    t1 = TopicPartition("t", 1)
+
+    def own_more(now: int) -> None:
+        consumer._subs.set_group_assignment(frozenset({T0, t1}), ())
+
+    consumer._thread.call_sync(own_more, 5.0)
+    assert consumer.position(T0) == 0  # known at once: no bracket
+    _sync(consumer)
+    assert fake.journal() == []
+    with pytest.raises(KafkaTimeoutError):  # no broker: the committed offset of t-1 cannot be fetched
+        consumer.position(t1, timeout=0.3)
+    _sync(consumer)
+    assert fake.journal() == ["enter", "exit"]

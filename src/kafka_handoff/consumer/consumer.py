@@ -8,6 +8,7 @@ records from the fetch buffer, decoding them here so the network thread stays fr
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import queue
@@ -15,7 +16,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
@@ -397,13 +398,18 @@ class Consumer:
     def _call(self, fn: Callable[[int, Future[Any]], None], timeout_ms: int, what: str) -> Any:
         self._ensure_open()
         deadline = self._clock.now_ms() + timeout_ms
-        # The poll timer (max.poll.interval.ms) stands still while the application waits for us here.
+        with self._blocking_call():
+            fut = self._thread.call(fn, deadline_ms=deadline, name=what)
+            return self._wait(fut, timeout_ms + 50, what)
+
+    @contextlib.contextmanager
+    def _blocking_call(self) -> Iterator[None]:
+        """The poll timer (max.poll.interval.ms) stands still while the application waits for us inside."""
         membership = self.membership
         if membership is not None:
             self._thread.call(lambda now, f: f.set_result(membership.on_app_call(True, now)))
         try:
-            fut = self._thread.call(fn, deadline_ms=deadline, name=what)
-            return self._wait(fut, timeout_ms + 50, what)
+            yield
         finally:
             if membership is not None:
                 self._thread.call(lambda now, f: f.set_result(membership.on_app_call(False, now)))
@@ -728,15 +734,21 @@ class Consumer:
         if not self._subs.is_assigned(tp):
             raise IllegalStateError(f"position() of partition {tp}, which is not assigned to this consumer")
         deadline = time.monotonic() + self._timeout_ms(timeout) / 1000.0
-        while True:
-            self._raise_background_errors()
-            pos = self._subs.position(tp)
-            if pos is not None:
-                return pos.offset
-            if time.monotonic() >= deadline:
-                raise KafkaTimeoutError(f"the position of {tp} could not be determined within the timeout")
-            self._thread.wakeup()
-            self._buffer.wait(0.02, lambda: False)
+        pos = self._subs.position(tp)
+        if pos is not None:
+            return pos.offset
+        with self._blocking_call():
+            while True:
+                self._raise_background_errors()
+                pos = self._subs.position(tp)
+                if pos is not None:
+                    return pos.offset
+                if time.monotonic() >= deadline:
+                    raise KafkaTimeoutError(
+                        f"the position of {tp} could not be determined within the timeout"
+                    )
+                self._thread.wakeup()
+                self._buffer.wait(0.02, lambda: False)
 
     def seek(self, partition: TopicPartition, offset: int | OffsetAndMetadata) -> None:
         self._ensure_open()
