@@ -27,9 +27,14 @@ from kio.static.primitive import i32, i32Timedelta
 from kafka_handoff.consumer.offsets import CommitManager
 from kafka_handoff.consumer.subscription import SubscriptionState
 from kafka_handoff.errors import ConnectionError_, CoordinatorNotAvailableError, KafkaTimeoutError
+from kafka_handoff.group.assignors import RangeAssignor
+from kafka_handoff.group.assignors.base import MemberAssignment
+from kafka_handoff.group.classic_membership import ClassicMembership
+from kafka_handoff.group.classic_membership import MemberState as ClassicState
 from kafka_handoff.group.consumer_membership import ConsumerMembership, MemberState
 from kafka_handoff.group.coordinator import CoordinatorManager
 from kafka_handoff.group.membership import CallbackNeeded, CoordinatorNeeded, Subscription
+from kafka_handoff.group.protocol_data import encode_assignment
 from kafka_handoff.network.client import NetworkClient
 from kafka_handoff.network.thread import NetworkThread
 from kafka_handoff.protocol import wire
@@ -77,6 +82,28 @@ def _find_response(node_id: int) -> Any:
             ],
         },
     )
+
+
+def _classic_response(api_key: int, request: UnsentRequest, code: int) -> Any:
+    if api_key == 11:  # JoinGroup: we are a follower of generation 1
+        values: dict[str, Any] = {
+            "error_code": code,
+            "generation_id": 1,
+            "protocol_type": "consumer",
+            "protocol_name": "range",
+            "leader": "other",
+            "skip_assignment": False,
+            "member_id": "m1",
+            "members": [],
+        }
+        return wire.build_response(11, 9, {"throttle_time": 0, **values})
+    if api_key == 14:  # SyncGroup: partition a-0
+        assignment = encode_assignment(MemberAssignment((A0,)))
+        values = {"error_code": code, "protocol_type": "consumer", "protocol_name": "range"}
+        return wire.build_response(14, 5, {"throttle_time": 0, **values, "assignment": assignment})
+    if api_key == 12:
+        return wire.build_response(12, 4, {"throttle_time": 0, "error_code": code})
+    return wire.build_response(13, 5, {"throttle_time": 0, "error_code": code, "members": []})
 
 
 def _commit_response(request: UnsentRequest) -> Any:
@@ -164,6 +191,13 @@ class ScriptedCluster:
         elif request.api_key == ApiKey.OFFSET_COMMIT:
             self.commits.append(target)
             request.on_response(_commit_response(request), 9, now)
+        elif request.api_key in (11, 12, 13, 14):  # the classic protocol
+            values = dict(request.body(9 if request.api_key == 11 else 5 if request.api_key != 12 else 4))
+            code = self.heartbeat_error(target, now) if request.api_key == 12 else 0
+            if request.api_key == 12:
+                self.heartbeats.append((target, values))
+            version = {11: 9, 12: 4, 13: 5, 14: 5}[request.api_key]
+            request.on_response(_classic_response(request.api_key, request, code), version, now)
         else:
             raise AssertionError(f"unexpected request {request.api_key}")
 
@@ -174,12 +208,28 @@ class ScriptedCluster:
 class Consumerish:
     """The consumer's wiring of coordinator, membership and commits, on the real NetworkThread loop."""
 
-    def __init__(self, named: Callable[[int], int]) -> None:
+    def __init__(self, named: Callable[[int], int], protocol: str = "consumer") -> None:
         self.clock = FakeClock()
         self.client = ScriptedCluster(self.clock, named)
         self.coordinator = CoordinatorManager(GROUP, retry_backoff_ms=BACKOFF, retry_backoff_max_ms=1000)
-        self.membership = ConsumerMembership(
-            GROUP, member_id="m1", retry_backoff_ms=BACKOFF, jitter=lambda: 0.5, rebalance_timeout_ms=300_000
+        self.protocol = protocol
+        self.membership: Any = (
+            ConsumerMembership(
+                GROUP,
+                member_id="m1",
+                retry_backoff_ms=BACKOFF,
+                jitter=lambda: 0.5,
+                rebalance_timeout_ms=300_000,
+            )
+            if protocol == "consumer"
+            else ClassicMembership(
+                GROUP,
+                [RangeAssignor()],
+                session_timeout_ms=10_000,
+                heartbeat_interval_ms=HEARTBEAT_INTERVAL,
+                rebalance_timeout_ms=300_000,
+                retry_backoff_ms=BACKOFF,
+            )
         )
         self.subs = SubscriptionState("latest")
         self.commits = CommitManager(
@@ -200,6 +250,7 @@ class Consumerish:
                 None if node is None else node.node_id, now, coordinator.epoch
             )
         )
+
         def on_disconnect(node: int, is_coordinator: bool, now: int) -> None:
             if is_coordinator:
                 coordinator.mark_unknown(now, "connection lost", node_id=node)
@@ -235,9 +286,25 @@ class Consumerish:
         m.on_metadata(ClusterMetadata(topic_ids={"a": TID}), self.clock.now_ms())
         m.subscribe(Subscription(topics=frozenset({"a"})), self.clock.now_ms())
         m.on_app_poll(self.clock.now_ms())
-        self.run_until(lambda: m.state is MemberState.STABLE and m.owned == {A0}, 5000)
-        assert m.member_epoch == MEMBER_EPOCH
+        self.run_until(lambda: self.stable() and m.owned == {A0}, 5000)
+        if self.protocol == "consumer":
+            assert m.member_epoch == MEMBER_EPOCH
         self.client.heartbeats.clear()
+
+    def stable(self) -> bool:
+        if self.protocol == "consumer":
+            return bool(self.membership.state is MemberState.STABLE)
+        return bool(self.membership.state is ClassicState.STABLE)
+
+    def member(self, values: dict[str, Any]) -> tuple[str, int]:
+        """(member id, member epoch or generation) a heartbeat carried."""
+        if self.protocol == "consumer":
+            return (values["member_id"], values["member_epoch"])
+        return (values["member_id"], values["generation_id"])
+
+    @property
+    def expected_member(self) -> tuple[str, int]:
+        return ("m1", MEMBER_EPOCH if self.protocol == "consumer" else 1)
 
     def commit(self, offset: int, timeout_ms: int = 60_000) -> Future[None]:
         fut: Future[None] = Future()
@@ -246,11 +313,12 @@ class Consumerish:
         return fut
 
 
-def test_stale_coordinator_event_drained_after_a_same_poll_discovery_does_not_livelock() -> None:
+@pytest.mark.parametrize("protocol", ["consumer", "classic"])
+def test_stale_coordinator_event_drained_after_a_same_poll_discovery_does_not_livelock(protocol: str) -> None:
     # The coordinator (node 1) is forgotten outside the membership (a failed commit marks it unknown).
     # The membership then asks for a coordinator in the same pass in which the FindCoordinator answer
     # (node 2) arrives; its event is drained afterwards.  It must not invalidate node 2.
-    c = Consumerish(named=lambda now: 1)
+    c = Consumerish(named=lambda now: 1, protocol=protocol)
     c.join()
     c.client.named = lambda now: 2
     start = c.clock.now_ms()
@@ -258,47 +326,50 @@ def test_stale_coordinator_event_drained_after_a_same_poll_discovery_does_not_li
     c.run(10_000)
     assert c.client.count(ApiKey.FIND_COORDINATOR, since=start) == 1
     assert c.coordinator.coordinator is not None and c.coordinator.coordinator.node_id == 2
-    assert c.membership.coordinator_id == 2
+    assert c.membership._coordinator == 2
     # Heartbeats went on to node 2, every interval, keeping the member epoch and id.
     to_new = [values for node, values in c.client.heartbeats if node == 2]
     assert len(to_new) >= 10_000 // HEARTBEAT_INTERVAL - 1
-    assert {(v["member_id"], v["member_epoch"]) for v in to_new} == {("m1", MEMBER_EPOCH)}
-    assert c.membership.state is MemberState.STABLE
+    assert {c.member(v) for v in to_new} == {c.expected_member}
+    assert c.stable()
 
 
-def test_dead_coordinator_still_named_by_find_coordinator_costs_bounded_requests() -> None:
+@pytest.mark.parametrize("protocol", ["consumer", "classic"])
+def test_dead_coordinator_still_named_by_find_coordinator_costs_bounded_requests(protocol: str) -> None:
     # Node 1 dies; FindCoordinator keeps naming it for 5 s (until the controller fences it), then names
     # node 2.  Every request to node 1 is refused.  Over that time the client sends a bounded number of
     # FindCoordinator and heartbeat requests (paced by retry.backoff.ms), then recovers at once.
     fenced_at: list[int] = []
-    c = Consumerish(named=lambda now: 1 if not fenced_at or now < fenced_at[0] else 2)
+    c = Consumerish(named=lambda now: 1 if not fenced_at or now < fenced_at[0] else 2, protocol=protocol)
     c.join()
     start = c.clock.now_ms()
     fenced_at.append(start + 5000)
     c.client.dead.add(1)
     c.run(10_000)
     finds = c.client.count(ApiKey.FIND_COORDINATOR, since=start)
-    heartbeats = c.client.count(68, since=start)
+    heartbeats = c.client.count(68 if protocol == "consumer" else 12, since=start)
     # Each cycle (find node 1, heartbeat refused, rediscover) is paced by retry.backoff.ms growing to
     # retry.backoff.max.ms: a handful of requests a second, not thousands.
     assert 3 <= finds <= 5000 // int(BACKOFF * 0.8) + 5
     assert heartbeats <= finds + 10_000 // HEARTBEAT_INTERVAL + 2
     assert c.coordinator.coordinator is not None and c.coordinator.coordinator.node_id == 2
     # Heartbeats reach node 2 within two maximal backoffs of FindCoordinator naming it.
-    first_to_new = min(at for key, node, at in c.client.sent if key == 68 and node == 2)
+    first_to_new = min(at for key, node, at in c.client.sent if key in (12, 68) and node == 2)
     assert first_to_new - fenced_at[0] <= 2 * 1200 + BACKOFF
     # The member kept its id and epoch: the new coordinator loaded the group.
     to_new = [v for node, v in c.client.heartbeats if node == 2]
-    assert {(v["member_id"], v["member_epoch"]) for v in to_new} == {("m1", MEMBER_EPOCH)}
-    # The first heartbeat to the new coordinator is a full one (subscription and owned partitions).
-    assert to_new[0]["subscribed_topic_names"] == ["a"] or set(to_new[0]["subscribed_topic_names"]) == {"a"}
-    assert to_new[0]["topic_partitions"] is not None
-    assert c.membership.state is MemberState.STABLE and c.membership.owned == {A0}
+    assert {c.member(v) for v in to_new} == {c.expected_member}
+    if protocol == "consumer":
+        # The first heartbeat to the new coordinator is a full one (subscription and owned partitions).
+        assert set(to_new[0]["subscribed_topic_names"]) == {"a"}
+        assert to_new[0]["topic_partitions"] is not None
+    assert c.stable() and c.membership.owned == {A0}
 
 
-def test_commit_in_flight_when_the_coordinator_dies_is_retried_on_the_new_one() -> None:
+@pytest.mark.parametrize("protocol", ["consumer", "classic"])
+def test_commit_in_flight_when_the_coordinator_dies_is_retried_on_the_new_one(protocol: str) -> None:
     fenced_at: list[int] = []
-    c = Consumerish(named=lambda now: 1 if not fenced_at or now < fenced_at[0] else 2)
+    c = Consumerish(named=lambda now: 1 if not fenced_at or now < fenced_at[0] else 2, protocol=protocol)
     c.join()
     c.client.dead.add(1)
     start = c.clock.now_ms()
@@ -311,8 +382,9 @@ def test_commit_in_flight_when_the_coordinator_dies_is_retried_on_the_new_one() 
     assert c.clock.now_ms() - fenced_at[0] <= 2000
 
 
-def test_commit_fails_with_a_retriable_timeout_when_no_coordinator_comes_back() -> None:
-    c = Consumerish(named=lambda now: 1)
+@pytest.mark.parametrize("protocol", ["consumer", "classic"])
+def test_commit_fails_with_a_retriable_timeout_when_no_coordinator_comes_back(protocol: str) -> None:
+    c = Consumerish(named=lambda now: 1, protocol=protocol)
     c.join()
     c.client.dead.add(1)
     start = c.clock.now_ms()
@@ -325,10 +397,11 @@ def test_commit_fails_with_a_retriable_timeout_when_no_coordinator_comes_back() 
     assert c.client.count(ApiKey.OFFSET_COMMIT, since=start) <= 5000 // int(BACKOFF * 0.8)
 
 
+@pytest.mark.parametrize("protocol", ["consumer", "classic"])
 @pytest.mark.parametrize("code", [ErrorCode.not_coordinator, ErrorCode.coordinator_not_available])
-def test_coordinator_error_moves_heartbeats_to_the_new_coordinator(code: ErrorCode) -> None:
+def test_coordinator_error_moves_heartbeats_to_the_new_coordinator(code: ErrorCode, protocol: str) -> None:
     moved: list[int] = []
-    c = Consumerish(named=lambda now: 2 if moved else 1)
+    c = Consumerish(named=lambda now: 2 if moved else 1, protocol=protocol)
     c.join()
     moved.append(c.clock.now_ms())
     c.client.heartbeat_error = lambda node, now: int(code) if node == 1 else 0
@@ -337,4 +410,5 @@ def test_coordinator_error_moves_heartbeats_to_the_new_coordinator(code: ErrorCo
     assert sum(1 for node, _ in c.client.heartbeats if node == 1) == 1
     assert [e.epoch for e in c.coordinator_needed if e.epoch is not None] == [1]
     assert sum(1 for node, _ in c.client.heartbeats if node == 2) >= 3
-    assert c.membership.state is MemberState.STABLE and c.membership.member_epoch == MEMBER_EPOCH
+    assert c.stable() and c.membership.owned == {A0}
+    assert {c.member(v) for _, v in c.client.heartbeats} == {c.expected_member}
