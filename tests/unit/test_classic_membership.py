@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kafka_handoff.errors import ConfigError, FencedError, IllegalStateError, KafkaError
+from kafka_handoff.errors import ConfigError, ConnectionError_, FencedError, IllegalStateError, KafkaError
 from kafka_handoff.group.assignors import CooperativeStickyAssignor, RangeAssignor
 from kafka_handoff.group.assignors.base import MemberAssignment, MemberSubscription, RebalanceProtocol
 from kafka_handoff.group.classic_membership import ClassicMembership, MemberState
@@ -1111,6 +1111,64 @@ def test_heartbeat_request_failure_marks_coordinator_unknown() -> None:
     assert [type(e) for e in h.events()] == [CoordinatorNeeded]
 
 
+def test_heartbeat_failure_names_the_coordinator_it_went_to() -> None:
+    h = Harness()
+    h.m.on_coordinator(1, h.now, 7)
+    h.m.on_app_poll(h.now)
+    h.events()
+    h.join_as_follower(["a0"], member_id="m1", generation=5)
+    h.advance(HB)
+    h.poll()
+    h.reply(h.take(HEARTBEAT), heartbeat_response(E.not_coordinator))
+    assert [e for e in h.events() if isinstance(e, CoordinatorNeeded)] == [
+        CoordinatorNeeded("Heartbeat failed with NOT_COORDINATOR", epoch=7)
+    ]
+
+
+def test_stale_heartbeat_failure_does_not_forget_a_newer_coordinator() -> None:
+    # The heartbeat went to coordinator 1; coordinator 2 was found before its failure arrived (the old
+    # connection is dropped when the coordinator changes).  Coordinator 2 stays; heartbeats go on.
+    h = Harness()
+    h.m.on_coordinator(1, h.now, 1)
+    h.m.on_app_poll(h.now)
+    h.events()
+    h.join_as_follower(["a0"], member_id="m1", generation=5)
+    h.advance(HB)
+    h.poll()
+    hb = h.take(HEARTBEAT)
+    h.m.on_coordinator(2, h.now, 2)
+    h.fail(hb, ConnectionError_("coordinator changed"))
+    assert not any(isinstance(e, CoordinatorNeeded) for e in h.events())
+    assert h.m.state is MemberState.STABLE and h.m.owned == tps("a0")
+    h.advance(BACKOFF_MAX)
+    h.poll()
+    assert h.kinds() == [HEARTBEAT]
+
+
+def test_same_coordinator_announced_again_does_not_reset_the_session_timer() -> None:
+    h = Harness()
+    h.m.on_coordinator(1, h.now, 1)
+    h.m.on_app_poll(h.now)
+    h.events()
+    h.join_as_follower(["a0"], member_id="m1", generation=5)
+    h.advance(SESSION - 1)
+    h.m.on_coordinator(1, h.now, 1)  # a refresh of the same discovery
+    h.advance(1)
+    h.poll()  # no heartbeat answered within session.timeout.ms: the coordinator is marked unknown
+    assert [e.epoch for e in h.events() if isinstance(e, CoordinatorNeeded)] == [1]
+
+
+def test_join_in_flight_when_the_coordinator_dies_is_sent_to_the_new_one_after_backoff() -> None:
+    h, join = _joining()
+    h.fail(join, ConnectionError_("connection to the coordinator lost"))
+    (needed,) = [e for e in h.events() if isinstance(e, CoordinatorNeeded)]
+    h.m.on_coordinator(2, h.now, (needed.epoch or 0) + 1)
+    assert h.poll() == []  # backoff first
+    h.advance(BACKOFF)
+    h.poll()
+    assert h.kinds() == [JOIN]
+
+
 # ----------------------------------------------------------------------------------------------------------
 # JoinGroup errors
 
@@ -1305,6 +1363,35 @@ def test_sync_coordinator_errors_rediscover(code: ErrorCode) -> None:
     assert h.kinds() == [JOIN]
 
 
+def test_sync_coordinator_load_in_progress_rejoins_after_backoff_without_raising() -> None:
+    # A coordinator that took the group over after a failover may still be loading it.
+    h, sync = _syncing()
+    h.reply(sync, sync_response(error=E.coordinator_load_in_progress))
+    events = h.events()
+    assert not any(isinstance(e, (MembershipError, CoordinatorNeeded)) for e in events)
+    assert h.callbacks(events) == [] and h.m.owned == tps("a0", "a1")
+    assert h.poll() == []  # backoff
+    h.advance(BACKOFF)
+    h.poll()
+    join = h.take(JOIN)
+    assert join.body(9)["member_id"] == "m1"
+
+
+def test_sync_in_flight_when_the_coordinator_dies_rejoins_on_the_new_one() -> None:
+    h, sync = _syncing()
+    h.fail(sync, ConnectionError_("connection to the coordinator lost"))
+    (needed,) = [e for e in h.events() if isinstance(e, CoordinatorNeeded)]
+    assert needed.epoch is not None
+    assert h.m.owned == tps("a0", "a1")  # nothing lost: the generation is kept
+    h.advance(BACKOFF * 10)
+    assert h.poll() == []  # waits for the coordinator
+    h.m.on_coordinator(2, h.now, needed.epoch + 1)
+    h.poll()
+    join = h.take(JOIN)
+    assert join.body(9)["member_id"] == "m1"
+    assert join_subscription(join).owned_partitions == (tp("a0"), tp("a1"))
+
+
 @pytest.mark.parametrize("code", [E.group_authorization_failed, E.unknown_server_error])
 def test_sync_other_errors_are_raised_and_retried_after_app_poll(code: ErrorCode) -> None:
     h, sync = _syncing()
@@ -1428,6 +1515,37 @@ def test_app_polls_keep_the_member_in_the_group() -> None:
             assert r.api_key == HEARTBEAT
     assert h.m.state is MemberState.STABLE
     assert h.events() == []
+
+
+def test_poll_timer_stands_still_while_the_app_is_inside_a_blocking_call() -> None:
+    # E.g. commit_sync() waiting through a coordinator failover: that time is not charged.
+    h = Harness()
+    h.stable(["a0"])
+    start = h.now
+    _keep_heartbeating(h, start + REBALANCE - 5 * HB)
+    h.m.on_app_call(True, h.now)
+    _keep_heartbeating(h, h.now + 2 * REBALANCE)
+    assert LEAVE not in h.kinds() and h.m.state is MemberState.STABLE
+    h.m.on_app_call(False, h.now)
+    _keep_heartbeating(h, h.now + 4 * HB)
+    assert LEAVE not in h.kinds() and h.m.state is MemberState.STABLE
+    _keep_heartbeating(h, h.now + HB)
+    assert LEAVE in h.kinds()  # the 5 s left before the call ran out after it
+
+
+def test_poll_timer_is_not_acted_on_while_the_coordinator_is_unknown() -> None:
+    # As Java's heartbeat thread: the expiry is decided once a coordinator is known again.
+    h = Harness()
+    h.stable(["a0"])
+    h.m.on_coordinator(None, h.now)
+    h.advance(REBALANCE + HB)
+    h.poll()
+    assert h.kinds() == [] and h.m.state is MemberState.STABLE
+    assert h.m.poll(h.now).wait_ms > 0  # and no busy loop on the expired timer
+    h.m.on_coordinator(2, h.now)
+    h.poll()
+    assert LEAVE in h.kinds()
+    assert [c.kind for c in h.callbacks(h.events())] == [LOST]
 
 
 def test_static_member_poll_timeout_sends_no_leave_group_but_resets() -> None:

@@ -343,6 +343,26 @@ def test_partitions_not_owned_are_refused_up_front() -> None:
     assert not h.cm.pending()
 
 
+def test_consumed_positions_commit_leaves_out_partitions_no_longer_owned() -> None:
+    # commit_sync() without offsets commits the consumed positions as the application thread sees them; a
+    # partition whose revocation completed meanwhile is left out (not a CommitFailedError).
+    h = Harness(owned=frozenset({A0}))
+    h.coordinator.wanted = True
+    h.find_coordinator()
+    fut: Future[None] = Future()
+    now = h.clock.now_ms()
+    h.cm.commit(
+        {A0: OffsetAndMetadata(5), B0: OffsetAndMetadata(7)}, fut, now + 10_000, now_ms=now, only_owned=True
+    )
+    (req,) = h.requests()
+    assert committed_offsets(req) == {A0: 5}
+    respond(req, commit_response({A0: 0}), 9, h.clock.now_ms())
+    assert fut.result(0) is None
+    done: Future[None] = Future()
+    h.cm.commit({B0: OffsetAndMetadata(7)}, done, now + 10_000, now_ms=now, only_owned=True)
+    assert done.result(0) is None and h.requests() == []  # nothing owned left to commit
+
+
 def test_retry_is_refused_once_the_partition_is_no_longer_owned() -> None:
     h = Harness(owned=frozenset({A0}))
     h.coordinator.wanted = True
@@ -557,3 +577,45 @@ def test_offset_fetch_times_out() -> None:
     h.clock.advance(200)
     h.requests()
     assert isinstance(fut.exception(0), KafkaTimeoutError)
+
+
+def test_failures_from_an_old_coordinator_do_not_invalidate_the_new_one() -> None:
+    # A commit and an offset fetch sent to coordinator 7 fail (NOT_COORDINATOR, a lost connection) after a
+    # new coordinator was found: the new one stays; both are retried on it.
+    h = Harness()
+    h.coordinator.wanted = True
+    h.find_coordinator()
+    old_epoch = h.coordinator.epoch
+    committed = h.commit({A0: 10})
+    fetched = fetch(h, {A0})
+    commit_req, fetch_req = sorted(h.requests(), key=lambda r: r.api_key)
+    assert h.coordinator.mark_unknown(h.clock.now_ms(), "disconnected", epoch=old_epoch)
+    h.clock.advance(BACKOFF * 2)
+    h.find_coordinator()
+    assert h.coordinator.epoch == old_epoch + 1
+    respond(commit_req, commit_response({A0: 16}), 9, h.clock.now_ms())
+    assert fetch_req.on_failure is not None
+    fetch_req.on_failure(ConnectionError_("coordinator changed"), h.clock.now_ms())
+    assert h.coordinator.coordinator is not None  # still the new one
+    h.clock.advance(BACKOFF_MAX)
+    retries = sorted(h.requests(), key=lambda r: r.api_key)
+    assert [r.api_key for r in retries] == [COMMIT, FETCH]
+    respond(retries[0], commit_response({A0: 0}), 9, h.clock.now_ms())
+    respond(retries[1], fetch_response(9, {A0: (0, 10, "", -1)}), 9, h.clock.now_ms())
+    assert committed.result(0) is None
+    assert fetched.result(0) == {A0: OffsetAndMetadata(10, "", None)}
+
+
+def test_commit_timeout_names_the_last_failure() -> None:
+    h = Harness()
+    h.coordinator.wanted = True
+    h.find_coordinator()
+    fut = h.commit({A0: 10}, timeout=1000)
+    (req,) = h.requests()
+    assert req.on_failure is not None
+    req.on_failure(ConnectionError_("connection to node 7 refused"), h.clock.now_ms())
+    h.clock.advance(1000)
+    h.requests()
+    error = fut.exception(0)
+    assert isinstance(error, KafkaTimeoutError) and error.retriable
+    assert "connection to node 7 refused" in str(error)

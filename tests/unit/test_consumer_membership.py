@@ -546,6 +546,48 @@ def test_disconnect_marks_coordinator_unknown_and_backs_off(h: H) -> None:
     assert len(h.poll()) == 1
 
 
+def test_coordinator_needed_names_the_coordinator_the_heartbeat_went_to(h: H) -> None:
+    h.m.on_coordinator(1, h.now, 7)
+    h.join({TID_A: [0]})
+    h.respond(h.next_interval_hb(), error=ErrorCode.not_coordinator)
+    assert [e for e in h.events() if isinstance(e, CoordinatorNeeded)] == [
+        CoordinatorNeeded("heartbeat failed with NOT_COORDINATOR", epoch=7)
+    ]
+
+
+def test_stale_heartbeat_failure_does_not_forget_a_newer_coordinator(h: H) -> None:
+    # The heartbeat went to coordinator 1; coordinator 2 was found before its failure arrived (the network
+    # client drops the old connection when the coordinator changes).  Coordinator 2 stays.
+    h.m.on_coordinator(1, h.now, 1)
+    h.join({TID_A: [0]})
+    req = h.next_interval_hb()
+    h.m.on_coordinator(2, h.now, 2)
+    h.fail(req, ConnectionError_("coordinator changed"))
+    assert not any(isinstance(e, CoordinatorNeeded) for e in h.events())
+    assert h.m.coordinator_id == 2
+    h.advance(1000)
+    retry = h.hb()
+    assert V(retry)["member_epoch"] == 1 and V(retry)["member_id"] == "m1"
+
+
+def test_member_keeps_its_epoch_and_id_with_a_full_heartbeat_after_failover(h: H) -> None:
+    h.m.on_coordinator(1, h.now, 1)
+    h.join({TID_A: [0]}, epoch=4)
+    h.fail(h.next_interval_hb(), ConnectionError_("connection reset"))
+    (needed,) = [e for e in h.events() if isinstance(e, CoordinatorNeeded)]
+    assert needed.epoch == 1
+    h.m.on_coordinator(None, h.now)
+    h.advance(10_000)
+    h.no_hb()
+    h.m.on_coordinator(3, h.now, 2)
+    first = h.hb()
+    assert V(first)["member_epoch"] == 4 and V(first)["member_id"] == "m1"
+    assert owned_wire(first) == {TID_A: [0]}  # a full heartbeat: the new coordinator gets everything
+    assert V(first)["subscribed_topic_names"] is not None
+    h.respond(first, epoch=4)
+    assert h.state() is S.STABLE and h.m.owned == tps("a0") and h.callbacks() == []
+
+
 def test_network_client_coordinator_unknown_error_is_routed_like_the_error_code(h: H) -> None:
     h.join({TID_A: [0]})
     req = h.next_interval_hb()
@@ -1311,21 +1353,63 @@ def test_poll_timer_expiry_leaves_goes_stale_loses_and_rejoins(h: H, state: str)
     assert V(join)["member_epoch"] == 0 and V(join)["member_id"] == "m1"
 
 
-def test_poll_timer_expiry_without_coordinator_goes_stale_without_leave_heartbeat(h: H) -> None:
+def test_poll_timer_expiry_waits_for_a_known_coordinator(h: H) -> None:
+    # As Java's heartbeat manager: nothing is decided while the coordinator is unknown (it is being
+    # rediscovered); once it is known again an expired timer makes the member leave.
     h.join({TID_A: [0]})
     h.m.on_coordinator(None, h.now)
     h.advance(REBALANCE_TIMEOUT)
     assert h.poll() == []
+    assert h.state() is S.STABLE
+    assert h.callbacks() == []
+    h.m.on_coordinator(2, h.now)
+    reqs = h.poll()
+    assert [V(r)["member_epoch"] for r in reqs] == [-1]
     assert h.state() is S.STALE
+    h.respond(reqs[0], epoch=-1)
     (lost,) = h.callbacks()
     assert lost.kind is CallbackKind.LOST
     h.complete(lost)
     h.app_poll()
     assert h.state() is S.JOINING
-    h.no_hb()
-    assert any(isinstance(e, CoordinatorNeeded) for e in h.events())
-    h.m.on_coordinator(1, h.now)
     assert V(h.hb())["member_epoch"] == 0
+
+
+def test_poll_timer_stands_still_while_the_app_is_inside_a_blocking_call(h: H) -> None:
+    # E.g. commit_sync() waiting through a coordinator failover: that time is not charged.
+    h.join({TID_A: [0]})
+    h.app_poll()
+    h.advance(REBALANCE_TIMEOUT - 5000)
+    h.m.on_app_call(True, h.now)
+    for _ in range(4):
+        h.advance(REBALANCE_TIMEOUT // 2)
+        for r in h.poll():
+            assert V(r)["member_epoch"] >= 0
+            h.respond(r, epoch=1)
+    assert h.state() is S.STABLE
+    assert h.m.poll(h.now).wait_ms > 0  # no busy loop while paused
+    h.m.on_app_call(False, h.now)
+    h.advance(4999)
+    assert all(V(r)["member_epoch"] >= 0 for r in h.poll())
+    assert h.state() is S.STABLE
+    h.advance(1)
+    assert [V(r)["member_epoch"] for r in h.poll()] == [-1]
+    assert h.state() is S.STALE
+
+
+def test_nested_blocking_calls_resume_the_poll_timer_after_the_outer_one(h: H) -> None:
+    h.join({TID_A: [0]})
+    h.app_poll()
+    h.m.on_app_call(True, h.now)
+    h.m.on_app_call(True, h.now)
+    h.advance(REBALANCE_TIMEOUT)
+    h.m.on_app_call(False, h.now)
+    h.advance(REBALANCE_TIMEOUT)
+    h.poll()
+    assert h.state() is S.STABLE
+    h.m.on_app_call(False, h.now)
+    h.advance(REBALANCE_TIMEOUT)
+    assert [V(r)["member_epoch"] for r in h.poll()] == [-1]
 
 
 def test_app_polls_keep_the_poll_timer_from_expiring(h: H) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from kafka_handoff.errors import ConnectionError_, CoordinatorNotAvailableError, GroupAuthorizationFailedError
-from kafka_handoff.group.coordinator import CoordinatorManager
+from kafka_handoff.group.coordinator import COORDINATOR_UNKNOWN_WARN_MS, CoordinatorManager
 from kafka_handoff.protocol import wire
 from kafka_handoff.protocol.requests import ANY_NODE, FakeClock, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import CLIENT_VERSIONS, ApiKey
@@ -194,7 +194,152 @@ def test_mark_unknown_notifies_and_rediscovers() -> None:
     assert seen == [(None, clock.now_ms())]
     cm.mark_unknown(clock.now_ms())  # already unknown: no second notification
     assert seen == [(None, clock.now_ms())]
-    req = only_request(cm.poll(clock.now_ms()))
+    # As Java: even after a success the next FindCoordinator waits retry.backoff.ms.
+    assert cm.poll(clock.now_ms()).unsent == []
+    req = only_request(cm.poll(clock.advance(int(BACKOFF * 1.2))))
     respond(req, found(4, 5), 4, clock.now_ms())
     assert cm.coordinator is not None and cm.coordinator.node_id == 5
     assert seen[-1] == (BrokerNode(5, "coord", 9092), clock.now_ms())
+
+
+def found_now(cm: CoordinatorManager, clock: FakeClock, node_id: int) -> int:
+    """Let the manager ask (after any backoff) and answer with ``node_id``; returns the new epoch."""
+    result = cm.poll(clock.now_ms())
+    if not result.unsent:
+        result = cm.poll(clock.advance(result.wait_ms))
+    respond(only_request(result), found(4, node_id), 4, clock.now_ms())
+    assert cm.coordinator is not None and cm.coordinator.node_id == node_id
+    return cm.epoch
+
+
+def test_each_discovery_gets_a_new_epoch() -> None:
+    clock = FakeClock()
+    cm, _ = manager()
+    cm.wanted = True
+    first = found_now(cm, clock, 3)
+    assert cm.mark_unknown(clock.advance(1), "NOT_COORDINATOR", epoch=first)
+    second = found_now(cm, clock, 3)  # the same node again is still a new discovery
+    assert second == first + 1
+
+
+def test_stale_epoch_mark_does_not_invalidate_a_newer_coordinator() -> None:
+    # Issue 13: a "coordinator unknown" mark about the old coordinator, applied after the new one was found
+    # (e.g. drained in the same network poll), must be a no-op.
+    clock = FakeClock()
+    cm, seen = manager()
+    cm.wanted = True
+    old = found_now(cm, clock, 1)
+    assert cm.mark_unknown(clock.advance(1), "disconnected", epoch=old)
+    new = found_now(cm, clock, 2)
+    seen.clear()
+    assert not cm.mark_unknown(clock.now_ms(), "stale heartbeat failure", epoch=old)
+    assert cm.coordinator is not None and cm.coordinator.node_id == 2
+    assert seen == []
+    assert cm.mark_unknown(clock.now_ms(), "NOT_COORDINATOR", epoch=new)
+    assert cm.coordinator is None
+
+
+def test_disconnect_of_another_node_does_not_invalidate_the_coordinator() -> None:
+    clock = FakeClock()
+    cm, _ = manager()
+    cm.wanted = True
+    found_now(cm, clock, 2)
+    assert not cm.mark_unknown(clock.now_ms(), "connection lost", node_id=1)  # the old coordinator's
+    assert cm.coordinator is not None
+    assert cm.mark_unknown(clock.now_ms(), "connection lost", node_id=2)
+    assert cm.coordinator is None
+
+
+def test_find_coordinator_rate_is_bounded_when_every_coordinator_is_marked_unknown_at_once() -> None:
+    # A dead coordinator that FindCoordinator keeps naming (until the controller fences it): every
+    # discovery is marked unknown immediately.  Over 10 fake seconds the manager asks at most once per
+    # retry.backoff.ms (jitter 0.8..1.2): never a busy loop.
+    clock = FakeClock()
+    cm, _ = manager()
+    cm.wanted = True
+    start = clock.now_ms()
+    while clock.now_ms() - start < 10_000:
+        result = cm.poll(clock.now_ms())
+        if result.unsent:
+            respond(only_request(result), found(4, 1), 4, clock.now_ms())
+            cm.mark_unknown(clock.now_ms(), "connection refused", epoch=cm.epoch)
+        else:
+            clock.advance(max(1, result.wait_ms))
+    assert 10_000 // int(BACKOFF * 1.2) <= cm.requests_sent <= 10_000 // int(BACKOFF * 0.8) + 1
+
+
+def test_find_coordinator_failures_back_off_exponentially_over_time() -> None:
+    clock = FakeClock()
+    cm, _ = manager()
+    cm.wanted = True
+    start = clock.now_ms()
+    while clock.now_ms() - start < 10_000:
+        result = cm.poll(clock.now_ms())
+        if result.unsent:
+            respond(only_request(result), found(4, error=15), 4, clock.now_ms())
+        else:
+            clock.advance(max(1, result.wait_ms))
+    # 100, 200, 400, 800, then ~1000 each: about 15 requests in 10 s, not hundreds.
+    assert cm.requests_sent <= 20
+
+
+def test_refresh_re_announces_a_known_coordinator() -> None:
+    clock = FakeClock()
+    cm, seen = manager()
+    cm.refresh(clock.now_ms())
+    assert cm.wanted and seen == []  # nothing known yet: it will be discovered
+    found_now(cm, clock, 4)
+    seen.clear()
+    cm.refresh(clock.now_ms())
+    assert seen == [(BrokerNode(4, "coord", 9092), clock.now_ms())]
+
+
+def test_a_long_outage_is_warned_once_even_while_a_dead_node_keeps_being_found(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The stall is logged as a warning (once), also when each discovery is marked unknown right away.
+    clock = FakeClock()
+    cm, _ = manager()
+    cm.wanted = True
+    found_now(cm, clock, 1)
+    clock.advance(60_000)  # served for a while
+    with caplog.at_level("WARNING", logger="kafka_handoff.group.coordinator"):
+        cm.mark_unknown(clock.now_ms(), "connection refused", epoch=cm.epoch)
+        start = clock.now_ms()
+        while clock.now_ms() - start < 3 * COORDINATOR_UNKNOWN_WARN_MS:
+            result = cm.poll(clock.now_ms())
+            if result.unsent:
+                respond(only_request(result), found(4, 1), 4, clock.now_ms())
+                cm.mark_unknown(clock.now_ms(), "connection refused", epoch=cm.epoch)
+            else:
+                clock.advance(max(1, result.wait_ms))
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1
+    assert "no usable group coordinator" in warnings[0].getMessage()
+    assert "connection refused" in warnings[0].getMessage()
+
+
+def test_outage_is_measured_from_when_a_serving_coordinator_was_lost(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+    cm, _ = manager()
+    cm.wanted = True
+    found_now(cm, clock, 1)
+    clock.advance(20_000)  # served 20 s
+    with caplog.at_level("WARNING", logger="kafka_handoff.group.coordinator"):
+        cm.mark_unknown(clock.now_ms(), "connection lost", epoch=cm.epoch)
+        start = clock.now_ms()
+
+        def fail_for(ms: int) -> None:
+            while clock.now_ms() - start < ms:
+                result = cm.poll(clock.now_ms())
+                if result.unsent:
+                    respond(only_request(result), found(4, error=15), 4, clock.now_ms())
+                else:
+                    clock.advance(max(1, result.wait_ms))
+
+        fail_for(COORDINATOR_UNKNOWN_WARN_MS - 5000)
+        assert [r for r in caplog.records if r.levelname == "WARNING"] == []
+        fail_for(COORDINATOR_UNKNOWN_WARN_MS + 5000)
+    assert len([r for r in caplog.records if r.levelname == "WARNING"]) == 1

@@ -8,6 +8,7 @@ records from the fetch buffer, decoding them here so the network thread stays fr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -16,7 +17,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
@@ -145,7 +146,7 @@ class Consumer:
 
             def on_disconnect(node: int, is_coordinator: bool, now: int) -> None:
                 if is_coordinator:
-                    coordinator.mark_unknown(now, "disconnected")
+                    coordinator.mark_unknown(now, "connection lost", node_id=node)
 
             client.disconnect_listeners.append(on_disconnect)
             self._commits = CommitManager(
@@ -236,7 +237,9 @@ class Consumer:
 
             def on_coordinator(node: Any, now: int) -> None:
                 if self.membership is not None:
-                    self.membership.on_coordinator(None if node is None else node.node_id, now)
+                    self.membership.on_coordinator(
+                        None if node is None else node.node_id, now, coordinator.epoch
+                    )
 
             coordinator.listeners.append(on_coordinator)
 
@@ -303,8 +306,9 @@ class Consumer:
                 self._metadata.request_update()
             elif isinstance(event, CoordinatorNeeded):
                 if self._coordinator is not None:
-                    self._coordinator.mark_unknown(now, event.reason)
-                    self._coordinator.wanted = True
+                    # Marks only the coordinator the event is about: a stale event must not invalidate a
+                    # coordinator found since (in the same network poll: issue 13's livelock).
+                    self._coordinator.on_coordinator_needed(event, now)
             elif isinstance(event, MembershipError):
                 self._background.put(BackgroundError(event.error, fatal=event.fatal))
                 notify = True
@@ -402,8 +406,21 @@ class Consumer:
     def _call(self, fn: Callable[[int, Future[Any]], None], timeout_ms: int, what: str) -> Any:
         self._ensure_open()
         deadline = self._clock.now_ms() + timeout_ms
-        fut = self._thread.call(fn, deadline_ms=deadline, name=what)
-        return self._wait(fut, timeout_ms + 50, what)
+        with self._blocking_call():
+            fut = self._thread.call(fn, deadline_ms=deadline, name=what)
+            return self._wait(fut, timeout_ms + 50, what)
+
+    @contextlib.contextmanager
+    def _blocking_call(self) -> Iterator[None]:
+        """The poll timer (max.poll.interval.ms) stands still while the application waits for us inside."""
+        membership = self.membership
+        if membership is not None:
+            self._thread.call(lambda now, f: f.set_result(membership.on_app_call(True, now)))
+        try:
+            yield
+        finally:
+            if membership is not None:
+                self._thread.call(lambda now, f: f.set_result(membership.on_app_call(False, now)))
 
     def _run_nt(self, fn: Callable[[int], T]) -> T:
         """Run a quick state change on the network thread and wait for it."""
@@ -663,6 +680,10 @@ class Consumer:
         timeout_s = 0.0 if timeout is None else max(0.0, float(timeout))
         deadline = time.monotonic() + timeout_s
         self._on_poll_start()
+        # While poll() waits for records the poll timer is reset now and then (Java sends a PollEvent per
+        # iteration), so a poll(timeout) longer than max.poll.interval.ms does not expire it.
+        refresh_s = min(1.0, int(self._config.get("max.poll.interval.ms")) / 4000)
+        refreshed = time.monotonic()
         while True:
             self._raise_background_errors()
             self._check_wakeup()
@@ -673,6 +694,9 @@ class Consumer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return self._make_records({}, columnar)
+            if self.membership is not None and time.monotonic() - refreshed >= refresh_s:
+                refreshed = time.monotonic()
+                self._thread.call(self._reset_poll_timer_nt)
             self._thread.wakeup()
             self._buffer.wait(
                 min(remaining, 0.1),
@@ -697,6 +721,11 @@ class Consumer:
         membership = self.membership
         if membership is not None:
             self._thread.call(lambda now, f: f.set_result(membership.on_app_poll(now)))
+
+    def _reset_poll_timer_nt(self, now: int, fut: Future[Any]) -> None:
+        if self.membership is not None:
+            self.membership.on_app_poll(now)
+        fut.set_result(None)
 
     def _before_collect(self) -> bool:
         """Run callbacks the membership asked for; True makes poll() return now (revoke requested or
@@ -771,15 +800,21 @@ class Consumer:
         if not self._subs.is_assigned(tp):
             raise IllegalStateError(f"position() of partition {tp}, which is not assigned to this consumer")
         deadline = time.monotonic() + self._timeout_ms(timeout) / 1000.0
-        while True:
-            self._raise_background_errors()
-            pos = self._subs.position(tp)
-            if pos is not None:
-                return pos.offset
-            if time.monotonic() >= deadline:
-                raise KafkaTimeoutError(f"the position of {tp} could not be determined within the timeout")
-            self._thread.wakeup()
-            self._buffer.wait(0.02, lambda: False)
+        pos = self._subs.position(tp)
+        if pos is not None:
+            return pos.offset
+        with self._blocking_call():
+            while True:
+                self._raise_background_errors()
+                pos = self._subs.position(tp)
+                if pos is not None:
+                    return pos.offset
+                if time.monotonic() >= deadline:
+                    raise KafkaTimeoutError(
+                        f"the position of {tp} could not be determined within the timeout"
+                    )
+                self._thread.wakeup()
+                self._buffer.wait(0.02, lambda: False)
 
     def seek(self, partition: TopicPartition, offset: int | OffsetAndMetadata) -> None:
         self._ensure_open()
@@ -912,7 +947,9 @@ class Consumer:
         timeout_ms = self._timeout_ms(timeout)
 
         def run(now: int, fut: Future[Any]) -> None:
-            commits.commit(to_commit, fut, now + timeout_ms, retry=True, now_ms=now)
+            commits.commit(
+                to_commit, fut, now + timeout_ms, retry=True, now_ms=now, only_owned=offsets is None
+            )
 
         self._call(run, timeout_ms, "commit_sync()")
 
@@ -929,7 +966,9 @@ class Consumer:
         to_commit = self._consumed_offsets() if offsets is None else self._normalize_offsets(offsets)
         timeout_ms = self._default_timeout_ms
         fut = self._thread.call(
-            lambda now, f: commits.commit(to_commit, f, now + timeout_ms, retry=False, now_ms=now),
+            lambda now, f: commits.commit(
+                to_commit, f, now + timeout_ms, retry=False, now_ms=now, only_owned=offsets is None
+            ),
             name="commit_async()",
         )
         if callback is not None:
@@ -1071,7 +1110,7 @@ class Consumer:
         def run(now: int) -> None:
             self._subs.subscribe(subscription)
             if coordinator.coordinator is not None:
-                membership.on_coordinator(coordinator.coordinator.node_id, now)
+                membership.on_coordinator(coordinator.coordinator.node_id, now, coordinator.epoch)
             coordinator.wanted = True
             membership.subscribe(subscription, now)
             self._metadata.request_update()

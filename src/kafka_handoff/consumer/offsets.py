@@ -327,6 +327,7 @@ class _Commit:
     in_flight: bool = False
     started_ms: int = 0
     deferred: bool = False  # waited for a rebalance or was retried: re-check ownership before sending
+    last_error: BaseException | None = None
 
 
 @dataclass(slots=True)
@@ -337,6 +338,7 @@ class _Fetch:
     attempts: int = 0
     next_ms: int = 0
     in_flight: bool = False
+    last_error: BaseException | None = None
 
 
 class CommitManager:
@@ -391,8 +393,14 @@ class CommitManager:
         *,
         retry: bool = True,
         now_ms: int = 0,
+        only_owned: bool = False,
     ) -> None:
+        """Queue an OffsetCommit.  ``only_owned``: the offsets are the consumed positions (``commit_sync()``
+        without arguments), so partitions this member no longer owns -- their revocation completed while
+        the application thread still saw them assigned -- are left out instead of failing the commit."""
         owned = self._owned()
+        if owned is not None and only_owned:
+            offsets = {tp: om for tp, om in offsets.items() if tp in owned}
         if owned is not None:
             not_owned = sorted(str(tp) for tp in offsets if tp not in owned)
             if not_owned:
@@ -447,7 +455,12 @@ class CommitManager:
                 continue
             if now_ms >= c.deadline_ms:
                 self._commits.remove(c)
-                c.future.set_exception(KafkaTimeoutError("offset commit did not complete within the timeout"))
+                c.future.set_exception(
+                    KafkaTimeoutError(
+                        "offset commit did not complete within the timeout"
+                        + (f" (last error: {c.last_error})" if c.last_error is not None else "")
+                    )
+                )
                 continue
             if c.in_flight:
                 continue
@@ -471,7 +484,12 @@ class CommitManager:
                 continue
             if now_ms >= f.deadline_ms:
                 self._fetches.remove(f)
-                f.future.set_exception(KafkaTimeoutError("fetching committed offsets timed out"))
+                f.future.set_exception(
+                    KafkaTimeoutError(
+                        "fetching committed offsets timed out"
+                        + (f" (last error: {f.last_error})" if f.last_error is not None else "")
+                    )
+                )
                 continue
             if f.in_flight:
                 continue
@@ -527,6 +545,7 @@ class CommitManager:
     def _commit_request(self, c: _Commit) -> UnsentRequest:
         c.in_flight = True
         meta = self._group_metadata()
+        coordinator_epoch = self._coordinator.epoch
         by_topic: dict[str, list[tuple[int, OffsetAndMetadata]]] = collections.defaultdict(list)
         for tp, om in c.offsets.items():
             by_topic[tp.topic].append((tp.partition, om))
@@ -569,8 +588,13 @@ class CommitManager:
                 c.future.set_result(None)
                 return
             codes = set(errors.values())
+            first_tp, first_code = next(iter(errors.items()))
+            first_error = error_for_code(first_code, f"committing offset for {first_tp}")
+            c.last_error = first_error
             if codes & {15, 16}:
-                self._coordinator.mark_unknown(now)
+                self._coordinator.mark_unknown(
+                    now, f"OffsetCommit failed with {first_error}", epoch=coordinator_epoch
+                )
             group_codes = codes & (_FENCED_ERRORS | {27})
             if group_codes and self._on_group_error is not None:
                 self._on_group_error(min(group_codes), meta, now)
@@ -613,12 +637,12 @@ class CommitManager:
                 c.deferred = True
                 self._retry_later(c, now)
                 return
-            first_tp, first_code = next(iter(errors.items()))
-            c.future.set_exception(error_for_code(first_code, f"committing offset for {first_tp}"))
+            c.future.set_exception(first_error)
 
         def on_failure(error: BaseException, now: int) -> None:
             c.in_flight = False
-            self._coordinator.mark_unknown(now)
+            c.last_error = error
+            self._coordinator.mark_unknown(now, f"OffsetCommit failed: {error}", epoch=coordinator_epoch)
             if c.retry and now < c.deadline_ms:
                 self._retry_later(c, now)
             else:
@@ -636,6 +660,7 @@ class CommitManager:
     def _fetch_request(self, f: _Fetch) -> UnsentRequest:
         f.in_flight = True
         meta = self._group_metadata()
+        coordinator_epoch = self._coordinator.epoch
         by_topic: dict[str, list[int]] = collections.defaultdict(list)
         for tp in f.partitions:
             by_topic[tp.topic].append(tp.partition)
@@ -661,8 +686,11 @@ class CommitManager:
                 topics_resp = response.topics
             if top_code:
                 if top_code in _COORDINATOR_ERRORS or top_code in (_STALE_EPOCH, 27):
+                    f.last_error = error_for_code(top_code, "fetching committed offsets")
                     if top_code in (15, 16):
-                        self._coordinator.mark_unknown(now)
+                        self._coordinator.mark_unknown(
+                            now, f"OffsetFetch failed with {f.last_error}", epoch=coordinator_epoch
+                        )
                     self._retry_later(f, now)
                     return
                 f.future.set_exception(error_for_code(top_code, "fetching committed offsets"))
@@ -673,6 +701,11 @@ class CommitManager:
                     code = int(p.error_code)
                     tp = TopicPartition(t.name, int(p.partition_index))
                     if code in (14, 15, 16) or code == 88:  # UNSTABLE_OFFSET_COMMIT: retry
+                        f.last_error = error_for_code(code, f"fetching committed offset of {tp}")
+                        if code in (15, 16):
+                            self._coordinator.mark_unknown(
+                                now, f"OffsetFetch failed with {f.last_error}", epoch=coordinator_epoch
+                            )
                         self._retry_later(f, now)
                         return
                     if code:
@@ -691,7 +724,8 @@ class CommitManager:
 
         def on_failure(error: BaseException, now: int) -> None:
             f.in_flight = False
-            self._coordinator.mark_unknown(now)
+            f.last_error = error
+            self._coordinator.mark_unknown(now, f"OffsetFetch failed: {error}", epoch=coordinator_epoch)
             self._retry_later(f, now)
 
         return UnsentRequest(

@@ -300,6 +300,7 @@ class ClassicMembership:
         self._generation = NO_GENERATION
         self._is_leader = False
         self._coordinator: int | None = None
+        self._coordinator_epoch = 0
         self._coordinator_requested = False
         self._rejoin_needed = True
         self._rejoin_reason = "initial join"
@@ -330,6 +331,8 @@ class ClassicMembership:
 
         # timers
         self._last_app_poll_ms = 0
+        self._app_calls = 0
+        self._app_call_since_ms: int | None = None
         self._session_deadline_ms = 0
         self._hb_next_ms = 0
         self._hb_attempts = 0
@@ -474,6 +477,18 @@ class ClassicMembership:
         self._last_app_poll_ms = now_ms
         self._awaiting_app_poll = False
 
+    def on_app_call(self, inside: bool, now_ms: int) -> None:
+        if inside:
+            self._app_calls += 1
+            if self._app_call_since_ms is None:
+                self._app_call_since_ms = now_ms
+            return
+        self._app_calls = max(0, self._app_calls - 1)
+        since = self._app_call_since_ms
+        if self._app_calls == 0 and since is not None:
+            self._app_call_since_ms = None
+            self._last_app_poll_ms += max(0, now_ms - since)  # the timer stood still meanwhile
+
     def enforce_rebalance(self, reason: str, now_ms: int) -> None:
         """Request a rebalance; a no-op while one is already in progress (as ``enforceRebalance``)."""
         if self._state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
@@ -482,10 +497,13 @@ class ClassicMembership:
             return
         self._request_rejoin(reason or "rebalance enforced by the application")
 
-    def on_coordinator(self, node_id: int | None, now_ms: int) -> None:
+    def on_coordinator(self, node_id: int | None, now_ms: int, epoch: int | None = None) -> None:
+        if node_id is not None and node_id == self._coordinator and epoch == self._coordinator_epoch:
+            return  # the same coordinator announced again: nothing changes (not even the session timer)
         self._coordinator = node_id
         self._coordinator_requested = False
         if node_id is not None:
+            self._coordinator_epoch = epoch if epoch is not None else self._coordinator_epoch + 1
             self._session_deadline_ms = now_ms + self._session_timeout_ms
 
     def on_callback_completed(self, seq: int, error: BaseException | None, now_ms: int) -> None:
@@ -577,7 +595,12 @@ class ClassicMembership:
             if self._hb_token is None:
                 candidates.append(self._hb_next_ms - now_ms)
             candidates.append(self._session_deadline_ms - now_ms)
-        if in_group and self._leave is _Leave.NONE:
+        if (
+            in_group
+            and self._leave is _Leave.NONE
+            and self._coordinator is not None
+            and self._app_call_since_ms is None
+        ):
             candidates.append(self._last_app_poll_ms + self._rebalance_timeout_ms - now_ms)
         if self._join_backoff_until_ms > now_ms:
             candidates.append(self._join_backoff_until_ms - now_ms)
@@ -594,6 +617,10 @@ class ClassicMembership:
         if self._leave is not _Leave.NONE:
             return
         if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
+            return
+        if self._coordinator is None or self._app_call_since_ms is not None:
+            # As Java's heartbeat thread: decided once the coordinator is known again.  The timer stands
+            # still while the application thread is inside one of our blocking calls.
             return
         if now_ms - self._last_app_poll_ms < self._rebalance_timeout_ms:
             return
@@ -613,7 +640,9 @@ class ClassicMembership:
             self._give_up_revocations("no heartbeat response within session.timeout.ms")
         if self._coordinator is None or now_ms < self._session_deadline_ms:
             return
-        self._mark_coordinator_unknown("session timed out without receiving a heartbeat response")
+        self._mark_coordinator_unknown(
+            "session timed out without receiving a heartbeat response", self._coordinator_epoch
+        )
 
     def _check_join_deadline(self, now_ms: int) -> None:
         if self._join_deadline_ms is None or now_ms < self._join_deadline_ms:
@@ -706,6 +735,7 @@ class ClassicMembership:
         token = object()
         self._join_token = token
         sent_generation = self._generation
+        epoch = self._coordinator_epoch
         values = {
             "group_id": self.group_id,
             "session_timeout": self._session_timeout_ms,
@@ -718,13 +748,13 @@ class ClassicMembership:
         }
 
         def on_response(resp: Any, version: int, t: int) -> None:
-            self._on_join_response(token, sent_generation, now_ms, resp, t)
+            self._on_join_response(token, sent_generation, now_ms, resp, t, epoch)
 
         def on_failure(exc: BaseException, t: int) -> None:
             if token is not self._join_token:
                 return
             self._join_token = None
-            self._request_failed("JoinGroup", exc, t)
+            self._request_failed("JoinGroup", exc, t, epoch)
 
         self._outbox.append(
             UnsentRequest(
@@ -742,7 +772,7 @@ class ClassicMembership:
         )
 
     def _on_join_response(
-        self, token: object, sent: Generation, sent_ms: int, resp: Any, now_ms: int
+        self, token: object, sent: Generation, sent_ms: int, resp: Any, now_ms: int, epoch: int
     ) -> None:
         if token is not self._join_token:
             return  # stale: the member reset or left meanwhile
@@ -801,7 +831,7 @@ class ClassicMembership:
                 )
             self._join_retry(now_ms, backoff=False)
         elif code in (_E.coordinator_not_available, _E.not_coordinator):
-            self._mark_coordinator_unknown(f"JoinGroup failed with {_E(code).name.upper()}")
+            self._mark_coordinator_unknown(f"JoinGroup failed with {_E(code).name.upper()}", epoch)
             self._join_retry(now_ms, backoff=True)
         elif code == _E.fenced_instance_id:
             self._fail_fatal(self._fenced_error(), now_ms)
@@ -830,11 +860,11 @@ class ClassicMembership:
             self._join_backoff_until_ms = now_ms + self._backoff_ms(self._join_attempts)
             self._join_attempts += 1
 
-    def _request_failed(self, api: str, exc: BaseException, now_ms: int) -> None:
+    def _request_failed(self, api: str, exc: BaseException, now_ms: int, epoch: int) -> None:
         if isinstance(exc, UnsupportedVersionError):
             self._fail_visible(exc, now_ms)
             return
-        self._mark_coordinator_unknown(f"{api} request failed: {exc}")
+        self._mark_coordinator_unknown(f"{api} request failed: {exc}", epoch)
         self._join_retry(now_ms, backoff=True)
 
     # --- leader ---------------------------------------------------------------------------------------
@@ -969,6 +999,7 @@ class ClassicMembership:
         token = object()
         self._sync_token = token
         gen = self._generation
+        epoch = self._coordinator_epoch
         values = {
             "group_id": self.group_id,
             "generation_id": gen.generation_id,
@@ -980,13 +1011,13 @@ class ClassicMembership:
         }
 
         def on_response(resp: Any, version: int, t: int) -> None:
-            self._on_sync_response(token, gen, now_ms, resp, t)
+            self._on_sync_response(token, gen, now_ms, resp, t, epoch)
 
         def on_failure(exc: BaseException, t: int) -> None:
             if token is not self._sync_token:
                 return
             self._sync_token = None
-            self._request_failed("SyncGroup", exc, t)
+            self._request_failed("SyncGroup", exc, t, epoch)
 
         self._outbox.append(
             UnsentRequest(
@@ -1001,7 +1032,7 @@ class ClassicMembership:
         )
 
     def _on_sync_response(
-        self, token: object, sent: Generation, sent_ms: int, resp: Any, now_ms: int
+        self, token: object, sent: Generation, sent_ms: int, resp: Any, now_ms: int, epoch: int
     ) -> None:
         if token is not self._sync_token:
             return
@@ -1045,7 +1076,11 @@ class ClassicMembership:
                 )
             self._join_retry(now_ms, backoff=False)
         elif code in (_E.coordinator_not_available, _E.not_coordinator):
-            self._mark_coordinator_unknown(f"SyncGroup failed with {_E(code).name.upper()}")
+            self._mark_coordinator_unknown(f"SyncGroup failed with {_E(code).name.upper()}", epoch)
+            self._join_retry(now_ms, backoff=True)
+        elif code == _E.coordinator_load_in_progress:
+            # A coordinator that took over the group is still loading it (failover): rejoin after a backoff.
+            # Java raises this from poll() as "unexpected"; it is retriable and the application need not know.
             self._join_retry(now_ms, backoff=True)
         else:
             # GROUP_AUTHORIZATION_FAILED and anything unexpected: raised to the caller.
@@ -1109,6 +1144,7 @@ class ClassicMembership:
         token = object()
         self._hb_token = token
         gen = self._generation
+        epoch = self._coordinator_epoch
         self._hb_next_ms = now_ms + self._heartbeat_interval_ms
         self._stats.values["last_heartbeat_send_ms"] = now_ms
         values = {
@@ -1119,14 +1155,14 @@ class ClassicMembership:
         }
 
         def on_response(resp: Any, version: int, t: int) -> None:
-            self._on_heartbeat_response(token, gen, now_ms, resp, t)
+            self._on_heartbeat_response(token, gen, now_ms, resp, t, epoch)
 
         def on_failure(exc: BaseException, t: int) -> None:
             if token is not self._hb_token:
                 return
             self._hb_token = None
             if not isinstance(exc, UnsupportedVersionError):
-                self._mark_coordinator_unknown(f"Heartbeat request failed: {exc}")
+                self._mark_coordinator_unknown(f"Heartbeat request failed: {exc}", epoch)
             self._heartbeat_failed(t)
 
         self._outbox.append(
@@ -1150,7 +1186,7 @@ class ClassicMembership:
         self._session_deadline_ms = now_ms + self._session_timeout_ms
 
     def _on_heartbeat_response(
-        self, token: object, sent: Generation, sent_ms: int, resp: Any, now_ms: int
+        self, token: object, sent: Generation, sent_ms: int, resp: Any, now_ms: int, epoch: int
     ) -> None:
         if token is not self._hb_token:
             return
@@ -1169,7 +1205,7 @@ class ClassicMembership:
                 # the group was stable when the coordinator processed this heartbeat
                 self._stable_evidence_ms = max(self._stable_evidence_ms, sent_ms)
         elif code in (_E.coordinator_not_available, _E.not_coordinator):
-            self._mark_coordinator_unknown(f"Heartbeat failed with {_E(code).name.upper()}")
+            self._mark_coordinator_unknown(f"Heartbeat failed with {_E(code).name.upper()}", epoch)
             self._heartbeat_failed(now_ms)
         elif code == _E.rebalance_in_progress:
             # Heartbeating on during a rebalance keeps the member in the group for the rebalance timeout.
@@ -1416,11 +1452,17 @@ class ClassicMembership:
             self._coordinator_requested = True
             self._events.append(CoordinatorNeeded(reason))
 
-    def _mark_coordinator_unknown(self, reason: str) -> None:
-        if self._coordinator is not None:
-            self._coordinator = None
-            self._coordinator_requested = False
-        self._need_coordinator(reason)
+    def _mark_coordinator_unknown(self, reason: str, epoch: int) -> None:
+        """A request to the coordinator of discovery ``epoch`` failed: forget that coordinator (not a newer
+        one found since) and ask for it to be marked unknown and rediscovered."""
+        if epoch != self._coordinator_epoch:
+            return  # about an older coordinator: the current one is not in question
+        if self._coordinator is None:
+            self._need_coordinator(reason)
+            return
+        self._coordinator = None
+        self._coordinator_requested = True
+        self._events.append(CoordinatorNeeded(reason, epoch=epoch))
 
     # ------------------------------------------------------------------------------------------------
     # metadata and subscription

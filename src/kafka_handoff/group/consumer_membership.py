@@ -195,6 +195,8 @@ class _SentHeartbeat:
     incarnation: int
     member_epoch: int
     leave: bool
+    coordinator_epoch: int = 0
+    """The discovery epoch of the coordinator it went to (a failure marks only that one unknown)."""
 
 
 def _is_unsupported_version(error: BaseException) -> bool:
@@ -270,6 +272,7 @@ class ConsumerMembership:
         """What the heartbeats carry (kept while leaving, replaced on join and subscribe)."""
 
         self._coordinator: int | None = None
+        self._coordinator_epoch = 0
         self._coordinator_requested = False
         self._inflight: _SentHeartbeat | None = None
         self._joined_in_incarnation = False
@@ -290,6 +293,8 @@ class ConsumerMembership:
         self._events: list[GroupEvent] = []
 
         self._last_app_poll_ms: int | None = None
+        self._app_calls = 0
+        self._app_call_since_ms: int | None = None
         self._leave_pending = False
         self._stale_released = True
         self._stale_rejoin_requested = False
@@ -393,6 +398,19 @@ class ConsumerMembership:
                 self._transition_to_joining(now_ms)
         self._maybe_reconcile(now_ms)
 
+    def on_app_call(self, inside: bool, now_ms: int) -> None:
+        if inside:
+            self._app_calls += 1
+            if self._app_call_since_ms is None:
+                self._app_call_since_ms = now_ms
+            return
+        self._app_calls = max(0, self._app_calls - 1)
+        since = self._app_call_since_ms
+        if self._app_calls == 0 and since is not None:
+            self._app_call_since_ms = None
+            if self._last_app_poll_ms is not None:
+                self._last_app_poll_ms += max(0, now_ms - since)  # the timer stood still meanwhile
+
     def on_callback_completed(self, seq: int, error: BaseException | None, now_ms: int) -> None:
         pending = self._pending.pop(seq, None)
         if pending is None:
@@ -421,10 +439,11 @@ class ConsumerMembership:
         self._metadata_version += 1
         self._maybe_reconcile(now_ms)
 
-    def on_coordinator(self, node_id: int | None, now_ms: int) -> None:
+    def on_coordinator(self, node_id: int | None, now_ms: int, epoch: int | None = None) -> None:
         self._coordinator = node_id
         if node_id is not None:
             self._coordinator_requested = False
+            self._coordinator_epoch = epoch if epoch is not None else self._coordinator_epoch + 1
 
     def enforce_rebalance(self, reason: str, now_ms: int) -> None:
         # The broker drives KIP-848 rebalances; Java's consumer ignores enforceRebalance too.
@@ -443,7 +462,12 @@ class ConsumerMembership:
     def _time_to_next(self, now_ms: int) -> int:
         wait = MAX_POLL_WAIT_MS
         st = self._state
-        if st in _IN_GROUP and self._last_app_poll_ms is not None:
+        if (
+            st in _IN_GROUP
+            and self._last_app_poll_ms is not None
+            and self._coordinator is not None
+            and self._app_call_since_ms is None
+        ):
             wait = min(wait, max(0, self._last_app_poll_ms + self.rebalance_timeout_ms - now_ms))
         if st not in _NO_HEARTBEAT and self._coordinator is not None and self._inflight is None:
             if st is _S.LEAVING:
@@ -504,7 +528,7 @@ class ConsumerMembership:
                 assignment=self._current,
             )
         )
-        sent = _SentHeartbeat(self._incarnation, self._epoch, leave=False)
+        sent = _SentHeartbeat(self._incarnation, self._epoch, False, self._coordinator_epoch)
         request = self._request(sent, values, now_ms, min_version=1 if pattern is not None else 0)
         if st is _S.ACKNOWLEDGING:
             # The ack is on its way (generated, not answered): STABLE, or reconcile the newer target.
@@ -520,7 +544,7 @@ class ConsumerMembership:
             "instance_id": self.group_instance_id,
             "topic_partitions": None,
         }
-        sent = _SentHeartbeat(self._incarnation, self._leave_epoch(), leave=True)
+        sent = _SentHeartbeat(self._incarnation, self._leave_epoch(), True, self._coordinator_epoch)
         request = self._request(sent, values, now_ms, min_version=0)
         self._fields.reset()
         if not stale:
@@ -558,10 +582,16 @@ class ConsumerMembership:
             self._coordinator_requested = True
             self._events.append(CoordinatorNeeded(reason))
 
-    def _mark_coordinator_unknown(self, reason: str) -> None:
+    def _mark_coordinator_unknown(self, reason: str, coordinator_epoch: int) -> None:
+        """A request to the coordinator of discovery ``coordinator_epoch`` failed: forget that coordinator
+        (not a newer one found since) and ask the manager to mark it unknown and rediscover."""
+        if self._coordinator is None or coordinator_epoch != self._coordinator_epoch:
+            log.debug("member %s: stale coordinator failure ignored (%s)", self._member_id, reason)
+            return
+        log.info("member %s: %s; rediscovering the coordinator", self._member_id, reason)
         self._coordinator = None
-        self._coordinator_requested = False
-        self._request_coordinator(reason)
+        self._coordinator_requested = True
+        self._events.append(CoordinatorNeeded(reason, epoch=coordinator_epoch))
 
     # ------------------------------------------------------------------------------- responses
     def _on_response(self, sent: _SentHeartbeat, response: Any, api_version: int, now_ms: int) -> None:
@@ -575,7 +605,7 @@ class ConsumerMembership:
             log.debug("ignoring a heartbeat response from before the member rejoined or left")
             return
         if code != 0:
-            self._on_error_code(code, response.error_message, now_ms)
+            self._on_error_code(code, response.error_message, now_ms, sent.coordinator_epoch)
             return
         self._on_success(response, api_version, now_ms)
 
@@ -617,7 +647,7 @@ class ConsumerMembership:
         elif self._state in (_S.RECONCILING, _S.JOINING):
             self._transition(_S.STABLE, now_ms)
 
-    def _on_error_code(self, code: int, message: str | None, now_ms: int) -> None:
+    def _on_error_code(self, code: int, message: str | None, now_ms: int, coordinator_epoch: int) -> None:
         self._fields.reset()
         try:
             err = ErrorCode(code)
@@ -626,7 +656,7 @@ class ConsumerMembership:
         if err in _COORDINATOR_ERRORS:
             # Rediscover the coordinator; the retry goes as soon as it is known (no backoff).
             self._timer.on_failure(now_ms, backoff=False)
-            self._mark_coordinator_unknown(f"heartbeat failed with {err.name.upper()}")
+            self._mark_coordinator_unknown(f"heartbeat failed with {err.name.upper()}", coordinator_epoch)
         elif err is ErrorCode.coordinator_load_in_progress:
             self._timer.on_failure(now_ms, backoff=True)
         elif err in _FENCING_ERRORS:
@@ -660,7 +690,7 @@ class ConsumerMembership:
             return
         if isinstance(error, BrokerResponseError) and not _is_unsupported_version(error):
             # The network client fails COORDINATOR requests with broker errors (e.g. coordinator unknown).
-            self._on_error_code(int(error.code), str(error), now_ms)
+            self._on_error_code(int(error.code), str(error), now_ms, sent.coordinator_epoch)
             return
         self._fields.reset()
         if _is_unsupported_version(error):
@@ -669,7 +699,7 @@ class ConsumerMembership:
             self._transition_to_fatal(self._unsupported_error(str(error)), now_ms)
         elif getattr(error, "retriable", False) or isinstance(error, (TimeoutError, OSError)):
             self._timer.on_failure(now_ms, backoff=True)
-            self._mark_coordinator_unknown(f"heartbeat failed: {error}")
+            self._mark_coordinator_unknown(f"heartbeat failed: {error}", sent.coordinator_epoch)
         else:
             self._timer.on_failure(now_ms, backoff=True)
             self._record_failed_rebalance(now_ms)
@@ -836,6 +866,11 @@ class ConsumerMembership:
     def _maybe_expire_poll_timer(self, now_ms: int, unsent: list[UnsentRequest]) -> None:
         if self._state not in _IN_GROUP or self._last_app_poll_ms is None:
             return
+        if self._coordinator is None or self._app_call_since_ms is not None:
+            # As Java's heartbeat manager: nothing is decided while the coordinator is unknown; an expired
+            # timer makes the member leave once a coordinator is known again.  The timer stands still
+            # while the application thread is inside one of our blocking calls.
+            return
         if now_ms < self._last_app_poll_ms + self.rebalance_timeout_ms:
             return
         log.warning(
@@ -848,9 +883,8 @@ class ConsumerMembership:
         self._reconciliation = None
         self._epoch = self._leave_epoch()
         self._transition(_S.LEAVING, now_ms)
-        if self._coordinator is not None:
-            # Sent even if a heartbeat is in flight: its answer no longer matters.
-            unsent.append(self._send_leave(now_ms, stale=True))
+        # Sent even if a heartbeat is in flight: its answer no longer matters.
+        unsent.append(self._send_leave(now_ms, stale=True))
         self._transition(_S.STALE, now_ms)
         self._incarnation += 1
         self._stale_rejoin_requested = False

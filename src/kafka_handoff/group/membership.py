@@ -114,9 +114,15 @@ class MembershipError:
 
 @dataclass(frozen=True, slots=True)
 class CoordinatorNeeded:
-    """The coordinator is unknown to the membership: find it and call ``on_coordinator``."""
+    """The coordinator is unknown to the membership: find it and call ``on_coordinator``.
+
+    ``epoch`` names the coordinator the membership found wanting (the discovery epoch it was told with
+    ``on_coordinator``): only that one is marked unknown, so an event drained after a newer coordinator
+    was found cannot invalidate it.  ``None``: the membership knows no coordinator and just needs one.
+    """
 
     reason: str = ""
+    epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,12 +176,17 @@ class Membership(Protocol):
     def on_app_poll(self, now_ms: int) -> None:
         """The application called ``poll()``: reset the poll timer, join or rejoin if needed."""
 
+    def on_app_call(self, inside: bool, now_ms: int) -> None:
+        """The application thread entered (``inside``) or left one of the consumer's own blocking calls
+        (``commit_sync``, ``committed``, offset and metadata lookups): the poll timer
+        (``max.poll.interval.ms``) does not run meanwhile."""
+
     def on_callback_completed(self, seq: int, error: BaseException | None, now_ms: int) -> None: ...
 
     def on_metadata(self, metadata: ClusterMetadata, now_ms: int) -> None: ...
 
-    def on_coordinator(self, node_id: int | None, now_ms: int) -> None:
-        """The coordinator was found (``node_id``) or lost (``None``)."""
+    def on_coordinator(self, node_id: int | None, now_ms: int, epoch: int | None = None) -> None:
+        """The coordinator was found (``node_id``, discovery ``epoch``) or lost (``None``)."""
 
     def leave(self, now_ms: int) -> None:
         """Leave the group on close (revoke callback first when still a member)."""
