@@ -26,7 +26,12 @@ from kio.static.primitive import i32, i32Timedelta
 
 from kafka_handoff.consumer.offsets import CommitManager
 from kafka_handoff.consumer.subscription import SubscriptionState
-from kafka_handoff.errors import ConnectionError_, CoordinatorNotAvailableError, KafkaTimeoutError
+from kafka_handoff.errors import (
+    AuthenticationError,
+    ConnectionError_,
+    CoordinatorNotAvailableError,
+    KafkaTimeoutError,
+)
 from kafka_handoff.group.assignors import RangeAssignor
 from kafka_handoff.group.assignors.base import MemberAssignment
 from kafka_handoff.group.classic_membership import ClassicMembership
@@ -141,6 +146,9 @@ class ScriptedCluster:
         self.heartbeat_error: Callable[[int, int], int] = lambda node, now: 0
 
     # --- the NetworkClient surface the thread and the managers use ---------------------------------
+    def take_auth_errors(self) -> list[AuthenticationError]:
+        return []
+
     def set_coordinator(self, node: BrokerNode | None, now_ms: int) -> None:
         self.coordinator_id = None if node is None else node.node_id
 
