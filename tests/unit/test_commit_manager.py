@@ -373,10 +373,13 @@ def test_commit_timeout_without_coordinator() -> None:
 
 
 def consume(h: Harness, offsets: Mapping[TopicPartition, int]) -> None:
+    """Records up to ``offsets`` were returned by a poll() and the application polled again (so the
+    auto-commit timer may commit them)."""
     for tp, offset in offsets.items():
         if not h.subs.is_assigned(tp):
             h.subs.assign_from_user(h.subs.assigned() | {tp})
         h.subs.seek(tp, offset)
+    h.subs.mark_poll_start()
 
 
 def test_auto_commit_commits_consumed_positions_on_the_timer() -> None:
@@ -406,7 +409,7 @@ def test_auto_commit_skips_unchanged_positions() -> None:
     respond(req, commit_response({A0: 0, A1: 0}), 9, h.clock.now_ms())
     h.clock.advance(INTERVAL)
     assert h.requests() == []  # nothing consumed since
-    h.subs.seek(A1, 12)
+    consume(h, {A1: 12})
     h.clock.advance(INTERVAL)
     (req,) = h.requests()
     assert committed_offsets(req) == {A1: 12}

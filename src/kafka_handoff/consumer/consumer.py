@@ -619,6 +619,9 @@ class Consumer:
 
     def _on_poll_start(self) -> None:
         """Start of poll(): KIP-983 start-of-poll rules (complete due revokes), then the poll event."""
+        # Records returned by earlier polls count as processed from now on: the auto-commit timer may
+        # commit up to here, never the batch this poll hands out (at-least-once, as Java).
+        self._subs.mark_poll_start()
         self._listeners.begin_poll()
         self._early_return = False
         self._callback_error = None

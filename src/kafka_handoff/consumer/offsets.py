@@ -427,6 +427,14 @@ class CommitManager:
             for tp, pos in self._subs.all_consumed().items()
         }
 
+    def auto_commit_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        """What the auto-commit timer commits: the positions at the start of the current ``poll()``, i.e.
+        only records returned by earlier polls (Java's at-least-once contract, KAFKA-18641)."""
+        return {
+            tp: OffsetAndMetadata(pos.offset, "", pos.leader_epoch)
+            for tp, pos in self._subs.consumed_before_poll().items()
+        }
+
     def pending(self) -> bool:
         return bool(self._commits) or bool(self._fetches)
 
@@ -486,7 +494,7 @@ class CommitManager:
         return PollResult(requests, wait)
 
     def _auto_commit(self, now_ms: int) -> None:
-        offsets = self.consumed_offsets()
+        offsets = self.auto_commit_offsets()
         owned = self._owned()
         if owned is not None:
             offsets = {tp: o for tp, o in offsets.items() if tp in owned}
