@@ -12,13 +12,12 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 
 import pytest
+from semantics_harness import ConfiguredHarness
 from test_collector import batch
 from test_commit_manager import Harness as CommitHarness
 from test_commit_manager import commit_response, committed_offsets, respond
-from test_consumer_dispatch import Harness as DispatchHarness
 
 from kafka_handoff.consumer.collector import Collector
-from kafka_handoff.consumer.consumer import Consumer
 from kafka_handoff.consumer.fetcher import CompletedFetch, FetchBuffer
 from kafka_handoff.types import OffsetAndMetadata, TopicPartition
 
@@ -102,35 +101,16 @@ def test_a_reset_forgets_the_snapshot_until_the_next_poll() -> None:
 
 
 # ------------------------------------------------------------------------------------------ the consumer
-class AutoCommitHarness(DispatchHarness):
-    def __init__(self) -> None:
-        super().__init__()
-        # The same consumer, but with auto-commit on (the dispatch harness turns it off).
-        self.consumer.close(0.5)
-        self.consumer = Consumer(
-            {"bootstrap.servers": "127.0.0.1:1", "group.id": "g", "enable.auto.commit": True,
-             "max.poll.records": 200}
-        )
-        self.fake.wake = self.consumer._thread.wakeup
-        self.consumer.membership = self.fake
-        self.consumer.set_rebalance_listener(self.listener)
-
-    def fetched(self, tp: TopicPartition, first: int, count: int) -> None:
-        epoch = self.consumer._subs.state(tp).position_epoch
-        self.consumer._buffer.add([CompletedFetch(tp, first, epoch, batch(first, count))])
-
-
 @pytest.fixture
-def ah() -> Iterator[AutoCommitHarness]:
-    harness = AutoCommitHarness()
+def ah() -> Iterator[ConfiguredHarness]:
+    harness = ConfiguredHarness({"enable.auto.commit": True, "max.poll.records": 200})
     try:
         yield harness
     finally:
-        harness.fake.left = True
-        harness.consumer.close(0.5)
+        harness.shutdown()
 
 
-def test_poll_snapshots_the_positions_at_its_start(ah: AutoCommitHarness) -> None:
+def test_poll_snapshots_the_positions_at_its_start(ah: ConfiguredHarness) -> None:
     c = ah.consumer
     assert c._commits is not None
     ah.own(A0)  # position 0
@@ -148,7 +128,7 @@ def test_poll_snapshots_the_positions_at_its_start(ah: AutoCommitHarness) -> Non
     assert c._commits.auto_commit_offsets() == {A0: OffsetAndMetadata(400)}
 
 
-def test_commit_sync_without_offsets_still_commits_everything_returned(ah: AutoCommitHarness) -> None:
+def test_commit_sync_without_offsets_still_commits_everything_returned(ah: ConfiguredHarness) -> None:
     """An explicit commit_sync() (and the final commits on close/revoke) commit the consumed positions,
     i.e. everything handed out, as Java does -- only the timer is held back."""
     c = ah.consumer

@@ -8,6 +8,7 @@ records from the fetch buffer, decoding them here so the network thread stays fr
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import queue
@@ -98,7 +99,10 @@ class Consumer:
             assigned_partitions=lambda: len(self._subs.assigned()),
         )
         self._background: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._pending_error: BaseException | None = None
+        # Errors the application must see, in the order they happened: background errors (network
+        # thread) and rebalance-callback errors.  Each call that surfaces errors raises the first; the
+        # rest stay queued for the next calls, so every error reaches the application exactly once.
+        self._errors: collections.deque[BaseException] = collections.deque()
         self._wakeup_requested = threading.Event()
         self._fatal: BaseException | None = None
 
@@ -220,7 +224,8 @@ class Consumer:
         self._revoke = RevokeLists()
         self._protocol = str(self._config.get("group.protocol"))
         self._early_return = False
-        self._callback_error: BaseException | None = None
+        # Callback errors of a leave (unsubscribe()/close()): raised by that call once it completed.
+        self._leave_errors: list[BaseException] = []
         self._deferred_callbacks: list[CallbackNeeded] = []
         # Partitions whose revoked/lost callback ran and that were not assigned again since.
         self._told_gone: set[TopicPartition] = set()
@@ -373,12 +378,17 @@ class Consumer:
             return self._default_timeout_ms
         return max(0, int(timeout * 1000))
 
-    def _wait(self, future: Future[T], timeout_ms: int, what: str) -> T:
-        """Wait for a network-thread result; honours wakeup() and surfaces background errors."""
+    def _wait(self, future: Future[T], timeout_ms: int, what: str, *, internal: bool = False) -> T:
+        """Wait for a network-thread result; honours wakeup() and surfaces background errors.  An
+        ``internal`` wait (a step of the consumer's own, e.g. the auto-commit before a revocation) does
+        neither: errors and a wakeup that arrive meanwhile stay pending for the application's next call."""
         deadline = time.monotonic() + timeout_ms / 1000.0
         while True:
-            self._raise_background_errors()
-            if self._wakeup_requested.is_set():
+            if internal:
+                self._drain_background()
+            else:
+                self._raise_background_errors()
+            if not internal and self._wakeup_requested.is_set():
                 self._wakeup_requested.clear()
                 raise WakeupError(f"{what} was interrupted by wakeup()")
             remaining = deadline - time.monotonic()
@@ -410,20 +420,31 @@ class Consumer:
     def _raise_background_errors(self) -> None:
         if self._fatal is not None:
             raise self._fatal
-        error: BaseException | None = None
+        self._drain_background()
+        self._raise_pending_error()
+
+    def _raise_pending_error(self) -> None:
+        """Raise the oldest error the application has not seen yet (the others stay queued)."""
+        if self._errors:
+            raise self._errors.popleft()
+
+    def _drain_background(self) -> None:
+        """Take every event the network thread posted: run its application-thread work and queue its
+        errors, in order.  Raises nothing."""
         while True:
             try:
                 event = self._background.get_nowait()
             except queue.Empty:
-                break
-            self._handle_background_event(event)
+                return
             if isinstance(event, BackgroundError):
-                if event.fatal:
+                if event.fatal and self._fatal is None:
                     self._fatal = event.error
-                if error is None:
-                    error = event.error
-        if error is not None:
-            raise error
+                self._errors.append(event.error)
+                continue
+            try:
+                self._handle_background_event(event)
+            except Exception as exc:  # a user's commit callback raised: the application sees it once
+                self._errors.append(exc)
 
     def _handle_background_event(self, event: Any) -> None:
         """Run application-thread work posted by the network thread (commit callbacks; the group layer
@@ -460,8 +481,14 @@ class Consumer:
                 self._told_gone.update(partitions)
 
     def _note_error(self, error: BaseException | None) -> None:
-        if error is not None and self._callback_error is None:
-            self._callback_error = error
+        """A rebalance callback raised: queue it for the application (after the step completed).  While
+        leaving the group, unsubscribe()/close() raise it themselves once they completed."""
+        if error is None:
+            return
+        if self._leaving:
+            self._leave_errors.append(error)
+        else:
+            self._errors.append(error)
 
     def _complete_nt(self, seq: int, error: BaseException | None) -> None:
         membership = self.membership
@@ -530,7 +557,7 @@ class Consumer:
                     if self._leaving and self._leave_deadline is not None:
                         timeout_s = min(timeout_s, max(0.0, self._leave_deadline - time.monotonic()))
                     try:
-                        self.commit_sync(offsets, timeout=timeout_s)
+                        self._commit_before_revoke(offsets, timeout_s)
                     except KafkaError as exc:
                         log.warning("auto-commit before revocation failed: %s", exc)
                     finally:
@@ -540,6 +567,22 @@ class Consumer:
                 self._revoke.note_callback_error(parts, error)
                 self._note_error(error)
         self._report_completed_revokes()
+
+    def _commit_before_revoke(
+        self, offsets: dict[TopicPartition, OffsetAndMetadata], timeout_s: float
+    ) -> None:
+        """The auto-commit before a revocation: waits for the commit only.  Unrelated background errors
+        and a wakeup() arriving meanwhile stay pending (they are not this commit's failure)."""
+        commits = self._commits
+        assert commits is not None
+        timeout_ms = max(0, int(timeout_s * 1000))
+
+        def run(now: int, fut: Future[Any]) -> None:
+            commits.commit(offsets, fut, now + timeout_ms, retry=True, now_ms=now)
+
+        self._ensure_open()
+        fut = self._thread.call(run, deadline_ms=self._clock.now_ms() + timeout_ms, name="auto-commit")
+        self._wait(fut, timeout_ms + 50, "auto-commit before revocation", internal=True)
 
     def _report_completed_revokes(self) -> None:
         for done in self._revoke.take_completed():
@@ -622,9 +665,9 @@ class Consumer:
         # Records returned by earlier polls count as processed from now on: the auto-commit timer may
         # commit up to here, never the batch this poll hands out (at-least-once, as Java).
         self._subs.mark_poll_start()
+        self._drain_background()  # errors posted before this poll come before those its callbacks raise
         self._listeners.begin_poll()
         self._early_return = False
-        self._callback_error = None
         self._in_poll = True
         try:
             self._complete_revokes(self._revoke.start_of_poll())
@@ -641,12 +684,10 @@ class Consumer:
         self._in_poll = True
         try:
             self._run_deferred_callbacks()
-            self._raise_background_errors()
+            self._drain_background()
         finally:
             self._in_poll = False
-        if self._callback_error is not None:
-            error, self._callback_error = self._callback_error, None
-            raise error
+        self._raise_pending_error()
         early = self._early_return
         self._early_return = False
         return early
@@ -1031,6 +1072,12 @@ class Consumer:
 
         self._run_nt(run)
         self._revoke.clear()
+        # As Java: a rebalance callback that failed while leaving makes unsubscribe() raise (once it
+        # completed); further ones follow from the next calls.
+        errors, self._leave_errors = self._leave_errors, []
+        if errors:
+            self._errors.extendleft(reversed(errors[1:]))
+            raise errors[0]
 
     def _leave_group(self, timeout_ms: int) -> None:
         """Revoke everything (callbacks on this thread) and leave; bounded by ``timeout_ms``."""
@@ -1052,17 +1099,11 @@ class Consumer:
         self._run_deferred_callbacks()
         self._run_nt(lambda now: membership.leave(now))
         while time.monotonic() < deadline:
-            try:
-                self._raise_background_errors()
-            except KafkaError as exc:
-                log.debug("error while leaving the group: %s", exc)
+            self._drain_background()  # errors stay queued for the application
             if self._run_nt(lambda now: bool(membership.left)):
                 break
             self._thread.wakeup()
             self._buffer.wait(0.05, lambda: not self._background.empty())
-        if self._callback_error is not None:
-            error, self._callback_error = self._callback_error, None
-            log.warning("rebalance callback failed while leaving the group: %r", error)
 
     def enforce_rebalance(self, reason: str = "") -> None:
         self._ensure_open()
@@ -1101,6 +1142,15 @@ class Consumer:
         self._closed = True
         left = timeout_ms - int((time.monotonic() - start) * 1000)
         self._thread.close(max(0, left))
+        # As Java: close() completes, then rethrows the first rebalance-callback error of the leave.  Errors
+        # nobody will see any more (no call follows close) are logged.
+        errors, self._leave_errors = self._leave_errors, []
+        self._drain_background()
+        for error in [*errors[1:], *self._errors]:
+            log.warning("error not delivered to the application because the consumer closed: %r", error)
+        self._errors.clear()
+        if errors:
+            raise errors[0]
 
     def _terminate_telemetry(self, left_ms: int) -> None:
         """KIP-714: the terminating push, within what is left of the close timeout."""
@@ -1121,8 +1171,14 @@ class Consumer:
     def __enter__(self) -> Consumer:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception as error:  # never replace the exception already leaving the with-block
+            log.warning("close() failed while handling another exception: %r", error)
 
     @staticmethod
     def new_member_id() -> str:
