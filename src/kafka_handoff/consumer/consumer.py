@@ -9,6 +9,7 @@ records from the fetch buffer, decoding them here so the network thread stays fr
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import logging
 import queue
@@ -289,6 +290,8 @@ class Consumer:
             if isinstance(event, AssignmentChanged):
                 self._subs.set_group_assignment(event.owned, event.awaiting_callback)
             elif isinstance(event, CallbackNeeded):
+                if event.received_ms is None:
+                    event = dataclasses.replace(event, received_ms=now)
                 if event.kind is CallbackKind.REVOKE:
                     # From now on nothing more is fetched for them (KIP-983: no more records).
                     self._subs.mark_pending_revocation(event.partitions)
@@ -514,7 +517,10 @@ class Consumer:
     def _on_callback_needed(self, event: CallbackNeeded) -> None:
         parts = event.partitions
         if event.kind is CallbackKind.REVOKE:
-            deadline = self._clock.now_ms() + int(0.8 * int(self._config.get("max.poll.interval.ms")))
+            # From the membership's receipt of the revocation (its timer runs from then), not from now: an
+            # application that was slow to get here must not be fenced while delay_revoke() says True.
+            received = event.received_ms if event.received_ms is not None else self._clock.now_ms()
+            deadline = received + int(0.8 * int(self._config.get("max.poll.interval.ms")))
             self._revoke.on_revoke_requested(parts, event.seq, deadline_ms=deadline)
             self._collector.drop_partitions(lambda tp: tp not in parts)
             self._early_return = True

@@ -81,6 +81,10 @@ class CallbackNeeded:
     seq: int
     """Echoed back in ``on_callback_completed`` so stale completions can be told apart."""
     reason: str = ""
+    received_ms: int | None = field(default=None, compare=False)
+    """When the network thread took the event from the membership (its clock).  The revocation's timer (the
+    broker's under KIP-848, the group's under classic) started about then, so the consumer's deadline for
+    ``delay_revoke`` is measured from here, not from when the application thread got to it."""
 
 
 @dataclass(frozen=True, slots=True)
