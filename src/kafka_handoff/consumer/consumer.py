@@ -225,6 +225,11 @@ class Consumer:
         self._revoke = RevokeLists()
         self._protocol = str(self._config.get("group.protocol"))
         self._early_return = False
+        # revoke.completion=same-poll: a revoke completes in the poll() that requested it (pre-KIP-983).
+        self._same_poll_revoke = self._config.get("revoke.completion") == "same-poll"
+        # Set once the application shows it follows KIP-983 (reads to_be_revoked_partitions or calls
+        # delay_revoke): only then must a revoke wait for the next poll() without a listener (KIP-848).
+        self._kip983_used = False
         # Callback errors of a leave (unsubscribe()/close()): raised by that call once it completed.
         self._leave_errors: list[BaseException] = []
         self._deferred_callbacks: list[CallbackNeeded] = []
@@ -523,10 +528,11 @@ class Consumer:
             deadline = received + int(0.8 * int(self._config.get("max.poll.interval.ms")))
             self._revoke.on_revoke_requested(parts, event.seq, deadline_ms=deadline)
             self._collector.drop_partitions(lambda tp: tp not in parts)
-            self._early_return = True
-            if self._leaving:
-                # unsubscribe()/close(): no later poll will complete it.
+            if self._leaving or self._revoke_completes_at_once():
+                # unsubscribe()/close(): no later poll will complete it; or it completes in this poll.
                 self._complete_revokes(self._revoke.complete_all())
+                return
+            self._early_return = True
             return
         if event.kind is CallbackKind.LOST:
             # Not for partitions the application was already told are gone (a revoke that completed after
@@ -547,6 +553,18 @@ class Consumer:
             self._subs.clear_awaiting_callback(parts)
         self._complete_nt(event.seq, error)
         self._thread.wakeup()
+
+    def _revoke_completes_at_once(self) -> bool:
+        """True when a revoke completes in the poll() that requested it: ``revoke.completion=same-poll``,
+        or (as Java's KIP-848 consumer, which then completes it without the application) under KIP-848
+        with no rebalance listener while the application never used KIP-983's API."""
+        if self._same_poll_revoke:
+            return True
+        listener = self._listeners.active if self._in_poll else self._listeners.resolve()
+        return self._protocol == "consumer" and listener is None and not self._kip983_used
+
+    def _note_kip983_use(self) -> None:
+        self._kip983_used = True
 
     def _complete_revokes(self, completed: frozenset[TopicPartition]) -> None:
         """Run the revoke callback for partitions whose revoke completes now, then tell the membership."""
@@ -700,17 +718,21 @@ class Consumer:
 
     def _make_records(self, records: dict[TopicPartition, Any], columnar: bool = False) -> Any:
         kind = ColumnarRecords if columnar else ConsumerRecords
-        return kind(
+        result = kind(
             records,
             to_be_revoked=self._revoke.to_be_revoked_partitions(),
             lost=self._revoke.lost_partitions(),
         )
+        if not self._kip983_used:
+            result._on_revoke_seen = self._note_kip983_use
+        return result
 
     # ==================================================================================== KIP-983
     def to_be_revoked_partitions(self) -> frozenset[TopicPartition]:
         """Partitions whose revoke was requested and completes at the start of the next ``poll()`` unless
         :meth:`delay_revoke` is called for them (KIP-983)."""
         self._ensure_open()
+        self._kip983_used = True
         return self._revoke.to_be_revoked_partitions()
 
     def lost_partitions(self) -> frozenset[TopicPartition]:
@@ -727,6 +749,7 @@ class Consumer:
         member is lost; under the classic protocol the follow-up rebalance waits for this member.
         """
         self._ensure_open()
+        self._kip983_used = True
         return self._revoke.delay_revoke([TopicPartition(*tp) for tp in partitions], self._clock.now_ms())
 
     def set_rebalance_listener(self, listener: AnyRebalanceListener | None) -> None:
