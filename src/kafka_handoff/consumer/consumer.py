@@ -39,6 +39,7 @@ from kafka_handoff.errors import (
     IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
+    NoOffsetForPartitionError,
     UnknownTopicOrPartitionError,
     WakeupError,
 )
@@ -666,6 +667,7 @@ class Consumer:
         self._on_poll_start()
         while True:
             self._raise_background_errors()
+            self._raise_no_offset()
             self._check_wakeup()
             early = self._before_collect()
             records = self._collector.collect(columnar=columnar)
@@ -678,6 +680,18 @@ class Consumer:
             self._buffer.wait(
                 min(remaining, 0.1),
                 lambda: len(self._buffer) > 0 or not self._background.empty(),
+            )
+
+    def _raise_no_offset(self) -> None:
+        """As Java: while a partition has no committed offset and ``auto.offset.reset=none``, every
+        ``poll()`` (and ``position()``) raises, until the application seeks it."""
+        missing = self._subs.partitions_without_offset()
+        if missing:
+            names = ", ".join(str(tp) for tp in sorted(missing))
+            raise NoOffsetForPartitionError(
+                f"no committed offset for partition(s) {names} and auto.offset.reset=none; seek() them (or "
+                "seek_to_beginning/seek_to_end) to continue",
+                missing,
             )
 
     _in_poll = False
@@ -783,6 +797,8 @@ class Consumer:
             pos = self._subs.position(tp)
             if pos is not None:
                 return pos.offset
+            if tp in self._subs.partitions_without_offset():
+                self._raise_no_offset()
             if time.monotonic() >= deadline:
                 raise KafkaTimeoutError(f"the position of {tp} could not be determined within the timeout")
             self._thread.wakeup()

@@ -222,6 +222,16 @@ class SubscriptionState:
                 if st.position is None and not st.pending_revocation
             }
 
+    def partitions_without_offset(self) -> frozenset[TopicPartition]:
+        """Partitions whose position cannot be initialised: no committed offset and the reset strategy is
+        ``none``.  They stay so until the application seeks them."""
+        with self._lock:
+            return frozenset(
+                tp
+                for tp, st in self._parts.items()
+                if st.position is None and st.reset_strategy == "none" and not st.pending_revocation
+            )
+
     def fetchable(self) -> dict[TopicPartition, tuple[FetchPosition, int]]:
         with self._lock:
             return {
