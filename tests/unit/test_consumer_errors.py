@@ -62,6 +62,19 @@ def test_every_background_error_of_a_batch_is_raised_once_in_order(h: Configured
     h.consumer.poll(0)  # nothing left
 
 
+def test_a_repeated_background_error_is_queued_once_until_the_application_saw_it(
+    h: ConfiguredHarness,
+) -> None:
+    h.own(T0)
+    post(h, KafkaError("topic authorization failed"), KafkaError("topic authorization failed"))
+    with pytest.raises(KafkaError, match="authorization"):
+        h.consumer.poll(0)
+    h.consumer.poll(0)  # the repetition was not queued
+    post(h, KafkaError("topic authorization failed"))  # seen already: a new occurrence is raised again
+    with pytest.raises(KafkaError, match="authorization"):
+        h.consumer.poll(0)
+
+
 def test_errors_pending_for_a_blocking_call_are_raised_once_each(h: ConfiguredHarness) -> None:
     h.own(T0)
     first, second = KafkaError("first"), KafkaError("second")

@@ -448,7 +448,13 @@ class Consumer:
             if isinstance(event, BackgroundError):
                 if event.fatal and self._fatal is None:
                     self._fatal = event.error
-                self._errors.append(event.error)
+                error = event.error
+                if any(type(e) is type(error) and str(e) == str(error) for e in self._errors):
+                    # The same error again (e.g. every heartbeat) while the application has not seen the
+                    # first one yet: it learns of it once, the queue does not grow while it is busy.
+                    log.debug("background error repeated before the application saw it: %r", error)
+                    continue
+                self._errors.append(error)
                 continue
             try:
                 self._handle_background_event(event)
