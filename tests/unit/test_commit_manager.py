@@ -560,3 +560,23 @@ def test_offset_fetch_times_out() -> None:
     h.clock.advance(200)
     h.requests()
     assert isinstance(fut.exception(0), KafkaTimeoutError)
+
+
+def test_a_response_after_the_deadline_passed_in_flight_is_ignored() -> None:
+    """An auto-commit's deadline is its interval (100 ms in some setups): the response may come later.  It
+    must not complete the already failed future again (InvalidStateError on the network thread)."""
+    h = Harness(auto_commit=True)
+    h.coordinator.wanted = True
+    h.find_coordinator()
+    consume(h, {A0: 5})
+    h.requests()
+    h.clock.advance(INTERVAL)
+    (req,) = h.requests()
+    h.clock.advance(INTERVAL)  # the deadline passes while the request is in flight
+    h.requests()
+    (err,) = h.auto_errors
+    assert isinstance(err, KafkaTimeoutError)
+    respond(req, commit_response({A0: 0}), 9, h.clock.now_ms())  # late answer: no InvalidStateError
+    assert req.on_failure is not None
+    req.on_failure(ConnectionError_("closed"), h.clock.now_ms())  # nor for a late failure
+    assert len(h.auto_errors) == 1

@@ -570,6 +570,8 @@ class CommitManager:
 
         def on_response(response: Any, _version: int, now: int) -> None:
             c.in_flight = False
+            if c.future.done():  # its deadline passed while it was in flight (e.g. a short auto-commit)
+                return
             errors: dict[TopicPartition, int] = {}
             for t in response.topics:
                 for p in t.partitions:
@@ -633,6 +635,8 @@ class CommitManager:
         def on_failure(error: BaseException, now: int) -> None:
             c.in_flight = False
             self._coordinator.mark_unknown(now)
+            if c.future.done():
+                return
             if c.retry and now < c.deadline_ms:
                 self._retry_later(c, now)
             else:
