@@ -152,6 +152,21 @@ def test_unsubscribe_raises_a_callback_error_after_it_completed(h: ConfiguredHar
     h.consumer.poll(0)
 
 
+def test_a_pending_background_error_does_not_abort_unsubscribe(h: ConfiguredHarness) -> None:
+    h.own(T0)
+    h.inject(CallbackNeeded(REVOKE, frozenset({T0}), seq=1))
+    h.consumer.poll(0)
+    pending = KafkaError("pending")
+    post(h, pending)
+    h.consumer.unsubscribe()  # leaves completely (revoke completed, leave sent, assignment dropped)
+    assert h.calls() == [("revoked", frozenset({T0}))]
+    assert h.fake.leaves == 1
+    assert h.consumer.assignment() == frozenset()
+    with pytest.raises(KafkaError) as info:  # ... and the error is still delivered, by the next call
+        h.consumer.group_metadata()
+    assert info.value is pending
+
+
 def test_close_raises_a_callback_error_after_it_completed(h: ConfiguredHarness) -> None:
     h.own(T0)
     boom = RuntimeError("revoke callback failed while closing")

@@ -416,14 +416,16 @@ class Consumer:
         fut = self._thread.call(fn, deadline_ms=deadline, name=what)
         return self._wait(fut, timeout_ms + 50, what)
 
-    def _run_nt(self, fn: Callable[[int], T]) -> T:
-        """Run a quick state change on the network thread and wait for it."""
+    def _run_nt(self, fn: Callable[[int], T], *, internal: bool = False) -> T:
+        """Run a quick state change on the network thread and wait for it (``internal``: see _wait)."""
         self._ensure_open()
 
         def run(now: int, fut: Future[Any]) -> None:
             fut.set_result(fn(now))
 
-        result: T = self._wait(self._thread.call(run), 30_000, "network thread call")
+        # While leaving (unsubscribe/close) pending errors do not abort the leave: they stay queued.
+        internal = internal or self._leaving
+        result: T = self._wait(self._thread.call(run), 30_000, "network thread call", internal=internal)
         return result
 
     def _raise_background_errors(self) -> None:
@@ -1121,7 +1123,7 @@ class Consumer:
             self._subs.unsubscribe()
             self._collector.drop_partitions(lambda tp: False)
 
-        self._run_nt(run)
+        self._run_nt(run, internal=True)  # pending background errors stay queued for the next call
         self._revoke.clear()
         # As Java: a rebalance callback that failed while leaving makes unsubscribe() raise (once it
         # completed); further ones follow from the next calls.
@@ -1140,6 +1142,11 @@ class Consumer:
         self._leaving = True
         try:
             self._leave_group_loop(membership, deadline)
+        except BaseException:
+            # Aborted: the leave's callback errors are delivered by the next calls instead.
+            self._errors.extend(self._leave_errors)
+            self._leave_errors = []
+            raise
         finally:
             self._leaving = False
 
