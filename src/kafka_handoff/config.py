@@ -741,6 +741,9 @@ _CONSUMER_ROWS: list[_Row] = [
     ("max.poll.interval.ms", _I, 300_000, _AT_LEAST_1, _MED,
      "Longest allowed gap between poll() calls before the member leaves; also the rebalance timeout."),
     ("max.poll.records", _I, 500, _AT_LEAST_1, _MED, "Maximum records returned by one poll()."),
+    ("revoke.completion", _S, "next-poll", OneOf(("next-poll", "same-poll")), _LOW,
+     "KIP-983: next-poll completes a revoke at the start of the poll() after the one that requested it "
+     "(delay_revoke() can postpone it); same-poll completes it in the requesting poll(), as before KIP-983."),
     ("enable.auto.commit", _B, True, None, _MED, "Commit consumed positions periodically in the background."),
     ("auto.commit.interval.ms", _I, 5_000, _AT_LEAST_0, _LOW, "Auto-commit period."),
     ("auto.offset.reset", _S, "latest", _OFFSET_RESET, _MED,
@@ -948,6 +951,8 @@ class ConsumerConfig(_CommonFields):
     assignor objects or classes; resolved by the classic protocol implementation."""
     max_poll_interval_ms: int
     max_poll_records: int
+    revoke_completion: str
+    """``next-poll`` (KIP-983, default) or ``same-poll`` (the pre-KIP-983 behaviour)."""
     enable_auto_commit: bool
     """Effective value: false without a ``group.id`` unless explicitly set (then it is an error)."""
     auto_commit_interval_ms: int

@@ -7,6 +7,8 @@ as an error code are :class:`BrokerResponseError` instances; :func:`error_for_co
 
 from __future__ import annotations
 
+from typing import Any
+
 from kio.schema.errors import ErrorCode
 
 
@@ -59,7 +61,12 @@ class SerializationError(KafkaError):
 
 
 class NoOffsetForPartitionError(KafkaError):
-    """No committed offset and ``auto.offset.reset=none``."""
+    """No committed offset and ``auto.offset.reset=none``.  Raised by every ``poll()`` until the application
+    seeks the ``partitions`` (as Java does)."""
+
+    def __init__(self, message: str, partitions: frozenset[Any] = frozenset()) -> None:
+        super().__init__(message)
+        self.partitions = partitions
 
 
 class FencedError(KafkaError):

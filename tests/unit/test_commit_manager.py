@@ -393,10 +393,13 @@ def test_commit_timeout_without_coordinator() -> None:
 
 
 def consume(h: Harness, offsets: Mapping[TopicPartition, int]) -> None:
+    """Records up to ``offsets`` were returned by a poll() and the application polled again (so the
+    auto-commit timer may commit them)."""
     for tp, offset in offsets.items():
         if not h.subs.is_assigned(tp):
             h.subs.assign_from_user(h.subs.assigned() | {tp})
         h.subs.seek(tp, offset)
+    h.subs.mark_poll_start()
 
 
 def test_auto_commit_commits_consumed_positions_on_the_timer() -> None:
@@ -426,7 +429,7 @@ def test_auto_commit_skips_unchanged_positions() -> None:
     respond(req, commit_response({A0: 0, A1: 0}), 9, h.clock.now_ms())
     h.clock.advance(INTERVAL)
     assert h.requests() == []  # nothing consumed since
-    h.subs.seek(A1, 12)
+    consume(h, {A1: 12})
     h.clock.advance(INTERVAL)
     (req,) = h.requests()
     assert committed_offsets(req) == {A1: 12}
@@ -619,3 +622,22 @@ def test_commit_timeout_names_the_last_failure() -> None:
     error = fut.exception(0)
     assert isinstance(error, KafkaTimeoutError) and error.retriable
     assert "connection to node 7 refused" in str(error)
+
+def test_a_response_after_the_deadline_passed_in_flight_is_ignored() -> None:
+    """An auto-commit's deadline is its interval (100 ms in some setups): the response may come later.  It
+    must not complete the already failed future again (InvalidStateError on the network thread)."""
+    h = Harness(auto_commit=True)
+    h.coordinator.wanted = True
+    h.find_coordinator()
+    consume(h, {A0: 5})
+    h.requests()
+    h.clock.advance(INTERVAL)
+    (req,) = h.requests()
+    h.clock.advance(INTERVAL)  # the deadline passes while the request is in flight
+    h.requests()
+    (err,) = h.auto_errors
+    assert isinstance(err, KafkaTimeoutError)
+    respond(req, commit_response({A0: 0}), 9, h.clock.now_ms())  # late answer: no InvalidStateError
+    assert req.on_failure is not None
+    req.on_failure(ConnectionError_("closed"), h.clock.now_ms())  # nor for a late failure
+    assert len(h.auto_errors) == 1

@@ -164,6 +164,11 @@ JAVA_PRODUCER_DEFAULTS = {
     "interceptor.classes": (),
 }
 
+# Keys kafka-handoff adds beyond Java's (with their defaults).
+HANDOFF_CONSUMER_EXTRAS = {
+    "revoke.completion": "next-poll",  # KIP-983 "Compatibility": next-poll | same-poll
+}
+
 JAVA_ADMIN_DEFAULTS = {
     **COMMON_DEFAULTS,
     "receive.buffer.bytes": 65_536,
@@ -177,7 +182,7 @@ JAVA_ADMIN_DEFAULTS = {
 @pytest.mark.parametrize(
     ("cdef", "expected"),
     [
-        (CONSUMER_CONFIG_DEF, JAVA_CONSUMER_DEFAULTS),
+        (CONSUMER_CONFIG_DEF, {**JAVA_CONSUMER_DEFAULTS, **HANDOFF_CONSUMER_EXTRAS}),
         (PRODUCER_CONFIG_DEF, JAVA_PRODUCER_DEFAULTS),
         (ADMIN_CONFIG_DEF, JAVA_ADMIN_DEFAULTS),
     ],

@@ -16,7 +16,6 @@ from kafka_handoff.errors import (
     ConnectionError_,
     KafkaError,
     KafkaTimeoutError,
-    NoOffsetForPartitionError,
     TopicAuthorizationFailedError,
 )
 from kafka_handoff.protocol import wire
@@ -291,16 +290,17 @@ def test_partition_without_leader_waits_for_metadata() -> None:
     assert h.metadata_refresh_requested()
 
 
-def test_reset_none_reports_no_offset_error() -> None:
+def test_reset_none_marks_the_partition_without_offset() -> None:
+    """No lookup and no background error: the consumer raises NoOffsetForPartitionError from every poll()
+    while the subscription state says the partition has no offset (until the application seeks)."""
     h = Harness(reset="none", group=False)
     h.subs.assign_from_user([A0])
     assert h.requests() == {}
-    (err,) = h.errors
-    assert isinstance(err, NoOffsetForPartitionError)
-    assert "a-0" in str(err)
+    assert h.subs.partitions_without_offset() == {A0}
     h.clock.advance(10_000)
     assert h.requests() == {}
-    assert len(h.errors) == 1  # reported once, not on every network-thread poll
+    assert h.errors == []
+    assert h.subs.partitions_without_offset() == {A0}
 
 
 def test_reset_none_after_no_committed_offset() -> None:
@@ -309,8 +309,8 @@ def test_reset_none_after_no_committed_offset() -> None:
     h.requests()
     ((_, done),) = h.committed_calls
     done({A0: None}, h.clock.now_ms())
-    h.requests()
-    assert [type(e) for e in h.errors] == [NoOffsetForPartitionError]
+    assert h.requests() == {}
+    assert h.subs.partitions_without_offset() == {A0}
 
 
 def test_seek_to_beginning_after_no_offset_error_resets() -> None:
@@ -318,12 +318,40 @@ def test_seek_to_beginning_after_no_offset_error_resets() -> None:
     h = Harness(reset="none", group=False)
     h.subs.assign_from_user([A0])
     h.requests()
-    assert len(h.errors) == 1
+    assert h.subs.partitions_without_offset() == {A0}
     h.subs.request_reset(A0, "earliest")  # what Consumer.seek_to_beginning does
     (req,) = h.requests().values()
     assert timestamps(req) == {A0: EARLIEST}
     respond(req, {A0: 0}, h.clock.now_ms())
     assert h.subs.position(A0) == FetchPosition(0)
+    assert h.subs.partitions_without_offset() == frozenset()
+
+
+def test_by_duration_without_a_newer_record_resets_to_the_end() -> None:
+    """ListOffsets finds no record at or after now - duration (offset -1): reset to the end (Java), not a
+    retry that would ask the same question forever."""
+    h = Harness(reset="by_duration:PT1H", group=False)
+    h.subs.assign_from_user([A0])
+    (req,) = h.requests().values()
+    assert timestamps(req) == {A0: WALL - 3_600_000}
+    respond(req, {A0: -1}, h.clock.now_ms())
+    (req,) = h.requests().values()  # at once, no backoff
+    assert timestamps(req) == {A0: LATEST}
+    respond(req, {A0: 42}, h.clock.now_ms())
+    assert h.subs.position(A0) == FetchPosition(42)
+    h.clock.advance(10_000)
+    assert h.requests() == {}
+
+
+def test_by_duration_with_an_error_is_retried_after_the_backoff() -> None:
+    h = Harness(reset="by_duration:PT1H", group=False)
+    h.subs.assign_from_user([A0])
+    (req,) = h.requests().values()
+    respond(req, {A0: (6, -1)}, h.clock.now_ms())  # NOT_LEADER_OR_FOLLOWER
+    assert h.requests() == {}
+    h.clock.advance(BACKOFF)
+    (req,) = h.requests().values()
+    assert timestamps(req) == {A0: WALL - 3_600_000}
 
 
 def test_seek_after_failed_reset_is_not_delayed_by_the_backoff() -> None:

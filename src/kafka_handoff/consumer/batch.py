@@ -14,7 +14,7 @@ columnar path (keys and values stay ``bytes``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kafka_handoff.consumer.records import ColumnChunk
@@ -29,7 +29,7 @@ class ColumnarRecords:
     """What :meth:`Consumer.poll_columns <kafka_handoff.Consumer.poll_columns>` returns: one
     :class:`~kafka_handoff.consumer.records.ColumnChunk` per partition plus KIP-983's sets."""
 
-    __slots__ = ("_chunks", "lost_partitions", "to_be_revoked_partitions")
+    __slots__ = ("_chunks", "_on_revoke_seen", "_to_be_revoked", "lost_partitions")
 
     def __init__(
         self,
@@ -39,8 +39,16 @@ class ColumnarRecords:
         lost: frozenset[TopicPartition] = _EMPTY,
     ) -> None:
         self._chunks = chunks
-        self.to_be_revoked_partitions = to_be_revoked
+        self._to_be_revoked = to_be_revoked
+        self._on_revoke_seen: Callable[[], None] | None = None  # set by the consumer (KIP-983 use)
         self.lost_partitions = lost
+
+    @property
+    def to_be_revoked_partitions(self) -> frozenset[TopicPartition]:
+        """Partitions whose revoke was requested (KIP-983); see ``ConsumerRecords``."""
+        if self._on_revoke_seen is not None:
+            self._on_revoke_seen()
+        return self._to_be_revoked
 
     def __len__(self) -> int:
         return sum(len(c) for c in self._chunks.values())

@@ -8,6 +8,7 @@ records from the fetch buffer, decoding them here so the network thread stays fr
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import itertools
@@ -39,6 +40,7 @@ from kafka_handoff.errors import (
     IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
+    NoOffsetForPartitionError,
     UnknownTopicOrPartitionError,
     WakeupError,
 )
@@ -102,7 +104,10 @@ class Consumer:
             assigned_partitions=lambda: len(self._subs.assigned()),
         )
         self._background: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._pending_error: BaseException | None = None
+        # Errors the application must see, in the order they happened: background errors (network
+        # thread) and rebalance-callback errors.  Each call that surfaces errors raises the first; the
+        # rest stay queued for the next calls, so every error reaches the application exactly once.
+        self._errors: collections.deque[BaseException] = collections.deque()
         self._wakeup_requested = threading.Event()
         self._fatal: BaseException | None = None
 
@@ -225,7 +230,13 @@ class Consumer:
         self._revoke = RevokeLists()
         self._protocol = str(self._config.get("group.protocol"))
         self._early_return = False
-        self._callback_error: BaseException | None = None
+        # revoke.completion=same-poll: a revoke completes in the poll() that requested it (pre-KIP-983).
+        self._same_poll_revoke = self._config.get("revoke.completion") == "same-poll"
+        # Set once the application shows it follows KIP-983 (reads to_be_revoked_partitions or calls
+        # delay_revoke): only then must a revoke wait for the next poll() without a listener (KIP-848).
+        self._kip983_used = False
+        # Callback errors of a leave (unsubscribe()/close()): raised by that call once it completed.
+        self._leave_errors: list[BaseException] = []
         self._deferred_callbacks: list[CallbackNeeded | AppThreadTask] = []
         # Partitions whose revoked/lost callback ran and that were not assigned again since.
         self._told_gone: set[TopicPartition] = set()
@@ -292,6 +303,8 @@ class Consumer:
             if isinstance(event, AssignmentChanged):
                 self._subs.set_group_assignment(event.owned, event.awaiting_callback)
             elif isinstance(event, CallbackNeeded):
+                if event.received_ms is None:
+                    event = dataclasses.replace(event, received_ms=now)
                 if event.kind is CallbackKind.REVOKE:
                     # From now on nothing more is fetched for them (KIP-983: no more records).
                     self._subs.mark_pending_revocation(event.partitions)
@@ -385,12 +398,17 @@ class Consumer:
             return self._default_timeout_ms
         return max(0, int(timeout * 1000))
 
-    def _wait(self, future: Future[T], timeout_ms: int, what: str) -> T:
-        """Wait for a network-thread result; honours wakeup() and surfaces background errors."""
+    def _wait(self, future: Future[T], timeout_ms: int, what: str, *, internal: bool = False) -> T:
+        """Wait for a network-thread result; honours wakeup() and surfaces background errors.  An
+        ``internal`` wait (a step of the consumer's own, e.g. the auto-commit before a revocation) does
+        neither: errors and a wakeup that arrive meanwhile stay pending for the application's next call."""
         deadline = time.monotonic() + timeout_ms / 1000.0
         while True:
-            self._raise_background_errors()
-            if self._wakeup_requested.is_set():
+            if internal:
+                self._drain_background()
+            else:
+                self._raise_background_errors()
+            if not internal and self._wakeup_requested.is_set():
                 self._wakeup_requested.clear()
                 raise WakeupError(f"{what} was interrupted by wakeup()")
             remaining = deadline - time.monotonic()
@@ -422,33 +440,52 @@ class Consumer:
             if membership is not None:
                 self._thread.call(lambda now, f: f.set_result(membership.on_app_call(False, now)))
 
-    def _run_nt(self, fn: Callable[[int], T]) -> T:
-        """Run a quick state change on the network thread and wait for it."""
+    def _run_nt(self, fn: Callable[[int], T], *, internal: bool = False) -> T:
+        """Run a quick state change on the network thread and wait for it (``internal``: see _wait)."""
         self._ensure_open()
 
         def run(now: int, fut: Future[Any]) -> None:
             fut.set_result(fn(now))
 
-        result: T = self._wait(self._thread.call(run), 30_000, "network thread call")
+        # While leaving (unsubscribe/close) pending errors do not abort the leave: they stay queued.
+        internal = internal or self._leaving
+        result: T = self._wait(self._thread.call(run), 30_000, "network thread call", internal=internal)
         return result
 
     def _raise_background_errors(self) -> None:
         if self._fatal is not None:
             raise self._fatal
-        error: BaseException | None = None
+        self._drain_background()
+        self._raise_pending_error()
+
+    def _raise_pending_error(self) -> None:
+        """Raise the oldest error the application has not seen yet (the others stay queued)."""
+        if self._errors:
+            raise self._errors.popleft()
+
+    def _drain_background(self) -> None:
+        """Take every event the network thread posted: run its application-thread work and queue its
+        errors, in order.  Raises nothing."""
         while True:
             try:
                 event = self._background.get_nowait()
             except queue.Empty:
-                break
-            self._handle_background_event(event)
+                return
             if isinstance(event, BackgroundError):
-                if event.fatal:
+                if event.fatal and self._fatal is None:
                     self._fatal = event.error
-                if error is None:
-                    error = event.error
-        if error is not None:
-            raise error
+                error = event.error
+                if any(type(e) is type(error) and str(e) == str(error) for e in self._errors):
+                    # The same error again (e.g. every heartbeat) while the application has not seen the
+                    # first one yet: it learns of it once, the queue does not grow while it is busy.
+                    log.debug("background error repeated before the application saw it: %r", error)
+                    continue
+                self._errors.append(error)
+                continue
+            try:
+                self._handle_background_event(event)
+            except Exception as exc:  # a user's commit callback raised: the application sees it once
+                self._errors.append(exc)
 
     def _handle_background_event(self, event: Any) -> None:
         """Run application-thread work posted by the network thread (commit callbacks; the group layer
@@ -485,8 +522,14 @@ class Consumer:
                 self._told_gone.update(partitions)
 
     def _note_error(self, error: BaseException | None) -> None:
-        if error is not None and self._callback_error is None:
-            self._callback_error = error
+        """A rebalance callback raised: queue it for the application (after the step completed).  While
+        leaving the group, unsubscribe()/close() raise it themselves once they completed."""
+        if error is None:
+            return
+        if self._leaving:
+            self._leave_errors.append(error)
+        else:
+            self._errors.append(error)
 
     def _complete_nt(self, seq: int, error: BaseException | None) -> None:
         membership = self.membership
@@ -536,13 +579,17 @@ class Consumer:
     def _on_callback_needed(self, event: CallbackNeeded) -> None:
         parts = event.partitions
         if event.kind is CallbackKind.REVOKE:
-            deadline = self._clock.now_ms() + int(0.8 * int(self._config.get("max.poll.interval.ms")))
+            # From the membership's receipt of the revocation (its timer runs from then), not from now: an
+            # application that was slow to get here must not be fenced while delay_revoke() says True.
+            received = event.received_ms if event.received_ms is not None else self._clock.now_ms()
+            deadline = received + int(0.8 * int(self._config.get("max.poll.interval.ms")))
             self._revoke.on_revoke_requested(parts, event.seq, deadline_ms=deadline)
             self._collector.drop_partitions(lambda tp: tp not in parts)
-            self._early_return = True
-            if self._leaving:
-                # unsubscribe()/close(): no later poll will complete it.
+            if self._leaving or self._revoke_completes_at_once():
+                # unsubscribe()/close(): no later poll will complete it; or it completes in this poll.
                 self._complete_revokes(self._revoke.complete_all())
+                return
+            self._early_return = True
             return
         if event.kind is CallbackKind.LOST:
             # The lost callback gets every partition the member owned, also those whose revoke callback
@@ -598,6 +645,18 @@ class Consumer:
             kept.append(queued)
         self._deferred_callbacks[:] = kept
 
+    def _revoke_completes_at_once(self) -> bool:
+        """True when a revoke completes in the poll() that requested it: ``revoke.completion=same-poll``,
+        or (as Java's KIP-848 consumer, which then completes it without the application) under KIP-848
+        with no rebalance listener while the application never used KIP-983's API."""
+        if self._same_poll_revoke:
+            return True
+        listener = self._listeners.active if self._in_poll else self._listeners.resolve()
+        return self._protocol == "consumer" and listener is None and not self._kip983_used
+
+    def _note_kip983_use(self) -> None:
+        self._kip983_used = True
+
     def _complete_revokes(self, completed: frozenset[TopicPartition]) -> None:
         """Run the revoke callback for partitions whose revoke completes now, then tell the membership."""
         if completed:
@@ -613,7 +672,7 @@ class Consumer:
                     if self._leaving and self._leave_deadline is not None:
                         timeout_s = min(timeout_s, max(0.0, self._leave_deadline - time.monotonic()))
                     try:
-                        self.commit_sync(offsets, timeout=timeout_s)
+                        self._commit_before_revoke(offsets, timeout_s)
                     except KafkaError as exc:
                         log.warning("auto-commit before revocation failed: %s", exc)
                     finally:
@@ -623,6 +682,22 @@ class Consumer:
                 self._revoke.note_callback_error(parts, error)
                 self._note_error(error)
         self._report_completed_revokes()
+
+    def _commit_before_revoke(
+        self, offsets: dict[TopicPartition, OffsetAndMetadata], timeout_s: float
+    ) -> None:
+        """The auto-commit before a revocation: waits for the commit only.  Unrelated background errors
+        and a wakeup() arriving meanwhile stay pending (they are not this commit's failure)."""
+        commits = self._commits
+        assert commits is not None
+        timeout_ms = max(0, int(timeout_s * 1000))
+
+        def run(now: int, fut: Future[Any]) -> None:
+            commits.commit(offsets, fut, now + timeout_ms, retry=True, now_ms=now)
+
+        self._ensure_open()
+        fut = self._thread.call(run, deadline_ms=self._clock.now_ms() + timeout_ms, name="auto-commit")
+        self._wait(fut, timeout_ms + 50, "auto-commit before revocation", internal=True)
 
     def _report_completed_revokes(self) -> None:
         for done in self._revoke.take_completed():
@@ -686,6 +761,7 @@ class Consumer:
         refreshed = time.monotonic()
         while True:
             self._raise_background_errors()
+            self._raise_no_offset()
             self._check_wakeup()
             early = self._before_collect()
             records = self._collector.collect(columnar=columnar)
@@ -703,15 +779,30 @@ class Consumer:
                 lambda: len(self._buffer) > 0 or not self._background.empty(),
             )
 
+    def _raise_no_offset(self) -> None:
+        """As Java: while a partition has no committed offset and ``auto.offset.reset=none``, every
+        ``poll()`` (and ``position()``) raises, until the application seeks it."""
+        missing = self._subs.partitions_without_offset()
+        if missing:
+            names = ", ".join(str(tp) for tp in sorted(missing))
+            raise NoOffsetForPartitionError(
+                f"no committed offset for partition(s) {names} and auto.offset.reset=none; seek() them (or "
+                "seek_to_beginning/seek_to_end) to continue",
+                missing,
+            )
+
     _in_poll = False
     _in_callback = False
     _leave_deadline: float | None = None
 
     def _on_poll_start(self) -> None:
         """Start of poll(): KIP-983 start-of-poll rules (complete due revokes), then the poll event."""
+        # Records returned by earlier polls count as processed from now on: the auto-commit timer may
+        # commit up to here, never the batch this poll hands out (at-least-once, as Java).
+        self._subs.mark_poll_start()
+        self._drain_background()  # errors posted before this poll come before those its callbacks raise
         self._listeners.begin_poll()
         self._early_return = False
-        self._callback_error = None
         self._in_poll = True
         try:
             self._complete_revokes(self._revoke.start_of_poll())
@@ -733,29 +824,31 @@ class Consumer:
         self._in_poll = True
         try:
             self._run_deferred_callbacks()
-            self._raise_background_errors()
+            self._drain_background()
         finally:
             self._in_poll = False
-        if self._callback_error is not None:
-            error, self._callback_error = self._callback_error, None
-            raise error
+        self._raise_pending_error()
         early = self._early_return
         self._early_return = False
         return early
 
     def _make_records(self, records: dict[TopicPartition, Any], columnar: bool = False) -> Any:
         kind = ColumnarRecords if columnar else ConsumerRecords
-        return kind(
+        result = kind(
             records,
             to_be_revoked=self._revoke.to_be_revoked_partitions(),
             lost=self._revoke.lost_partitions(),
         )
+        if not self._kip983_used:
+            result._on_revoke_seen = self._note_kip983_use
+        return result
 
     # ==================================================================================== KIP-983
     def to_be_revoked_partitions(self) -> frozenset[TopicPartition]:
         """Partitions whose revoke was requested and completes at the start of the next ``poll()`` unless
         :meth:`delay_revoke` is called for them (KIP-983)."""
         self._ensure_open()
+        self._kip983_used = True
         return self._revoke.to_be_revoked_partitions()
 
     def lost_partitions(self) -> frozenset[TopicPartition]:
@@ -772,6 +865,7 @@ class Consumer:
         member is lost; under the classic protocol the follow-up rebalance waits for this member.
         """
         self._ensure_open()
+        self._kip983_used = True
         return self._revoke.delay_revoke([TopicPartition(*tp) for tp in partitions], self._clock.now_ms())
 
     def set_rebalance_listener(self, listener: AnyRebalanceListener | None) -> None:
@@ -809,6 +903,8 @@ class Consumer:
                 pos = self._subs.position(tp)
                 if pos is not None:
                     return pos.offset
+                if tp in self._subs.partitions_without_offset():
+                    self._raise_no_offset()
                 if time.monotonic() >= deadline:
                     raise KafkaTimeoutError(
                         f"the position of {tp} could not be determined within the timeout"
@@ -1131,8 +1227,14 @@ class Consumer:
             self._subs.unsubscribe()
             self._collector.drop_partitions(lambda tp: False)
 
-        self._run_nt(run)
+        self._run_nt(run, internal=True)  # pending background errors stay queued for the next call
         self._revoke.clear()
+        # As Java: a rebalance callback that failed while leaving makes unsubscribe() raise (once it
+        # completed); further ones follow from the next calls.
+        errors, self._leave_errors = self._leave_errors, []
+        if errors:
+            self._errors.extendleft(reversed(errors[1:]))
+            raise errors[0]
 
     def _leave_group(self, timeout_ms: int) -> None:
         """Revoke everything (callbacks on this thread) and leave; bounded by ``timeout_ms``."""
@@ -1144,6 +1246,11 @@ class Consumer:
         self._leaving = True
         try:
             self._leave_group_loop(membership, deadline)
+        except BaseException:
+            # Aborted: the leave's callback errors are delivered by the next calls instead.
+            self._errors.extend(self._leave_errors)
+            self._leave_errors = []
+            raise
         finally:
             self._leaving = False
 
@@ -1154,17 +1261,11 @@ class Consumer:
         self._run_deferred_callbacks()
         self._run_nt(lambda now: membership.leave(now))
         while time.monotonic() < deadline:
-            try:
-                self._raise_background_errors()
-            except KafkaError as exc:
-                log.debug("error while leaving the group: %s", exc)
+            self._drain_background()  # errors stay queued for the application
             if self._run_nt(lambda now: bool(membership.left)):
                 break
             self._thread.wakeup()
             self._buffer.wait(0.05, lambda: not self._background.empty())
-        if self._callback_error is not None:
-            error, self._callback_error = self._callback_error, None
-            log.warning("rebalance callback failed while leaving the group: %r", error)
 
     def enforce_rebalance(self, reason: str = "") -> None:
         self._ensure_open()
@@ -1203,6 +1304,15 @@ class Consumer:
         self._closed = True
         left = timeout_ms - int((time.monotonic() - start) * 1000)
         self._thread.close(max(0, left))
+        # As Java: close() completes, then rethrows the first rebalance-callback error of the leave.  Errors
+        # nobody will see any more (no call follows close) are logged.
+        errors, self._leave_errors = self._leave_errors, []
+        self._drain_background()
+        for error in [*errors[1:], *self._errors]:
+            log.warning("error not delivered to the application because the consumer closed: %r", error)
+        self._errors.clear()
+        if errors:
+            raise errors[0]
 
     def _terminate_telemetry(self, left_ms: int) -> None:
         """KIP-714: the terminating push, within what is left of the close timeout."""
@@ -1223,8 +1333,14 @@ class Consumer:
     def __enter__(self) -> Consumer:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception as error:  # never replace the exception already leaving the with-block
+            log.warning("close() failed while handling another exception: %r", error)
 
     @staticmethod
     def new_member_id() -> str:

@@ -12,6 +12,7 @@ refuses up front to commit partitions this member does not own, and runs the aut
 from __future__ import annotations
 
 import collections
+import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -22,7 +23,6 @@ from kafka_handoff.errors import (
     CommitFailedError,
     KafkaError,
     KafkaTimeoutError,
-    NoOffsetForPartitionError,
     error_for_code,
 )
 from kafka_handoff.group.coordinator import CoordinatorManager
@@ -33,6 +33,8 @@ from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import ConsumerGroupMetadata, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["CommitManager", "OffsetsManager"]
+
+log = logging.getLogger(__name__)
 
 EARLIEST = -2
 LATEST = -1
@@ -134,13 +136,9 @@ class OffsetsManager:
                 self._subs.request_reset(tp, strategy)
                 pepoch = self._subs.state(tp).position_epoch
             if strategy == "none":
+                # Nothing to look up: the consumer raises NoOffsetForPartitionError from every poll() until
+                # the application seeks (SubscriptionState.partitions_without_offset).
                 self._next_reset_ms[tp] = (pepoch, now_ms + (1 << 30))
-                if self._on_error is not None:
-                    self._on_error(
-                        NoOffsetForPartitionError(
-                            f"no committed offset for partition {tp} and auto.offset.reset=none"
-                        )
-                    )
                 continue
             try:
                 ts = _strategy_timestamp(strategy, self._wall())
@@ -264,6 +262,14 @@ class OffsetsManager:
             def on_result(tp: TopicPartition, code: int, offset: int, _ts: int, _le: int, now: int) -> None:
                 self._resetting.discard(tp)
                 _ts_unused, strategy, pepoch = resets[tp]
+                if code == 0 and offset < 0 and strategy.startswith("by_duration:"):
+                    # No record at or after now - duration: reset to the end, as Java does (retrying would
+                    # ask the same question forever).
+                    st = self._subs.get(tp)
+                    if st is not None and st.position_epoch == pepoch and st.reset_strategy == strategy:
+                        log.debug("%s: no record newer than %s, resetting to the end", tp, strategy)
+                        self._subs.request_reset(tp, "latest")
+                    return
                 if code != 0 or offset < 0:
                     if code in (3, 5, 6, 74, 75):
                         self._metadata.request_update()
@@ -435,6 +441,14 @@ class CommitManager:
             for tp, pos in self._subs.all_consumed().items()
         }
 
+    def auto_commit_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        """What the auto-commit timer commits: the positions at the start of the current ``poll()``, i.e.
+        only records returned by earlier polls (Java's at-least-once contract, KAFKA-18641)."""
+        return {
+            tp: OffsetAndMetadata(pos.offset, "", pos.leader_epoch)
+            for tp, pos in self._subs.consumed_before_poll().items()
+        }
+
     def pending(self) -> bool:
         return bool(self._commits) or bool(self._fetches)
 
@@ -504,7 +518,7 @@ class CommitManager:
         return PollResult(requests, wait)
 
     def _auto_commit(self, now_ms: int) -> None:
-        offsets = self.consumed_offsets()
+        offsets = self.auto_commit_offsets()
         owned = self._owned()
         if owned is not None:
             offsets = {tp: o for tp, o in offsets.items() if tp in owned}
@@ -575,6 +589,8 @@ class CommitManager:
 
         def on_response(response: Any, _version: int, now: int) -> None:
             c.in_flight = False
+            if c.future.done():  # its deadline passed while it was in flight (e.g. a short auto-commit)
+                return
             errors: dict[TopicPartition, int] = {}
             for t in response.topics:
                 for p in t.partitions:
@@ -643,6 +659,8 @@ class CommitManager:
             c.in_flight = False
             c.last_error = error
             self._coordinator.mark_unknown(now, f"OffsetCommit failed: {error}", epoch=coordinator_epoch)
+            if c.future.done():
+                return
             if c.retry and now < c.deadline_ms:
                 self._retry_later(c, now)
             else:

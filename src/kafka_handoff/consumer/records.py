@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,7 @@ class ConsumerRecords:
     ``revoke_delayed_partitions`` is not exposed -- use ``Consumer.delay_revoke``.
     """
 
-    __slots__ = ("_by_tp", "_count", "lost_partitions", "to_be_revoked_partitions")
+    __slots__ = ("_by_tp", "_count", "_on_revoke_seen", "_to_be_revoked", "lost_partitions")
 
     def __init__(
         self,
@@ -36,8 +36,17 @@ class ConsumerRecords:
     ) -> None:
         self._by_tp: dict[TopicPartition, list[ConsumerRecord]] = dict(by_partition or {})
         self._count = sum(len(v) for v in self._by_tp.values())
-        self.to_be_revoked_partitions = to_be_revoked
+        self._to_be_revoked = to_be_revoked
+        self._on_revoke_seen: Callable[[], None] | None = None  # set by the consumer (KIP-983 use)
         self.lost_partitions = lost
+
+    @property
+    def to_be_revoked_partitions(self) -> frozenset[TopicPartition]:
+        """Partitions whose revoke was requested; it completes at the start of the next ``poll()`` unless
+        delayed with ``Consumer.delay_revoke`` (KIP-983)."""
+        if self._on_revoke_seen is not None:
+            self._on_revoke_seen()  # the application follows KIP-983: revokes must wait for the next poll
+        return self._to_be_revoked
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         return itertools.chain.from_iterable(self._by_tp.values())

@@ -46,6 +46,9 @@ class PartitionState:
     log_start_offset: int | None = None
     position_epoch: int = 0
     """Bumped on every seek/reset so fetches issued for an older position are discarded."""
+    consumed_at_poll: FetchPosition | None = None
+    """The position when the current (or last) ``poll()`` started: every record before it was returned by an
+    earlier ``poll()``, so the application has processed it -- what the auto-commit timer may commit."""
 
     @property
     def fetchable(self) -> bool:
@@ -170,6 +173,9 @@ class SubscriptionState:
             st.position = FetchPosition(offset, leader_epoch)
             st.reset_strategy = None
             st.position_epoch += 1
+            if st.consumed_at_poll is not None and offset < st.consumed_at_poll.offset:
+                # Seeking back means "not processed from here": auto-commit must not go beyond it.
+                st.consumed_at_poll = st.position
 
     def request_reset(self, tp: TopicPartition, strategy: str) -> None:
         with self._lock:
@@ -177,6 +183,7 @@ class SubscriptionState:
             st.position = None
             st.reset_strategy = strategy
             st.position_epoch += 1
+            st.consumed_at_poll = None  # may move backwards: nothing to auto-commit until the next poll()
 
     def maybe_seek_unvalidated(
         self, tp: TopicPartition, offset: int, expected_epoch: int, strategy: str
@@ -215,6 +222,16 @@ class SubscriptionState:
                 if st.position is None and not st.pending_revocation
             }
 
+    def partitions_without_offset(self) -> frozenset[TopicPartition]:
+        """Partitions whose position cannot be initialised: no committed offset and the reset strategy is
+        ``none``.  They stay so until the application seeks them."""
+        with self._lock:
+            return frozenset(
+                tp
+                for tp, st in self._parts.items()
+                if st.position is None and st.reset_strategy == "none" and not st.pending_revocation
+            )
+
     def fetchable(self) -> dict[TopicPartition, tuple[FetchPosition, int]]:
         with self._lock:
             return {
@@ -226,6 +243,21 @@ class SubscriptionState:
     def all_consumed(self) -> dict[TopicPartition, FetchPosition]:
         with self._lock:
             return {tp: st.position for tp, st in self._parts.items() if st.position is not None}
+
+    def mark_poll_start(self) -> None:
+        """Start of ``poll()`` (application thread): the positions now cover exactly the records returned by
+        earlier polls; remember them for the auto-commit timer."""
+        with self._lock:
+            for st in self._parts.values():
+                st.consumed_at_poll = st.position
+
+    def consumed_before_poll(self) -> dict[TopicPartition, FetchPosition]:
+        """The positions as they stood at the start of the current (or last) ``poll()``: the auto-commit
+        timer commits these, never the records of the batch the application may still be processing."""
+        with self._lock:
+            return {
+                tp: st.consumed_at_poll for tp, st in self._parts.items() if st.consumed_at_poll is not None
+            }
 
     # ------------------------------------------------------------------ pause
     def pause(self, partitions: Iterable[TopicPartition]) -> None:

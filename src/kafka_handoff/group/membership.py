@@ -89,6 +89,10 @@ class CallbackNeeded:
     """ASSIGN only (classic): the assignor's ``on_assignment``, run on the application thread right before
     the assigned callback -- after any earlier revoke callback completed (KIP-429: revoked < onAssignment <
     assigned).  An exception from it is raised from ``poll()`` like a callback error."""
+    received_ms: int | None = field(default=None, compare=False)
+    """When the network thread took the event from the membership (its clock).  The revocation's timer (the
+    broker's under KIP-848, the group's under classic) started about then, so the consumer's deadline for
+    ``delay_revoke`` is measured from here, not from when the application thread got to it."""
 
 
 @dataclass(frozen=True, slots=True)
