@@ -156,8 +156,11 @@ def test_committed_offset_is_looked_up_first() -> None:
     assert h.requests() == {}
     assert len(h.committed_calls) == 1  # not asked again while in flight
     done({A0: OffsetAndMetadata(42, "m", 3), A1: OffsetAndMetadata(7)}, h.clock.now_ms())
-    assert h.subs.position(A0) == FetchPosition(42)
+    # The committed leader epoch is kept: that position is validated before it is fetched (KIP-320).
+    assert h.subs.position(A0) == FetchPosition(42, 3)
+    assert h.subs.state(A0).awaiting_validation
     assert h.subs.position(A1) == FetchPosition(7)
+    assert not h.subs.state(A1).awaiting_validation
     assert h.requests() == {}
 
 

@@ -179,6 +179,7 @@ class Consumer:
             isolation_level=isolation,
             rack_id=str(cfg.get("client.rack") or ""),
             retry_backoff_ms=int(cfg.get("retry.backoff.ms")),
+            retry_backoff_max_ms=int(cfg.get("retry.backoff.max.ms")),
             on_fetched=self._fetch_metrics.record_fetch,
         )
         managers += [self._offsets, self._fetcher]

@@ -11,16 +11,18 @@ from __future__ import annotations
 import collections
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kafka_handoff.consumer.subscription import SubscriptionState
+from kafka_handoff.consumer.validation import PositionValidator, StallTracker
 from kafka_handoff.errors import OffsetOutOfRangeError, error_for_code
+from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.metadata import MetadataManager
-from kafka_handoff.protocol.requests import PollResult, UnsentRequest
+from kafka_handoff.protocol.requests import MAX_POLL_WAIT_MS, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
-from kafka_handoff.types import TopicPartition
+from kafka_handoff.types import BrokerNode, ClusterMetadata, TopicPartition
 
 __all__ = ["CompletedFetch", "FetchBuffer", "FetchManager"]
 
@@ -36,6 +38,7 @@ _METADATA_ERRORS = {
 }  # unknown topic/partition, leader n/a, not leader, fenced/unknown
 # leader epoch, unknown topic id, inconsistent topic id
 _RETRY_ERRORS = {7, 13, 56, 9}  # request timed out, network exception, kafka storage error, replica n/a
+_LEADER_HINT_ERRORS = {6, 74}  # NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH: KIP-951 names the new leader
 
 
 @dataclass(slots=True)
@@ -161,6 +164,17 @@ class FetchBuffer:
             return len(self._queue)
 
 
+@dataclass(slots=True)
+class _PartitionRetry:
+    """Backoff of a partition whose fetch failed at ``leader``/``epoch``: it is not fetched again before
+    ``next_ms`` unless metadata (or a KIP-951 hint) shows another leader or epoch."""
+
+    leader: int
+    epoch: int
+    attempts: int = 0
+    next_ms: int = 0
+
+
 class FetchManager:
     def __init__(
         self,
@@ -175,6 +189,7 @@ class FetchManager:
         isolation_level: int,
         rack_id: str,
         retry_backoff_ms: int,
+        retry_backoff_max_ms: int = 1000,
         on_fetched: Callable[[int, int, int], None] | None = None,
     ) -> None:
         self._subs = subscriptions
@@ -187,48 +202,168 @@ class FetchManager:
         self._isolation = isolation_level
         self._rack = rack_id
         self._backoff = retry_backoff_ms
+        self._backoff_max = max(retry_backoff_ms, retry_backoff_max_ms)
+        self._retry_backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
         self._in_flight: dict[int, set[TopicPartition]] = {}
+        self._sent_ms: dict[int, int] = {}
+        self._fetching: dict[TopicPartition, int] = {}
+        """The broker each partition's in-flight fetch went to.  A partition whose leader moved is fetched
+        from the new leader at once; the old broker's late answer for it is then ignored."""
         self._node_backoff: dict[int, int] = {}
+        self._node_failures: dict[int, int] = {}
+        self._retry: dict[TopicPartition, _PartitionRetry] = {}
+        self._overdue_refresh_ms = 0
+        self._leader_index: dict[TopicPartition, tuple[int, int]] = {}
+        self._indexed: ClusterMetadata | None = None
         self._on_fetched = on_fetched
+        self.stalls = StallTracker()
+        self.validator = PositionValidator(
+            subscriptions,
+            metadata,
+            buffer,
+            leader_of=self.leader_of,
+            retry_backoff_ms=retry_backoff_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
+            stalls=self.stalls,
+        )
         self.enabled = True
+
+    def leader_of(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """(leader id, leader epoch) of ``tp`` in the current metadata (an index rebuilt per snapshot)."""
+        cluster = self._metadata.cluster
+        if cluster is not self._indexed:
+            self._leader_index = {
+                TopicPartition(topic, p.partition): (p.leader, p.leader_epoch)
+                for topic, parts in cluster.partitions.items()
+                for p in parts
+            }
+            self._indexed = cluster
+        return self._leader_index.get(tp)
 
     def poll(self, now_ms: int) -> PollResult:
         if not self.enabled:
             return PollResult.idle()
-        fetchable = self._subs.fetchable()
-        if not fetchable or not self._buffer.below_low_water():
-            return PollResult.idle()  # the buffer wakes the network thread when it drains (on_release)
-        cluster = self._metadata.cluster
+        fetch = self._poll_fetches(now_ms)
+        validation = self.validator.poll(now_ms)
+        self.stalls.check(now_ms)
+        if not validation.unsent:
+            return PollResult(fetch.unsent, min(fetch.wait_ms, validation.wait_ms))
+        return PollResult(fetch.unsent + validation.unsent, min(fetch.wait_ms, validation.wait_ms))
+
+    def _poll_fetches(self, now_ms: int) -> PollResult:
+        candidates = self._subs.fetch_candidates()
+        if self._retry or len(self.stalls):
+            for tp in [tp for tp in self._retry if tp not in candidates]:
+                del self._retry[tp]
+            self.stalls.retain(lambda tp: tp in candidates or self._awaiting_validation(tp))
+        wait = MAX_POLL_WAIT_MS
+        wait = min(wait, self._check_overdue(now_ms))
+        if not candidates or not self._buffer.below_low_water():
+            return PollResult.idle(wait)  # the buffer wakes the network thread when it drains (on_release)
         buffered = self._buffer.buffered_partitions()
-        busy = set().union(*self._in_flight.values()) if self._in_flight else set()
-        per_node: dict[int, list[tuple[TopicPartition, int, int | None, int]]] = {}
+        per_node: dict[int, list[tuple[TopicPartition, int, int, int]]] = {}
+        changes: dict[TopicPartition, tuple[int, int]] = {}
         missing_leader = False
-        for tp, (pos, pepoch) in fetchable.items():
-            if tp in buffered or tp in busy:
+        for tp, (pos, pepoch, known_epoch) in candidates.items():
+            if tp in buffered:
                 continue
-            leader = cluster.leader_for(tp)
-            if leader is None:
+            info = self.leader_of(tp)
+            if info is None or info[0] < 0:
                 missing_leader = True
+                self.stalls.failed(tp, now_ms, "no leader in metadata")
                 continue
-            if leader in self._in_flight or self._node_backoff.get(leader, 0) > now_ms:
+            leader, epoch = info
+            if epoch != known_epoch:
+                # A new leader (or the first fetch): the fetch names the leader's epoch from metadata, never
+                # the epoch of the last record consumed.  A position with a record epoch is validated first.
+                changes[tp] = (pepoch, epoch)
+                if known_epoch is not None and pos.leader_epoch is not None and epoch >= 0:
+                    continue
+            if self._fetching.get(tp) == leader:
                 continue
-            per_node.setdefault(leader, []).append((tp, pos.offset, pos.leader_epoch, pepoch))
+            retry = self._retry.get(tp)
+            if (
+                retry is not None
+                and retry.next_ms > now_ms
+                and retry.leader == leader
+                and retry.epoch == epoch
+            ):
+                wait = min(wait, retry.next_ms - now_ms)
+                continue
+            if leader in self._in_flight:
+                continue
+            not_before = self._node_backoff.get(leader, 0)
+            if not_before > now_ms:
+                wait = min(wait, not_before - now_ms)
+                continue
+            per_node.setdefault(leader, []).append((tp, pos.offset, epoch, pepoch))
+        if changes:
+            self._subs.on_leader_epochs(changes)
         if missing_leader:
             self._metadata.request_update()
+            wait = min(wait, self._backoff)
         requests = [self._request(node, parts, now_ms) for node, parts in per_node.items()]
-        wait = self._backoff if missing_leader else 5000
         return PollResult(requests, wait)
 
+    def _awaiting_validation(self, tp: TopicPartition) -> bool:
+        st = self._subs.get(tp)
+        return st is not None and st.awaiting_validation
+
+    def _check_overdue(self, now_ms: int) -> int:
+        """A fetch unanswered well past ``fetch.max.wait.ms`` hints at a hung broker: refresh metadata (at
+        most every ``retry.backoff.max.ms``) so that its partitions move to a new leader as soon as one is
+        elected, instead of only when the request times out.  Returns how long until the next check."""
+        if not self._sent_ms:
+            return MAX_POLL_WAIT_MS
+        overdue_after = self._max_wait + max(1000, self._backoff_max)
+        oldest = min(self._sent_ms.values())
+        due = oldest + overdue_after
+        if now_ms < due:
+            return due - now_ms
+        if now_ms >= self._overdue_refresh_ms:
+            self._metadata.request_update()
+            self._overdue_refresh_ms = now_ms + self._backoff_max
+        return max(1, self._overdue_refresh_ms - now_ms)
+
+    def _fail_partition(self, tp: TopicPartition, leader: int, epoch: int, now_ms: int, reason: str) -> None:
+        retry = self._retry.get(tp)
+        if retry is None:
+            retry = self._retry[tp] = _PartitionRetry(leader, epoch)
+        retry.leader, retry.epoch = leader, epoch
+        retry.attempts += 1
+        retry.next_ms = now_ms + self._retry_backoff.after_failures(retry.attempts)
+        self.stalls.failed(tp, now_ms, reason)
+
+    def _fail_node(self, node: int, now_ms: int) -> None:
+        failures = self._node_failures.get(node, 0) + 1
+        self._node_failures[node] = failures
+        self._node_backoff[node] = now_ms + self._retry_backoff.after_failures(failures)
+
+    def _release(self, node: int, sent: Iterable[TopicPartition]) -> set[TopicPartition]:
+        """The request to ``node`` completed: the partitions it still fetches (not moved elsewhere since)."""
+        self._in_flight.pop(node, None)
+        self._sent_ms.pop(node, None)
+        current: set[TopicPartition] = set()
+        for tp in sent:
+            if self._fetching.get(tp) == node:
+                del self._fetching[tp]
+                current.add(tp)
+        return current
+
     def _request(
-        self, node: int, parts: list[tuple[TopicPartition, int, int | None, int]], now_ms: int
+        self, node: int, parts: list[tuple[TopicPartition, int, int, int]], now_ms: int
     ) -> UnsentRequest:
         cluster = self._metadata.cluster
         topic_ids = cluster.topic_ids
-        by_topic: dict[str, list[tuple[TopicPartition, int, int | None, int]]] = {}
+        by_topic: dict[str, list[tuple[TopicPartition, int, int, int]]] = {}
         for item in parts:
             by_topic.setdefault(item[0].topic, []).append(item)
         self._in_flight[node] = {p[0] for p in parts}
-        sent = {p[0]: (p[1], p[3]) for p in parts}
+        self._sent_ms[node] = now_ms
+        for p in parts:
+            self._fetching[p[0]] = node
+        # tp -> (fetch offset, position epoch, leader epoch sent)
+        sent = {p[0]: (p[1], p[3], p[2]) for p in parts}
         use_ids = all(t in topic_ids for t in by_topic)
         names_by_id = {topic_ids[t]: t for t in by_topic if t in topic_ids}
 
@@ -239,7 +374,7 @@ class FetchManager:
                     "partitions": [
                         {
                             "partition": tp.partition,
-                            "current_leader_epoch": -1 if epoch is None else epoch,
+                            "current_leader_epoch": epoch,
                             "fetch_offset": offset,
                             "last_fetched_epoch": -1,
                             "log_start_offset": -1,
@@ -267,14 +402,19 @@ class FetchManager:
             }
 
         def on_response(response: Any, version: int, now: int) -> None:
-            self._in_flight.pop(node, None)
+            current = self._release(node, sent)
             top_error = int(getattr(response, "error_code", 0))
             if top_error != 0:
-                self._node_backoff[node] = now + self._backoff
-                if top_error in _METADATA_ERRORS:
+                self._fail_node(node, now)
+                reason = f"{error_for_code(top_error).code.name.upper()} from broker {node}"
+                for tp in current:
+                    self._fail_partition(tp, node, sent[tp][2], now, reason)
+                if top_error in _METADATA_ERRORS or top_error in _RETRY_ERRORS:
                     self._metadata.request_update()
                 return
+            self._node_failures.pop(node, None)
             completed: list[CompletedFetch] = []
+            hints: dict[TopicPartition, tuple[int, int]] = {}
             total_bytes = 0
             total_records_hint = 0
             for t in response.responses:
@@ -284,12 +424,14 @@ class FetchManager:
                     continue
                 for p in t.partitions:
                     tp = TopicPartition(topic, int(p.partition_index))
-                    sent_info = sent.get(tp)
-                    if sent_info is None:
-                        continue
-                    fetch_offset, pepoch = sent_info
+                    if tp not in current:
+                        continue  # not asked for, or moved to another broker meanwhile: stale
+                    fetch_offset, pepoch, epoch = sent[tp]
                     code = int(p.error_code)
                     if code == 0:
+                        if tp in self._retry:
+                            del self._retry[tp]
+                            self.stalls.ok(tp, now)
                         records = p.records
                         self._subs.update_watermarks(
                             tp, int(p.high_watermark), int(p.last_stable_offset), int(p.log_start_offset)
@@ -315,22 +457,46 @@ class FetchManager:
                     elif code == 1:  # OFFSET_OUT_OF_RANGE
                         self._on_out_of_range(tp, fetch_offset, pepoch, completed)
                     elif code in _METADATA_ERRORS or code in _RETRY_ERRORS:
+                        # The leader moved (or is not ready): refresh metadata and back this partition off
+                        # until it expires or metadata names another leader/epoch -- never a hot loop.
                         self._metadata.request_update()
+                        name = error_for_code(code).code.name.upper()
+                        reason = f"{name} from broker {node} at leader epoch {epoch}"
+                        self._fail_partition(tp, node, epoch, now, reason)
+                        if code in _LEADER_HINT_ERRORS and version >= 16:
+                            hint = getattr(p, "current_leader", None)
+                            if (
+                                hint is not None
+                                and int(hint.leader_id) >= 0
+                                and int(hint.leader_epoch) > epoch
+                            ):
+                                hints[tp] = (int(hint.leader_id), int(hint.leader_epoch))
                     else:
                         completed.append(
                             CompletedFetch(
                                 tp, fetch_offset, pepoch, None, error=error_for_code(code, str(tp))
                             )
                         )
+            if hints:
+                # KIP-951: move to the new leader now, without waiting for a Metadata round trip.
+                endpoints = [
+                    BrokerNode(int(n.node_id), str(n.host), int(n.port), n.rack)
+                    for n in (getattr(response, "node_endpoints", None) or ())
+                ]
+                self._metadata.update_leaders(hints, endpoints, now)
             if completed:
                 self._buffer.add(completed)
             if self._on_fetched is not None:
                 self._on_fetched(total_bytes, total_records_hint, now - now_ms)
 
         def on_failure(error: BaseException, now: int) -> None:
-            self._in_flight.pop(node, None)
-            self._node_backoff[node] = now + self._backoff
+            # Disconnected, timed out (request.timeout.ms) or unsendable: back the broker off, refresh
+            # metadata; the partitions are fetched again from whichever broker leads them then.
+            current = self._release(node, sent)
+            self._fail_node(node, now)
             self._metadata.request_update()
+            for tp in current:
+                self._fail_partition(tp, node, sent[tp][2], now, f"{error} (broker {node})")
 
         return UnsentRequest(
             api_key=ApiKey.FETCH,
@@ -367,7 +533,7 @@ class FetchManager:
         self._subs.request_reset(tp, strategy)
 
     def forget(self, node: int) -> None:
-        self._in_flight.pop(node, None)
+        self._release(node, self._in_flight.get(node, set()))
 
 
 def _uuid_or_none(value: Any) -> uuid.UUID | None:

@@ -163,7 +163,10 @@ class OffsetsManager:
                         self._next_reset_ms[tp] = (st.position_epoch, now + self._backoff)
                         continue
                     if value is not None:
-                        self._subs.maybe_seek_unvalidated(tp, value.offset, st.position_epoch, "committed")
+                        # With its leader epoch: validated with the current leader first (KIP-320).
+                        self._subs.maybe_seek_unvalidated(
+                            tp, value.offset, st.position_epoch, "committed", value.leader_epoch
+                        )
                     else:
                         self._subs.request_reset(tp, self._subs.default_reset)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from kafka_handoff.errors import IllegalStateError
@@ -46,6 +46,13 @@ class PartitionState:
     log_start_offset: int | None = None
     position_epoch: int = 0
     """Bumped on every seek/reset so fetches issued for an older position are discarded."""
+    leader_epoch: int | None = None
+    """The partition leader's epoch (from metadata) that the position was last fetched from or validated
+    against (Java's ``FetchPosition.currentLeader``).  When metadata shows another epoch, the leader changed:
+    a position that carries a record epoch is validated again (KIP-320) before it is fetched."""
+    awaiting_validation: bool = False
+    """KIP-320: the position must be checked with OffsetsForLeaderEpoch before it is fetched (Java's
+    ``AWAIT_VALIDATION``): after a leader change, or a seek to an offset with a leader epoch."""
 
     @property
     def fetchable(self) -> bool:
@@ -54,6 +61,7 @@ class PartitionState:
             and not self.paused
             and not self.pending_revocation
             and not self.awaiting_callback
+            and not self.awaiting_validation
         )
 
 
@@ -170,6 +178,9 @@ class SubscriptionState:
             st.position = FetchPosition(offset, leader_epoch)
             st.reset_strategy = None
             st.position_epoch += 1
+            # An offset with a leader epoch (a committed offset, or one the application kept) is checked
+            # for log truncation with the current leader before it is fetched (KIP-320).
+            st.awaiting_validation = leader_epoch is not None
 
     def request_reset(self, tp: TopicPartition, strategy: str) -> None:
         with self._lock:
@@ -177,18 +188,84 @@ class SubscriptionState:
             st.position = None
             st.reset_strategy = strategy
             st.position_epoch += 1
+            st.awaiting_validation = False
 
     def maybe_seek_unvalidated(
-        self, tp: TopicPartition, offset: int, expected_epoch: int, strategy: str
+        self,
+        tp: TopicPartition,
+        offset: int,
+        expected_epoch: int,
+        strategy: str,
+        leader_epoch: int | None = None,
     ) -> bool:
-        """Set a position found by a lookup, unless the partition was seeked/reset meanwhile."""
+        """Set a position found by a lookup, unless the partition was seeked/reset meanwhile.  A position
+        with a ``leader_epoch`` (a committed offset) is validated before it is fetched (KIP-320)."""
         with self._lock:
             st = self._parts.get(tp)
             if st is None or st.position_epoch != expected_epoch or st.reset_strategy != strategy:
                 return False
-            st.position = FetchPosition(offset)
+            st.position = FetchPosition(offset, leader_epoch)
             st.reset_strategy = None
             st.position_epoch += 1
+            st.awaiting_validation = leader_epoch is not None
+            return True
+
+    # ------------------------------------------------------------------ leader epochs (network thread)
+    def fetch_candidates(self) -> dict[TopicPartition, tuple[FetchPosition, int, int | None]]:
+        """Fetchable partitions: (position, position epoch, leader epoch the position is known good for)."""
+        with self._lock:
+            return {
+                tp: (st.position, st.position_epoch, st.leader_epoch)
+                for tp, st in self._parts.items()
+                if st.fetchable and st.position is not None
+            }
+
+    def on_leader_epochs(self, changes: Mapping[TopicPartition, tuple[int, int]]) -> set[TopicPartition]:
+        """Metadata shows a leader epoch other than the one each position was fetched with:
+        ``{tp: (position epoch, new leader epoch)}``.  Watermarks of the old leader are dropped (lag comes
+        from the current leader only).  A position that carries a record leader epoch and was fetched from an
+        earlier leader must be validated first (KIP-320); returns those partitions."""
+        out: set[TopicPartition] = set()
+        with self._lock:
+            for tp, (pepoch, epoch) in changes.items():
+                st = self._parts.get(tp)
+                if st is None or st.position is None or st.position_epoch != pepoch:
+                    continue
+                if st.leader_epoch is not None:
+                    st.high_watermark = st.last_stable_offset = None
+                    if st.position.leader_epoch is not None and epoch >= 0:
+                        st.awaiting_validation = True
+                        out.add(tp)
+                st.leader_epoch = epoch
+        return out
+
+    def validation_targets(self) -> dict[TopicPartition, tuple[FetchPosition, int]]:
+        """Positions waiting for validation (KIP-320): (position, position epoch)."""
+        with self._lock:
+            return {
+                tp: (st.position, st.position_epoch)
+                for tp, st in self._parts.items()
+                if st.awaiting_validation and st.position is not None and not st.pending_revocation
+            }
+
+    def complete_validation(
+        self,
+        tp: TopicPartition,
+        expected_epoch: int,
+        leader_epoch: int | None,
+        new_position: FetchPosition | None = None,
+    ) -> bool:
+        """The position was validated against the leader at ``leader_epoch``; ``new_position`` (the first
+        diverging offset after a truncation) replaces it.  False if the partition was seeked meanwhile."""
+        with self._lock:
+            st = self._parts.get(tp)
+            if st is None or st.position_epoch != expected_epoch or not st.awaiting_validation:
+                return False
+            st.awaiting_validation = False
+            st.leader_epoch = leader_epoch
+            if new_position is not None:
+                st.position = new_position
+                st.position_epoch += 1
             return True
 
     def advance(self, tp: TopicPartition, expected_epoch: int, offset: int, leader_epoch: int | None) -> bool:

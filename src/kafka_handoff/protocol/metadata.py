@@ -7,16 +7,17 @@ asks (:meth:`MetadataManager.request_update`), and notifies listeners with every
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
 from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.requests import ANY_NODE, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
-from kafka_handoff.types import BrokerNode, ClusterMetadata, PartitionInfo
+from kafka_handoff.types import BrokerNode, ClusterMetadata, PartitionInfo, TopicPartition
 
-__all__ = ["MetadataManager", "parse_metadata"]
+__all__ = ["MetadataManager", "keep_newer_leaders", "parse_metadata"]
 
 
 def parse_metadata(response: Any) -> ClusterMetadata:
@@ -64,6 +65,34 @@ def parse_metadata(response: Any) -> ClusterMetadata:
         internal_topics=frozenset(internal),
         topic_errors=errors,
     )
+
+
+def keep_newer_leaders(old: ClusterMetadata, new: ClusterMetadata) -> ClusterMetadata:
+    """``new``, except that a partition whose leader epoch went backwards keeps its entry from ``old``.
+
+    A broker that has not caught up with the controller answers Metadata with an older leader (as Java's
+    ``Metadata`` does, an older epoch never replaces a newer one, unless the topic was re-created).  Without
+    this, a refresh served by a lagging broker sends fetches back to a deposed leader."""
+    if not old.partitions:
+        return new
+    changed: dict[str, tuple[PartitionInfo, ...]] = {}
+    for topic, parts in new.partitions.items():
+        old_parts = old.partitions.get(topic)
+        if not old_parts or old.topic_ids.get(topic) != new.topic_ids.get(topic):
+            continue
+        by_index = {p.partition: p for p in old_parts}
+        merged = list(parts)
+        replaced = False
+        for i, p in enumerate(parts):
+            o = by_index.get(p.partition)
+            if o is not None and o.leader_epoch >= 0 and 0 <= p.leader_epoch < o.leader_epoch:
+                merged[i] = o
+                replaced = True
+        if replaced:
+            changed[topic] = tuple(merged)
+    if not changed:
+        return new
+    return dataclasses.replace(new, partitions={**new.partitions, **changed})
 
 
 class MetadataManager:
@@ -146,7 +175,7 @@ class MetadataManager:
 
         def on_response(response: Any, _version: int, now: int) -> None:
             self._in_flight = False
-            cluster = parse_metadata(response)
+            cluster = keep_newer_leaders(self.cluster, parse_metadata(response))
             self._last_refresh_ms = now
             self._attempts = 0
             self.updates += 1
@@ -180,3 +209,48 @@ class MetadataManager:
             min_version=1,
         )
         return PollResult([request], self._backoff_base)
+
+    def update_leaders(
+        self,
+        leaders: Mapping[TopicPartition, tuple[int, int]],
+        nodes: Iterable[BrokerNode],
+        now_ms: int,
+    ) -> set[TopicPartition]:
+        """Apply KIP-951 leader hints (``{tp: (leader id, leader epoch)}`` and the leaders' endpoints from a
+        Fetch or Produce response) without waiting for a Metadata refresh, as Java's
+        ``Metadata.updatePartitionLeadership``.  A hint is used only when its epoch is newer than the known
+        one and its leader's address is known; listeners see the new snapshot.  Returns the partitions whose
+        leader was updated."""
+        cluster = self.cluster
+        brokers = dict(cluster.brokers)
+        for node in nodes:
+            brokers[node.node_id] = node
+        by_topic: dict[str, dict[int, tuple[int, int]]] = {}
+        for tp, hint in leaders.items():
+            by_topic.setdefault(tp.topic, {})[tp.partition] = hint
+        changed: dict[str, tuple[PartitionInfo, ...]] = {}
+        updated: set[TopicPartition] = set()
+        for topic, hints in by_topic.items():
+            parts = cluster.partitions.get(topic)
+            if not parts:
+                continue
+            merged = list(parts)
+            for i, p in enumerate(parts):
+                found = hints.get(p.partition)
+                if found is None:
+                    continue
+                leader, epoch = found
+                if leader < 0 or epoch <= p.leader_epoch or leader not in brokers:
+                    continue
+                merged[i] = dataclasses.replace(p, leader=leader, leader_epoch=epoch)
+                updated.add(TopicPartition(topic, p.partition))
+            if merged != list(parts):
+                changed[topic] = tuple(merged)
+        if not updated:
+            return updated
+        self.cluster = dataclasses.replace(
+            cluster, brokers=brokers, partitions={**cluster.partitions, **changed}
+        )
+        for listener in self.listeners:
+            listener(self.cluster, now_ms)
+        return updated
