@@ -15,8 +15,10 @@ from kafka_handoff.consumer.subscription import FetchPosition, SubscriptionState
 from kafka_handoff.errors import (
     ConnectionError_,
     KafkaTimeoutError,
+    LogTruncationError,
     OffsetOutOfRangeError,
     TopicAuthorizationFailedError,
+    UnsupportedVersionError,
 )
 from kafka_handoff.group.membership import Subscription
 from kafka_handoff.protocol import wire
@@ -801,3 +803,232 @@ def test_buffer_wakeup_is_taken_once() -> None:
     buf.wait(10.0, lambda: False)  # returns at once: woken
     assert buf.take_wakeup()
     assert not buf.take_wakeup()
+
+
+# ---------------------------------------------------------------------------------------------- KIP-320
+
+OFFSETS_FOR_EPOCH = ApiKey.OFFSET_FOR_LEADER_EPOCH
+
+
+def epoch_end_response(
+    tp: TopicPartition, *, end_offset: int = -1, leader_epoch: int = -1, code: int = 0
+) -> Any:
+    return wire.build_response(
+        OFFSETS_FOR_EPOCH,
+        4,
+        {
+            "throttle_time": 0,
+            "topics": [
+                {
+                    "topic": tp.topic,
+                    "partitions": [
+                        {
+                            "error_code": code,
+                            "partition": tp.partition,
+                            "leader_epoch": leader_epoch,
+                            "end_offset": end_offset,
+                        }
+                    ],
+                }
+            ],
+        },
+    )
+
+
+def validation_body(req: UnsentRequest) -> dict[TopicPartition, tuple[int, int]]:
+    """{tp: (current leader epoch, epoch looked up)} of an OffsetsForLeaderEpoch request."""
+    assert req.api_key == OFFSETS_FOR_EPOCH
+    return {
+        TopicPartition(t["topic"], p["partition"]): (p["current_leader_epoch"], p["leader_epoch"])
+        for t in req.body(4)["topics"]
+        for p in t["partitions"]
+    }
+
+
+def consumed_at(h: Harness, tp: TopicPartition, offset: int, record_epoch: int) -> None:
+    """The partition was fetched from the leader (epoch 7) and records of ``record_epoch`` consumed."""
+    (req,) = [r for r in h.poll().unsent if r.api_key == FETCH]
+    respond(req, fetch_response(13, {tp: {}}), 13, h.clock.now_ms())
+    h.subs.advance(tp, h.subs.state(tp).position_epoch, offset, record_epoch)
+
+
+def validation_after_leader_change(h: Harness, tp: TopicPartition = A0) -> UnsentRequest:
+    h.set_leaders({tp: 2}, epoch=8)
+    (req,) = h.poll().unsent
+    return req
+
+
+def test_leader_change_validates_the_position_before_fetching_again() -> None:
+    h = Harness(leaders={A0: 1})
+    h.assign(A0)
+    consumed_at(h, A0, 10, 5)
+    req = validation_after_leader_change(h)
+    assert req.node == 2 and req.min_version == 3
+    assert validation_body(req) == {A0: (8, 5)}
+    assert h.poll().unsent == []  # not fetched while the validation is in flight
+    respond(req, epoch_end_response(A0, end_offset=10, leader_epoch=5), 4, h.clock.now_ms())
+    (fetch,) = h.requests().values()
+    assert fetch.node == 2 and sent_partitions(fetch) == {A0: 10} and sent_epochs(fetch) == {A0: 8}
+    assert h.subs.position(A0) == FetchPosition(10, 5)
+
+
+def test_leader_change_without_a_record_epoch_needs_no_validation() -> None:
+    h = Harness(leaders={A0: 1})
+    h.assign(A0)  # a position from seek()/reset: no record epoch yet
+    (req,) = h.requests().values()
+    respond(req, fetch_response(13, {A0: {}}), 13, h.clock.now_ms())
+    h.set_leaders({A0: 2}, epoch=8)
+    (fetch,) = h.requests().values()
+    assert fetch.node == 2
+
+
+def test_truncation_moves_the_position_to_the_first_diverging_offset(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    h = Harness(leaders={A0: 1}, reset="earliest")
+    h.assign(A0)
+    consumed_at(h, A0, 10, 5)
+    req = validation_after_leader_change(h)
+    respond(req, epoch_end_response(A0, end_offset=7, leader_epoch=5), 4, h.clock.now_ms())
+    assert h.subs.position(A0) == FetchPosition(7, 5)
+    assert "truncation" in caplog.text and "a-0" in caplog.text
+    (fetch,) = h.requests().values()
+    assert sent_partitions(fetch) == {A0: 7}
+
+
+def test_truncation_with_reset_none_raises_log_truncation_error_from_the_next_poll() -> None:
+    h = Harness(leaders={A0: 1}, reset="none")
+    h.assign(A0)
+    collector = Collector(h.subs, h.buffer, max_poll_records=500, check_crcs=True, read_committed=False)
+    consumed_at(h, A0, 10, 5)
+    req = validation_after_leader_change(h)
+    respond(req, epoch_end_response(A0, end_offset=7, leader_epoch=5), 4, h.clock.now_ms())
+    with pytest.raises(LogTruncationError) as info:
+        collector.collect()
+    err = info.value
+    assert isinstance(err, OffsetOutOfRangeError)  # the offset-out-of-range family, as Java's
+    assert (err.partition, err.fetch_offset, err.divergent_offset) == (A0, 10, 7)
+    assert "a-0" in str(err) and "10" in str(err) and "7" in str(err)
+    assert collector.collect() == {}  # raised once
+    assert h.subs.position(A0) == FetchPosition(10, 5)
+    assert [r for r in h.poll().unsent if r.api_key == FETCH] == []  # not fetched past a truncation
+    h.subs.seek(A0, 7)  # the application decides
+    (fetch,) = h.requests().values()
+    assert sent_partitions(fetch) == {A0: 7}
+
+
+def test_truncation_with_reset_none_is_raised_again_until_the_application_seeks() -> None:
+    h = Harness(leaders={A0: 1}, reset="none")
+    h.assign(A0)
+    consumed_at(h, A0, 10, 5)
+    req = validation_after_leader_change(h)
+    respond(req, epoch_end_response(A0, end_offset=7, leader_epoch=5), 4, h.clock.now_ms())
+    assert h.poll().unsent == []  # the error waits in the buffer: nothing is sent meanwhile
+    (f,) = drain(h.buffer)
+    h.buffer.done_with(A0)
+    assert isinstance(f.error, LogTruncationError)
+    assert h.poll().unsent == []  # backing off
+    h.clock.advance(BACKOFF_MAX_JITTERED)
+    (again,) = h.poll().unsent
+    assert validation_body(again) == {A0: (8, 5)}
+
+
+def test_unknown_epoch_on_the_leader_resets_by_the_strategy() -> None:
+    h = Harness(leaders={A0: 1}, reset="latest")
+    h.assign(A0)
+    consumed_at(h, A0, 10, 5)
+    req = validation_after_leader_change(h)
+    respond(req, epoch_end_response(A0), 4, h.clock.now_ms())  # UNDEFINED epoch / end offset
+    assert h.subs.position(A0) is None
+    assert set(h.subs.needs_position()) == {A0} and h.subs.needs_position()[A0][0] == "latest"
+
+
+def test_unknown_epoch_with_reset_none_raises_without_a_divergent_offset() -> None:
+    h = Harness(leaders={A0: 1}, reset="none")
+    h.assign(A0)
+    consumed_at(h, A0, 10, 5)
+    req = validation_after_leader_change(h)
+    respond(req, epoch_end_response(A0), 4, h.clock.now_ms())
+    (f,) = drain(h.buffer)
+    assert isinstance(f.error, LogTruncationError) and f.error.divergent_offset is None
+
+
+def test_offset_with_a_leader_epoch_is_validated_before_the_first_fetch() -> None:
+    """A committed offset (restart) or seek(OffsetAndMetadata) carries a leader epoch: validated first."""
+    h = Harness(leaders={A0: 1})
+    h.subs.assign_from_user([A0])
+    h.subs.seek(A0, 42, leader_epoch=3)
+    (req,) = h.poll().unsent
+    assert validation_body(req) == {A0: (7, 3)}
+    respond(req, epoch_end_response(A0, end_offset=50, leader_epoch=3), 4, h.clock.now_ms())
+    (fetch,) = h.requests().values()
+    assert sent_partitions(fetch) == {A0: 42}
+
+
+def test_seek_during_validation_discards_its_answer() -> None:
+    h = Harness(leaders={A0: 1}, reset="none")
+    h.subs.assign_from_user([A0])
+    h.subs.seek(A0, 42, leader_epoch=3)
+    (req,) = h.poll().unsent
+    h.subs.seek(A0, 5)
+    respond(req, epoch_end_response(A0, end_offset=1, leader_epoch=3), 4, h.clock.now_ms())
+    assert drain(h.buffer) == []
+    assert h.subs.position(A0) == FetchPosition(5)
+    (fetch,) = h.requests().values()
+    assert sent_partitions(fetch) == {A0: 5}
+
+
+@pytest.mark.parametrize("code", [6, 74, 75])
+def test_validation_errors_back_off_and_refresh_metadata(code: int) -> None:
+    h = Harness(leaders={A0: 1})
+    h.subs.assign_from_user([A0])
+    h.subs.seek(A0, 42, leader_epoch=3)
+    sent = refreshes = 0
+    start = h.clock.now_ms()
+    while h.clock.now_ms() - start < 10_000:
+        for req in h.poll().unsent:
+            sent += 1
+            respond(req, epoch_end_response(A0, code=code), 4, h.clock.now_ms())
+        refreshes += answer_metadata(h)
+        h.clock.advance(1)
+    assert 8 <= sent <= 20
+    assert refreshes >= 1
+    assert h.subs.state(A0).awaiting_validation
+
+
+def test_broker_without_offsets_for_leader_epoch_v3_skips_validation() -> None:
+    h = Harness(leaders={A0: 1})
+    h.subs.assign_from_user([A0])
+    h.subs.seek(A0, 42, leader_epoch=3)
+    (req,) = h.poll().unsent
+    assert req.on_failure is not None
+    req.on_failure(UnsupportedVersionError("OffsetForLeaderEpoch needs version >= 3"), h.clock.now_ms())
+    (fetch,) = h.requests().values()
+    assert sent_partitions(fetch) == {A0: 42}
+    respond(fetch, fetch_response(13, {A0: {}}), 13, h.clock.now_ms())
+    h.subs.seek(A0, 50, leader_epoch=4)
+    (again,) = h.requests().values()  # that broker is known not to support it
+    assert again.api_key == FETCH
+
+
+def test_validation_authorization_error_reaches_the_application() -> None:
+    h = Harness(leaders={A0: 1})
+    h.subs.assign_from_user([A0])
+    h.subs.seek(A0, 42, leader_epoch=3)
+    (req,) = h.poll().unsent
+    respond(req, epoch_end_response(A0, code=29), 4, h.clock.now_ms())
+    (f,) = drain(h.buffer)
+    assert isinstance(f.error, TopicAuthorizationFailedError) and "a-0" in str(f.error)
+
+
+def test_validation_request_builds_for_every_allowed_version() -> None:
+    h = Harness(leaders={A0: 1})
+    h.subs.assign_from_user([A0])
+    h.subs.seek(A0, 42, leader_epoch=3)
+    (req,) = h.poll().unsent
+    lo, hi = CLIENT_VERSIONS[OFFSETS_FOR_EPOCH]
+    for version in range(max(lo, req.min_version), hi + 1):
+        entity = wire.build_request(OFFSETS_FOR_EPOCH, version, req.body(version))
+        part = entity.topics[0].partitions[0]
+        assert (part.current_leader_epoch, part.leader_epoch) == (7, 3)
+        assert entity.replica_id == -1

@@ -213,6 +213,7 @@ class FetchManager:
         self._node_failures: dict[int, int] = {}
         self._retry: dict[TopicPartition, _PartitionRetry] = {}
         self._overdue_refresh_ms = 0
+        self._validate_now = False
         self._leader_index: dict[TopicPartition, tuple[int, int]] = {}
         self._indexed: ClusterMetadata | None = None
         self._on_fetched = on_fetched
@@ -243,12 +244,19 @@ class FetchManager:
     def poll(self, now_ms: int) -> PollResult:
         if not self.enabled:
             return PollResult.idle()
-        fetch = self._poll_fetches(now_ms)
+        # Validation first: positions it completes (or skips) are fetched in this same pass; positions the
+        # fetch pass finds on a new leader are validated in this pass too.
         validation = self.validator.poll(now_ms)
+        self._validate_now = False
+        fetch = self._poll_fetches(now_ms)
+        unsent = fetch.unsent + validation.unsent
+        wait = min(fetch.wait_ms, validation.wait_ms)
+        if self._validate_now:
+            again = self.validator.poll(now_ms)
+            unsent += again.unsent
+            wait = min(wait, again.wait_ms)
         self.stalls.check(now_ms)
-        if not validation.unsent:
-            return PollResult(fetch.unsent, min(fetch.wait_ms, validation.wait_ms))
-        return PollResult(fetch.unsent + validation.unsent, min(fetch.wait_ms, validation.wait_ms))
+        return PollResult(unsent, wait)
 
     def _poll_fetches(self, now_ms: int) -> PollResult:
         candidates = self._subs.fetch_candidates()
@@ -297,8 +305,8 @@ class FetchManager:
                 wait = min(wait, not_before - now_ms)
                 continue
             per_node.setdefault(leader, []).append((tp, pos.offset, epoch, pepoch))
-        if changes:
-            self._subs.on_leader_epochs(changes)
+        if changes and self._subs.on_leader_epochs(changes):
+            self._validate_now = True
         if missing_leader:
             self._metadata.request_update()
             wait = min(wait, self._backoff)

@@ -74,6 +74,8 @@ class SubscriptionState:
         self.default_reset = default_reset
         self.version = 0
         """Bumped on every assignment change (lets collectors drop stale data)."""
+        self._awaiting: set[TopicPartition] = set()
+        """Partitions awaiting validation (may hold unassigned ones; pruned lazily)."""
 
     # ------------------------------------------------------------------ subscription
     @property
@@ -180,7 +182,7 @@ class SubscriptionState:
             st.position_epoch += 1
             # An offset with a leader epoch (a committed offset, or one the application kept) is checked
             # for log truncation with the current leader before it is fetched (KIP-320).
-            st.awaiting_validation = leader_epoch is not None
+            self._set_awaiting_validation(tp, st, leader_epoch is not None)
 
     def request_reset(self, tp: TopicPartition, strategy: str) -> None:
         with self._lock:
@@ -188,7 +190,7 @@ class SubscriptionState:
             st.position = None
             st.reset_strategy = strategy
             st.position_epoch += 1
-            st.awaiting_validation = False
+            self._set_awaiting_validation(tp, st, False)
 
     def maybe_seek_unvalidated(
         self,
@@ -207,10 +209,17 @@ class SubscriptionState:
             st.position = FetchPosition(offset, leader_epoch)
             st.reset_strategy = None
             st.position_epoch += 1
-            st.awaiting_validation = leader_epoch is not None
+            self._set_awaiting_validation(tp, st, leader_epoch is not None)
             return True
 
     # ------------------------------------------------------------------ leader epochs (network thread)
+    def _set_awaiting_validation(self, tp: TopicPartition, st: PartitionState, value: bool) -> None:
+        st.awaiting_validation = value
+        if value:
+            self._awaiting.add(tp)
+        else:
+            self._awaiting.discard(tp)
+
     def fetch_candidates(self) -> dict[TopicPartition, tuple[FetchPosition, int, int | None]]:
         """Fetchable partitions: (position, position epoch, leader epoch the position is known good for)."""
         with self._lock:
@@ -234,7 +243,7 @@ class SubscriptionState:
                 if st.leader_epoch is not None:
                     st.high_watermark = st.last_stable_offset = None
                     if st.position.leader_epoch is not None and epoch >= 0:
-                        st.awaiting_validation = True
+                        self._set_awaiting_validation(tp, st, True)
                         out.add(tp)
                 st.leader_epoch = epoch
         return out
@@ -242,11 +251,16 @@ class SubscriptionState:
     def validation_targets(self) -> dict[TopicPartition, tuple[FetchPosition, int]]:
         """Positions waiting for validation (KIP-320): (position, position epoch)."""
         with self._lock:
-            return {
-                tp: (st.position, st.position_epoch)
-                for tp, st in self._parts.items()
-                if st.awaiting_validation and st.position is not None and not st.pending_revocation
-            }
+            if not self._awaiting:
+                return {}
+            out: dict[TopicPartition, tuple[FetchPosition, int]] = {}
+            for tp in list(self._awaiting):
+                st = self._parts.get(tp)
+                if st is None or not st.awaiting_validation:
+                    self._awaiting.discard(tp)  # unassigned since
+                elif st.position is not None and not st.pending_revocation:
+                    out[tp] = (st.position, st.position_epoch)
+            return out
 
     def complete_validation(
         self,
@@ -261,7 +275,7 @@ class SubscriptionState:
             st = self._parts.get(tp)
             if st is None or st.position_epoch != expected_epoch or not st.awaiting_validation:
                 return False
-            st.awaiting_validation = False
+            self._set_awaiting_validation(tp, st, False)
             st.leader_epoch = leader_epoch
             if new_position is not None:
                 st.position = new_position
