@@ -165,6 +165,7 @@ class Consumer:
             self._metadata,
             isolation_level=isolation,
             retry_backoff_ms=int(cfg.get("retry.backoff.ms")),
+            retry_backoff_max_ms=int(cfg.get("retry.backoff.max.ms")),
             committed_lookup=self._committed_lookup_nt if self._commits is not None else None,
             on_error=lambda exc: self._background.put(BackgroundError(exc)),
         )
