@@ -1032,3 +1032,160 @@ def test_validation_request_builds_for_every_allowed_version() -> None:
         part = entity.topics[0].partitions[0]
         assert (part.current_leader_epoch, part.leader_epoch) == (7, 3)
         assert entity.replica_id == -1
+
+
+# ---------------------------------------------------------------------------------------------- KIP-227
+
+
+def body_partitions(body: Any) -> dict[TopicPartition, int]:
+    names = {v: k for k, v in IDS.items()}
+    return {
+        TopicPartition(names[t["topic_id"]], p["partition"]): p["fetch_offset"]
+        for t in body["topics"]
+        for p in t["partitions"]
+    }
+
+
+def forgotten(body: Any) -> set[TopicPartition]:
+    names = {v: k for k, v in IDS.items()}
+    return {
+        TopicPartition(names[t["topic_id"]], p)
+        for t in body["forgotten_topics_data"]
+        for p in t["partitions"]
+    }
+
+
+def session_response(
+    parts: dict[TopicPartition, dict[str, Any]], *, session_id: int = 42, error: int = 0
+) -> Any:
+    response = fetch_response(13, parts, error=error)
+    return wire.build_response(
+        FETCH,
+        13,
+        {
+            "throttle_time": 0,
+            "error_code": error,
+            "session_id": session_id,
+            "responses": [
+                {"topic_id": t.topic_id, "partitions": [vars_of(p) for p in t.partitions]}
+                for t in response.responses
+            ],
+        },
+    )
+
+
+def vars_of(p: Any) -> dict[str, Any]:
+    return {
+        "partition_index": p.partition_index,
+        "error_code": p.error_code,
+        "high_watermark": p.high_watermark,
+        "last_stable_offset": p.last_stable_offset,
+        "log_start_offset": p.log_start_offset,
+        "records": p.records,
+        "aborted_transactions": None,
+    }
+
+
+def one(h: Harness) -> Any:
+    (req,) = h.requests().values()
+    return req
+
+
+def test_idle_partitions_are_not_named_again() -> None:
+    h = Harness(leaders={A0: 1, A1: 1, B0: 1})
+    h.assign(A0, A1, B0)
+    req = one(h)
+    body = req.body(13)
+    assert (body["session_id"], body["session_epoch"]) == (0, 0)
+    assert body_partitions(body) == {A0: 10, A1: 10, B0: 10}
+    respond(req, session_response({A0: {}, A1: {}, B0: {}}), 13, h.clock.now_ms())
+    req = one(h)
+    body = req.body(13)
+    assert (body["session_id"], body["session_epoch"]) == (42, 1)
+    assert body_partitions(body) == {} and forgotten(body) == set()
+
+
+def test_consumed_partition_is_forgotten_while_buffered_then_named_with_its_new_offset() -> None:
+    h = Harness(leaders={A0: 1, A1: 1, B0: 1})
+    h.assign(A0, A1, B0)
+    req = one(h)
+    respond(req, session_response({A0: {"records": batch(10)}, A1: {}, B0: {}}), 13, h.clock.now_ms())
+    f = h.buffer.pop()
+    assert f is not None and f.tp == A0
+    body = one(h).body(13)  # A0's data waits for the application: not fetched meanwhile
+    assert body["session_epoch"] == 1 and body_partitions(body) == {} and forgotten(body) == {A0}
+    h.fm.forget(1)
+    h.subs.advance(A0, f.position_epoch, 12, None)
+    h.buffer.done_with(A0)
+    body = one(h).body(13)
+    assert body_partitions(body) == {A0: 12}
+
+
+@pytest.mark.parametrize("code", [70, 71])
+def test_session_error_is_followed_by_a_full_fetch_at_once(code: int) -> None:
+    h = Harness(leaders={A0: 1, A1: 1})
+    h.assign(A0, A1)
+    respond(one(h), session_response({A0: {}, A1: {}}), 13, h.clock.now_ms())
+    respond(one(h), session_response({}, error=code, session_id=0), 13, h.clock.now_ms())
+    body = one(h).body(13)  # no clock movement: no backoff for a session error
+    assert body["session_epoch"] == 0 and body_partitions(body) == {A0: 10, A1: 10}
+
+
+def test_disconnect_is_followed_by_a_full_fetch() -> None:
+    h = Harness(leaders={A0: 1})
+    h.assign(A0)
+    respond(one(h), session_response({A0: {}}), 13, h.clock.now_ms())
+    req = one(h)
+    assert req.on_failure is not None
+    req.on_failure(ConnectionError_("reset"), h.clock.now_ms())
+    h.clock.advance(1000)
+    body = one(h).body(13)
+    assert (body["session_id"], body["session_epoch"]) == (42, 0) and body_partitions(body) == {A0: 10}
+
+
+def test_new_assignment_is_followed_by_a_full_fetch() -> None:
+    h = Harness(leaders={A0: 1, A1: 1})
+    h.assign(A0)
+    respond(one(h), session_response({A0: {}}), 13, h.clock.now_ms())
+    h.subs.assign_from_user([A0, A1])
+    h.subs.seek(A1, 0)
+    body = one(h).body(13)
+    assert body["session_epoch"] == 0 and body_partitions(body) == {A0: 10, A1: 0}
+
+
+def test_leader_change_is_followed_by_a_full_fetch_from_the_new_leader() -> None:
+    h = Harness(leaders={A0: 1, A1: 2})
+    h.assign(A0, A1)
+    for req in h.requests().values():
+        respond(req, session_response({tp: {} for tp in (A0, A1) if h.leaders[tp] == req.node}), 13, 0)
+    h.set_leaders({A0: 2, A1: 2}, epoch=8)
+    reqs = h.requests()
+    body = reqs[2].body(13)
+    assert body["session_epoch"] == 0 and body_partitions(body) == {A0: 10, A1: 10}
+
+
+def test_brokers_before_v7_get_sessionless_full_fetches() -> None:
+    h = Harness(leaders={A0: 1}, topic_ids=False)
+    h.assign(A0)
+    req = one(h)
+    assert req.body(6)["topics"][0]["partitions"][0]["fetch_offset"] == 10
+    respond(req, fetch_response(6, {A0: {}}, ids=False), 6, h.clock.now_ms())
+    body = one(h).body(6)
+    assert body["topics"] and body["session_epoch"] == -1
+
+
+def test_close_sends_one_final_epoch_request_per_session() -> None:
+    h = Harness(leaders={A0: 1, A1: 2})
+    h.assign(A0, A1)
+    for req in h.requests().values():
+        respond(req, session_response({tp: {} for tp in (A0, A1) if h.leaders[tp] == req.node}), 13, 0)
+    respond(h.requests()[1], session_response({}), 13, 0)  # broker 2's fetch stays in flight
+    h.fm.close_sessions(h.clock.now_ms())
+    assert not h.fm.sessions_closed()
+    closing = h.poll().unsent
+    assert [(r.node, r.body(13)["session_id"], r.body(13)["session_epoch"]) for r in closing] == [(1, 42, -1)]
+    entity = wire.build_request(FETCH, 13, closing[0].body(13))
+    assert entity.topics == () and entity.session_epoch == -1
+    assert h.poll().unsent == []  # no more fetches
+    respond(closing[0], session_response({}, session_id=0), 13, 0)
+    assert h.fm.sessions_closed()

@@ -359,9 +359,11 @@ class Consumer:
         return True
 
     def _on_close_nt(self, now: int) -> bool:
-        done = True
+        if self._fetcher.enabled:
+            self._fetcher.close_sessions(now)  # KIP-227: stop fetching, close the brokers' fetch sessions
+        done = self._fetcher.sessions_closed()
         if self.membership is not None:
-            done = bool(self.membership.left)
+            done = done and bool(self.membership.left)
         if self._commits is not None and self._commits.pending():
             done = False
         return done

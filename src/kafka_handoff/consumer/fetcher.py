@@ -9,12 +9,20 @@ partition's raw record bytes in the :class:`FetchBuffer`.  Decoding happens on t
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafka_handoff.consumer.fetch_session import (
+    FETCH_SESSION_ID_NOT_FOUND,
+    INVALID_FETCH_SESSION_EPOCH,
+    FetchSession,
+    PartitionFetch,
+    SessionRequest,
+)
 from kafka_handoff.consumer.subscription import SubscriptionState
 from kafka_handoff.consumer.validation import PositionValidator, StallTracker
 from kafka_handoff.errors import OffsetOutOfRangeError, error_for_code
@@ -23,6 +31,8 @@ from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.requests import MAX_POLL_WAIT_MS, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import BrokerNode, ClusterMetadata, TopicPartition
+
+log = logging.getLogger(__name__)
 
 __all__ = ["CompletedFetch", "FetchBuffer", "FetchManager"]
 
@@ -214,6 +224,11 @@ class FetchManager:
         self._retry: dict[TopicPartition, _PartitionRetry] = {}
         self._overdue_refresh_ms = 0
         self._validate_now = False
+        self.sessions: dict[int, FetchSession] = {}
+        """KIP-227 fetch sessions, per broker."""
+        self._subs_version = -1
+        self._closing: list[UnsentRequest] | None = None
+        self._closes_pending = 0
         self._leader_index: dict[TopicPartition, tuple[int, int]] = {}
         self._indexed: ClusterMetadata | None = None
         self._on_fetched = on_fetched
@@ -242,6 +257,9 @@ class FetchManager:
         return self._leader_index.get(tp)
 
     def poll(self, now_ms: int) -> PollResult:
+        if self._closing is not None:
+            closing, self._closing = self._closing, []
+            return PollResult(closing)
         if not self.enabled:
             return PollResult.idle()
         # Validation first: positions it completes (or skips) are fetched in this same pass; positions the
@@ -266,6 +284,11 @@ class FetchManager:
             self.stalls.retain(lambda tp: tp in candidates or self._awaiting_validation(tp))
         wait = MAX_POLL_WAIT_MS
         wait = min(wait, self._check_overdue(now_ms))
+        if self._subs.version != self._subs_version:
+            # A new assignment: every session starts over with a full fetch.
+            self._subs_version = self._subs.version
+            for session in self.sessions.values():
+                session.reset()
         if not candidates or not self._buffer.below_low_water():
             return PollResult.idle(wait)  # the buffer wakes the network thread when it drains (on_release)
         buffered = self._buffer.buffered_partitions()
@@ -285,6 +308,8 @@ class FetchManager:
                 # A new leader (or the first fetch): the fetch names the leader's epoch from metadata, never
                 # the epoch of the last record consumed.  A position with a record epoch is validated first.
                 changes[tp] = (pepoch, epoch)
+                if known_epoch is not None and leader in self.sessions:
+                    self.sessions[leader].reset()  # a leader change: full fetch from the new leader
                 if known_epoch is not None and pos.leader_epoch is not None and epoch >= 0:
                     continue
             if self._fetching.get(tp) == leader:
@@ -358,60 +383,98 @@ class FetchManager:
                 current.add(tp)
         return current
 
+    def _topics(
+        self, partitions: Iterable[tuple[TopicPartition, PartitionFetch]], version: int
+    ) -> list[dict[str, Any]]:
+        topic_ids = self._metadata.cluster.topic_ids
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp, data in partitions:
+            by_topic.setdefault(tp.topic, []).append(
+                {
+                    "partition": tp.partition,
+                    "current_leader_epoch": data.current_leader_epoch,
+                    "fetch_offset": data.fetch_offset,
+                    "last_fetched_epoch": -1,
+                    "log_start_offset": -1,
+                    "partition_max_bytes": self._partition_max,
+                }
+            )
+        key = "topic_id" if version >= 13 else "topic"
+        return [
+            {key: topic_ids[topic] if version >= 13 else topic, "partitions": ps}
+            for topic, ps in by_topic.items()
+        ]
+
+    def _forgotten(self, partitions: Iterable[TopicPartition], version: int) -> list[dict[str, Any]]:
+        topic_ids = self._metadata.cluster.topic_ids
+        by_topic: dict[str, list[int]] = {}
+        for tp in partitions:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        if version >= 13:
+            return [
+                {"topic_id": topic_ids[t], "partitions": ps} for t, ps in by_topic.items() if t in topic_ids
+            ]
+        return [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
+
     def _request(
         self, node: int, parts: list[tuple[TopicPartition, int, int, int]], now_ms: int
     ) -> UnsentRequest:
-        cluster = self._metadata.cluster
-        topic_ids = cluster.topic_ids
-        by_topic: dict[str, list[tuple[TopicPartition, int, int, int]]] = {}
-        for item in parts:
-            by_topic.setdefault(item[0].topic, []).append(item)
+        topic_ids = self._metadata.cluster.topic_ids
         self._in_flight[node] = {p[0] for p in parts}
         self._sent_ms[node] = now_ms
         for p in parts:
             self._fetching[p[0]] = node
         # tp -> (fetch offset, position epoch, leader epoch sent)
         sent = {p[0]: (p[1], p[3], p[2]) for p in parts}
-        use_ids = all(t in topic_ids for t in by_topic)
-        names_by_id = {topic_ids[t]: t for t in by_topic if t in topic_ids}
+        topics_used = {p[0].topic for p in parts}
+        use_ids = all(t in topic_ids for t in topics_used)
+        names_by_id = {topic_ids[t]: t for t in topics_used if t in topic_ids}
+        session = self.sessions.get(node)
+        if session is None:
+            session = self.sessions[node] = FetchSession(node)
+        wanted = {tp: PartitionFetch(offset, epoch) for tp, offset, epoch, _pe in parts}
+        srequest = session.build(wanted, use_ids=use_ids)
+        for tp in srequest.forgotten:
+            if tp.topic in topic_ids:
+                names_by_id[topic_ids[tp.topic]] = tp.topic
 
         def build(version: int) -> dict[str, Any]:
-            topics = []
-            for topic, items in by_topic.items():
-                entry: dict[str, Any] = {
-                    "partitions": [
-                        {
-                            "partition": tp.partition,
-                            "current_leader_epoch": epoch,
-                            "fetch_offset": offset,
-                            "last_fetched_epoch": -1,
-                            "log_start_offset": -1,
-                            "partition_max_bytes": self._partition_max,
-                        }
-                        for tp, offset, epoch, _pe in items
-                    ]
-                }
-                if version >= 13:
-                    entry["topic_id"] = topic_ids[topic]
-                else:
-                    entry["topic"] = topic
-                topics.append(entry)
+            if version >= 7:
+                topics = self._topics(srequest.partitions.items(), version)
+                forgotten = self._forgotten(srequest.forgotten, version)
+                session_id, epoch = srequest.session_id, srequest.epoch
+            else:  # no sessions before v7: a full fetch every time
+                session.reset()
+                topics = self._topics(wanted.items(), version)
+                forgotten, session_id, epoch = [], 0, -1
             return {
                 "replica_id": -1,
                 "max_wait": self._max_wait,
                 "min_bytes": self._min_bytes,
                 "max_bytes": self._max_bytes,
                 "isolation_level": self._isolation,
-                "session_id": 0,
-                "session_epoch": -1,
+                "session_id": session_id,
+                "session_epoch": epoch,
                 "topics": topics,
-                "forgotten_topics_data": [],
+                "forgotten_topics_data": forgotten,
                 "rack_id": self._rack,
             }
 
         def on_response(response: Any, version: int, now: int) -> None:
             current = self._release(node, sent)
             top_error = int(getattr(response, "error_code", 0))
+            if version >= 7:
+                session.on_response(srequest, top_error, int(getattr(response, "session_id", 0)))
+            if top_error in (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH):
+                # The broker lost or refused our session: the next fetch (full, no backoff needed: a full
+                # fetch cannot fail this way) starts a new one.
+                log.debug(
+                    "fetch session %d with broker %d: error %d; full fetch next",
+                    session.session_id,
+                    node,
+                    top_error,
+                )
+                return
             if top_error != 0:
                 self._fail_node(node, now)
                 reason = f"{error_for_code(top_error).code.name.upper()} from broker {node}"
@@ -500,6 +563,7 @@ class FetchManager:
         def on_failure(error: BaseException, now: int) -> None:
             # Disconnected, timed out (request.timeout.ms) or unsendable: back the broker off, refresh
             # metadata; the partitions are fetched again from whichever broker leads them then.
+            session.reset()
             current = self._release(node, sent)
             self._fail_node(node, now)
             self._metadata.request_update()
@@ -515,6 +579,49 @@ class FetchManager:
             min_version=13 if use_ids else 4,
             max_version=None if use_ids else 12,
             timeout_ms=None,
+        )
+
+    # ------------------------------------------------------------------ close
+    def close_sessions(self, now_ms: int) -> None:
+        """Stop fetching and close every fetch session on its broker (sent by the next poll, answers not
+        awaited beyond :meth:`sessions_closed`)."""
+        self.enabled = False
+        closing: list[UnsentRequest] = []
+        for node, session in self.sessions.items():
+            if node in self._in_flight:
+                session.reset()  # the broker closes it when the next epoch never comes
+                continue
+            srequest = session.close()
+            if srequest is not None:
+                closing.append(self._close_request(node, srequest))
+        self._closes_pending = len(closing)
+        self._closing = closing
+
+    def sessions_closed(self) -> bool:
+        return self._closes_pending <= 0 and not self._closing
+
+    def _close_request(self, node: int, srequest: SessionRequest) -> UnsentRequest:
+        def done(*_args: Any) -> None:
+            self._closes_pending -= 1
+
+        return UnsentRequest(
+            api_key=ApiKey.FETCH,
+            node=node,
+            values={
+                "replica_id": -1,
+                "max_wait": 0,
+                "min_bytes": 0,
+                "max_bytes": self._max_bytes,
+                "isolation_level": self._isolation,
+                "session_id": srequest.session_id,
+                "session_epoch": srequest.epoch,
+                "topics": [],
+                "forgotten_topics_data": [],
+                "rack_id": self._rack,
+            },
+            on_response=done,
+            on_failure=done,
+            min_version=7,
         )
 
     def _on_out_of_range(
