@@ -226,6 +226,8 @@ class FetchManager:
         self._validate_now = False
         self.sessions: dict[int, FetchSession] = {}
         """KIP-227 fetch sessions, per broker."""
+        self.use_sessions = True
+        """False: every fetch is a full, sessionless one (for ``kafka_handoff.bench.fetch_sessions``)."""
         self._subs_version = -1
         self._closing: list[UnsentRequest] | None = None
         self._closes_pending = 0
@@ -439,7 +441,7 @@ class FetchManager:
                 names_by_id[topic_ids[tp.topic]] = tp.topic
 
         def build(version: int) -> dict[str, Any]:
-            if version >= 7:
+            if version >= 7 and self.use_sessions:
                 topics = self._topics(srequest.partitions.items(), version)
                 forgotten = self._forgotten(srequest.forgotten, version)
                 session_id, epoch = srequest.session_id, srequest.epoch
@@ -463,7 +465,7 @@ class FetchManager:
         def on_response(response: Any, version: int, now: int) -> None:
             current = self._release(node, sent)
             top_error = int(getattr(response, "error_code", 0))
-            if version >= 7:
+            if version >= 7 and self.use_sessions:
                 session.on_response(srequest, top_error, int(getattr(response, "session_id", 0)))
             if top_error in (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH):
                 # The broker lost or refused our session: the next fetch (full, no backoff needed: a full
