@@ -1184,6 +1184,7 @@ def test_close_sends_one_final_epoch_request_per_session() -> None:
     assert not h.fm.sessions_closed()
     closing = h.poll().unsent
     assert [(r.node, r.body(13)["session_id"], r.body(13)["session_epoch"]) for r in closing] == [(1, 42, -1)]
+    assert closing[0].timeout_ms is not None and closing[0].timeout_ms <= 1000  # never holds close() up
     entity = wire.build_request(FETCH, 13, closing[0].body(13))
     assert entity.topics == () and entity.session_epoch == -1
     assert h.poll().unsent == []  # no more fetches

@@ -21,7 +21,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Result", "main", "measure"]
+__all__ = ["Result", "main", "measure", "request_sizes"]
 
 
 @dataclass
@@ -87,8 +87,7 @@ def _cpu_seconds(pid: int | None) -> float | None:
 
 def measure(
     bootstrap: str,
-    topic: str,
-    partitions: int,
+    topics: dict[str, int],
     *,
     sessions: bool,
     seconds: float,
@@ -106,15 +105,20 @@ def measure(
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     stop = threading.Event()
 
+    tps = [TopicPartition(t, p) for t, n in topics.items() for p in range(n)]
+
     def trickle() -> None:
         rnd = random.Random(1)
         while not stop.is_set():
-            producer.send(topic, b"x" * 100, partition=rnd.randrange(partitions))
+            tp = rnd.choice(tps)
+            producer.send(tp.topic, b"x" * 100, partition=tp.partition)
             stop.wait(1.0 / rate if rate > 0 else 1.0)
 
     records = 0
     try:
-        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        consumer.assign(tps)
+        for tp in tps:  # every position known (a new topic's partitions get ready one by one)
+            consumer.position(tp, timeout=300)
         writer = threading.Thread(target=trickle, daemon=True)
         if rate > 0:
             writer.start()
@@ -134,7 +138,7 @@ def measure(
         producer.close(10)
         consumer.close(10)
     return Result(
-        partitions,
+        len(tps),
         sessions,
         round(elapsed, 2),
         f1 - f0,
@@ -145,6 +149,64 @@ def measure(
     )
 
 
+def request_sizes(partitions: int, changed: int = 10, version: int = 17) -> dict[str, int]:
+    """Encoded Fetch request sizes for ``partitions`` partitions of one topic on one broker (no broker
+    needed): sessionless full fetch, session-creating full fetch, an idle incremental fetch, and an
+    incremental fetch after ``changed`` partitions' positions moved."""
+    from kafka_handoff.consumer.fetcher import FetchBuffer, FetchManager
+    from kafka_handoff.consumer.subscription import SubscriptionState
+    from kafka_handoff.protocol import wire
+    from kafka_handoff.protocol.metadata import MetadataManager
+    from kafka_handoff.types import BrokerNode, ClusterMetadata, PartitionInfo, TopicPartition
+
+    topic = "t"
+    metadata = MetadataManager()
+    metadata.cluster = ClusterMetadata(
+        brokers={1: BrokerNode(1, "localhost", 9092)},
+        partitions={topic: tuple(PartitionInfo(topic, p, 1, 5) for p in range(partitions))},
+        topic_ids={topic: uuid.uuid4()},
+    )
+    subs = SubscriptionState("latest")
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    subs.assign_from_user(tps)
+    for tp in tps:
+        subs.seek(tp, 1000)
+    fm = FetchManager(
+        subs,
+        metadata,
+        FetchBuffer(),
+        fetch_min_bytes=1,
+        fetch_max_bytes=52428800,
+        fetch_max_wait_ms=500,
+        max_partition_fetch_bytes=1048576,
+        isolation_level=0,
+        rack_id="",
+        retry_backoff_ms=100,
+    )
+
+    def one_fetch(session_id: int) -> int:
+        (req,) = fm.poll(0).unsent
+        size = len(wire.encode_request(wire.build_request(1, version, req.body(version)), 1, "bench"))
+        response = wire.build_response(
+            1, version, {"throttle_time": 0, "error_code": 0, "session_id": session_id, "responses": []}
+        )
+        assert req.on_response is not None
+        req.on_response(response, version, 0)
+        return size
+
+    out: dict[str, int] = {}
+    fm.use_sessions = False
+    out["full, no session"] = one_fetch(0)
+    fm.use_sessions = True
+    out["full, new session"] = one_fetch(42)
+    out["incremental, idle"] = one_fetch(42)
+    for tp in tps[:changed]:
+        st = subs.state(tp)
+        subs.advance(tp, st.position_epoch, 1010, 5)
+    out[f"incremental, {changed} moved"] = one_fetch(42)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--bootstrap-servers", help="an existing cluster (default: start a dev broker)")
@@ -152,7 +214,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--rate", type=int, default=50, help="records/s written to random partitions")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--sizes-only", action="store_true", help="only the encoded request sizes (no broker)"
+    )
     args = parser.parse_args(argv)
+    for n in args.partitions:
+        sizes = request_sizes(n)
+        print(
+            f"{n:>6} partitions, Fetch v17 request bytes: " + ", ".join(f"{k} {v}" for k, v in sizes.items())
+        )
+    if args.sizes_only:
+        return 0
 
     from kafka_handoff import AdminClient, NewTopic, devbroker
 
@@ -167,14 +239,19 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     try:
         for n in args.partitions:
-            topic = f"bench-fetch-sessions-{n}-{uuid.uuid4().hex[:6]}"
+            # Kafka refuses to create more than ~10,000 records in one operation: topics of <= 5,000.
+            topics: dict[str, int] = {}
+            left = n
+            while left > 0:
+                topics[f"bench-fetch-sessions-{n}-{uuid.uuid4().hex[:6]}"] = min(left, 5000)
+                left -= 5000
             with AdminClient({"bootstrap.servers": bootstrap}) as admin:
-                admin.create_topics([NewTopic(topic, n, 1)], timeout=600)
+                for topic, count in topics.items():
+                    admin.create_topics([NewTopic(topic, count, 1)], timeout=600)
             for sessions in (False, True):
                 r = measure(
                     bootstrap,
-                    topic,
-                    n,
+                    topics,
                     sessions=sessions,
                     seconds=args.seconds,
                     rate=args.rate,

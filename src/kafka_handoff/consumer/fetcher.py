@@ -48,6 +48,7 @@ _METADATA_ERRORS = {
 }  # unknown topic/partition, leader n/a, not leader, fenced/unknown
 # leader epoch, unknown topic id, inconsistent topic id
 _RETRY_ERRORS = {7, 13, 56, 9}  # request timed out, network exception, kafka storage error, replica n/a
+_SESSION_CLOSE_TIMEOUT_MS = 1000
 _LEADER_HINT_ERRORS = {6, 74}  # NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH: KIP-951 names the new leader
 
 
@@ -590,8 +591,8 @@ class FetchManager:
         self.enabled = False
         closing: list[UnsentRequest] = []
         for node, session in self.sessions.items():
-            if node in self._in_flight:
-                session.reset()  # the broker closes it when the next epoch never comes
+            if node in self._in_flight or self._node_backoff.get(node, 0) > now_ms:
+                session.reset()  # busy or failing: the broker evicts the session in time
                 continue
             srequest = session.close()
             if srequest is not None:
@@ -624,6 +625,7 @@ class FetchManager:
             on_response=done,
             on_failure=done,
             min_version=7,
+            timeout_ms=_SESSION_CLOSE_TIMEOUT_MS,  # best effort: a dead broker must not hold close() up
         )
 
     def _on_out_of_range(
