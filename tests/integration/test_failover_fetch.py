@@ -116,3 +116,28 @@ def test_consumer_follows_the_new_leader_after_the_leader_is_killed(
     finally:
         consumer.close(10)
         cluster.heal()
+
+
+def test_consumer_leaves_a_hung_leader_for_the_new_one(cluster: Any, topic_factory: Any) -> None:
+    """SIGSTOP the partition leader (a hung peer: its connection stays open, nothing is answered): once the
+    controller fenced it and elected a new leader, the consumer fetches from that one -- without waiting
+    for its fetch to the hung broker to time out -- and every acknowledged record is consumed once."""
+    if not isinstance(cluster, devbroker.Cluster):
+        pytest.skip("needs a cluster started by the test run (HANDOFF_CLUSTER_BOOTSTRAP is set)")
+    topic = topic_factory(partitions=1, replication=3, configs={"min.insync.replicas": "2"}, on=cluster)
+    tp = TopicPartition(topic, 0)
+    produce(cluster.bootstrap_servers, topic, 0, 100)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "auto.offset.reset": "earliest"})
+    values: list[int] = []
+    try:
+        consumer.assign([tp])
+        consume(consumer, values, 100, 60)
+        leader = leader_of(cluster, tp)
+        cluster.pause_node(leader)
+        paused_at = time.monotonic()
+        produce(cluster.bootstrap_servers, topic, 100, 100)
+        consume(consumer, values, 200, FAILOVER_DEADLINE_S - (time.monotonic() - paused_at))
+        assert values == list(range(200))
+    finally:
+        consumer.close(10)
+        cluster.heal()

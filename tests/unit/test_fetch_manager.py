@@ -1190,3 +1190,19 @@ def test_close_sends_one_final_epoch_request_per_session() -> None:
     assert h.poll().unsent == []  # no more fetches
     respond(closing[0], session_response({}, session_id=0), 13, 0)
     assert h.fm.sessions_closed()
+
+
+def test_a_leaderless_spell_that_ended_logs_no_warning_later(caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness(leaders={A0: -1})
+    h.assign(A0)
+    caplog.set_level("WARNING", logger="kafka_handoff.consumer.fetcher")
+    assert h.requests() == {}  # no leader: a stall begins
+    h.clock.advance(5_000)
+    h.set_leaders({A0: 1})
+    (req,) = h.requests().values()
+    respond(req, fetch_response(13, {A0: {}}), 13, h.clock.now_ms())
+    for _ in range(70):  # then 70 s of healthy (empty) fetches
+        h.clock.advance(1_000)
+        for req in h.requests().values():
+            respond(req, fetch_response(13, {A0: {}}), 13, h.clock.now_ms())
+    assert [r for r in caplog.records if r.levelno >= 30] == []

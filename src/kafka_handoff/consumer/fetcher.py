@@ -284,7 +284,11 @@ class FetchManager:
         if self._retry or len(self.stalls):
             for tp in [tp for tp in self._retry if tp not in candidates]:
                 del self._retry[tp]
-            self.stalls.retain(lambda tp: tp in candidates or self._awaiting_validation(tp))
+            # Only partitions the consumer wants fetched now can stall (not paused or buffered ones).
+            buffered_now = self._buffer.buffered_partitions()
+            self.stalls.retain(
+                lambda tp: (tp in candidates and tp not in buffered_now) or self._awaiting_validation(tp)
+            )
         wait = MAX_POLL_WAIT_MS
         wait = min(wait, self._check_overdue(now_ms))
         if self._subs.version != self._subs_version:
@@ -505,6 +509,7 @@ class FetchManager:
                     if code == 0:
                         if tp in self._retry:
                             del self._retry[tp]
+                        if tp in self.stalls:
                             self.stalls.ok(tp, now)
                         records = p.records
                         self._subs.update_watermarks(
