@@ -280,6 +280,15 @@ class FetchManager:
         return PollResult(unsent, wait)
 
     def _poll_fetches(self, now_ms: int) -> PollResult:
+        wait = min(MAX_POLL_WAIT_MS, self._check_overdue(now_ms))
+        if self._subs.version != self._subs_version:
+            # A new assignment: every session starts over with a full fetch.
+            self._subs_version = self._subs.version
+            for session in self.sessions.values():
+                session.reset()
+        brokers = self._metadata.cluster.brokers
+        if brokers and len(self._in_flight) >= len(brokers) and all(n in self._in_flight for n in brokers):
+            return PollResult.idle(wait)  # a fetch in flight to every broker: nothing to send yet
         candidates = self._subs.fetch_candidates()
         if self._retry or len(self.stalls):
             for tp in [tp for tp in self._retry if tp not in candidates]:
@@ -289,13 +298,6 @@ class FetchManager:
             self.stalls.retain(
                 lambda tp: (tp in candidates and tp not in buffered_now) or self._awaiting_validation(tp)
             )
-        wait = MAX_POLL_WAIT_MS
-        wait = min(wait, self._check_overdue(now_ms))
-        if self._subs.version != self._subs_version:
-            # A new assignment: every session starts over with a full fetch.
-            self._subs_version = self._subs.version
-            for session in self.sessions.values():
-                session.reset()
         if not candidates or not self._buffer.below_low_water():
             return PollResult.idle(wait)  # the buffer wakes the network thread when it drains (on_release)
         buffered = self._buffer.buffered_partitions()
