@@ -334,6 +334,30 @@ for _code in ErrorCode:
         _make(_code)
 
 
+class LogTruncationError(OffsetOutOfRangeError):
+    """The log was truncated below the consumer's position (KIP-320, Java's ``LogTruncationException``).
+
+    Raised from ``poll()`` when a position's validation with the partition's current leader found that the
+    records before it diverged (an unclean leader election or a lost leader's unreplicated writes) and
+    ``auto.offset.reset`` is ``none``.  ``partition`` and ``fetch_offset`` name the position;
+    ``divergent_offset`` is the first offset known to diverge (``None`` when the leader could not tell).
+    Seek to resume the partition.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        partition: object = None,
+        fetch_offset: int = -1,
+        divergent_offset: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.partition = partition
+        self.fetch_offset = fetch_offset
+        self.divergent_offset = divergent_offset
+
+
 def error_class(code: int | ErrorCode) -> type[BrokerResponseError]:
     """The exception class for a broker error code (``UnknownServerErrorError`` for unknown codes)."""
     return _BY_CODE.get(int(code), _BY_CODE[int(ErrorCode.unknown_server_error)])

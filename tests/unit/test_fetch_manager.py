@@ -12,7 +12,14 @@ import pytest
 from kafka_handoff.consumer.collector import Collector
 from kafka_handoff.consumer.fetcher import CompletedFetch, FetchBuffer, FetchManager
 from kafka_handoff.consumer.subscription import FetchPosition, SubscriptionState
-from kafka_handoff.errors import ConnectionError_, OffsetOutOfRangeError, TopicAuthorizationFailedError
+from kafka_handoff.errors import (
+    ConnectionError_,
+    KafkaTimeoutError,
+    LogTruncationError,
+    OffsetOutOfRangeError,
+    TopicAuthorizationFailedError,
+    UnsupportedVersionError,
+)
 from kafka_handoff.group.membership import Subscription
 from kafka_handoff.protocol import wire
 from kafka_handoff.protocol.metadata import MetadataManager
@@ -25,6 +32,9 @@ pytestmark = pytest.mark.unit
 
 FETCH = ApiKey.FETCH
 BACKOFF = 100
+BACKOFF_MAX = 1000
+BACKOFF_MIN_JITTERED = 80  # the first retry waits retry.backoff.ms +/- 20 % jitter
+BACKOFF_MAX_JITTERED = 120
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
 IDS = {"a": uuid.UUID(int=0xA), "b": uuid.UUID(int=0xB)}
 LEADERS = {A0: 1, A1: 2, B0: 1}
@@ -40,6 +50,7 @@ class Harness:
     topic_ids: bool = True
     reset: str = "latest"
     clock: FakeClock = field(default_factory=FakeClock)
+    epoch: int = 7
 
     def __post_init__(self) -> None:
         self.subs = SubscriptionState(self.reset)
@@ -57,26 +68,35 @@ class Harness:
             isolation_level=1,
             rack_id="rack-1",
             retry_backoff_ms=BACKOFF,
+            retry_backoff_max_ms=BACKOFF_MAX,
             on_fetched=lambda b, r, ms: self.fetched.append((b, r, ms)),
         )
         self.set_leaders(self.leaders)
 
-    def set_leaders(self, leaders: Mapping[TopicPartition, int]) -> None:
+    def set_leaders(self, leaders: Mapping[TopicPartition, int], epoch: int | None = None) -> None:
         """Install metadata through a real refresh, leaving the metadata manager with nothing to do."""
         self.leaders = dict(leaders)
+        self.epoch = self.epoch if epoch is None else epoch
+        self.metadata.request_update()
+        # Answered as soon as the metadata manager's refresh backoff allows, without moving the test clock
+        # (so that the fetch manager's own backoffs can be checked to the millisecond).
+        now = self.clock.now_ms()
+        assert any(self.answer_metadata(now + wait) for wait in (0, BACKOFF, 2 * BACKOFF))
+
+    def metadata_response(self) -> Any:
         topics: dict[str, list[dict[str, Any]]] = {}
-        for tp, leader in leaders.items():
+        for tp, leader in self.leaders.items():
             topics.setdefault(tp.topic, []).append(
                 {
                     "error_code": 0,
                     "partition_index": tp.partition,
                     "leader_id": leader,
-                    "leader_epoch": 7,
+                    "leader_epoch": self.epoch,
                     "replica_nodes": [1, 2],
                     "isr_nodes": [1, 2],
                 }
             )
-        response = wire.build_response(
+        return wire.build_response(
             ApiKey.METADATA,
             12,
             {
@@ -96,15 +116,20 @@ class Harness:
                 ],
             },
         )
-        self.metadata.request_update()
-        self.clock.advance(BACKOFF)
-        (req,) = self.metadata.poll(self.clock.now_ms()).unsent
+
+    def answer_metadata(self, now: int) -> bool:
+        """Serve the metadata refresh the manager wants at ``now`` (the installed leaders and epoch)."""
+        unsent = self.metadata.poll(now).unsent
+        if not unsent:
+            return False
+        (req,) = unsent
         assert req.on_response is not None
-        req.on_response(response, 12, self.clock.now_ms())
-        assert self.metadata.poll(self.clock.now_ms()).unsent == []
+        req.on_response(self.metadata_response(), 12, now)
+        return True
 
     def metadata_refresh_requested(self) -> bool:
-        return bool(self.metadata.poll(self.clock.now_ms() + BACKOFF).unsent)
+        """Whether a refresh is due once the refresh backoff passed (answered, so none stays in flight)."""
+        return self.answer_metadata(self.clock.now_ms() + BACKOFF)
 
     def assign(self, *parts: TopicPartition, at: int = 10) -> None:
         self.subs.assign_from_user(parts)
@@ -208,7 +233,6 @@ def test_topic_names_for_v12_and_below_when_ids_unknown() -> None:
 def test_body_builds_for_every_allowed_version(ids: bool) -> None:
     h = Harness(topic_ids=ids)
     h.assign(A0)
-    h.subs.seek(A0, 10, leader_epoch=7)
     (req,) = h.requests().values()
     lo, hi = CLIENT_VERSIONS[FETCH]
     versions = range(max(lo, req.min_version), min(hi, req.max_version or hi) + 1)
@@ -219,7 +243,7 @@ def test_body_builds_for_every_allowed_version(ids: bool) -> None:
         assert part.fetch_offset == 10
         assert part.partition_max_bytes == 1048576
         if version >= 9:
-            assert part.current_leader_epoch == 7
+            assert part.current_leader_epoch == 7  # the leader's epoch in metadata
         assert entity.min_bytes == 1 and entity.max_wait.total_seconds() == 0.5
         if version >= 4:
             assert int(entity.isolation_level) == 1
@@ -266,14 +290,23 @@ def test_only_fetchable_partitions_are_fetched() -> None:
     assert set(sent_partitions(req)) == {parts[4]}
 
 
-def test_in_flight_partition_is_not_fetched_from_its_new_leader() -> None:
+def test_in_flight_partition_moves_to_its_new_leader_and_the_old_answer_is_ignored() -> None:
+    """A fetch hangs on a broker that lost the leadership: the partition is fetched from the new leader
+    without waiting for the old request, and the old broker's late answer is discarded."""
     h = Harness()
     h.assign(A0)
-    (req,) = h.requests().values()
-    h.set_leaders({**LEADERS, A0: 2})
-    assert h.requests() == {}
-    respond(req, fetch_response(13, {A0: {}}), 13, h.clock.now_ms())
-    assert set(h.requests()) == {2}
+    (old,) = h.requests().values()
+    h.set_leaders({**LEADERS, A0: 2}, epoch=8)
+    (new,) = h.requests().values()
+    assert new.node == 2 and sent_partitions(new) == {A0: 10}
+    respond(
+        old, fetch_response(13, {A0: {"records": batch(10), "high_watermark": 999}}), 13, h.clock.now_ms()
+    )
+    assert drain(h.buffer) == []
+    assert h.subs.state(A0).high_watermark is None  # not the old leader's watermark
+    respond(new, fetch_response(13, {A0: {"records": batch(10), "high_watermark": 12}}), 13, h.clock.now_ms())
+    (f,) = drain(h.buffer)
+    assert f.tp == A0 and h.subs.state(A0).high_watermark == 12
 
 
 def test_unknown_leader_requests_metadata() -> None:
@@ -472,7 +505,7 @@ def test_top_level_error_backs_off_the_broker() -> None:
     respond(req, fetch_response(13, {}, error=6), 13, h.clock.now_ms())
     assert h.requests() == {}
     assert h.metadata_refresh_requested()
-    h.clock.advance(BACKOFF)
+    h.clock.advance(BACKOFF_MAX_JITTERED)
     assert set(h.requests()) == {1}
 
 
@@ -486,9 +519,9 @@ def test_failure_backs_off_the_broker_only() -> None:
     respond(reqs[2], fetch_response(13, {A1: {}}), 13, h.clock.now_ms())
     assert set(h.requests()) == {2}  # broker 1 is backing off, broker 2 is not
     assert h.metadata_refresh_requested()
-    h.clock.advance(BACKOFF - 1)
+    h.clock.advance(BACKOFF_MIN_JITTERED - 1)
     assert h.requests() == {}  # broker 2 busy again, broker 1 still backing off
-    h.clock.advance(1)
+    h.clock.advance(BACKOFF_MAX_JITTERED - BACKOFF_MIN_JITTERED + 1)
     assert set(h.requests()) == {1}
 
 
@@ -498,6 +531,232 @@ def test_forget_allows_a_new_fetch_to_the_node() -> None:
     assert set(h.requests()) == {1}
     h.fm.forget(1)
     assert set(h.requests()) == {1}
+
+
+# ------------------------------------------------------------------------------------ leader changes
+
+
+def sent_epochs(req: UnsentRequest, version: int = 13) -> dict[TopicPartition, int]:
+    body = req.body(version)
+    names = {v: k for k, v in IDS.items()}
+    return {
+        TopicPartition(names[t["topic_id"]], p["partition"]): p["current_leader_epoch"]
+        for t in body["topics"]
+        for p in t["partitions"]
+    }
+
+
+def answer_metadata(h: Harness) -> int:
+    return int(h.answer_metadata(h.clock.now_ms()))
+
+
+def test_fetch_names_the_leader_epoch_from_metadata_not_the_position_epoch() -> None:
+    """The stall of issue 13: the position's epoch is that of the last record batch consumed; the fetch
+    must name the current leader's epoch, or a new leader fences it with FENCED_LEADER_EPOCH forever."""
+    h = Harness()
+    h.assign(A0)
+    h.subs.advance(A0, h.subs.state(A0).position_epoch, 10, 3)  # records of leader epoch 3 consumed
+    assert h.subs.position(A0) == FetchPosition(10, 3)
+    (req,) = h.requests().values()
+    assert sent_epochs(req) == {A0: 7}
+    for version in (9, 13, 17):
+        part = wire.build_request(FETCH, version, req.body(version)).topics[0].partitions[0]
+        assert part.current_leader_epoch == 7
+
+
+@pytest.mark.parametrize("code", [3, 5, 6, 9, 56, 74, 75])
+def test_leader_errors_never_make_a_hot_loop(code: int) -> None:
+    """A broker answering every fetch of a partition with a leader error while metadata keeps naming it:
+    the partition is retried with exponential backoff (at most retry.backoff.max.ms apart), never at once."""
+    h = Harness()
+    h.assign(A0)
+    fetches = refreshes = 0
+    start = h.clock.now_ms()
+    while h.clock.now_ms() - start < 10_000:
+        for req in h.poll().unsent:
+            fetches += 1
+            respond(req, fetch_response(13, {A0: {"error_code": code}}), 13, h.clock.now_ms())
+        refreshes += answer_metadata(h)
+        h.clock.advance(1)
+    # 100, 200, 400, 800 ms, then every 1000 ms (+/- 20 %): about 14 in 10 s; 3,500 a second before.
+    assert 8 <= fetches <= 20
+    assert refreshes >= 1
+    assert drain(h.buffer) == []
+    assert h.subs.position(A0) == FetchPosition(10)
+
+
+def test_poll_wait_covers_the_partition_backoff() -> None:
+    h = Harness(leaders={A0: 1})
+    h.assign(A0)
+    (req,) = h.requests().values()
+    respond(req, fetch_response(13, {A0: {"error_code": 74}}), 13, h.clock.now_ms())
+    result = h.poll()
+    assert result.unsent == []
+    assert BACKOFF_MIN_JITTERED <= result.wait_ms <= BACKOFF_MAX_JITTERED
+
+
+def test_newer_leader_epoch_in_metadata_ends_the_backoff_at_once() -> None:
+    h = Harness()
+    h.assign(A0)
+    (req,) = h.requests().values()
+    respond(req, fetch_response(13, {A0: {"error_code": 74}}), 13, h.clock.now_ms())
+    assert h.requests() == {}
+    h.set_leaders({**LEADERS, A0: 2}, epoch=8)  # the refresh names the new leader (clock moved < backoff)
+    (again,) = h.requests().values()
+    assert again.node == 2 and sent_epochs(again) == {A0: 8}
+
+
+def test_success_resets_the_partition_backoff() -> None:
+    h = Harness(leaders={A0: 1})
+    h.assign(A0)
+    for _ in range(5):  # five failures in a row: the backoff grows
+        h.clock.advance(BACKOFF_MAX)
+        (req,) = h.requests().values()
+        respond(req, fetch_response(13, {A0: {"error_code": 75}}), 13, h.clock.now_ms())
+    h.clock.advance(BACKOFF_MAX * 2)
+    (req,) = h.requests().values()
+    respond(req, fetch_response(13, {A0: {}}), 13, h.clock.now_ms())
+    (req,) = h.requests().values()
+    respond(req, fetch_response(13, {A0: {"error_code": 75}}), 13, h.clock.now_ms())
+    h.clock.advance(BACKOFF_MAX_JITTERED)
+    assert set(h.requests()) == {1}  # back to the first backoff step
+
+
+def hinted_response(version: int, leader: int, epoch: int, *, code: int = 6) -> Any:
+    return wire.build_response(
+        FETCH,
+        version,
+        {
+            "throttle_time": 0,
+            "error_code": 0,
+            "session_id": 0,
+            "responses": [
+                {
+                    "topic_id": IDS["a"],
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "error_code": code,
+                            "high_watermark": -1,
+                            "records": None,
+                            "current_leader": {"leader_id": leader, "leader_epoch": epoch},
+                        }
+                    ],
+                }
+            ],
+            "node_endpoints": [{"node_id": 3, "host": "h3", "port": 9093, "rack": None}],
+        },
+    )
+
+
+@pytest.mark.parametrize("code", [6, 74])
+def test_leader_hint_moves_the_partition_without_waiting_for_metadata(code: int) -> None:
+    """KIP-951: NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH in a v16+ Fetch response name the new leader
+    and its endpoint: the next fetch goes there at once, with the new epoch."""
+    h = Harness(leaders={A0: 1})
+    h.assign(A0)
+    seen: list[int] = []
+    h.metadata.listeners.append(lambda cluster, now: seen.extend(cluster.brokers))
+    (req,) = h.requests().values()
+    respond(req, hinted_response(17, 3, 9, code=code), 17, h.clock.now_ms())
+    (again,) = h.requests().values()  # no clock movement, no metadata response
+    assert again.node == 3 and sent_epochs(again) == {A0: 9}
+    assert h.metadata.cluster.brokers[3].host == "h3"  # the network client learns the endpoint
+    assert 3 in seen
+
+
+def test_leader_hint_with_an_older_epoch_is_ignored() -> None:
+    h = Harness(leaders={A0: 1})
+    h.assign(A0)
+    (req,) = h.requests().values()
+    respond(req, hinted_response(17, 3, 6), 17, h.clock.now_ms())  # epoch 6 < the known 7
+    assert h.metadata.cluster.leader_for(A0) == 1
+    assert h.requests() == {}  # backing off
+
+
+def test_timed_out_fetch_is_refetched_from_the_new_leader() -> None:
+    """A fetch to a dead or hung broker fails after request.timeout.ms; the partition is fetched from the
+    leader that metadata names then."""
+    h = Harness()
+    h.assign(A0)
+    (req,) = h.requests().values()
+    assert req.timeout_ms is None  # the client's request.timeout.ms
+    assert req.on_failure is not None
+    h.clock.advance(30_000)
+    req.on_failure(KafkaTimeoutError("request timed out after 30000 ms"), h.clock.now_ms())
+    assert h.metadata_refresh_requested()
+    assert h.requests() == {}  # broker 1 backs off; metadata still names it
+    h.set_leaders({**LEADERS, A0: 2}, epoch=8)
+    (again,) = h.requests().values()
+    assert again.node == 2 and sent_partitions(again) == {A0: 10} and sent_epochs(again) == {A0: 8}
+
+
+def test_overdue_fetch_refreshes_metadata_at_a_bounded_rate() -> None:
+    """A fetch unanswered long after fetch.max.wait.ms (a hung broker): metadata is refreshed while it
+    lasts, at most once per retry.backoff.max.ms, so a new leader is found before the request times out."""
+    h = Harness(leaders={A0: 1})
+    h.assign(A0)
+    assert set(h.requests()) == {1}
+    refreshes = 0
+    for _ in range(10_000):  # 10 s
+        h.poll()
+        refreshes += answer_metadata(h)
+        h.clock.advance(1)
+    assert 5 <= refreshes <= 10
+    h.set_leaders({A0: 2}, epoch=8)
+    (moved,) = h.requests().values()
+    assert moved.node == 2
+
+
+def test_stall_is_reported_once_per_interval_not_per_retry(caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness(leaders={A0: 1})
+    h.assign(A0)
+    caplog.set_level("WARNING", logger="kafka_handoff.consumer.fetcher")
+    start = h.clock.now_ms()
+    while h.clock.now_ms() - start < 65_000:
+        for req in h.poll().unsent:
+            respond(req, fetch_response(13, {A0: {"error_code": 74}}), 13, h.clock.now_ms())
+        h.clock.advance(10)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2  # after 30 s and after 60 s
+    assert "a-0" in warnings[0] and "FENCED_LEADER_EPOCH" in warnings[0]
+    caplog.clear()
+    h.clock.advance(BACKOFF_MAX * 2)
+    (req,) = h.requests().values()
+    respond(req, fetch_response(13, {A0: {}}), 13, h.clock.now_ms())
+    assert any("fetched again" in r.getMessage() for r in caplog.records)
+
+
+def test_short_outage_logs_no_warning(caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness(leaders={A0: 1})
+    h.assign(A0)
+    caplog.set_level("DEBUG", logger="kafka_handoff.consumer.fetcher")
+    for _ in range(5):
+        (req,) = h.requests().values()
+        respond(req, fetch_response(13, {A0: {"error_code": 6}}), 13, h.clock.now_ms())
+        h.clock.advance(BACKOFF_MAX * 2)
+    (req,) = h.requests().values()
+    respond(req, fetch_response(13, {A0: {}}), 13, h.clock.now_ms())
+    h.poll()
+    assert [r for r in caplog.records if r.levelno >= 30] == []
+
+
+def test_leader_change_drops_the_old_leaders_watermark() -> None:
+    """Lag comes from the current leader's high watermark: the old leader's is not kept after a change."""
+    h = Harness(leaders={A0: 1})
+    h.assign(A0)
+    (req,) = h.requests().values()
+    respond(
+        req, fetch_response(13, {A0: {"high_watermark": 10, "last_stable_offset": 10}}), 13, h.clock.now_ms()
+    )
+    assert h.subs.state(A0).high_watermark == 10
+    h.set_leaders({A0: 2}, epoch=8)
+    (req,) = h.requests().values()
+    assert h.subs.state(A0).high_watermark is None  # unknown until the new leader answers
+    respond(
+        req, fetch_response(13, {A0: {"high_watermark": 60, "last_stable_offset": 60}}), 13, h.clock.now_ms()
+    )
+    assert h.subs.state(A0).high_watermark == 60
 
 
 # ------------------------------------------------------------------------------------ with the collector
@@ -544,3 +803,406 @@ def test_buffer_wakeup_is_taken_once() -> None:
     buf.wait(10.0, lambda: False)  # returns at once: woken
     assert buf.take_wakeup()
     assert not buf.take_wakeup()
+
+
+# ---------------------------------------------------------------------------------------------- KIP-320
+
+OFFSETS_FOR_EPOCH = ApiKey.OFFSET_FOR_LEADER_EPOCH
+
+
+def epoch_end_response(
+    tp: TopicPartition, *, end_offset: int = -1, leader_epoch: int = -1, code: int = 0
+) -> Any:
+    return wire.build_response(
+        OFFSETS_FOR_EPOCH,
+        4,
+        {
+            "throttle_time": 0,
+            "topics": [
+                {
+                    "topic": tp.topic,
+                    "partitions": [
+                        {
+                            "error_code": code,
+                            "partition": tp.partition,
+                            "leader_epoch": leader_epoch,
+                            "end_offset": end_offset,
+                        }
+                    ],
+                }
+            ],
+        },
+    )
+
+
+def validation_body(req: UnsentRequest) -> dict[TopicPartition, tuple[int, int]]:
+    """{tp: (current leader epoch, epoch looked up)} of an OffsetsForLeaderEpoch request."""
+    assert req.api_key == OFFSETS_FOR_EPOCH
+    return {
+        TopicPartition(t["topic"], p["partition"]): (p["current_leader_epoch"], p["leader_epoch"])
+        for t in req.body(4)["topics"]
+        for p in t["partitions"]
+    }
+
+
+def consumed_at(h: Harness, tp: TopicPartition, offset: int, record_epoch: int) -> None:
+    """The partition was fetched from the leader (epoch 7) and records of ``record_epoch`` consumed."""
+    (req,) = [r for r in h.poll().unsent if r.api_key == FETCH]
+    respond(req, fetch_response(13, {tp: {}}), 13, h.clock.now_ms())
+    h.subs.advance(tp, h.subs.state(tp).position_epoch, offset, record_epoch)
+
+
+def validation_after_leader_change(h: Harness, tp: TopicPartition = A0) -> UnsentRequest:
+    h.set_leaders({tp: 2}, epoch=8)
+    (req,) = h.poll().unsent
+    return req
+
+
+def test_leader_change_validates_the_position_before_fetching_again() -> None:
+    h = Harness(leaders={A0: 1})
+    h.assign(A0)
+    consumed_at(h, A0, 10, 5)
+    req = validation_after_leader_change(h)
+    assert req.node == 2 and req.min_version == 3
+    assert validation_body(req) == {A0: (8, 5)}
+    assert h.poll().unsent == []  # not fetched while the validation is in flight
+    respond(req, epoch_end_response(A0, end_offset=10, leader_epoch=5), 4, h.clock.now_ms())
+    (fetch,) = h.requests().values()
+    assert fetch.node == 2 and sent_partitions(fetch) == {A0: 10} and sent_epochs(fetch) == {A0: 8}
+    assert h.subs.position(A0) == FetchPosition(10, 5)
+
+
+def test_leader_change_without_a_record_epoch_needs_no_validation() -> None:
+    h = Harness(leaders={A0: 1})
+    h.assign(A0)  # a position from seek()/reset: no record epoch yet
+    (req,) = h.requests().values()
+    respond(req, fetch_response(13, {A0: {}}), 13, h.clock.now_ms())
+    h.set_leaders({A0: 2}, epoch=8)
+    (fetch,) = h.requests().values()
+    assert fetch.node == 2
+
+
+def test_truncation_moves_the_position_to_the_first_diverging_offset(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    h = Harness(leaders={A0: 1}, reset="earliest")
+    h.assign(A0)
+    consumed_at(h, A0, 10, 5)
+    req = validation_after_leader_change(h)
+    respond(req, epoch_end_response(A0, end_offset=7, leader_epoch=5), 4, h.clock.now_ms())
+    assert h.subs.position(A0) == FetchPosition(7, 5)
+    assert "truncation" in caplog.text and "a-0" in caplog.text
+    (fetch,) = h.requests().values()
+    assert sent_partitions(fetch) == {A0: 7}
+
+
+def test_truncation_with_reset_none_raises_log_truncation_error_from_the_next_poll() -> None:
+    h = Harness(leaders={A0: 1}, reset="none")
+    h.assign(A0)
+    collector = Collector(h.subs, h.buffer, max_poll_records=500, check_crcs=True, read_committed=False)
+    consumed_at(h, A0, 10, 5)
+    req = validation_after_leader_change(h)
+    respond(req, epoch_end_response(A0, end_offset=7, leader_epoch=5), 4, h.clock.now_ms())
+    with pytest.raises(LogTruncationError) as info:
+        collector.collect()
+    err = info.value
+    assert isinstance(err, OffsetOutOfRangeError)  # the offset-out-of-range family, as Java's
+    assert (err.partition, err.fetch_offset, err.divergent_offset) == (A0, 10, 7)
+    assert "a-0" in str(err) and "10" in str(err) and "7" in str(err)
+    assert collector.collect() == {}  # raised once
+    assert h.subs.position(A0) == FetchPosition(10, 5)
+    assert [r for r in h.poll().unsent if r.api_key == FETCH] == []  # not fetched past a truncation
+    h.subs.seek(A0, 7)  # the application decides
+    (fetch,) = h.requests().values()
+    assert sent_partitions(fetch) == {A0: 7}
+
+
+def test_truncation_with_reset_none_is_raised_again_until_the_application_seeks() -> None:
+    h = Harness(leaders={A0: 1}, reset="none")
+    h.assign(A0)
+    consumed_at(h, A0, 10, 5)
+    req = validation_after_leader_change(h)
+    respond(req, epoch_end_response(A0, end_offset=7, leader_epoch=5), 4, h.clock.now_ms())
+    assert h.poll().unsent == []  # the error waits in the buffer: nothing is sent meanwhile
+    (f,) = drain(h.buffer)
+    h.buffer.done_with(A0)
+    assert isinstance(f.error, LogTruncationError)
+    assert h.poll().unsent == []  # backing off
+    h.clock.advance(BACKOFF_MAX_JITTERED)
+    (again,) = h.poll().unsent
+    assert validation_body(again) == {A0: (8, 5)}
+
+
+def test_unknown_epoch_on_the_leader_resets_by_the_strategy() -> None:
+    h = Harness(leaders={A0: 1}, reset="latest")
+    h.assign(A0)
+    consumed_at(h, A0, 10, 5)
+    req = validation_after_leader_change(h)
+    respond(req, epoch_end_response(A0), 4, h.clock.now_ms())  # UNDEFINED epoch / end offset
+    assert h.subs.position(A0) is None
+    assert set(h.subs.needs_position()) == {A0} and h.subs.needs_position()[A0][0] == "latest"
+
+
+def test_unknown_epoch_with_reset_none_raises_without_a_divergent_offset() -> None:
+    h = Harness(leaders={A0: 1}, reset="none")
+    h.assign(A0)
+    consumed_at(h, A0, 10, 5)
+    req = validation_after_leader_change(h)
+    respond(req, epoch_end_response(A0), 4, h.clock.now_ms())
+    (f,) = drain(h.buffer)
+    assert isinstance(f.error, LogTruncationError) and f.error.divergent_offset is None
+
+
+def test_offset_with_a_leader_epoch_is_validated_before_the_first_fetch() -> None:
+    """A committed offset (restart) or seek(OffsetAndMetadata) carries a leader epoch: validated first."""
+    h = Harness(leaders={A0: 1})
+    h.subs.assign_from_user([A0])
+    h.subs.seek(A0, 42, leader_epoch=3)
+    (req,) = h.poll().unsent
+    assert validation_body(req) == {A0: (7, 3)}
+    respond(req, epoch_end_response(A0, end_offset=50, leader_epoch=3), 4, h.clock.now_ms())
+    (fetch,) = h.requests().values()
+    assert sent_partitions(fetch) == {A0: 42}
+
+
+def test_seek_during_validation_discards_its_answer() -> None:
+    h = Harness(leaders={A0: 1}, reset="none")
+    h.subs.assign_from_user([A0])
+    h.subs.seek(A0, 42, leader_epoch=3)
+    (req,) = h.poll().unsent
+    h.subs.seek(A0, 5)
+    respond(req, epoch_end_response(A0, end_offset=1, leader_epoch=3), 4, h.clock.now_ms())
+    assert drain(h.buffer) == []
+    assert h.subs.position(A0) == FetchPosition(5)
+    (fetch,) = h.requests().values()
+    assert sent_partitions(fetch) == {A0: 5}
+
+
+@pytest.mark.parametrize("code", [6, 74, 75])
+def test_validation_errors_back_off_and_refresh_metadata(code: int) -> None:
+    h = Harness(leaders={A0: 1})
+    h.subs.assign_from_user([A0])
+    h.subs.seek(A0, 42, leader_epoch=3)
+    sent = refreshes = 0
+    start = h.clock.now_ms()
+    while h.clock.now_ms() - start < 10_000:
+        for req in h.poll().unsent:
+            sent += 1
+            respond(req, epoch_end_response(A0, code=code), 4, h.clock.now_ms())
+        refreshes += answer_metadata(h)
+        h.clock.advance(1)
+    assert 8 <= sent <= 20
+    assert refreshes >= 1
+    assert h.subs.state(A0).awaiting_validation
+
+
+def test_broker_without_offsets_for_leader_epoch_v3_skips_validation() -> None:
+    h = Harness(leaders={A0: 1})
+    h.subs.assign_from_user([A0])
+    h.subs.seek(A0, 42, leader_epoch=3)
+    (req,) = h.poll().unsent
+    assert req.on_failure is not None
+    req.on_failure(UnsupportedVersionError("OffsetForLeaderEpoch needs version >= 3"), h.clock.now_ms())
+    (fetch,) = h.requests().values()
+    assert sent_partitions(fetch) == {A0: 42}
+    respond(fetch, fetch_response(13, {A0: {}}), 13, h.clock.now_ms())
+    h.subs.seek(A0, 50, leader_epoch=4)
+    (again,) = h.requests().values()  # that broker is known not to support it
+    assert again.api_key == FETCH
+
+
+def test_validation_authorization_error_reaches_the_application() -> None:
+    h = Harness(leaders={A0: 1})
+    h.subs.assign_from_user([A0])
+    h.subs.seek(A0, 42, leader_epoch=3)
+    (req,) = h.poll().unsent
+    respond(req, epoch_end_response(A0, code=29), 4, h.clock.now_ms())
+    (f,) = drain(h.buffer)
+    assert isinstance(f.error, TopicAuthorizationFailedError) and "a-0" in str(f.error)
+
+
+def test_validation_request_builds_for_every_allowed_version() -> None:
+    h = Harness(leaders={A0: 1})
+    h.subs.assign_from_user([A0])
+    h.subs.seek(A0, 42, leader_epoch=3)
+    (req,) = h.poll().unsent
+    lo, hi = CLIENT_VERSIONS[OFFSETS_FOR_EPOCH]
+    for version in range(max(lo, req.min_version), hi + 1):
+        entity = wire.build_request(OFFSETS_FOR_EPOCH, version, req.body(version))
+        part = entity.topics[0].partitions[0]
+        assert (part.current_leader_epoch, part.leader_epoch) == (7, 3)
+        assert entity.replica_id == -1
+
+
+# ---------------------------------------------------------------------------------------------- KIP-227
+
+
+def body_partitions(body: Any) -> dict[TopicPartition, int]:
+    names = {v: k for k, v in IDS.items()}
+    return {
+        TopicPartition(names[t["topic_id"]], p["partition"]): p["fetch_offset"]
+        for t in body["topics"]
+        for p in t["partitions"]
+    }
+
+
+def forgotten(body: Any) -> set[TopicPartition]:
+    names = {v: k for k, v in IDS.items()}
+    return {
+        TopicPartition(names[t["topic_id"]], p)
+        for t in body["forgotten_topics_data"]
+        for p in t["partitions"]
+    }
+
+
+def session_response(
+    parts: dict[TopicPartition, dict[str, Any]], *, session_id: int = 42, error: int = 0
+) -> Any:
+    response = fetch_response(13, parts, error=error)
+    return wire.build_response(
+        FETCH,
+        13,
+        {
+            "throttle_time": 0,
+            "error_code": error,
+            "session_id": session_id,
+            "responses": [
+                {"topic_id": t.topic_id, "partitions": [vars_of(p) for p in t.partitions]}
+                for t in response.responses
+            ],
+        },
+    )
+
+
+def vars_of(p: Any) -> dict[str, Any]:
+    return {
+        "partition_index": p.partition_index,
+        "error_code": p.error_code,
+        "high_watermark": p.high_watermark,
+        "last_stable_offset": p.last_stable_offset,
+        "log_start_offset": p.log_start_offset,
+        "records": p.records,
+        "aborted_transactions": None,
+    }
+
+
+def one(h: Harness) -> Any:
+    (req,) = h.requests().values()
+    return req
+
+
+def test_idle_partitions_are_not_named_again() -> None:
+    h = Harness(leaders={A0: 1, A1: 1, B0: 1})
+    h.assign(A0, A1, B0)
+    req = one(h)
+    body = req.body(13)
+    assert (body["session_id"], body["session_epoch"]) == (0, 0)
+    assert body_partitions(body) == {A0: 10, A1: 10, B0: 10}
+    respond(req, session_response({A0: {}, A1: {}, B0: {}}), 13, h.clock.now_ms())
+    req = one(h)
+    body = req.body(13)
+    assert (body["session_id"], body["session_epoch"]) == (42, 1)
+    assert body_partitions(body) == {} and forgotten(body) == set()
+
+
+def test_consumed_partition_is_forgotten_while_buffered_then_named_with_its_new_offset() -> None:
+    h = Harness(leaders={A0: 1, A1: 1, B0: 1})
+    h.assign(A0, A1, B0)
+    req = one(h)
+    respond(req, session_response({A0: {"records": batch(10)}, A1: {}, B0: {}}), 13, h.clock.now_ms())
+    f = h.buffer.pop()
+    assert f is not None and f.tp == A0
+    body = one(h).body(13)  # A0's data waits for the application: not fetched meanwhile
+    assert body["session_epoch"] == 1 and body_partitions(body) == {} and forgotten(body) == {A0}
+    h.fm.forget(1)
+    h.subs.advance(A0, f.position_epoch, 12, None)
+    h.buffer.done_with(A0)
+    body = one(h).body(13)
+    assert body_partitions(body) == {A0: 12}
+
+
+@pytest.mark.parametrize("code", [70, 71])
+def test_session_error_is_followed_by_a_full_fetch_at_once(code: int) -> None:
+    h = Harness(leaders={A0: 1, A1: 1})
+    h.assign(A0, A1)
+    respond(one(h), session_response({A0: {}, A1: {}}), 13, h.clock.now_ms())
+    respond(one(h), session_response({}, error=code, session_id=0), 13, h.clock.now_ms())
+    body = one(h).body(13)  # no clock movement: no backoff for a session error
+    assert body["session_epoch"] == 0 and body_partitions(body) == {A0: 10, A1: 10}
+
+
+def test_disconnect_is_followed_by_a_full_fetch() -> None:
+    h = Harness(leaders={A0: 1})
+    h.assign(A0)
+    respond(one(h), session_response({A0: {}}), 13, h.clock.now_ms())
+    req = one(h)
+    assert req.on_failure is not None
+    req.on_failure(ConnectionError_("reset"), h.clock.now_ms())
+    h.clock.advance(1000)
+    body = one(h).body(13)
+    assert (body["session_id"], body["session_epoch"]) == (42, 0) and body_partitions(body) == {A0: 10}
+
+
+def test_new_assignment_is_followed_by_a_full_fetch() -> None:
+    h = Harness(leaders={A0: 1, A1: 1})
+    h.assign(A0)
+    respond(one(h), session_response({A0: {}}), 13, h.clock.now_ms())
+    h.subs.assign_from_user([A0, A1])
+    h.subs.seek(A1, 0)
+    body = one(h).body(13)
+    assert body["session_epoch"] == 0 and body_partitions(body) == {A0: 10, A1: 0}
+
+
+def test_leader_change_is_followed_by_a_full_fetch_from_the_new_leader() -> None:
+    h = Harness(leaders={A0: 1, A1: 2})
+    h.assign(A0, A1)
+    for req in h.requests().values():
+        respond(req, session_response({tp: {} for tp in (A0, A1) if h.leaders[tp] == req.node}), 13, 0)
+    h.set_leaders({A0: 2, A1: 2}, epoch=8)
+    reqs = h.requests()
+    body = reqs[2].body(13)
+    assert body["session_epoch"] == 0 and body_partitions(body) == {A0: 10, A1: 10}
+
+
+def test_brokers_before_v7_get_sessionless_full_fetches() -> None:
+    h = Harness(leaders={A0: 1}, topic_ids=False)
+    h.assign(A0)
+    req = one(h)
+    assert req.body(6)["topics"][0]["partitions"][0]["fetch_offset"] == 10
+    respond(req, fetch_response(6, {A0: {}}, ids=False), 6, h.clock.now_ms())
+    body = one(h).body(6)
+    assert body["topics"] and body["session_epoch"] == -1
+
+
+def test_close_sends_one_final_epoch_request_per_session() -> None:
+    h = Harness(leaders={A0: 1, A1: 2})
+    h.assign(A0, A1)
+    for req in h.requests().values():
+        respond(req, session_response({tp: {} for tp in (A0, A1) if h.leaders[tp] == req.node}), 13, 0)
+    respond(h.requests()[1], session_response({}), 13, 0)  # broker 2's fetch stays in flight
+    h.fm.close_sessions(h.clock.now_ms())
+    assert not h.fm.sessions_closed()
+    closing = h.poll().unsent
+    assert [(r.node, r.body(13)["session_id"], r.body(13)["session_epoch"]) for r in closing] == [(1, 42, -1)]
+    assert closing[0].timeout_ms is not None and closing[0].timeout_ms <= 1000  # never holds close() up
+    entity = wire.build_request(FETCH, 13, closing[0].body(13))
+    assert entity.topics == () and entity.session_epoch == -1
+    assert h.poll().unsent == []  # no more fetches
+    respond(closing[0], session_response({}, session_id=0), 13, 0)
+    assert h.fm.sessions_closed()
+
+
+def test_a_leaderless_spell_that_ended_logs_no_warning_later(caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness(leaders={A0: -1})
+    h.assign(A0)
+    caplog.set_level("WARNING", logger="kafka_handoff.consumer.fetcher")
+    assert h.requests() == {}  # no leader: a stall begins
+    h.clock.advance(5_000)
+    h.set_leaders({A0: 1})
+    (req,) = h.requests().values()
+    respond(req, fetch_response(13, {A0: {}}), 13, h.clock.now_ms())
+    for _ in range(70):  # then 70 s of healthy (empty) fetches
+        h.clock.advance(1_000)
+        for req in h.requests().values():
+            respond(req, fetch_response(13, {A0: {}}), 13, h.clock.now_ms())
+    assert [r for r in caplog.records if r.levelno >= 30] == []

@@ -363,6 +363,65 @@ def test_parse_metadata_old_version_without_ids_and_epochs() -> None:
     assert cluster.topic_ids == {}
 
 
+# ------------------------------------------------------------------------------------- leader epochs
+
+A0, A1 = TopicPartition("a", 0), TopicPartition("a", 1)
+
+
+def test_refresh_from_a_lagging_broker_never_moves_a_leader_back() -> None:
+    """A broker behind the controller answers with an older leader epoch: the newer leader is kept (as
+    Java's Metadata), so fetches do not go back to the deposed leader."""
+    clock = FakeClock()
+    mm = manager()
+    refresh(mm, clock, [topic("a", {0: 1, 1: 1}, topic_id=TID, epoch=6)])
+    mm.request_update()
+    clock.advance(BACKOFF)
+    refresh(mm, clock, [topic("a", {0: 2, 1: 2}, topic_id=TID, epoch=5)])  # stale
+    assert (mm.cluster.leader_for(A0), mm.cluster.partitions["a"][0].leader_epoch) == (1, 6)
+    mm.request_update()
+    clock.advance(BACKOFF)
+    refresh(mm, clock, [topic("a", {0: 2, 1: 2}, topic_id=TID, epoch=7)])  # newer
+    assert (mm.cluster.leader_for(A0), mm.cluster.partitions["a"][0].leader_epoch) == (2, 7)
+
+
+def test_recreated_topic_takes_the_new_epochs() -> None:
+    clock = FakeClock()
+    mm = manager()
+    refresh(mm, clock, [topic("a", {0: 1}, topic_id=TID, epoch=6)])
+    mm.request_update()
+    clock.advance(BACKOFF)
+    refresh(mm, clock, [topic("a", {0: 2}, topic_id=uuid.UUID(int=7), epoch=0)])
+    assert (mm.cluster.leader_for(A0), mm.cluster.partitions["a"][0].leader_epoch) == (2, 0)
+
+
+def test_update_leaders_applies_newer_hints_and_learns_endpoints() -> None:
+    clock = FakeClock()
+    mm = manager()
+    refresh(mm, clock, [topic("a", {0: 1, 1: 1}, topic_id=TID, epoch=5)])
+    seen: list[ClusterMetadata] = []
+    mm.listeners.append(lambda cluster, now: seen.append(cluster))
+    updated = mm.update_leaders(
+        {A0: (3, 6), A1: (2, 4)},  # A1's hint is older than what we know
+        [BrokerNode(3, "h3", 9094)],
+        clock.now_ms(),
+    )
+    assert updated == {A0}
+    assert mm.cluster.leader_for(A0) == 3 and mm.cluster.partitions["a"][0].leader_epoch == 6
+    assert mm.cluster.leader_for(A1) == 1
+    assert mm.cluster.brokers[3] == BrokerNode(3, "h3", 9094)
+    assert seen == [mm.cluster]
+    assert mm.poll(clock.now_ms() + MAX_AGE - 1).unsent == []  # not counted as a refresh either way
+
+
+def test_update_leaders_ignores_hints_to_unknown_brokers() -> None:
+    clock = FakeClock()
+    mm = manager()
+    refresh(mm, clock, [topic("a", {0: 1}, topic_id=TID, epoch=5)])
+    before = mm.cluster
+    assert mm.update_leaders({A0: (9, 6)}, [], clock.now_ms()) == set()
+    assert mm.cluster is before
+
+
 # ------------------------------------------------------------------------------------- leader hints (KIP-951)
 
 

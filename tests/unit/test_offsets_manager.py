@@ -155,8 +155,11 @@ def test_committed_offset_is_looked_up_first() -> None:
     assert h.requests() == {}
     assert len(h.committed_calls) == 1  # not asked again while in flight
     done({A0: OffsetAndMetadata(42, "m", 3), A1: OffsetAndMetadata(7)}, h.clock.now_ms())
-    assert h.subs.position(A0) == FetchPosition(42)
+    # The committed leader epoch is kept: that position is validated before it is fetched (KIP-320).
+    assert h.subs.position(A0) == FetchPosition(42, 3)
+    assert h.subs.state(A0).awaiting_validation
     assert h.subs.position(A1) == FetchPosition(7)
+    assert not h.subs.state(A1).awaiting_validation
     assert h.requests() == {}
 
 
@@ -431,14 +434,30 @@ def test_lookup_retries_metadata_errors_and_failures() -> None:
     respond(req, {A0: (6, -1)}, h.clock.now_ms())
     assert h.metadata_refresh_requested()
     assert not fut.done()
-    h.clock.advance(BACKOFF)
+    assert h.requests() == {}  # not asked again at once
+    h.clock.advance(BACKOFF * 12 // 10)  # retry.backoff.ms +/- 20 %
     (req,) = h.requests().values()
     assert req.on_failure is not None
     req.on_failure(ConnectionError_("gone"), h.clock.now_ms())
-    h.clock.advance(BACKOFF)
+    assert h.requests() == {}
+    h.clock.advance(BACKOFF * 2 * 12 // 10)  # the backoff doubles
     (req,) = h.requests().values()
     respond(req, {A0: 33}, h.clock.now_ms())
     assert fut.result(0) == {A0: OffsetAndTimestamp(33, 1234, 4)}
+
+
+def test_lookup_during_a_leader_move_is_not_a_hot_loop() -> None:
+    """end_offsets() while the leader answers NOT_LEADER_OR_FOLLOWER: retried with exponential backoff."""
+    h = Harness()
+    fut: Lookup = Future()
+    h.om.lookup({A0: LATEST}, fut, h.clock.now_ms() + 10_000)
+    sent = 0
+    for _ in range(10_000):
+        for req in h.requests().values():
+            sent += 1
+            respond(req, {A0: (6, -1)}, h.clock.now_ms())
+        h.clock.advance(1)
+    assert 8 <= sent <= 20  # 100, 200, 400, 800 ms, then about every second
 
 
 def test_lookup_of_partition_without_leader_requests_metadata() -> None:

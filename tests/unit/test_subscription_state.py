@@ -248,3 +248,53 @@ def test_version_bumped_on_assignment_change() -> None:
     v1 = subs.version
     subs.assign_from_user([A0, A1])
     assert v0 < v1 < subs.version
+
+
+# ---------------------------------------------------------------------------------- KIP-320 validation
+
+
+def test_seek_with_a_leader_epoch_awaits_validation_and_is_not_fetchable() -> None:
+    subs = assigned(A0, A1)
+    subs.seek(A0, 10, leader_epoch=3)
+    subs.seek(A1, 10)
+    assert set(subs.fetchable()) == {A1}
+    assert subs.validation_targets() == {A0: (FetchPosition(10, 3), subs.state(A0).position_epoch)}
+    subs.seek(A0, 11)  # a plain seek needs no validation
+    assert subs.validation_targets() == {} and set(subs.fetchable()) == {A0, A1}
+
+
+def test_leader_epoch_change_validates_positions_with_a_record_epoch_only() -> None:
+    subs = assigned(A0, A1)
+    subs.seek(A0, 10)
+    subs.seek(A1, 10)
+    first = {tp: (subs.state(tp).position_epoch, 5) for tp in (A0, A1)}
+    assert subs.on_leader_epochs(first) == set()  # the first leader seen: nothing to validate
+    subs.advance(A0, subs.state(A0).position_epoch, 12, 5)  # A0 consumed records of epoch 5
+    subs.update_watermarks(A0, 20, 20, 0)
+    moved = {tp: (subs.state(tp).position_epoch, 6) for tp in (A0, A1)}
+    assert subs.on_leader_epochs(moved) == {A0}
+    assert subs.state(A0).awaiting_validation and subs.state(A0).high_watermark is None
+    assert not subs.state(A1).awaiting_validation and subs.state(A1).leader_epoch == 6
+    assert set(subs.fetchable()) == {A1}
+
+
+def test_complete_validation_keeps_or_replaces_the_position() -> None:
+    subs = assigned(A0, A1)
+    subs.seek(A0, 10, leader_epoch=3)
+    subs.seek(A1, 10, leader_epoch=3)
+    e0, e1 = subs.state(A0).position_epoch, subs.state(A1).position_epoch
+    assert subs.complete_validation(A0, e0, 7)
+    assert subs.position(A0) == FetchPosition(10, 3) and subs.state(A0).leader_epoch == 7
+    assert subs.complete_validation(A1, e1, 7, FetchPosition(8, 3))
+    assert subs.position(A1) == FetchPosition(8, 3) and subs.state(A1).position_epoch == e1 + 1
+    assert not subs.complete_validation(A1, e1, 7)  # stale answer
+    assert subs.validation_targets() == {}
+
+
+def test_unassigned_partition_leaves_the_validation_targets() -> None:
+    subs = assigned(A0, A1)
+    subs.seek(A0, 10, leader_epoch=3)
+    subs.assign_from_user([A1])
+    assert subs.validation_targets() == {}
+    subs.assign_from_user([A0, A1])  # back, as a new assignment: no stale validation state
+    assert subs.validation_targets() == {}

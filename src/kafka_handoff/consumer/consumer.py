@@ -175,6 +175,7 @@ class Consumer:
             self._metadata,
             isolation_level=isolation,
             retry_backoff_ms=int(cfg.get("retry.backoff.ms")),
+            retry_backoff_max_ms=int(cfg.get("retry.backoff.max.ms")),
             committed_lookup=self._committed_lookup_nt if self._commits is not None else None,
             on_error=lambda exc: self._background.put(BackgroundError(exc)),
         )
@@ -189,6 +190,7 @@ class Consumer:
             isolation_level=isolation,
             rack_id=str(cfg.get("client.rack") or ""),
             retry_backoff_ms=int(cfg.get("retry.backoff.ms")),
+            retry_backoff_max_ms=int(cfg.get("retry.backoff.max.ms")),
             on_fetched=self._fetch_metrics.record_fetch,
         )
         managers += [self._offsets, self._fetcher]
@@ -382,9 +384,11 @@ class Consumer:
         return True
 
     def _on_close_nt(self, now: int) -> bool:
-        done = True
+        if self._fetcher.enabled:
+            self._fetcher.close_sessions(now)  # KIP-227: stop fetching, close the brokers' fetch sessions
+        done = self._fetcher.sessions_closed()
         if self.membership is not None:
-            done = bool(self.membership.left)
+            done = done and bool(self.membership.left)
         if self._commits is not None and self._commits.pending():
             done = False
         return done

@@ -12,6 +12,7 @@ refuses up front to commit partitions this member does not own, and runs the aut
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -65,6 +66,9 @@ class _Lookup:
     deadline_ms: int
     results: dict[TopicPartition, OffsetAndTimestamp | None]
     in_flight: set[TopicPartition]
+    retry_at: dict[TopicPartition, int] = dataclasses.field(default_factory=dict)
+    """Partitions whose last attempt failed (leader moved, disconnect): not asked again before then."""
+    failures: int = 0
 
 
 class OffsetsManager:
@@ -75,6 +79,7 @@ class OffsetsManager:
         *,
         isolation_level: int,
         retry_backoff_ms: int,
+        retry_backoff_max_ms: int = 1000,
         committed_lookup: Callable[
             [set[TopicPartition], Callable[[dict[TopicPartition, Any], int], None]], bool
         ]
@@ -88,6 +93,7 @@ class OffsetsManager:
         self._metadata = metadata
         self._isolation = isolation_level
         self._backoff = retry_backoff_ms
+        self._lookup_backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
         self._committed_lookup = committed_lookup
         self._wall = wall_clock_ms or (lambda: int(time.time() * 1000))
         self._on_error = on_error
@@ -161,7 +167,10 @@ class OffsetsManager:
                         self._next_reset_ms[tp] = (st.position_epoch, now + self._backoff)
                         continue
                     if value is not None:
-                        self._subs.maybe_seek_unvalidated(tp, value.offset, st.position_epoch, "committed")
+                        # With its leader epoch: validated with the current leader first (KIP-320).
+                        self._subs.maybe_seek_unvalidated(
+                            tp, value.offset, st.position_epoch, "committed", value.leader_epoch
+                        )
                     else:
                         self._subs.request_reset(tp, self._subs.default_reset)
 
@@ -181,8 +190,14 @@ class OffsetsManager:
             todo = {
                 tp: ts
                 for tp, ts in lookup.timestamps.items()
-                if tp not in lookup.results and tp not in lookup.in_flight
+                if tp not in lookup.results
+                and tp not in lookup.in_flight
+                and lookup.retry_at.get(tp, 0) <= now_ms
             }
+            if lookup.retry_at:
+                later = [t for tp, t in lookup.retry_at.items() if t > now_ms and tp not in lookup.results]
+                if later:
+                    wait = min(wait, min(later) - now_ms)
             if todo:
                 requests.extend(self._list_offsets_for_lookup(lookup, todo, now_ms))
                 wait = min(wait, self._backoff)
@@ -304,7 +319,9 @@ class OffsetsManager:
                         OffsetAndTimestamp(offset, ts, le if le >= 0 else None) if offset >= 0 else None
                     )
                 elif code in (3, 5, 6, 74, 75):
+                    # The leader moved: ask again after a backoff (and fresh metadata), not at once.
                     self._metadata.request_update()
+                    self._retry_lookup(lookup, {tp}, now)
                 else:
                     lookup.future.set_exception(error_for_code(code, f"listing offsets of {tp}"))
                     return
@@ -314,9 +331,16 @@ class OffsetsManager:
             def on_failure(error: BaseException, now: int, parts: set[TopicPartition] = parts) -> None:
                 lookup.in_flight.difference_update(parts)
                 self._metadata.request_update()
+                self._retry_lookup(lookup, parts, now)
 
             requests.append(self._request(node, timestamps, on_result, on_failure))
         return requests
+
+    def _retry_lookup(self, lookup: _Lookup, parts: set[TopicPartition], now_ms: int) -> None:
+        lookup.failures += 1
+        at = now_ms + self._lookup_backoff.after_failures(lookup.failures)
+        for tp in parts:
+            lookup.retry_at[tp] = at
 
 
 # --------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from kafka_handoff.errors import IllegalStateError
@@ -49,6 +49,13 @@ class PartitionState:
     consumed_at_poll: FetchPosition | None = None
     """The position when the current (or last) ``poll()`` started: every record before it was returned by an
     earlier ``poll()``, so the application has processed it -- what the auto-commit timer may commit."""
+    leader_epoch: int | None = None
+    """The partition leader's epoch (from metadata) that the position was last fetched from or validated
+    against (Java's ``FetchPosition.currentLeader``).  When metadata shows another epoch, the leader changed:
+    a position that carries a record epoch is validated again (KIP-320) before it is fetched."""
+    awaiting_validation: bool = False
+    """KIP-320: the position must be checked with OffsetsForLeaderEpoch before it is fetched (Java's
+    ``AWAIT_VALIDATION``): after a leader change, or a seek to an offset with a leader epoch."""
 
     @property
     def fetchable(self) -> bool:
@@ -57,6 +64,7 @@ class PartitionState:
             and not self.paused
             and not self.pending_revocation
             and not self.awaiting_callback
+            and not self.awaiting_validation
         )
 
 
@@ -69,6 +77,8 @@ class SubscriptionState:
         self.default_reset = default_reset
         self.version = 0
         """Bumped on every assignment change (lets collectors drop stale data)."""
+        self._awaiting: set[TopicPartition] = set()
+        """Partitions awaiting validation (may hold unassigned ones; pruned lazily)."""
 
     # ------------------------------------------------------------------ subscription
     @property
@@ -176,6 +186,9 @@ class SubscriptionState:
             if st.consumed_at_poll is not None and offset < st.consumed_at_poll.offset:
                 # Seeking back means "not processed from here": auto-commit must not go beyond it.
                 st.consumed_at_poll = st.position
+            # An offset with a leader epoch (a committed offset, or one the application kept) is checked
+            # for log truncation with the current leader before it is fetched (KIP-320).
+            self._set_awaiting_validation(tp, st, leader_epoch is not None)
 
     def request_reset(self, tp: TopicPartition, strategy: str) -> None:
         with self._lock:
@@ -184,18 +197,99 @@ class SubscriptionState:
             st.reset_strategy = strategy
             st.position_epoch += 1
             st.consumed_at_poll = None  # may move backwards: nothing to auto-commit until the next poll()
+            self._set_awaiting_validation(tp, st, False)
 
     def maybe_seek_unvalidated(
-        self, tp: TopicPartition, offset: int, expected_epoch: int, strategy: str
+        self,
+        tp: TopicPartition,
+        offset: int,
+        expected_epoch: int,
+        strategy: str,
+        leader_epoch: int | None = None,
     ) -> bool:
-        """Set a position found by a lookup, unless the partition was seeked/reset meanwhile."""
+        """Set a position found by a lookup, unless the partition was seeked/reset meanwhile.  A position
+        with a ``leader_epoch`` (a committed offset) is validated before it is fetched (KIP-320)."""
         with self._lock:
             st = self._parts.get(tp)
             if st is None or st.position_epoch != expected_epoch or st.reset_strategy != strategy:
                 return False
-            st.position = FetchPosition(offset)
+            st.position = FetchPosition(offset, leader_epoch)
             st.reset_strategy = None
             st.position_epoch += 1
+            self._set_awaiting_validation(tp, st, leader_epoch is not None)
+            return True
+
+    # ------------------------------------------------------------------ leader epochs (network thread)
+    def _set_awaiting_validation(self, tp: TopicPartition, st: PartitionState, value: bool) -> None:
+        st.awaiting_validation = value
+        if value:
+            self._awaiting.add(tp)
+        else:
+            self._awaiting.discard(tp)
+
+    def fetch_candidates(self) -> dict[TopicPartition, tuple[FetchPosition, int, int | None]]:
+        """Fetchable partitions: (position, position epoch, leader epoch the position is known good for)."""
+        with self._lock:
+            return {
+                tp: (st.position, st.position_epoch, st.leader_epoch)
+                for tp, st in self._parts.items()
+                if st.fetchable and st.position is not None
+            }
+
+    def on_leader_epochs(self, changes: Mapping[TopicPartition, tuple[int, int]]) -> set[TopicPartition]:
+        """Metadata shows a leader epoch other than the one each position was fetched with:
+        ``{tp: (position epoch, new leader epoch)}``.  Watermarks of the old leader are dropped (lag comes
+        from the current leader only).  A position that carries a record leader epoch and was fetched from an
+        earlier leader must be validated first (KIP-320); returns those partitions."""
+        out: set[TopicPartition] = set()
+        with self._lock:
+            for tp, (pepoch, epoch) in changes.items():
+                st = self._parts.get(tp)
+                if st is None or st.position is None or st.position_epoch != pepoch:
+                    continue
+                if st.leader_epoch is not None:
+                    st.high_watermark = st.last_stable_offset = None
+                    if st.position.leader_epoch is not None and epoch >= 0:
+                        self._set_awaiting_validation(tp, st, True)
+                        out.add(tp)
+                st.leader_epoch = epoch
+        return out
+
+    def validation_targets(self) -> dict[TopicPartition, tuple[FetchPosition, int]]:
+        """Positions waiting for validation (KIP-320): (position, position epoch)."""
+        with self._lock:
+            if not self._awaiting:
+                return {}
+            out: dict[TopicPartition, tuple[FetchPosition, int]] = {}
+            for tp in list(self._awaiting):
+                st = self._parts.get(tp)
+                if st is None or not st.awaiting_validation:
+                    self._awaiting.discard(tp)  # unassigned since
+                elif st.position is not None and not st.pending_revocation:
+                    out[tp] = (st.position, st.position_epoch)
+            return out
+
+    def complete_validation(
+        self,
+        tp: TopicPartition,
+        expected_epoch: int,
+        leader_epoch: int | None,
+        new_position: FetchPosition | None = None,
+    ) -> bool:
+        """The position was validated against the leader at ``leader_epoch``; ``new_position`` (the first
+        diverging offset after a truncation) replaces it.  False if the partition was seeked meanwhile."""
+        with self._lock:
+            st = self._parts.get(tp)
+            if st is None or st.position_epoch != expected_epoch or not st.awaiting_validation:
+                return False
+            self._set_awaiting_validation(tp, st, False)
+            st.leader_epoch = leader_epoch
+            if new_position is not None:
+                st.position = new_position
+                st.position_epoch += 1
+                if st.consumed_at_poll is not None and new_position.offset < st.consumed_at_poll.offset:
+                    # The log was truncated below what auto-commit may commit: never commit past it.
+                    st.consumed_at_poll = new_position
             return True
 
     def advance(self, tp: TopicPartition, expected_epoch: int, offset: int, leader_epoch: int | None) -> bool:

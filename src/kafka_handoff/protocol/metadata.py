@@ -67,31 +67,32 @@ def parse_metadata(response: Any) -> ClusterMetadata:
     )
 
 
-def keep_newer_leaders(current: ClusterMetadata, fresh: ClusterMetadata) -> ClusterMetadata:
-    """``fresh`` with the partitions for which ``current`` knows a newer leader epoch kept from ``current``
-    (a lagging broker's Metadata answer must not undo a leader change learnt from a KIP-951 hint or a newer
-    refresh; Java's ``Metadata`` does the same).  Topics recreated under a new id are taken as they come."""
-    if not current.partitions:
-        return fresh
-    partitions: dict[str, tuple[PartitionInfo, ...]] | None = None
-    for topic, parts in fresh.partitions.items():
-        known = current.partitions.get(topic)
-        if not known or current.topic_ids.get(topic) != fresh.topic_ids.get(topic):
+def keep_newer_leaders(old: ClusterMetadata, new: ClusterMetadata) -> ClusterMetadata:
+    """``new``, except that a partition whose leader epoch went backwards keeps its entry from ``old``.
+
+    A broker that has not caught up with the controller answers Metadata with an older leader (as Java's
+    ``Metadata`` does, an older epoch never replaces a newer one, unless the topic was re-created).  Without
+    this, a refresh served by a lagging broker sends fetches back to a deposed leader."""
+    if not old.partitions:
+        return new
+    changed: dict[str, tuple[PartitionInfo, ...]] = {}
+    for topic, parts in new.partitions.items():
+        old_parts = old.partitions.get(topic)
+        if not old_parts or old.topic_ids.get(topic) != new.topic_ids.get(topic):
             continue
+        by_index = {p.partition: p for p in old_parts}
         merged = list(parts)
-        changed = False
+        replaced = False
         for i, p in enumerate(parts):
-            old = known[p.partition] if p.partition < len(known) else None
-            if old is not None and old.partition == p.partition and old.leader_epoch > p.leader_epoch >= 0:
-                merged[i] = old
-                changed = True
-        if changed:
-            if partitions is None:
-                partitions = dict(fresh.partitions)
-            partitions[topic] = tuple(merged)
-    if partitions is None:
-        return fresh
-    return dataclasses.replace(fresh, partitions=partitions)
+            o = by_index.get(p.partition)
+            if o is not None and o.leader_epoch >= 0 and 0 <= p.leader_epoch < o.leader_epoch:
+                merged[i] = o
+                replaced = True
+        if replaced:
+            changed[topic] = tuple(merged)
+    if not changed:
+        return new
+    return dataclasses.replace(new, partitions={**new.partitions, **changed})
 
 
 class MetadataManager:
@@ -126,43 +127,6 @@ class MetadataManager:
 
     def request_update(self) -> None:
         self._need_update = True
-
-    def update_leaders(
-        self,
-        leaders: Mapping[TopicPartition, tuple[int, int]],
-        nodes: Iterable[BrokerNode],
-        now_ms: int,
-    ) -> set[TopicPartition]:
-        """Apply KIP-951 leader hints (``{partition: (leader id, leader epoch)}`` and the leaders' endpoints)
-        from a Produce or Fetch response, without waiting for a Metadata refresh.
-
-        As Java's ``Metadata.updatePartitionLeadership``: a hint is taken only for a partition this snapshot
-        knows, when its epoch is newer than the known leader epoch and the leader's address is known (from
-        ``nodes`` or the current brokers).  Listeners are notified with the new snapshot.  Returns the
-        partitions whose leader changed."""
-        cluster = self.cluster
-        brokers = dict(cluster.brokers)
-        for node in nodes:
-            brokers.setdefault(node.node_id, node)
-        partitions = dict(cluster.partitions)
-        updated: set[TopicPartition] = set()
-        for tp, (leader, epoch) in leaders.items():
-            parts = partitions.get(tp.topic)
-            if leader < 0 or epoch < 0 or leader not in brokers or parts is None:
-                continue
-            if not 0 <= tp.partition < len(parts) or parts[tp.partition].partition != tp.partition:
-                continue
-            current = parts[tp.partition]
-            if current.leader_epoch >= epoch:
-                continue  # stale or already known
-            new = dataclasses.replace(current, leader=leader, leader_epoch=epoch)
-            partitions[tp.topic] = (*parts[: tp.partition], new, *parts[tp.partition + 1 :])
-            updated.add(tp)
-        if updated:
-            self.cluster = dataclasses.replace(cluster, brokers=brokers, partitions=partitions)
-            for listener in self.listeners:
-                listener(self.cluster, now_ms)
-        return updated
 
     def wait_for_update(
         self, future: Future[ClusterMetadata], extra_topics: frozenset[str] | None = None
@@ -245,3 +209,48 @@ class MetadataManager:
             min_version=1,
         )
         return PollResult([request], self._backoff_base)
+
+    def update_leaders(
+        self,
+        leaders: Mapping[TopicPartition, tuple[int, int]],
+        nodes: Iterable[BrokerNode],
+        now_ms: int,
+    ) -> set[TopicPartition]:
+        """Apply KIP-951 leader hints (``{tp: (leader id, leader epoch)}`` and the leaders' endpoints from a
+        Fetch or Produce response) without waiting for a Metadata refresh, as Java's
+        ``Metadata.updatePartitionLeadership``.  A hint is used only when its epoch is newer than the known
+        one and its leader's address is known; listeners see the new snapshot.  Returns the partitions whose
+        leader was updated."""
+        cluster = self.cluster
+        brokers = dict(cluster.brokers)
+        for node in nodes:
+            brokers[node.node_id] = node
+        by_topic: dict[str, dict[int, tuple[int, int]]] = {}
+        for tp, hint in leaders.items():
+            by_topic.setdefault(tp.topic, {})[tp.partition] = hint
+        changed: dict[str, tuple[PartitionInfo, ...]] = {}
+        updated: set[TopicPartition] = set()
+        for topic, hints in by_topic.items():
+            parts = cluster.partitions.get(topic)
+            if not parts:
+                continue
+            merged = list(parts)
+            for i, p in enumerate(parts):
+                found = hints.get(p.partition)
+                if found is None:
+                    continue
+                leader, epoch = found
+                if leader < 0 or epoch <= p.leader_epoch or leader not in brokers:
+                    continue
+                merged[i] = dataclasses.replace(p, leader=leader, leader_epoch=epoch)
+                updated.add(TopicPartition(topic, p.partition))
+            if merged != list(parts):
+                changed[topic] = tuple(merged)
+        if not updated:
+            return updated
+        self.cluster = dataclasses.replace(
+            cluster, brokers=brokers, partitions={**cluster.partitions, **changed}
+        )
+        for listener in self.listeners:
+            listener(self.cluster, now_ms)
+        return updated
