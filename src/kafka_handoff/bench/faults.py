@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import json
 import logging
+import sys
 import threading
 import time
 import uuid
@@ -1001,8 +1002,7 @@ def run_fault(
 
 
 # ============================================================================================ CLI
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="handoff bench faults", description=__doc__)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--faults", default="all", help=f"comma-separated, of: {', '.join(FAULTS)} (default: all)"
     )
@@ -1010,17 +1010,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--clients", default="handoff,confluent", help="comma-separated: handoff, confluent")
     parser.add_argument("--rate", type=float, default=120.0, help="records/s produced")
     parser.add_argument("--json", default="", help="also write the results as JSON to this file")
-    args = parser.parse_args(argv)
+
+
+def cli(args: argparse.Namespace) -> int:
+    """Run the scenarios on a fresh 3-node cluster; exit 1 when kafka-handoff broke a guarantee."""
     faults = (
         list(FAULTS) if args.faults == "all" else [f.strip() for f in args.faults.split(",") if f.strip()]
     )
-    unknown = [f for f in faults if f not in FAULTS]
-    if unknown:
-        parser.error(f"--faults: unknown {unknown}; allowed: {', '.join(FAULTS)}")
     protocols = [p.strip() for p in args.protocols.split(",") if p.strip()]
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
-    if not set(protocols) <= set(PROTOCOLS) or not set(clients) <= {"handoff", "confluent"}:
-        parser.error("--protocols: classic, consumer; --clients: handoff, confluent")
+    unknown = [f for f in faults if f not in FAULTS]
+    if unknown or not faults:
+        print(f"handoff: --faults: unknown {unknown}; allowed values: {', '.join(FAULTS)}", file=sys.stderr)
+        return 2
+    if not protocols or not set(protocols) <= set(PROTOCOLS):
+        print(f"handoff: --protocols: {protocols}; allowed values: classic, consumer", file=sys.stderr)
+        return 2
+    if not clients or not set(clients) <= {"handoff", "confluent"}:
+        print(f"handoff: --clients: {clients}; allowed values: handoff, confluent", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     print("starting a 3-node cluster behind the fault proxy ...", flush=True)
     cluster, proxy = start_fault_cluster()
@@ -1039,6 +1047,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             json.dump([asdict(r) for r in runs], fh, indent=2)
     bad = [p for r in runs for p in r.problems() if not p.startswith("confluent")]
     return 1 if bad else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="handoff bench faults", description=__doc__)
+    add_arguments(parser)
+    return cli(parser.parse_args(argv))
 
 
 def _print_run(run: FaultRun) -> None:
