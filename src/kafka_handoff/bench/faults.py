@@ -81,9 +81,11 @@ FAULT_BROKER_OVERRIDES = {
 PARTITIONS = 6
 #: The consumers' request.timeout.ms (Java's default is 30000; shorter keeps black-hole scenarios short).
 REQUEST_TIMEOUT_MS = 10_000
-#: The bound on a partition's stall beyond the fault's own length: request.timeout.ms (an in-flight request
-#: to a hung or black-holed broker) + 5 s for fencing, a metadata refresh and a rebalance on a busy machine.
-STALL_BOUND_S = REQUEST_TIMEOUT_MS / 1000 + 5.0
+#: The bound on a partition's stall beyond the fault's *outage* (see :class:`FaultRun`): request.timeout.ms
+#: (10 s: an in-flight request to a hung or black-holed broker) + broker.session.timeout.ms (4 s: until the
+#: controller fences a dead broker and moves its leaders) + 6 s for metadata refreshes, reconnect backoff
+#: and a rebalance on a busy 2-core machine.
+STALL_BOUND_S = REQUEST_TIMEOUT_MS / 1000 + 4.0 + 6.0
 #: The slack allowed on top of close()'s timeout (thread scheduling on a loaded 2-core machine).
 CLOSE_SLACK_S = 2.0
 CLOSE_TIMEOUT_S = 15.0
@@ -660,6 +662,8 @@ class FaultContext:
     join: Callable[[], None]  # starts the joining member of every group (once)
     holds: list[threading.Event]
     revoke_pending: Callable[[], bool]
+    #: Seconds during which the fault denied service that no client could route around (see FaultRun).
+    outage_s: float = 0.0
 
     def leader_node(self) -> int:
         """A node leading partitions of the topic that is not the coordinator (else the coordinator)."""
@@ -725,6 +729,7 @@ def fault_pause_coordinator(ctx: FaultContext) -> None:
 def fault_coordinator_dies_mid_rebalance(ctx: FaultContext) -> None:
     """ConsumerBounceTest: processing is held so a revoke stays pending, a member joins (a rebalance starts),
     the coordinator is killed while the revoke is pending, then processing resumes and it restarts."""
+    held = now()
     for h in ctx.holds:
         h.set()
     try:
@@ -735,6 +740,7 @@ def fault_coordinator_dies_mid_rebalance(ctx: FaultContext) -> None:
     finally:
         for h in ctx.holds:
             h.clear()
+        ctx.outage_s = now() - held  # the application itself held its records this long
     ctx.cluster.restart_node(ctx.coordinator)
 
 
@@ -742,12 +748,14 @@ def _proxy_fault(
     fault: Any, nodes: Callable[[FaultContext], list[int] | None]
 ) -> Callable[[FaultContext], None]:
     def run(ctx: FaultContext) -> None:
+        started = now()
         ctx.proxy.set_fault(fault, nodes(ctx))
         try:
             ctx.join()
             time.sleep(2 * OUTAGE_S)  # the fault's length (injection)
         finally:
             ctx.proxy.heal()
+            ctx.outage_s = now() - started  # the brokers behind it still lead: nothing to fail over to
 
     return run
 
@@ -853,7 +861,12 @@ def analyse(
 @dataclass
 class FaultRun:
     fault: str
-    outage_s: float  # from the fault's injection until it was healed (node back / proxy healed)
+    #: The part of the fault no client can route around, which the stall bound builds on: 0 for a dead,
+    #: stopped or hung node (the other two take over its leaders and coordinators once it is fenced), the
+    #: fault's length for a proxy fault (the broker behind it stays the leader), the time the application
+    #: held its records for ``coordinator-dies-mid-rebalance``.
+    outage_s: float
+    fault_s: float  # from the fault's injection until it healed (node restarted and serving / proxy healed)
     producer_failed: list[str]
     groups: list[GroupOutcome]
     elapsed_s: float
@@ -923,7 +936,7 @@ def run_fault(
     producer: SteadyProducer | None = None
     joined = threading.Event()
     acked: dict[tuple[TopicPartition, int], tuple[float, bytes]] = {}
-    outage = 0.0
+    outage = fault_s = 0.0
     try:
         for lb in labels:
             for name in ("A", "B"):
@@ -967,7 +980,8 @@ def run_fault(
         finally:
             proxy.heal()
             cluster.heal()
-        outage = now() - t_fault
+        fault_s = now() - t_fault
+        outage = ctx.outage_s
         join()
         for lb in labels:  # the first member leaves once the fault healed
             groups[lb][0].leave()
@@ -995,6 +1009,7 @@ def run_fault(
     return FaultRun(
         fault=fault,
         outage_s=round(outage, 2),
+        fault_s=round(fault_s, 2),
         producer_failed=list(producer.acked.failed),
         groups=[analyse(recs[lb], acked, t_end) for lb in labels],
         elapsed_s=round(now() - started, 1),
@@ -1057,7 +1072,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _print_run(run: FaultRun) -> None:
     failures = len(run.producer_failed)
-    print(f"   outage {run.outage_s:.1f} s, scenario {run.elapsed_s:.0f} s, producer failures {failures}")
+    print(
+        f"   fault {run.fault_s:.1f} s (outage {run.outage_s:.1f} s), scenario {run.elapsed_s:.0f} s, "
+        f"producer failures {failures}"
+    )
     head = (
         f"   {'group':<20}{'acked':>7}{'consumed':>9}{'missing':>8}{'dup':>5}{'dup>commit':>11}"
         f"{'stall s':>9}{'close s':>8}  bounded  errors"
