@@ -9,14 +9,15 @@ groups consume with asynchronous processing and KIP-983 delayed revocation -- on
 leaving after it.  Each asserts, for both groups:
 
 * every acknowledged record is consumed;
-* none is handed out again after a successful commit covered it (the app committed before the partition
+* none is processed again after a successful commit covered it (the app committed before the partition
   moved);
 * no partition stalls longer than the fault's outage plus ``STALL_BOUND_S`` = 20 s (request.timeout.ms
   10 s + broker.session.timeout.ms 4 s + 6 s for metadata refreshes, backoff and the rebalance).  The stall
-  of a partition is the longest time an acknowledged record waited until ``poll()`` handed it out.  The
-  outage is what no client can route around: 0 for a killed, stopped or hung node (the other two take over
-  once it is fenced -- however long its restart takes), the fault's length for a proxy fault (its broker
-  stays the leader), the time the application held its records in ``coordinator-dies-mid-rebalance``;
+  of a partition is the longest time an acknowledged record waited until the application started
+  processing it.  The outage is what no client can route around: 0 for a killed, stopped or hung node
+  (the other two take over once it is fenced -- however long its restart takes), the fault's length for a
+  proxy fault (its broker stays the leader), the time the application held its records in
+  ``coordinator-dies-mid-rebalance``;
 * no error reaches the application where Java would not raise one (``poll()`` raises nothing; a commit may
   fail only with the membership errors Java's ``commitSync`` raises too);
 * every ``close()`` returns within its timeout (15 s, + 2 s of scheduling slack);

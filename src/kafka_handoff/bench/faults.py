@@ -16,10 +16,11 @@ in front of every broker) while:
 
 The group ids are picked so that every group of a run has the same group coordinator, which the
 coordinator faults then hit.  What a scenario measures, per group (:class:`GroupOutcome`): records
-acknowledged, consumed, missing, handed out twice (and of those, twice *after a successful commit covered
+acknowledged, consumed, missing, processed twice (and of those, twice *after a successful commit covered
 them* -- the app committed before the partition moved, so a second delivery is a bug), the longest stall of
-any partition (the longest time an acknowledged record waited until ``poll()`` handed it out; for a missing
-record, until the scenario ended), errors that reached the application, and the longest ``close()``.
+any partition (the longest time an acknowledged record waited until the application started processing
+it; for a missing record, until the scenario ended), errors that reached the application, and the longest
+``close()``.
 """
 
 from __future__ import annotations
@@ -180,7 +181,8 @@ def leaders(cluster: Cluster, topic: str) -> dict[int, int]:
 # ============================================================================================ recording
 @dataclass
 class Recorder:
-    """Everything one group did, thread-safe: handed-out records, successful commits, errors, closes."""
+    """Everything one group did, thread-safe: records whose processing started (``handed``: time, member,
+    partition, offset, value), successful commits, errors, closes."""
 
     group: str
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -427,8 +429,6 @@ class AsyncMember(threading.Thread, RebalanceListenerBase):
                 items = [
                     (TopicPartition(r.topic, r.partition), r.offset, bytes(r.value or b"")) for r in records
                 ]
-                if items:
-                    self.rec.record(self.member, items)
                 with self._lock:
                     for tp, off, value in items:
                         if tp not in self._revoking:
@@ -460,13 +460,19 @@ class AsyncMember(threading.Thread, RebalanceListenerBase):
             self.closed.set()
 
     def _start_work(self, pool: ThreadPoolExecutor) -> None:
+        started: list[tuple[TopicPartition, int, bytes]] = []
         with self._lock:
             for tp, queue in self._queued.items():
                 while queue and len(self._running[tp]) < self.max_in_flight:
-                    off, _value = queue.pop(0)
+                    off, value = queue.pop(0)
                     self._running[tp].add(off)
                     self._order[tp].append(off)
+                    started.append((tp, off, value))
                     pool.submit(self._process, tp, off)
+        if started:
+            # Recorded when processing starts (a record fetched but dropped because its partition is being
+            # revoked was never processed: the next owner processing it is no duplicate).
+            self.rec.record(self.member, started)
 
     def _commit_progress(self, consumer: Consumer) -> None:
         with self._lock:
@@ -784,8 +790,8 @@ class GroupOutcome:
     acknowledged: int
     consumed: int
     missing: int
-    duplicated: int  # handed out more than once
-    duplicated_after_commit: int  # handed out again after a successful commit covered it
+    duplicated: int  # processed more than once
+    duplicated_after_commit: int  # processed again after a successful commit covered it
     longest_stall_s: float
     stalled_partition: str
     unexpected_errors: list[str]
@@ -795,6 +801,7 @@ class GroupOutcome:
     close_bounded: bool
     log_duplicates: int  # produced values written at more than one offset (idempotence)
     unsettled: str = ""  # the group did not settle over the remaining members after the fault
+    expected_error_samples: list[str] = field(default_factory=list)  # the first few, for the report
 
     def problems(self, outage_s: float) -> list[str]:
         """What breaks the guarantees (empty: all held)."""
@@ -859,6 +866,7 @@ def analyse(
         close_bounded=all(s <= t + CLOSE_SLACK_S for _m, s, t in closes),
         log_duplicates=sum(1 for keys in value_at.values() if len(keys) > 1),
         unsettled=rec.unsettled,
+        expected_error_samples=list(rec.expected_errors[:5]),
     )
 
 
