@@ -11,8 +11,10 @@ leaving after it.  Each asserts, for both groups:
 * every acknowledged record is consumed;
 * none is processed again after a successful commit covered it (the app committed before the partition
   moved);
-* no partition stalls longer than the fault's outage plus ``STALL_BOUND_S`` = 20 s (request.timeout.ms
-  10 s + broker.session.timeout.ms 4 s + 6 s for metadata refreshes, backoff and the rebalance).  The stall
+* no partition stalls longer than the fault's outage plus ``STALL_BOUND_S`` = 30 s (request.timeout.ms
+  10 s + broker.session.timeout.ms 4 s + the classic session.timeout.ms 10 s, for a coordinator that took
+  over mid-rebalance and waits for the members to rejoin, + 6 s for metadata refreshes, backoff and a busy
+  machine).  The stall
   of a partition is the longest time an acknowledged record waited until the application started
   processing it.  The outage is what no client can route around: 0 for a killed, stopped or hung node
   (the other two take over once it is fenced -- however long its restart takes), the fault's length for a

@@ -60,14 +60,14 @@ def test_a_record_handed_out_again_after_its_commit_is_a_problem() -> None:
 
 def test_stall_bound_close_bound_errors_and_log_duplicates() -> None:
     rec = Recorder("g")
-    rec.handed = [(40.0, "A", TP, 0, b"0"), (40.0, "A", TP, 1, b"0")]  # one value at two offsets
+    rec.handed = [(50.0, "A", TP, 0, b"0"), (50.0, "A", TP, 1, b"0")]  # one value at two offsets
     rec.closes = [("A", 20.0, 15.0)]
     rec.unexpected = ["A poll: KafkaError: boom"]
-    out = analyse(rec, acked(0, 1), t_end=40.0)
+    out = analyse(rec, acked(0, 1), t_end=60.0)
     problems = out.problems(outage_s=10.0)
-    assert out.longest_stall_s == 40.0 > 10.0 + STALL_BOUND_S
-    assert any("stalled 40.0 s" in p for p in problems)
+    assert out.longest_stall_s == 50.0 > 10.0 + STALL_BOUND_S
+    assert any("stalled 50.0 s" in p for p in problems)
     assert any("close() took 20.0 s" in p for p in problems)
     assert any("errors reached the application" in p for p in problems)
     assert any("written twice" in p for p in problems)
-    assert not analyse(rec, acked(0, 1), t_end=50.0).problems(outage_s=20.0)[0].startswith("partition")
+    assert not analyse(rec, acked(0, 1), t_end=60.0).problems(outage_s=20.0)[0].startswith("partition")

@@ -82,11 +82,14 @@ FAULT_BROKER_OVERRIDES = {
 PARTITIONS = 6
 #: The consumers' request.timeout.ms (Java's default is 30000; shorter keeps black-hole scenarios short).
 REQUEST_TIMEOUT_MS = 10_000
+#: The classic members' session.timeout.ms (the consumer protocol's is the broker's: 6 s).
+CLASSIC_SESSION_TIMEOUT_MS = 10_000
 #: The bound on a partition's stall beyond the fault's *outage* (see :class:`FaultRun`): request.timeout.ms
 #: (10 s: an in-flight request to a hung or black-holed broker) + broker.session.timeout.ms (4 s: until the
-#: controller fences a dead broker and moves its leaders) + 6 s for metadata refreshes, reconnect backoff
-#: and a rebalance on a busy 2-core machine.
-STALL_BOUND_S = REQUEST_TIMEOUT_MS / 1000 + 4.0 + 6.0
+#: controller fences a dead broker and moves its leaders) + the classic session.timeout.ms (10 s: a
+#: coordinator that took over in the middle of a rebalance waits for the members that have not rejoined)
+#: + 6 s for metadata refreshes, reconnect backoff and a busy 2-core machine.
+STALL_BOUND_S = REQUEST_TIMEOUT_MS / 1000 + 4.0 + CLASSIC_SESSION_TIMEOUT_MS / 1000 + 6.0
 #: The slack allowed on top of close()'s timeout (thread scheduling on a loaded 2-core machine).
 CLOSE_SLACK_S = 2.0
 CLOSE_TIMEOUT_S = 15.0
@@ -105,7 +108,7 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
     "classic": {
         "group.protocol": "classic",
         "partition.assignment.strategy": "cooperative-sticky",
-        "session.timeout.ms": 10_000,
+        "session.timeout.ms": CLASSIC_SESSION_TIMEOUT_MS,
         "heartbeat.interval.ms": 500,
     },
     "consumer": {"group.protocol": "consumer"},
@@ -652,7 +655,7 @@ def member_config(bootstrap: str, group: str, protocol: str, client: str) -> dic
         conf.update(
             {
                 "partition.assignment.strategy": "cooperative-sticky",
-                "session.timeout.ms": 10_000,
+                "session.timeout.ms": CLASSIC_SESSION_TIMEOUT_MS,
                 "heartbeat.interval.ms": 500,
             }
         )
