@@ -71,3 +71,21 @@ def test_stall_bound_close_bound_errors_and_log_duplicates() -> None:
     assert any("errors reached the application" in p for p in problems)
     assert any("written twice" in p for p in problems)
     assert not analyse(rec, acked(0, 1), t_end=60.0).problems(outage_s=20.0)[0].startswith("partition")
+
+
+@pytest.mark.parametrize(
+    ("faults", "protocols", "clients", "message"),
+    [
+        ("kill-leader,nope", "classic", "handoff", "--faults: unknown ['nope']"),
+        ("kill-leader", "eager", "handoff", "--protocols: ['eager']; allowed values: classic, consumer"),
+        ("kill-leader", "consumer", "java", "--clients: ['java']; allowed values: handoff, confluent"),
+    ],
+)
+def test_bench_cli_rejects_bad_choices_before_starting_a_cluster(
+    faults: str, protocols: str, clients: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kafka_handoff.cli.main import main
+
+    code = main(["bench", "faults", "--faults", faults, "--protocols", protocols, "--clients", clients])
+    assert code == 2
+    assert message in capsys.readouterr().err
