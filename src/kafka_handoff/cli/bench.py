@@ -1,4 +1,4 @@
-"""``handoff bench throughput|rebalance|decode|produce``: benchmarks against the peers.
+"""``handoff bench throughput|rebalance|faults|decode|produce``: benchmarks against the peers.
 
 ``throughput`` and ``rebalance`` start a private dev broker when no ``--bootstrap-servers`` is given (and
 stop it at the end), write JSON and PNG files to ``--out`` and print a table.  ``decode`` and ``produce``
@@ -91,6 +91,26 @@ def register(subparsers: Any) -> None:
     pl.add_argument("--sink", choices=("delta", "parquet"), default="delta", help="the pipeline's sink")
     _common(pl)
     pl.set_defaults(func=lambda a: __import__("kafka_handoff.bench.pipeline", fromlist=["cli"]).cli(a))
+
+    fa = actions.add_parser(
+        "faults",
+        help="broker kills, bounces, a hung broker and network faults under consuming groups: records "
+        "lost/duplicated, longest stall, bounded close; against confluent-kafka in the same run",
+        description=_doc("kafka_handoff.bench.faults"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    fa.add_argument(
+        "--faults",
+        default="all",
+        help="comma-separated, of: kill-coordinator, kill-leader, controlled-shutdown, rolling-bounce, "
+        "pause-coordinator, coordinator-dies-mid-rebalance, proxy-latency, proxy-reset, proxy-black-hole "
+        "(default: all)",
+    )
+    fa.add_argument("--protocols", default="classic,consumer", help="comma-separated: classic, consumer")
+    fa.add_argument("--clients", default="handoff,confluent", help="comma-separated: handoff, confluent")
+    fa.add_argument("--rate", type=float, default=120.0, help="records/s produced")
+    fa.add_argument("--json", default="", help="also write the results as JSON to this file")
+    fa.set_defaults(func=lambda a: __import__("kafka_handoff.bench.faults", fromlist=["cli"]).cli(a))
 
     for name, module in (("decode", "decode"), ("produce", "produce")):
         p = actions.add_parser(

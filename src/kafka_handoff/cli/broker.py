@@ -2,6 +2,16 @@
 
 Brokers started here are detached: they keep running after the command returns, until
 ``handoff broker stop`` (same ``--data-dir``).  Several can run side by side with different data dirs.
+
+Per-node fault injection on a running cluster (``start --nodes 3``), node ids 1..3:
+
+* ``stop-node N``    SIGTERM and wait (a clean shutdown; a *controlled* one -- leaders moved away first --
+  when the cluster was started with ``--override controlled.shutdown.enable=true``); SIGKILL after --timeout
+* ``kill-node N``    SIGKILL (``kill -9``: a crash)
+* ``restart-node N`` stop it (SIGTERM, or SIGKILL with ``--kill``) if it runs, start it again on the same
+  storage and ports, and wait until it serves Metadata
+* ``pause-node N`` / ``resume-node N``  SIGSTOP / SIGCONT (a hung broker: connections stay open, nothing
+  is answered)
 """
 
 from __future__ import annotations
@@ -30,6 +40,13 @@ def register(subparsers: Any) -> None:
     start.add_argument("--nodes", type=int, choices=(1, 3), default=1, help="1 broker, or a 3-node cluster")
     _data_dir_arg(start)
     start.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness")
+    start.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker setting (dotted Kafka name) on every node; repeatable",
+    )
     start.set_defaults(func=cmd_start)
 
     stop = actions.add_parser("stop", help="stop the broker (SIGTERM, SIGKILL after --timeout)")
@@ -40,6 +57,28 @@ def register(subparsers: Any) -> None:
     status = actions.add_parser("status", help="show whether the broker runs (exit 0 if it does, 1 if not)")
     _data_dir_arg(status)
     status.set_defaults(func=cmd_status)
+
+    node_actions = {
+        "stop-node": "stop one node: SIGTERM and wait (SIGKILL after --timeout)",
+        "kill-node": "kill one node with SIGKILL (a crash)",
+        "restart-node": "stop one node if it runs, start it again, wait until it serves clients",
+        "pause-node": "SIGSTOP one node (a hung broker)",
+        "resume-node": "SIGCONT a paused node",
+    }
+    for name, text in node_actions.items():
+        node_parser = actions.add_parser(name, help=text)
+        node_parser.add_argument("node", type=int, metavar="N", help="node id (1..3)")
+        _data_dir_arg(node_parser)
+        if name in ("stop-node", "restart-node"):
+            node_parser.add_argument(
+                "--timeout", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL"
+            )
+        if name == "restart-node":
+            node_parser.add_argument("--kill", action="store_true", help="stop it with SIGKILL")
+            node_parser.add_argument(
+                "--start-timeout", type=float, default=120.0, help="seconds to wait for readiness"
+            )
+        node_parser.set_defaults(func=cmd_node, node_action=name)
 
     fetch = actions.add_parser("fetch-jars", help="resolve the Kafka jars from Maven Central (once)")
     fetch.set_defaults(func=cmd_fetch_jars)
@@ -85,9 +124,18 @@ def cmd_fetch_jars(args: argparse.Namespace) -> int:
 def cmd_start(args: argparse.Namespace) -> int:
     from kafka_handoff import devbroker
 
+    overrides: dict[str, str] = {}
+    for item in args.override:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            _err(f"handoff: --override {item!r}: expected KEY=VALUE")
+            return 2
+        overrides[key.strip()] = value
     started = time.monotonic()
     try:
-        cluster = devbroker.start(args.nodes, args.data_dir, supervised=False, timeout=args.timeout)
+        cluster = devbroker.start(
+            args.nodes, args.data_dir, supervised=False, timeout=args.timeout, overrides=overrides
+        )
     except devbroker.BrokerAlreadyRunningError as exc:
         _err(f"handoff: {exc}")
         print(exc.bootstrap_servers)
@@ -126,5 +174,49 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"{word}: Kafka {state.kafka_version}, cluster id {state.cluster_id}, data dir {state.data_dir}")
     print(f"bootstrap servers: {state.bootstrap_servers}")
     for node in state.nodes:
-        print(f"  node {node.node_id}  {node.bootstrap}  pid {node.pid}  {'up' if node.alive else 'down'}")
+        word = "paused" if node.paused else ("up" if node.alive else "down")
+        print(f"  node {node.node_id}  {node.bootstrap}  pid {node.pid}  {word}")
     return 0 if state.running else 1
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    from kafka_handoff import devbroker
+
+    try:
+        cluster = devbroker.attach(args.data_dir)
+        cluster.node(args.node)
+    except devbroker.BrokerStartError as exc:
+        _err(f"handoff: {exc}")
+        return 1
+    except KeyError:
+        _err(f"handoff: node: {args.node} is not a node of this cluster (nodes: {cluster.node_ids})")
+        return 2
+    action: str = args.node_action
+    node = args.node
+    started = time.monotonic()
+    try:
+        if action in ("stop-node", "kill-node"):
+            if not cluster.is_alive(node):
+                _err(f"node {node} is not running")
+                return 0
+            if action == "kill-node":
+                cluster.kill_node(node)
+            else:
+                cluster.stop_node(node, timeout=args.timeout)
+        elif action == "restart-node":
+            if cluster.is_alive(node):
+                cluster.stop_node(node, kill=args.kill, timeout=args.timeout)
+            cluster.restart_node(node, timeout=args.start_timeout)
+        elif action in ("pause-node", "resume-node"):
+            if not cluster.is_alive(node):
+                _err(f"handoff: node {node} is not running")
+                return 1
+            if action == "pause-node":
+                cluster.pause_node(node)
+            else:
+                cluster.resume_node(node)
+    except (devbroker.BrokerStartError, devbroker.JarResolutionError) as exc:
+        _err(f"handoff: {exc}")
+        return 1
+    _err(f"node {node}: {action} done in {time.monotonic() - started:.1f}s")
+    return 0

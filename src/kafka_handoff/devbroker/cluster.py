@@ -39,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
@@ -68,6 +68,7 @@ __all__ = [
     "ClusterStatus",
     "Node",
     "NodeStatus",
+    "attach",
     "start",
     "status",
     "stop",
@@ -135,6 +136,7 @@ class NodeStatus:
     bootstrap: str
     pid: int | None
     alive: bool
+    paused: bool = False  # SIGSTOPped (Cluster.pause_node)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +192,16 @@ def _is_node_jvm(pid: int, properties_path: Path) -> bool:
     except OSError:
         return True  # no /proc: trust the pid
     return b"kafka.Kafka" in args and str(properties_path).encode() in args
+
+
+def _pid_stopped(pid: int) -> bool:
+    """True when ``pid`` is in the stopped state (SIGSTOP); False when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"T"
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -280,6 +292,8 @@ class Cluster:
         self._procs: dict[int, subprocess.Popen[bytes]] = {}  # node id -> supervisor or detached JVM
         self._lock = threading.RLock()
         self._stopped = False
+        #: The pid of the process that started the cluster (from ``state.json`` for an attached handle).
+        self.owner_pid: int = os.getpid()
 
     # -- plain facts ---------------------------------------------------------------------------
 
@@ -498,12 +512,32 @@ class Cluster:
             node.supervisor_pid = None
             self._write_state()
 
+    def kill_node(self, node_id: int) -> None:
+        """SIGKILL one node (``kill -9``: no shutdown hook, connections reset, leaders move after the
+        controller fences it)."""
+        self.stop_node(node_id, kill=True)
+
+    def is_paused(self, node_id: int) -> bool:
+        """True when the node's JVM is stopped by SIGSTOP (:meth:`pause_node`)."""
+        n = self.node(node_id)
+        return n.pid is not None and _is_node_jvm(n.pid, n.properties_path) and _pid_stopped(n.pid)
+
     def restart_node(self, node_id: int, timeout: float = DEFAULT_START_TIMEOUT_S) -> None:
-        """Start a stopped node again with its storage and ports; wait until it is back in Metadata."""
+        """Start a stopped node again with its storage and ports; wait until it is back in Metadata.
+
+        On a handle from :func:`attach` in another process than the one that started the cluster, the
+        JVM is launched detached (it outlives this process, like the others of a ``handoff broker start``
+        cluster).  A *supervised* cluster's nodes die with their owner, so only the owner may restart them.
+        """
         with self._lock:
             node = self.node(node_id)
             if self.is_alive(node_id):
                 raise BrokerStartError(f"node {node_id} is still running")
+            if self.supervised and self.owner_pid != os.getpid():
+                raise BrokerStartError(
+                    f"node {node_id}: the cluster in {self.data_dir} is supervised by process "
+                    f"{self.owner_pid} (its nodes die with it); only that process can restart nodes"
+                )
             jars = ensure_jars()
             self._launch(node, jars.classpath, java_executable())
             self._write_state()
@@ -538,10 +572,11 @@ class Cluster:
             "cluster_id": self.cluster_id,
             "supervised": self.supervised,
             "ephemeral": self.ephemeral,
-            "owner_pid": os.getpid(),
             "started_at": self.started_at,
             "bootstrap_servers": self.bootstrap_servers,
             "overrides": self.overrides,
+            "jvm_opts": self.jvm_opts,
+            "owner_pid": self.owner_pid,
             "nodes": [{**asdict(n), "node_dir": str(n.node_dir)} for n in self.nodes],
         }
         path = self.data_dir / STATE_FILE
@@ -569,7 +604,7 @@ class Cluster:
             )
             for n in state["nodes"]
         ]
-        return cls(
+        cluster = cls(
             data_dir,
             str(state["cluster_id"]),
             nodes,
@@ -578,6 +613,9 @@ class Cluster:
             overrides=state.get("overrides") or {},
             started_at=float(state.get("started_at", 0.0)),
         )
+        cluster.jvm_opts = [str(o) for o in state.get("jvm_opts") or []]
+        cluster.owner_pid = int(state.get("owner_pid") or 0)
+        return cluster
 
 
 class _FormatFailedError(BrokerStartError):
@@ -705,6 +743,7 @@ def start(
     overrides: Mapping[str, str] | None = None,
     jvm_opts: Sequence[str] = (),
     use_cds: bool = True,
+    node_overrides: Callable[[NodeSpec], Mapping[str, str]] | None = None,
 ) -> Cluster:
     """Start a 1- or 3-node KRaft cluster on 127.0.0.1 and wait until it serves clients.
 
@@ -712,6 +751,8 @@ def start(
     ``overrides``: extra or replaced broker settings (dotted Kafka names).
     ``jvm_opts``: extra JVM options for the broker processes.
     ``use_cds``: map the class-data-sharing archive (:mod:`.cds`; trained on first use).
+    ``node_overrides``: per-node settings on top of ``overrides``, e.g. an extra listener
+    (:func:`kafka_handoff.devbroker.proxy.start_proxied` uses it to advertise proxy ports to clients).
     """
     if nodes not in ALLOWED_NODE_COUNTS:
         raise ConfigError(f"nodes: {nodes!r} is not allowed; allowed values: 1, 3")
@@ -753,7 +794,12 @@ def start(
         for spec in specs:
             spec.node_dir.mkdir(parents=True, exist_ok=True)
             spec.properties_path.write_text(
-                render_properties(spec, specs, overrides=overrides), encoding="utf-8"
+                render_properties(
+                    spec,
+                    specs,
+                    overrides={**(overrides or {}), **(node_overrides(spec) if node_overrides else {})},
+                ),
+                encoding="utf-8",
             )
         try:
             _format_all(specs, cluster_id, jars.classpath, java, timeout, cds_opts)
@@ -828,6 +874,25 @@ def stop(data_dir: str | os.PathLike[str], timeout: float = DEFAULT_STOP_TIMEOUT
     return True
 
 
+def attach(data_dir: str | os.PathLike[str]) -> Cluster:
+    """A handle on the running cluster whose state is in ``data_dir`` (started by ``handoff broker start``
+    or by :func:`start` in any process), for per-node control: :meth:`Cluster.stop_node`,
+    :meth:`Cluster.kill_node`, :meth:`Cluster.restart_node`, :meth:`Cluster.pause_node`,
+    :meth:`Cluster.resume_node`.  In the process that started it, the very same handle is returned.
+
+    Raises :class:`BrokerStartError` when no broker is recorded in ``data_dir``.
+    """
+    root = Path(data_dir).resolve()
+    with _live_lock:
+        for live in _live:
+            if live.data_dir == root:
+                return live
+    cluster = Cluster._from_state(root)
+    if cluster is None:
+        raise BrokerStartError(f"no broker recorded in {root} (no {STATE_FILE}); start one first")
+    return cluster
+
+
 def status(data_dir: str | os.PathLike[str]) -> ClusterStatus | None:
     """What ``data_dir``'s state file says and which of its JVMs are alive; None when there is no state."""
     root = Path(data_dir).resolve()
@@ -846,6 +911,7 @@ def status(data_dir: str | os.PathLike[str]) -> ClusterStatus | None:
                 n.bootstrap,
                 n.pid,
                 n.pid is not None and _is_node_jvm(n.pid, n.properties_path),
+                n.pid is not None and _is_node_jvm(n.pid, n.properties_path) and _pid_stopped(n.pid),
             )
             for n in cluster.nodes
         ),
