@@ -2,6 +2,11 @@
 
 Brokers started here are detached: they keep running after the command returns, until
 ``handoff broker stop`` (same ``--data-dir``).  Several can run side by side with different data dirs.
+
+``--security ssl|mtls|sasl_plaintext|sasl_ssl|all`` adds secured listeners (throwaway CA and
+certificates, SASL users for PLAIN and SCRAM, OAUTHBEARER against a local token endpoint) and writes
+every setting a client needs, in librdkafka's names, to DATA_DIR/client.json (printed on its own line);
+DATA_DIR/client-<mode>[-<mechanism>].json hold each listener's and mechanism's.
 """
 
 from __future__ import annotations
@@ -30,6 +35,19 @@ def register(subparsers: Any) -> None:
     start.add_argument("--nodes", type=int, choices=(1, 3), default=1, help="1 broker, or a 3-node cluster")
     _data_dir_arg(start)
     start.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness")
+    start.add_argument(
+        "--security",
+        choices=("ssl", "mtls", "sasl_plaintext", "sasl_ssl", "all"),
+        default=None,
+        help="add secured listeners (beside PLAINTEXT) and write DATA_DIR/client.json for this mode",
+    )
+    start.add_argument(
+        "--reauth-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="connections.max.reauth.ms of the SASL listeners (KIP-368 re-authentication)",
+    )
     start.set_defaults(func=cmd_start)
 
     stop = actions.add_parser("stop", help="stop the broker (SIGTERM, SIGKILL after --timeout)")
@@ -84,10 +102,24 @@ def cmd_fetch_jars(args: argparse.Namespace) -> int:
 
 def cmd_start(args: argparse.Namespace) -> int:
     from kafka_handoff import devbroker
+    from kafka_handoff.errors import ConfigError
 
     started = time.monotonic()
+    if args.reauth_ms is not None and args.security is None:
+        _err("handoff: --reauth-ms needs --security")
+        return 2
     try:
-        cluster = devbroker.start(args.nodes, args.data_dir, supervised=False, timeout=args.timeout)
+        cluster = devbroker.start(
+            args.nodes,
+            args.data_dir,
+            supervised=False,
+            timeout=args.timeout,
+            security=args.security,
+            connections_max_reauth_ms=args.reauth_ms,
+        )
+    except ConfigError as exc:
+        _err(f"handoff: {exc}")
+        return 2
     except devbroker.BrokerAlreadyRunningError as exc:
         _err(f"handoff: {exc}")
         print(exc.bootstrap_servers)
@@ -96,6 +128,10 @@ def cmd_start(args: argparse.Namespace) -> int:
         _err(f"handoff: {exc}")
         return 1
     print(cluster.bootstrap_servers)
+    if cluster.security is not None:
+        print(cluster.security.client_json_path())
+        for mode in cluster.security.modes:
+            _err(f"  {mode}: {cluster.security.bootstrap(mode)}  ({cluster.security.client_json_path(mode)})")
     _err(
         f"Kafka {cluster.kafka_version}, {len(cluster.nodes)} node(s), ready in "
         f"{time.monotonic() - started:.1f}s (JVM start to ready {cluster.start_seconds:.1f}s); "
@@ -127,4 +163,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"bootstrap servers: {state.bootstrap_servers}")
     for node in state.nodes:
         print(f"  node {node.node_id}  {node.bootstrap}  pid {node.pid}  {'up' if node.alive else 'down'}")
+    from kafka_handoff.devbroker import security
+
+    sec = security.load(args.data_dir)
+    if sec is not None:
+        for mode in sec.modes:
+            print(f"{mode}: {sec.bootstrap(mode)}  settings: {sec.client_json_path(mode)}")
     return 0 if state.running else 1

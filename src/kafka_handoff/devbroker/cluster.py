@@ -45,6 +45,7 @@ from pathlib import Path
 from types import TracebackType
 
 from kafka_handoff.devbroker import cds
+from kafka_handoff.devbroker import security as _security
 from kafka_handoff.devbroker.config import (
     ALLOWED_NODE_COUNTS,
     NodeSpec,
@@ -280,6 +281,8 @@ class Cluster:
         self._procs: dict[int, subprocess.Popen[bytes]] = {}  # node id -> supervisor or detached JVM
         self._lock = threading.RLock()
         self._stopped = False
+        #: The secured listeners, users and client settings (``start(security=...)``); None: plaintext only.
+        self.security: _security.DevSecurity | None = None
 
     # -- plain facts ---------------------------------------------------------------------------
 
@@ -436,6 +439,8 @@ class Cluster:
             if self._stopped:
                 return
             self._terminate(self.nodes, timeout)
+            if self.security is not None or (self.data_dir / "security").is_dir():
+                _security.stop_services(self.data_dir)
             self._stopped = True
             with _live_lock:
                 _live.discard(self)
@@ -673,11 +678,12 @@ def _format_all(
     java: str,
     timeout: float,
     jvm_opts: Sequence[str] = (),
+    extra_args: Sequence[str] = (),
 ) -> None:
     procs = []
     for spec in specs:
         spec.logs_dir.mkdir(parents=True, exist_ok=True)
-        cmd = format_command(spec, cluster_id, classpath, _LOG4J_CONFIG, java, jvm_opts)
+        cmd = format_command(spec, cluster_id, classpath, _LOG4J_CONFIG, java, jvm_opts, extra_args)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=spec.node_dir)
         procs.append((spec, proc))
     failures = []
@@ -705,6 +711,8 @@ def start(
     overrides: Mapping[str, str] | None = None,
     jvm_opts: Sequence[str] = (),
     use_cds: bool = True,
+    security: str | Sequence[str] | None = None,
+    connections_max_reauth_ms: int | None = None,
 ) -> Cluster:
     """Start a 1- or 3-node KRaft cluster on 127.0.0.1 and wait until it serves clients.
 
@@ -712,9 +720,17 @@ def start(
     ``overrides``: extra or replaced broker settings (dotted Kafka names).
     ``jvm_opts``: extra JVM options for the broker processes.
     ``use_cds``: map the class-data-sharing archive (:mod:`.cds`; trained on first use).
+    ``security``: secured listeners beside the plaintext one -- ``"all"``, a mode or several of
+    :data:`.security.ALL_MODES` (``ssl``, ``mtls``, ``sasl_plaintext``, ``sasl_ssl``, ...); see
+    :mod:`.security`.  The handle's ``security`` then gives each mode's client settings, and
+    ``<data_dir>/client.json`` (+ ``client-<mode>.json``) holds them.
+    ``connections_max_reauth_ms``: session lifetime on the SASL listeners (KIP-368 re-authentication).
     """
     if nodes not in ALLOWED_NODE_COUNTS:
         raise ConfigError(f"nodes: {nodes!r} is not allowed; allowed values: 1, 3")
+    modes = _security.normalize_modes(security) if security is not None else ()
+    if connections_max_reauth_ms is not None and not modes:
+        raise ConfigError("connections.max.reauth.ms: needs a secured broker (security=...)")
     jars = ensure_jars()
     java = java_executable()
     cds_opts: list[str] = []
@@ -736,6 +752,19 @@ def start(
                     existing.bootstrap_servers,
                 )
     _prepare_data_dir(root)
+    sec: _security.DevSecurity | None = None
+    format_args: list[str] = []
+    if modes:
+        try:
+            sec = _security.prepare(
+                root, modes, oidc_port=_free_ports(1)[0], reauth_ms=connections_max_reauth_ms
+            )
+        except BaseException:
+            if ephemeral:
+                shutil.rmtree(root, ignore_errors=True)
+            raise
+        jvm_opts = [*jvm_opts, *sec.jvm_opts()]
+        format_args = sec.format_args()
     cluster_id = generate_cluster_id()
     last_error: BrokerStartError | None = None
     cds_suspect = ""
@@ -749,14 +778,21 @@ def start(
             root, cluster_id, members, supervised=supervised, ephemeral=ephemeral, overrides=overrides
         )
         cluster.jvm_opts = list(jvm_opts)
+        cluster.security = sec
         specs = [m.spec() for m in members]
-        for spec in specs:
+        if sec is not None:
+            sec.assign_ports(_free_ports(len(sec.modes) * nodes), nodes)
+            sec.save()
+        for index, spec in enumerate(specs):
             spec.node_dir.mkdir(parents=True, exist_ok=True)
+            node_overrides = dict(overrides or {})
+            if sec is not None:
+                node_overrides = {**sec.broker_overrides(spec, index), **node_overrides}
             spec.properties_path.write_text(
-                render_properties(spec, specs, overrides=overrides), encoding="utf-8"
+                render_properties(spec, specs, overrides=node_overrides), encoding="utf-8"
             )
         try:
-            _format_all(specs, cluster_id, jars.classpath, java, timeout, cds_opts)
+            _format_all(specs, cluster_id, jars.classpath, java, timeout, cds_opts, format_args)
             launched = time.monotonic()
             if supervised:
                 with _live_lock:
@@ -767,6 +803,9 @@ def start(
             finally:
                 cluster._write_state()
             cluster._wait_ready(cluster.node_ids, launched + timeout)
+            if sec is not None:
+                sec.start_token_endpoint(supervised=supervised)
+                sec.write_client_files()
             cluster.start_seconds = time.monotonic() - launched
             if cds_suspect:
                 cds.discard(jars, java, cds_suspect)
@@ -808,6 +847,9 @@ def _abandon(cluster: Cluster) -> None:
     """Stop whatever a failed start launched."""
     with contextlib.suppress(Exception):
         cluster._terminate(cluster.nodes, 5.0)
+    if cluster.security is not None:
+        with contextlib.suppress(Exception):
+            _security.stop_services(cluster.data_dir)
     cluster._stopped = True
     with _live_lock:
         _live.discard(cluster)
