@@ -198,3 +198,28 @@ def test_mark_unknown_notifies_and_rediscovers() -> None:
     respond(req, found(4, 5), 4, clock.now_ms())
     assert cm.coordinator is not None and cm.coordinator.node_id == 5
     assert seen[-1] == (BrokerNode(5, "coord", 9092), clock.now_ms())
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_group_authorization_failure_goes_to_on_error_on_every_attempt(version: int) -> None:
+    """No DESCRIBE on the group: the application hears of it (naming the group) after each failed lookup,
+    and the lookup keeps backing off rather than spinning."""
+    clock = FakeClock()
+    errors: list[BaseException] = []
+    cm = CoordinatorManager(
+        GROUP, retry_backoff_ms=BACKOFF, retry_backoff_max_ms=BACKOFF_MAX, on_error=errors.append
+    )
+    cm.wanted = True
+    for attempt in range(1, 4):
+        req = only_request(cm.poll(clock.now_ms()))
+        respond(req, found(version, error=30), version, clock.now_ms())
+        assert len(errors) == attempt
+        assert isinstance(errors[-1], GroupAuthorizationFailedError)
+        assert repr(GROUP) in str(errors[-1])
+        assert cm.poll(clock.now_ms()).unsent == []  # backing off
+        clock.advance(BACKOFF_MAX)
+    # other errors are retried quietly
+    cm2 = CoordinatorManager(GROUP, on_error=errors.append)
+    cm2.wanted = True
+    respond(only_request(cm2.poll(0)), found(version, error=15), version, 0)  # COORDINATOR_NOT_AVAILABLE
+    assert len(errors) == 3

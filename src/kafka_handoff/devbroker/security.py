@@ -59,6 +59,7 @@ __all__ = [
     "DevSecurity",
     "generate_ca",
     "load",
+    "mechanisms_of",
     "normalize_modes",
 ]
 
@@ -95,6 +96,10 @@ _DEFAULT_MECHANISM = {
     "sasl_ssl_reauth": "SCRAM-SHA-256",
 }
 
+# SASL mechanisms per listener (default: all of SASL_MECHANISMS).  The re-authentication listener leaves
+# OAUTHBEARER out, so that a test sees a mechanism the broker does not enable.
+_LISTENER_MECHANISMS = {"sasl_ssl_reauth": ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")}
+
 _SECURITY_DIR = "security"
 _STATE = "security.json"
 _SERVICE_STATE = "oidc-service.json"
@@ -126,6 +131,11 @@ def normalize_modes(security: str | Sequence[str]) -> tuple[str, ...]:
 
 def _is_sasl(mode: str) -> bool:
     return _LISTENERS[mode][1].startswith("SASL")
+
+
+def mechanisms_of(mode: str) -> tuple[str, ...]:
+    """The SASL mechanisms the listener of ``mode`` enables."""
+    return _LISTENER_MECHANISMS.get(mode, SASL_MECHANISMS)
 
 
 def _is_tls(mode: str) -> bool:
@@ -360,8 +370,9 @@ class DevSecurity:
             config["ssl.key.password"] = self.client_key_password
         if _is_sasl(mode):
             mech = (mechanism or _DEFAULT_MECHANISM[mode]).upper()
-            if mech not in SASL_MECHANISMS:
-                allowed = ", ".join(SASL_MECHANISMS)
+            enabled = mechanisms_of(mode)
+            if mech not in enabled:
+                allowed = ", ".join(enabled)
                 raise ConfigError(f"sasl.mechanism: {mech!r} is not enabled; allowed values: {allowed}")
             if user not in self.users:
                 allowed = ", ".join(self.users)
@@ -462,7 +473,7 @@ class DevSecurity:
                 out[prefix + "ssl.keystore.location"] = str(self.wrong_host_keystore)
             if not _is_sasl(mode):
                 continue
-            out[prefix + "sasl.enabled.mechanisms"] = ",".join(SASL_MECHANISMS)
+            out[prefix + "sasl.enabled.mechanisms"] = ",".join(mechanisms_of(mode))
             out[prefix + "plain.sasl.jaas.config"] = (
                 f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};"
             )
@@ -511,7 +522,7 @@ class DevSecurity:
         for mode in self.modes:
             put(self.client_json_path(mode), self.client_config(mode))
             if _is_sasl(mode):
-                for mech in SASL_MECHANISMS:
+                for mech in mechanisms_of(mode):
                     put(self.client_json_path(mode, mech), self.client_config(mode, mechanism=mech))
         return written
 
