@@ -149,6 +149,7 @@ def test_oauthbearer_with_a_token_callback(secured: devbroker.Cluster) -> None:
 
 # -------------------------------------------------------------------------------------- pipeline
 @pytest.mark.spark
+@pytest.mark.slow  # a local SparkSession: ~30 s on an idle machine, minutes on a loaded one
 def test_pipeline_run_over_sasl_ssl(secured: devbroker.Cluster, tmp_path: Path) -> None:
     """``handoff pipeline``'s worker with its ``[kafka]`` table holding SASL_SSL + SCRAM settings: every
     well-formed event lands in the sink exactly once and the offsets are committed."""
@@ -418,3 +419,24 @@ def test_producer_without_write(secured: devbroker.Cluster) -> None:
     # alice may write
     with Producer({**user_props(secured, "alice"), "linger.ms": 0}) as producer:
         assert producer.send(topic, value=b"ok").result(30).offset >= 0
+
+
+# ------------------------------------------------------------------------------------------- bench
+def test_bench_throughput_over_sasl_ssl(tmp_path: Path) -> None:
+    """``handoff bench throughput --security sasl_ssl`` (its own private broker): kafka-handoff and
+    confluent-kafka consume every record over SASL_SSL; the report says so."""
+    from kafka_handoff.cli.main import main
+
+    records = 2000
+    code = main(
+        [
+            "bench", "throughput", "--security", "sasl_ssl", "--sasl-mechanism", "SCRAM-SHA-512",
+            "--records", str(records), "--value-bytes", "50", "--partitions", "2", "--repeat", "1",
+            "--clients", "handoff,confluent", "--out", str(tmp_path),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads((tmp_path / "throughput.json").read_text())
+    assert data["config"]["security"] == "sasl_ssl SCRAM-SHA-512"
+    assert {s["client"] for s in data["samples"]} == {"handoff", "confluent"}
+    assert all(s["ok"] and s["records"] == records for s in data["samples"]), data["samples"]
