@@ -422,6 +422,7 @@ def test_producer_without_write(secured: devbroker.Cluster) -> None:
 
 
 # ------------------------------------------------------------------------------------------- bench
+@pytest.mark.slow  # its own private broker, a warm-up pass and two client processes: ~20-50 s
 def test_bench_throughput_over_sasl_ssl(tmp_path: Path) -> None:
     """``handoff bench throughput --security sasl_ssl`` (its own private broker): kafka-handoff and
     confluent-kafka consume every record over SASL_SSL; the report says so."""
