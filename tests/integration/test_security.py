@@ -227,7 +227,11 @@ def test_reauthentication_keeps_the_connections_while_consuming(secured: devbrok
         while received < sent and time.monotonic() < deadline:
             received += len(consumer.poll(0.2))
     assert received == sent
-    assert before & after, f"every connection was replaced ({before} -> {after}): no re-authentication"
+    # An expired session is closed by the broker at its next request and the client reconnects: a new local
+    # port.  Re-authenticated connections keep theirs.  (An idle connection is never checked by the broker,
+    # hence "no new connection" rather than "some connection survived".)
+    assert after, "no connection to the re-authentication listener at the end"
+    assert after <= before, f"connections replaced ({sorted(before)} -> {sorted(after)}): no re-auth"
 
 
 # --------------------------------------------------------------------------------- failure cases
