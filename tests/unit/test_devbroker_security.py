@@ -112,3 +112,15 @@ def test_minted_token_verifies_against_the_jwks(prepared: security.DevSecurity) 
         int.from_bytes(unb64(jwk["e"]), "big"), int.from_bytes(unb64(jwk["n"]), "big")
     ).public_key()
     public.verify(unb64(sig_b64), f"{header_b64}.{payload_b64}".encode(), padding.PKCS1v15(), hashes.SHA256())
+
+
+def test_clear_removes_what_a_secured_start_left(tmp_path: Path) -> None:
+    sec = security.prepare(tmp_path, ["ssl"], oidc_port=40001)
+    sec.assign_ports([50001], 1)
+    written = sec.write_client_files()
+    assert (tmp_path / "client.json") in written and sec.ca_file.exists()
+    (tmp_path / "state.json").write_text("{}")
+    security.clear(tmp_path)
+    assert not list(tmp_path.glob("client*.json")) and not sec.directory.exists()
+    assert (tmp_path / "state.json").exists()  # nothing else is touched
+    assert security.load(tmp_path) is None

@@ -754,6 +754,8 @@ def start(
     _prepare_data_dir(root)
     sec: _security.DevSecurity | None = None
     format_args: list[str] = []
+    if not modes and not ephemeral:
+        _security.clear(root)  # no stale client.json from an earlier secured start
     if modes:
         try:
             sec = _security.prepare(

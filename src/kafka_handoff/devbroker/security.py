@@ -57,6 +57,7 @@ __all__ = [
     "TEST_MODES",
     "USERS",
     "DevSecurity",
+    "clear",
     "generate_ca",
     "load",
     "mechanisms_of",
@@ -641,6 +642,15 @@ def stop_services(data_dir: Path, timeout: float = 5.0) -> None:
         state_file.unlink()
 
 
+def clear(data_dir: Path) -> None:
+    """Remove what an earlier secured start left in ``data_dir`` (token endpoint, keys, client files)."""
+    stop_services(data_dir)
+    shutil.rmtree(data_dir / _SECURITY_DIR, ignore_errors=True)
+    for stale in data_dir.glob("client*.json"):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
+
+
 def prepare(
     data_dir: Path,
     modes: Sequence[str],
@@ -661,8 +671,7 @@ def prepare(
             f"connections.max.reauth.ms: {reauth_ms!r} must be a positive number of milliseconds"
         )
     directory = Path(data_dir) / _SECURITY_DIR
-    stop_services(Path(data_dir))
-    shutil.rmtree(directory, ignore_errors=True)
+    clear(Path(data_dir))
     directory.mkdir(parents=True, mode=0o700)
     sec = DevSecurity(
         directory=directory,
