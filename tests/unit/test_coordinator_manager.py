@@ -343,3 +343,28 @@ def test_outage_is_measured_from_when_a_serving_coordinator_was_lost(
         assert [r for r in caplog.records if r.levelname == "WARNING"] == []
         fail_for(COORDINATOR_UNKNOWN_WARN_MS + 5000)
     assert len([r for r in caplog.records if r.levelname == "WARNING"]) == 1
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_group_authorization_failure_goes_to_on_error_on_every_attempt(version: int) -> None:
+    """No DESCRIBE on the group: the application hears of it (naming the group) after each failed lookup,
+    and the lookup keeps backing off rather than spinning."""
+    clock = FakeClock()
+    errors: list[BaseException] = []
+    cm = CoordinatorManager(
+        GROUP, retry_backoff_ms=BACKOFF, retry_backoff_max_ms=BACKOFF_MAX, on_error=errors.append
+    )
+    cm.wanted = True
+    for attempt in range(1, 4):
+        req = only_request(cm.poll(clock.now_ms()))
+        respond(req, found(version, error=30), version, clock.now_ms())
+        assert len(errors) == attempt
+        assert isinstance(errors[-1], GroupAuthorizationFailedError)
+        assert repr(GROUP) in str(errors[-1])
+        assert cm.poll(clock.now_ms()).unsent == []  # backing off
+        clock.advance(BACKOFF_MAX)
+    # other errors are retried quietly
+    cm2 = CoordinatorManager(GROUP, on_error=errors.append)
+    cm2.wanted = True
+    respond(only_request(cm2.poll(0)), found(version, error=15), version, 0)  # COORDINATOR_NOT_AVAILABLE
+    assert len(errors) == 3

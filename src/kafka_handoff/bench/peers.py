@@ -11,6 +11,11 @@ the last, and ``cpu_s`` is the CPU time the whole process (every thread, librdka
 window.  The parent (:mod:`kafka_handoff.bench.throughput`) runs each client in a fresh process and takes
 its peak RSS and total CPU from ``wait4()``.
 
+With ``HANDOFF_BENCH_CLIENT_CONFIG`` naming a JSON file of client settings in librdkafka's names (the
+secured dev broker's ``client-<mode>.json``: ``handoff bench throughput --security MODE``), the
+kafka-handoff and confluent-kafka runners add those settings (its ``bootstrap.servers`` wins); the other
+runners refuse to run.
+
 The Java consumer is Apache Kafka's own ``ConsumerPerformance`` tool (``kafka-tools``), run by
 :func:`java_command`; :func:`ensure_tools_jar` resolves that one jar with Maven into the dev broker's jar
 cache (the broker's runtime jars supply its dependencies).
@@ -34,8 +39,10 @@ from typing import Any
 
 __all__ = [
     "CLIENTS",
+    "CLIENT_CONFIG_ENV",
     "ClientSpec",
     "JavaResult",
+    "client_settings",
     "ensure_tools_jar",
     "java_command",
     "main",
@@ -44,6 +51,19 @@ __all__ = [
 
 #: Records per poll/consume call for every Python client (Java's and kafka-handoff's max.poll.records).
 BATCH = 500
+#: Environment variable naming a JSON file of extra client settings (security), see the module doc.
+CLIENT_CONFIG_ENV = "HANDOFF_BENCH_CLIENT_CONFIG"
+#: The runners that take the settings of ``CLIENT_CONFIG_ENV``.
+SECURITY_RUNNERS = frozenset({"handoff", "handoff_batch", "confluent", "confluent_tuned"})
+
+
+def client_settings() -> dict[str, Any]:
+    """The extra client settings named by ``HANDOFF_BENCH_CLIENT_CONFIG`` (empty when unset)."""
+    path = os.environ.get(CLIENT_CONFIG_ENV)
+    if not path:
+        return {}
+    settings: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
+    return settings
 
 
 def _cpu() -> float:
@@ -102,6 +122,7 @@ def _handoff_consumer(bootstrap: str, topic: str, partitions: int) -> Any:
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "max.poll.records": BATCH,
+            **client_settings(),
         }
     )
     consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
@@ -173,6 +194,7 @@ def run_confluent(
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             **(extra or {}),
+            **client_settings(),
         }
     )
     consumer.assign(
@@ -461,6 +483,9 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", default=None, metavar="FILE", help="pyinstrument profile to FILE (.html/.txt)"
     )
     args = parser.parse_args(argv)
+    if os.environ.get(CLIENT_CONFIG_ENV) and args.runner not in SECURITY_RUNNERS:
+        print(f"{args.runner}: security settings ({CLIENT_CONFIG_ENV}) are not supported", file=sys.stderr)
+        return 2
     runner = _RUNNERS[args.runner]
     profiler: Any = None
     if args.profile:

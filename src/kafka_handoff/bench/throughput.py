@@ -11,6 +11,11 @@ the median of the repeats.  Per run:
 * CPU seconds per million records in that window (all threads of the process; Java: the CPU of the whole
   run minus that of a run that reads a single record, i.e. JVM start and group join taken out);
 * peak RSS of the process (``ru_maxrss`` from ``wait4()``).
+
+``client_config`` (``handoff bench throughput --security MODE``): a JSON file of client settings (the
+secured dev broker's ``client-<mode>.json``); the data is still produced over the given (plaintext)
+bootstrap servers, but every client consumes with those settings, e.g. over SASL_SSL -- TLS costs CPU.
+Only kafka-handoff and confluent-kafka take them.
 """
 
 from __future__ import annotations
@@ -30,7 +35,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kafka_handoff.bench.peers import CLIENTS, ClientSpec, client_version, java_command, parse_java_output
+from kafka_handoff.bench.peers import (
+    CLIENT_CONFIG_ENV,
+    CLIENTS,
+    ClientSpec,
+    client_version,
+    java_command,
+    parse_java_output,
+)
 
 __all__ = [
     "DEFAULT_CLIENTS",
@@ -258,11 +270,22 @@ def _timeout(records: int) -> float:
 
 
 def run_client(
-    spec: ClientSpec, bootstrap: str, topic: str, partitions: int, records: int, *, profile: str | None = None
+    spec: ClientSpec,
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    records: int,
+    *,
+    profile: str | None = None,
+    client_config: str | None = None,
 ) -> Sample:
-    """Consume the whole topic with one client in a fresh process."""
+    """Consume the whole topic with one client in a fresh process (``client_config``: extra settings)."""
     load = os.getloadavg()[0]
     env = {**os.environ, **dict(spec.env)}
+    if client_config:
+        env[CLIENT_CONFIG_ENV] = client_config
+        if spec.runner is None:
+            return _failed(spec, records, load, "security settings are not supported for the Java runner")
     if spec.runner is None:
         return _run_java(spec, bootstrap, topic, records, env, load)
     cmd = [
@@ -370,8 +393,13 @@ def run_benchmark(
     keep_topic: bool = False,
     profile_dir: Path | None = None,
     progress: Callable[[str], None] = lambda msg: None,
+    client_config: str | None = None,
+    security: str | None = None,
 ) -> ThroughputReport:
-    """Produce once, then consume with every client ``repeat`` times, interleaved."""
+    """Produce once, then consume with every client ``repeat`` times, interleaved.
+
+    ``client_config``: a JSON file of client settings for the consumers (``security`` names them in the
+    report)."""
     for name in clients:
         if name not in CLIENTS:
             raise ValueError(f"unknown client {name!r} (allowed: {', '.join(CLIENTS)})")
@@ -383,6 +411,7 @@ def run_benchmark(
             "repeat": repeat,
             "clients": list(clients),
             "bootstrap_servers": bootstrap,
+            "security": security or "plaintext",
         },
         environment=environment(),
     )
@@ -393,13 +422,23 @@ def run_benchmark(
         report.config["topic"] = topic
         # One untimed pass warms the broker (page cache is warm already; this warms its JIT).
         progress("warm-up pass (confluent-kafka, not counted)")
-        run_client(CLIENTS["confluent-tuned"], bootstrap, topic, partitions, records)
+        run_client(
+            CLIENTS["confluent-tuned"], bootstrap, topic, partitions, records, client_config=client_config
+        )
         for round_no in range(1, repeat + 1):
             for name in clients:
                 prof = None
                 if profile_dir is not None and round_no == 1 and name.startswith("handoff"):
                     prof = str(profile_dir / f"profile-{name}.txt")
-                sample = run_client(CLIENTS[name], bootstrap, topic, partitions, records, profile=prof)
+                sample = run_client(
+                    CLIENTS[name],
+                    bootstrap,
+                    topic,
+                    partitions,
+                    records,
+                    profile=prof,
+                    client_config=client_config,
+                )
                 report.samples.append(sample)
                 if sample.ok:
                     progress(

@@ -50,6 +50,19 @@ def register(subparsers: Any) -> None:
     tp.add_argument(
         "--profile", action="store_true", help="pyinstrument profiles (text) of the first kafka-handoff runs"
     )
+    tp.add_argument(
+        "--security",
+        choices=("ssl", "mtls", "sasl_plaintext", "sasl_ssl"),
+        default=None,
+        help="consume over a secured listener of the private dev broker (kafka-handoff and confluent-kafka "
+        "clients only; 'all' then means those)",
+    )
+    tp.add_argument(
+        "--sasl-mechanism",
+        choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
+        default=None,
+        help="with --security sasl_*: the mechanism (default: the listener's, PLAIN or SCRAM-SHA-256)",
+    )
     tp.set_defaults(func=_throughput)
 
     rb = actions.add_parser(
@@ -139,16 +152,24 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 @contextlib.contextmanager
 def _broker(bootstrap: str | None) -> Iterator[str]:
+    with _private_broker(bootstrap, None) as (address, _cluster):
+        yield address
+
+
+@contextlib.contextmanager
+def _private_broker(bootstrap: str | None, security: str | None) -> Iterator[tuple[str, Any]]:
+    """``(bootstrap servers, the dev broker or None)``: ``bootstrap`` as given, else a private dev broker
+    (with the secured listener of ``security`` beside PLAINTEXT when given)."""
     if bootstrap:
-        yield bootstrap
+        yield bootstrap, None
         return
     from kafka_handoff import devbroker
 
     print("starting a private dev broker ...", file=sys.stderr, flush=True)
-    cluster = devbroker.start(nodes=1)
+    cluster = devbroker.start(nodes=1, security=security)
     try:
         print(f"broker at {cluster.bootstrap_servers}", file=sys.stderr, flush=True)
-        yield cluster.bootstrap_servers
+        yield cluster.bootstrap_servers, cluster
     finally:
         cluster.stop()
 
@@ -161,19 +182,45 @@ def _throughput(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from kafka_handoff.bench import report, throughput
-    from kafka_handoff.bench.peers import CLIENTS
+    from kafka_handoff.bench.peers import CLIENTS, SECURITY_RUNNERS
 
-    clients = list(CLIENTS) if args.clients == "all" else [c.strip() for c in args.clients.split(",") if c]
+    secured_clients = [n for n, spec in CLIENTS.items() if spec.runner in SECURITY_RUNNERS]
+    if args.clients != "all":
+        clients = [c.strip() for c in args.clients.split(",") if c]
+    else:
+        clients = secured_clients if args.security else list(CLIENTS)
     unknown = [c for c in clients if c not in CLIENTS]
     if unknown:
         allowed = ", ".join(CLIENTS)
         print(f"error: unknown client(s) {', '.join(unknown)} (allowed: {allowed})", file=sys.stderr)
         return 2
+    if args.security:
+        if args.bootstrap_servers:
+            print("error: --security needs the private dev broker (no --bootstrap-servers)", file=sys.stderr)
+            return 2
+        unsupported = [c for c in clients if c not in secured_clients]
+        if unsupported:
+            allowed = ", ".join(secured_clients)
+            print(
+                f"error: --security: client(s) {', '.join(unsupported)} not supported (allowed: {allowed})",
+                file=sys.stderr,
+            )
+            return 2
+    elif args.sasl_mechanism:
+        print("error: --sasl-mechanism needs --security sasl_plaintext or sasl_ssl", file=sys.stderr)
+        return 2
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    with _broker(args.bootstrap_servers) as bootstrap:
+    with _private_broker(args.bootstrap_servers, args.security) as (bootstrap, cluster):
+        client_config = None
+        if cluster is not None and cluster.security is not None and args.security:
+            mech = args.sasl_mechanism if args.security.startswith("sasl") else None
+            client_config = str(cluster.security.client_json_path(args.security, mech))
+            _progress(f"consumers use {client_config} ({args.security}{' ' + mech if mech else ''})")
         result = throughput.run_benchmark(
             bootstrap,
+            client_config=client_config,
+            security=(f"{args.security} {args.sasl_mechanism or ''}".strip() if args.security else None),
             records=args.records,
             value_bytes=args.value_bytes,
             partitions=args.partitions,
@@ -191,6 +238,8 @@ def _throughput(args: argparse.Namespace) -> int:
         f"{args.records:,} records x {args.value_bytes} B, {args.partitions} partitions, median of "
         f"{args.repeat}; {env['cpus']} CPUs, load {load}; {env['broker']} on loopback"
     )
+    if args.security:
+        subtitle += f"; consumers over {data['config']['security']}"
     medians = data["medians"]
     try:
         report.plot_throughput(medians, out / "throughput.png", subtitle)

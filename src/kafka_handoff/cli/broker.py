@@ -12,6 +12,11 @@ Per-node fault injection on a running cluster (``start --nodes 3``), node ids 1.
   storage and ports, and wait until it serves Metadata
 * ``pause-node N`` / ``resume-node N``  SIGSTOP / SIGCONT (a hung broker: connections stay open, nothing
   is answered)
+
+``--security ssl|mtls|sasl_plaintext|sasl_ssl|all`` adds secured listeners (throwaway CA and
+certificates, SASL users for PLAIN and SCRAM, OAUTHBEARER against a local token endpoint) and writes
+every setting a client needs, in librdkafka's names, to DATA_DIR/client.json (printed on its own line);
+DATA_DIR/client-<mode>[-<mechanism>].json hold each listener's and mechanism's.
 """
 
 from __future__ import annotations
@@ -46,6 +51,19 @@ def register(subparsers: Any) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="a broker setting (dotted Kafka name) on every node; repeatable",
+    )
+    start.add_argument(
+        "--security",
+        choices=("ssl", "mtls", "sasl_plaintext", "sasl_ssl", "all"),
+        default=None,
+        help="add secured listeners (beside PLAINTEXT) and write DATA_DIR/client.json for this mode",
+    )
+    start.add_argument(
+        "--reauth-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="connections.max.reauth.ms of the SASL listeners (KIP-368 re-authentication)",
     )
     start.set_defaults(func=cmd_start)
 
@@ -123,6 +141,7 @@ def cmd_fetch_jars(args: argparse.Namespace) -> int:
 
 def cmd_start(args: argparse.Namespace) -> int:
     from kafka_handoff import devbroker
+    from kafka_handoff.errors import ConfigError
 
     overrides: dict[str, str] = {}
     for item in args.override:
@@ -132,10 +151,22 @@ def cmd_start(args: argparse.Namespace) -> int:
             return 2
         overrides[key.strip()] = value
     started = time.monotonic()
+    if args.reauth_ms is not None and args.security is None:
+        _err("handoff: --reauth-ms needs --security")
+        return 2
     try:
         cluster = devbroker.start(
-            args.nodes, args.data_dir, supervised=False, timeout=args.timeout, overrides=overrides
+            args.nodes,
+            args.data_dir,
+            supervised=False,
+            timeout=args.timeout,
+            security=args.security,
+            connections_max_reauth_ms=args.reauth_ms,
+            overrides=overrides,
         )
+    except ConfigError as exc:
+        _err(f"handoff: {exc}")
+        return 2
     except devbroker.BrokerAlreadyRunningError as exc:
         _err(f"handoff: {exc}")
         print(exc.bootstrap_servers)
@@ -144,6 +175,12 @@ def cmd_start(args: argparse.Namespace) -> int:
         _err(f"handoff: {exc}")
         return 1
     print(cluster.bootstrap_servers)
+    # The next handoff command (and HANDOFF_BOOTSTRAP-aware tests) find the broker through this variable.
+    _err(f"export HANDOFF_BOOTSTRAP={cluster.bootstrap_servers}")
+    if cluster.security is not None:
+        print(cluster.security.client_json_path())
+        for mode in cluster.security.modes:
+            _err(f"  {mode}: {cluster.security.bootstrap(mode)}  ({cluster.security.client_json_path(mode)})")
     _err(
         f"Kafka {cluster.kafka_version}, {len(cluster.nodes)} node(s), ready in "
         f"{time.monotonic() - started:.1f}s (JVM start to ready {cluster.start_seconds:.1f}s); "
@@ -176,6 +213,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     for node in state.nodes:
         word = "paused" if node.paused else ("up" if node.alive else "down")
         print(f"  node {node.node_id}  {node.bootstrap}  pid {node.pid}  {word}")
+    from kafka_handoff.devbroker import security
+
+    sec = security.load(args.data_dir)
+    if sec is not None:
+        for mode in sec.modes:
+            print(f"{mode}: {sec.bootstrap(mode)}  settings: {sec.client_json_path(mode)}")
     return 0 if state.running else 1
 
 

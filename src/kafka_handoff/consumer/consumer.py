@@ -145,6 +145,7 @@ class Consumer:
                 self.group_id,
                 retry_backoff_ms=int(cfg.get("retry.backoff.ms")),
                 retry_backoff_max_ms=int(cfg.get("retry.backoff.max.ms")),
+                on_error=lambda exc: self._background.put(BackgroundError(exc)),
             )
             coordinator = self._coordinator
             coordinator.listeners.append(lambda node, now: client.set_coordinator(node, now))

@@ -45,6 +45,7 @@ from pathlib import Path
 from types import TracebackType
 
 from kafka_handoff.devbroker import cds
+from kafka_handoff.devbroker import security as _security
 from kafka_handoff.devbroker.config import (
     ALLOWED_NODE_COUNTS,
     NodeSpec,
@@ -294,6 +295,8 @@ class Cluster:
         self._stopped = False
         #: The pid of the process that started the cluster (from ``state.json`` for an attached handle).
         self.owner_pid: int = os.getpid()
+        #: The secured listeners, users and client settings (``start(security=...)``); None: plaintext only.
+        self.security: _security.DevSecurity | None = None
 
     # -- plain facts ---------------------------------------------------------------------------
 
@@ -450,6 +453,8 @@ class Cluster:
             if self._stopped:
                 return
             self._terminate(self.nodes, timeout)
+            if self.security is not None or (self.data_dir / "security").is_dir():
+                _security.stop_services(self.data_dir)
             self._stopped = True
             with _live_lock:
                 _live.discard(self)
@@ -711,11 +716,12 @@ def _format_all(
     java: str,
     timeout: float,
     jvm_opts: Sequence[str] = (),
+    extra_args: Sequence[str] = (),
 ) -> None:
     procs = []
     for spec in specs:
         spec.logs_dir.mkdir(parents=True, exist_ok=True)
-        cmd = format_command(spec, cluster_id, classpath, _LOG4J_CONFIG, java, jvm_opts)
+        cmd = format_command(spec, cluster_id, classpath, _LOG4J_CONFIG, java, jvm_opts, extra_args)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=spec.node_dir)
         procs.append((spec, proc))
     failures = []
@@ -744,6 +750,8 @@ def start(
     jvm_opts: Sequence[str] = (),
     use_cds: bool = True,
     node_overrides: Callable[[NodeSpec], Mapping[str, str]] | None = None,
+    security: str | Sequence[str] | None = None,
+    connections_max_reauth_ms: int | None = None,
 ) -> Cluster:
     """Start a 1- or 3-node KRaft cluster on 127.0.0.1 and wait until it serves clients.
 
@@ -753,9 +761,17 @@ def start(
     ``use_cds``: map the class-data-sharing archive (:mod:`.cds`; trained on first use).
     ``node_overrides``: per-node settings on top of ``overrides``, e.g. an extra listener
     (:func:`kafka_handoff.devbroker.proxy.start_proxied` uses it to advertise proxy ports to clients).
+    ``security``: secured listeners beside the plaintext one -- ``"all"``, a mode or several of
+    :data:`.security.ALL_MODES` (``ssl``, ``mtls``, ``sasl_plaintext``, ``sasl_ssl``, ...); see
+    :mod:`.security`.  The handle's ``security`` then gives each mode's client settings, and
+    ``<data_dir>/client.json`` (+ ``client-<mode>.json``) holds them.
+    ``connections_max_reauth_ms``: session lifetime on the SASL listeners (KIP-368 re-authentication).
     """
     if nodes not in ALLOWED_NODE_COUNTS:
         raise ConfigError(f"nodes: {nodes!r} is not allowed; allowed values: 1, 3")
+    modes = _security.normalize_modes(security) if security is not None else ()
+    if connections_max_reauth_ms is not None and not modes:
+        raise ConfigError("connections.max.reauth.ms: needs a secured broker (security=...)")
     jars = ensure_jars()
     java = java_executable()
     cds_opts: list[str] = []
@@ -777,6 +793,21 @@ def start(
                     existing.bootstrap_servers,
                 )
     _prepare_data_dir(root)
+    sec: _security.DevSecurity | None = None
+    format_args: list[str] = []
+    if not modes and not ephemeral:
+        _security.clear(root)  # no stale client.json from an earlier secured start
+    if modes:
+        try:
+            sec = _security.prepare(
+                root, modes, oidc_port=_free_ports(1)[0], reauth_ms=connections_max_reauth_ms
+            )
+        except BaseException:
+            if ephemeral:
+                shutil.rmtree(root, ignore_errors=True)
+            raise
+        jvm_opts = [*jvm_opts, *sec.jvm_opts()]
+        format_args = sec.format_args()
     cluster_id = generate_cluster_id()
     last_error: BrokerStartError | None = None
     cds_suspect = ""
@@ -790,19 +821,24 @@ def start(
             root, cluster_id, members, supervised=supervised, ephemeral=ephemeral, overrides=overrides
         )
         cluster.jvm_opts = list(jvm_opts)
+        cluster.security = sec
         specs = [m.spec() for m in members]
-        for spec in specs:
+        if sec is not None:
+            sec.assign_ports(_free_ports(len(sec.modes) * nodes), nodes)
+            sec.save()
+        for index, spec in enumerate(specs):
             spec.node_dir.mkdir(parents=True, exist_ok=True)
+            props = dict(overrides or {})
+            if sec is not None:
+                props = {**sec.broker_overrides(spec, index), **props}
+            if node_overrides is not None:
+                props.update(node_overrides(spec))
             spec.properties_path.write_text(
-                render_properties(
-                    spec,
-                    specs,
-                    overrides={**(overrides or {}), **(node_overrides(spec) if node_overrides else {})},
-                ),
+                render_properties(spec, specs, overrides=props),
                 encoding="utf-8",
             )
         try:
-            _format_all(specs, cluster_id, jars.classpath, java, timeout, cds_opts)
+            _format_all(specs, cluster_id, jars.classpath, java, timeout, cds_opts, format_args)
             launched = time.monotonic()
             if supervised:
                 with _live_lock:
@@ -813,6 +849,9 @@ def start(
             finally:
                 cluster._write_state()
             cluster._wait_ready(cluster.node_ids, launched + timeout)
+            if sec is not None:
+                sec.start_token_endpoint(supervised=supervised)
+                sec.write_client_files()
             cluster.start_seconds = time.monotonic() - launched
             if cds_suspect:
                 cds.discard(jars, java, cds_suspect)
@@ -854,6 +893,9 @@ def _abandon(cluster: Cluster) -> None:
     """Stop whatever a failed start launched."""
     with contextlib.suppress(Exception):
         cluster._terminate(cluster.nodes, 5.0)
+    if cluster.security is not None:
+        with contextlib.suppress(Exception):
+            _security.stop_services(cluster.data_dir)
     cluster._stopped = True
     with _live_lock:
         _live.discard(cluster)

@@ -199,8 +199,11 @@ def format_command(
     log4j_config: Path,
     java: str,
     extra_jvm_opts: Sequence[str] = (),
+    extra_args: Sequence[str] = (),
 ) -> list[str]:
-    """``kafka-storage.sh format -t <id> -c <props>`` without the scripts (static quorum: no flags)."""
+    """``kafka-storage.sh format -t <id> -c <props>`` without the scripts (static quorum: no flags).
+
+    ``extra_args``: more ``format`` arguments (``--add-scram ...`` for the secured dev broker)."""
     return [
         java,
         *_TOOL_OPTS,
@@ -214,6 +217,7 @@ def format_command(
         cluster_id,
         "-c",
         str(node.properties_path),
+        *extra_args,
     ]
 
 

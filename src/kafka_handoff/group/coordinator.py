@@ -4,6 +4,9 @@ The manager finds the coordinator when someone needs it, rediscovers it after ``
 NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, a disconnect or a timed-out request), backs off between
 attempts and reports every change to its listeners (the network client routes ``COORDINATOR`` requests
 with it).  Marks carry the discovery epoch they are about, so a stale one is a no-op.
+A refusal the application must know (GROUP_AUTHORIZATION_FAILED: no DESCRIBE on the group) goes to
+``on_error`` on every failed attempt -- the consumer raises it from its next call, as Java's does -- while
+the lookup keeps retrying with backoff (the ACL may be granted later).
 """
 
 from __future__ import annotations
@@ -12,7 +15,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from kafka_handoff.errors import CoordinatorNotAvailableError, error_for_code
+from kafka_handoff.errors import (
+    CoordinatorNotAvailableError,
+    GroupAuthorizationFailedError,
+    error_for_code,
+)
 from kafka_handoff.group.membership import CoordinatorNeeded
 from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.requests import ANY_NODE, PollResult, UnsentRequest
@@ -66,7 +73,13 @@ def parse_find_coordinator(group_id: str, response: Any, version: int) -> Broker
         )
         message = getattr(response, "error_message", None)
     if code != 0:
-        return error_for_code(code, message)
+        error = error_for_code(code, message)
+        if isinstance(error, GroupAuthorizationFailedError):
+            detail = f": {message}" if message else ""
+            return GroupAuthorizationFailedError(
+                f"not authorized to use group {group_id!r} (FindCoordinator){detail}"
+            )
+        return error
     return BrokerNode(node_id, str(host), port)
 
 
@@ -86,7 +99,12 @@ class CoordinatorManager:
     """
 
     def __init__(
-        self, group_id: str, *, retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1000
+        self,
+        group_id: str,
+        *,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1000,
+        on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.group_id = group_id
         self.coordinator: BrokerNode | None = None
@@ -110,6 +128,7 @@ class CoordinatorManager:
         self.last_error: BaseException | None = None
         self.requests_sent = 0
         """FindCoordinator requests built so far (a counter for tests and metrics)."""
+        self._on_error = on_error
 
     def mark_unknown(
         self,
@@ -247,5 +266,7 @@ class CoordinatorManager:
 
     def _fail(self, error: BaseException, now_ms: int) -> None:
         self.last_error = error
+        if self._on_error is not None and isinstance(error, GroupAuthorizationFailedError):
+            self._on_error(error)
         self._attempts += 1
         self._next_ms = now_ms + self._backoff.after_failures(self._attempts)

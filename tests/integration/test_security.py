@@ -1,0 +1,447 @@
+"""Our clients against the secured real broker (issue 12 acceptance): TLS, mutual TLS, SASL, ACLs.
+
+One secured dev broker for the module with every listener (see :mod:`kafka_handoff.devbroker.security`).
+Each mode is used with exactly the settings the broker wrote (``client-<mode>[-<mechanism>].json``, in
+librdkafka's names): the admin client creates the topic, the producer writes, and a group consumer on each
+protocol (classic, consumer) reads everything back.  Then: a pipeline run over SASL_SSL, re-authentication
+on a listener with 5 s sessions while a consumer keeps consuming, the failure cases (each an
+``AuthenticationError``/``SslError`` naming the broker from the next call within seconds, never a secret)
+and the ACL cases (``TopicAuthorizationFailedError``/``GroupAuthorizationFailedError`` naming the resource).
+
+ACLs are created through confluent-kafka's admin client on the PLAINTEXT listener (a super user there):
+our admin client has no ACL calls.  The broker allows everything on a resource without ACLs
+(``allow.everyone.if.no.acl.found=true``), so each ACL test puts ACLs on its own topic or group only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from security_helpers import established_local_ports
+
+from kafka_handoff import devbroker
+from kafka_handoff import errors as _errors
+from kafka_handoff.admin import AdminClient, NewTopic
+from kafka_handoff.consumer import Consumer
+from kafka_handoff.devbroker import security
+from kafka_handoff.errors import GroupAuthorizationFailedError, KafkaError, TopicAuthorizationFailedError
+from kafka_handoff.producer import Producer
+
+pytestmark = pytest.mark.integration
+pytest.importorskip("cryptography")
+if not hasattr(_errors, "SslError"):  # the client side of issue 12 is built on another branch
+    pytest.skip(
+        "this build has no TLS/SASL client (no kafka_handoff.errors.SslError)", allow_module_level=True
+    )
+# Looked up by name so that this module type-checks on a build without the client side too.
+AuthenticationError: type[KafkaError] = getattr(_errors, "AuthenticationError")  # noqa: B009
+SslError: type[KafkaError] = getattr(_errors, "SslError")  # noqa: B009
+
+FAIL_FAST_S = 15.0  # "within a few seconds" with slack for a loaded 2-core machine
+
+
+@pytest.fixture(scope="module")
+def secured() -> Iterator[devbroker.Cluster]:
+    cluster = devbroker.start(nodes=1, security=security.ALL_MODES)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def sec_of(cluster: devbroker.Cluster) -> security.DevSecurity:
+    assert cluster.security is not None
+    return cluster.security
+
+
+def settings(cluster: devbroker.Cluster, mode: str, mechanism: str | None = None) -> dict[str, Any]:
+    """What the broker wrote for ``mode`` (and ``mechanism``): a client takes the file as it is."""
+    loaded: dict[str, Any] = json.loads(
+        sec_of(cluster).client_json_path(mode, mechanism).read_text(encoding="utf-8")
+    )
+    return loaded
+
+
+def oauth_cb_settings(cluster: devbroker.Cluster, calls: list[str]) -> dict[str, Any]:
+    """SASL_SSL + OAUTHBEARER with a token callback (no OIDC keys): tokens minted for ``alice``."""
+    sec = sec_of(cluster)
+    props = settings(cluster, "sasl_ssl", "OAUTHBEARER")
+    for key in [k for k in props if k.startswith("sasl.oauthbearer.")]:
+        del props[key]
+
+    def oauth_cb(config_str: str | None) -> tuple[str, float]:
+        calls.append(config_str or "")
+        return sec.mint_token("alice", lifetime_s=600)
+
+    props["oauth_cb"] = oauth_cb
+    return props
+
+
+def produce_all(props: dict[str, Any], topic: str, count: int) -> dict[bytes, bytes]:
+    sent = {b"k%04d" % i: b"v%04d-" % i + uuid.uuid4().bytes for i in range(count)}
+    with Producer({**props, "linger.ms": 5}) as producer:
+        futures = [producer.send(topic, value=v, key=k) for k, v in sent.items()]
+        producer.flush(60)
+        assert all(f.result(0).offset >= 0 for f in futures)
+    return sent
+
+
+def consume_all(
+    props: dict[str, Any], topic: str, expected: int, timeout_s: float = 60
+) -> dict[bytes, bytes]:
+    got: dict[bytes, bytes] = {}
+    with Consumer({**props, "auto.offset.reset": "earliest", "enable.auto.commit": False}) as consumer:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + timeout_s
+        while len(got) < expected and time.monotonic() < deadline:
+            for record in consumer.poll(0.5):
+                assert record.key is not None and record.value is not None
+                got[record.key] = record.value
+        consumer.commit_sync()
+    return got
+
+
+def round_trip(props: dict[str, Any]) -> None:
+    """Admin creates a topic, the producer writes, a group consumer per protocol reads it all back."""
+    topic = f"sec-{uuid.uuid4().hex[:10]}"
+    with AdminClient(props) as admin:
+        admin.create_topics([NewTopic(topic, 3, 1)], timeout=60)
+        assert topic in {t.name for t in admin.list_topics(timeout=30)}
+        assert admin.describe_cluster(timeout=30).brokers
+    sent = produce_all(props, topic, 60)
+    for protocol in ("classic", "consumer"):
+        group = f"sec-{protocol}-{uuid.uuid4().hex[:8]}"
+        got = consume_all({**props, "group.id": group, "group.protocol": protocol}, topic, len(sent))
+        assert got == sent, f"group protocol {protocol}: {len(got)} of {len(sent)} records"
+
+
+CASES = [
+    ("ssl", None),
+    ("mtls", None),
+    ("sasl_plaintext", "PLAIN"),
+    ("sasl_ssl", "SCRAM-SHA-256"),
+    ("sasl_ssl", "SCRAM-SHA-512"),
+    ("sasl_ssl", "OAUTHBEARER"),  # OIDC client credentials against the dev token endpoint
+]
+
+
+@pytest.mark.parametrize(("mode", "mechanism"), CASES, ids=[f"{m}-{x or 'tls'}" for m, x in CASES])
+def test_admin_producer_and_group_consumers(
+    secured: devbroker.Cluster, mode: str, mechanism: str | None
+) -> None:
+    props = settings(secured, mode, mechanism)
+    if mechanism == "OAUTHBEARER":
+        assert props["sasl.oauthbearer.method"] == "oidc"
+    round_trip(props)
+
+
+def test_oauthbearer_with_a_token_callback(secured: devbroker.Cluster) -> None:
+    calls: list[str] = []
+    round_trip(oauth_cb_settings(secured, calls))
+    assert calls, "oauth_cb was never called"
+
+
+# -------------------------------------------------------------------------------------- pipeline
+@pytest.mark.spark
+@pytest.mark.slow  # a local SparkSession: ~30 s on an idle machine, minutes on a loaded one
+def test_pipeline_run_over_sasl_ssl(secured: devbroker.Cluster, tmp_path: Path) -> None:
+    """``handoff pipeline``'s worker with its ``[kafka]`` table holding SASL_SSL + SCRAM settings: every
+    well-formed event lands in the sink exactly once and the offsets are committed."""
+    pytest.importorskip("pyspark")
+    from kafka_handoff.cli.produce_sample import generate_events
+    from kafka_handoff.pipeline import run_worker
+    from kafka_handoff.pipeline import testing as pt
+    from kafka_handoff.pipeline.config import SparkConfig
+    from kafka_handoff.pipeline.show import read_output
+    from kafka_handoff.pipeline.spark import build_session
+
+    props = settings(secured, "sasl_ssl", "SCRAM-SHA-512")
+    topic = f"sec-pipeline-{uuid.uuid4().hex[:8]}"
+    with AdminClient(props) as admin:
+        admin.create_topics([NewTopic(topic, 2, 1, {"retention.ms": "-1"})], timeout=60)
+    events = generate_events(600, seed=5, malformed_share=0.0, start_ms=time.time_ns() // 1_000_000)
+    with Producer({**props, "linger.ms": 5}) as producer:
+        futures = [producer.send(topic, e.value, key=e.key, timestamp=e.timestamp) for e in events]
+        producer.flush(60)
+        assert all(f.result(0).offset >= 0 for f in futures)
+    kafka = {k: v for k, v in props.items() if k != "bootstrap.servers"}
+    config = pt.pipeline_config(
+        props["bootstrap.servers"],
+        topic,
+        f"g-{topic}",
+        str(tmp_path / "out"),
+        sink_format="parquet",
+        max_records=300,
+        kafka=kafka,
+    )
+    session = build_session(SparkConfig(app_name="handoff-security-tests"))
+    try:
+        summary = run_worker(config, spark=session, until_idle_s=3)
+    finally:
+        session.stop()
+    assert summary.status == "idle"
+    assert summary.records_committed == len(events)
+    report = pt.exactly_once_report(pt.valid_event_ids(events), pt.output_event_ids(read_output(config)))
+    assert report == ""
+
+
+# ----------------------------------------------------------------------------- re-authentication
+def test_reauthentication_keeps_the_connections_while_consuming(secured: devbroker.Cluster) -> None:
+    """The ``sasl_ssl_reauth`` listener gives 5 s sessions: the broker closes a connection whose session
+    expired.  A consumer that keeps consuming for 2.5 session lifetimes keeps the connections it had
+    (KIP-368 re-authentication on the live connection) and receives every record produced meanwhile."""
+    sec = sec_of(secured)
+    props = settings(secured, "sasl_ssl_reauth", "SCRAM-SHA-512")
+    port = int(props["bootstrap.servers"].rsplit(":", 1)[1])
+    topic = f"sec-reauth-{uuid.uuid4().hex[:8]}"
+    secured.create_topic(topic, partitions=1)
+    sent = received = 0
+    with (
+        Producer({**props, "linger.ms": 5}) as producer,
+        Consumer({**props, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"}) as consumer,
+    ):
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while received == 0:
+            producer.send(topic, value=b"x")
+            sent += 1
+            received += len(consumer.poll(0.2))
+            assert time.monotonic() < deadline, "nothing consumed within 30s"
+        time.sleep(1.0)
+        before = established_local_ports(port)
+        assert before, "no connection to the re-authentication listener"
+        until = time.monotonic() + 2.5 * sec.test_reauth_ms / 1000
+        while time.monotonic() < until:
+            producer.send(topic, value=b"x")
+            sent += 1
+            received += len(consumer.poll(0.1))
+        after = established_local_ports(port)
+        producer.flush(30)
+        deadline = time.monotonic() + 30
+        while received < sent and time.monotonic() < deadline:
+            received += len(consumer.poll(0.2))
+    assert received == sent
+    # An expired session is closed by the broker at its next request and the client reconnects: a new local
+    # port.  Re-authenticated connections keep theirs.  (An idle connection is never checked by the broker,
+    # hence "no new connection" rather than "some connection survived".)
+    assert after, "no connection to the re-authentication listener at the end"
+    assert after <= before, f"connections replaced ({sorted(before)} -> {sorted(after)}): no re-auth"
+
+
+# --------------------------------------------------------------------------------- failure cases
+def expect_failure(props: dict[str, Any], error: type[KafkaError], *fragments: str) -> KafkaError:
+    """The consumer's next calls raise ``error`` within FAIL_FAST_S; its message has ``fragments``."""
+    start = time.monotonic()
+    group = f"never-{uuid.uuid4().hex[:6]}"
+    with Consumer({**props, "group.id": group}) as consumer, pytest.raises(error) as info:
+        consumer.subscribe(["any-topic"])
+        while time.monotonic() - start < FAIL_FAST_S + 5:
+            consumer.poll(0.5)
+    assert time.monotonic() - start < FAIL_FAST_S, "the failure must surface within seconds"
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, message
+    assert not info.value.retriable
+    return info.value
+
+
+def broker_of(props: dict[str, Any]) -> str:
+    return str(props["bootstrap.servers"]).split(",")[0]
+
+
+def test_wrong_password(secured: devbroker.Cluster) -> None:
+    props = {**settings(secured, "sasl_ssl", "SCRAM-SHA-256"), "sasl.password": "not-the-password-123"}
+    err = expect_failure(props, AuthenticationError, broker_of(props))
+    assert "not-the-password-123" not in str(err) and "not-the-password-123" not in repr(err)
+    assert not isinstance(err, SslError)
+    plain = {**settings(secured, "sasl_plaintext", "PLAIN"), "sasl.password": "wrong-plain-456"}
+    err = expect_failure(plain, AuthenticationError, broker_of(plain))
+    assert "wrong-plain-456" not in str(err)
+
+
+def test_mechanism_the_listener_does_not_enable(secured: devbroker.Cluster) -> None:
+    """The re-authentication listener enables PLAIN and SCRAM only: OAUTHBEARER there is refused in the
+    SASL handshake, and the error names the mechanism."""
+    props = {**settings(secured, "sasl_ssl_reauth", "SCRAM-SHA-256")}
+    for key in ("sasl.username", "sasl.password"):
+        del props[key]
+    sec = sec_of(secured)
+
+    def oauth_cb(_config: str | None) -> tuple[str, float]:
+        return sec.mint_token("alice")
+
+    props.update({"sasl.mechanism": "OAUTHBEARER", "oauth_cb": oauth_cb})
+    expect_failure(props, AuthenticationError, broker_of(props), "OAUTHBEARER")
+
+
+def test_untrusted_ca(secured: devbroker.Cluster, tmp_path: Path) -> None:
+    other_ca = tmp_path / "other-ca.pem"
+    other_ca.write_bytes(security.generate_ca("not the broker's CA").cert_pem)
+    props = {**settings(secured, "ssl"), "ssl.ca.location": str(other_ca)}
+    err = expect_failure(props, SslError, broker_of(props))
+    assert "certificate" in str(err).lower()
+
+
+def test_hostname_mismatch(secured: devbroker.Cluster) -> None:
+    """The ``ssl_wrong_host`` listener's certificate names ``wrong-host.invalid`` only."""
+    props = settings(secured, "ssl_wrong_host")
+    expect_failure(props, SslError, broker_of(props))
+    with AdminClient({**props, "ssl.endpoint.identification.algorithm": ""}) as admin:
+        assert admin.describe_cluster(timeout=30).brokers  # only the host name was wrong
+
+
+def test_mutual_tls_without_a_client_certificate(secured: devbroker.Cluster) -> None:
+    props = settings(secured, "mtls")
+    for key in ("ssl.certificate.location", "ssl.key.location", "ssl.key.password"):
+        del props[key]
+    expect_failure(props, SslError, broker_of(props))
+
+
+def test_oidc_endpoint_refusing_the_client(secured: devbroker.Cluster) -> None:
+    props = {
+        **settings(secured, "sasl_ssl", "OAUTHBEARER"),
+        "sasl.oauthbearer.client.secret": "wrong-secret-789",
+    }
+    err = expect_failure(props, AuthenticationError)
+    message = str(err)
+    assert props["sasl.oauthbearer.token.endpoint.url"] in message or broker_of(props) in message, message
+    assert "wrong-secret-789" not in message and "wrong-secret-789" not in repr(err)
+
+
+# -------------------------------------------------------------------------------------------- ACLs
+def create_acls(cluster: devbroker.Cluster, bindings: list[tuple[str, str, str, str]]) -> None:
+    """``(resource type TOPIC|GROUP, name, principal, operation)`` ALLOW bindings, created through the
+    PLAINTEXT listener, and awaited until the broker's authorizer lists them."""
+    ck_admin = pytest.importorskip("confluent_kafka.admin")
+    admin = ck_admin.AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    acls = [
+        ck_admin.AclBinding(
+            getattr(ck_admin.ResourceType, rtype),
+            name,
+            ck_admin.ResourcePatternType.LITERAL,
+            principal,
+            "*",
+            getattr(ck_admin.AclOperation, op),
+            ck_admin.AclPermissionType.ALLOW,
+        )
+        for rtype, name, principal, op in bindings
+    ]
+    for future in admin.create_acls(acls).values():
+        future.result(30)
+    deadline = time.monotonic() + 30
+    for rtype, name, _principal, _op in bindings:
+        flt = ck_admin.AclBindingFilter(
+            getattr(ck_admin.ResourceType, rtype),
+            name,
+            ck_admin.ResourcePatternType.LITERAL,
+            None,
+            None,
+            ck_admin.AclOperation.ANY,
+            ck_admin.AclPermissionType.ANY,
+        )
+        while not admin.describe_acls(flt).result(30):
+            assert time.monotonic() < deadline, f"ACLs on {rtype} {name} not visible"
+            time.sleep(0.2)
+
+
+def user_props(cluster: devbroker.Cluster, user: str) -> dict[str, Any]:
+    return sec_of(cluster).client_config("sasl_ssl", user=user, mechanism="SCRAM-SHA-256")
+
+
+def raises_within(
+    call: Callable[[], Any], error: type[Exception], timeout_s: float = FAIL_FAST_S
+) -> Exception:
+    start = time.monotonic()
+    with pytest.raises(error) as info:
+        while time.monotonic() - start < timeout_s + 5:
+            call()
+    assert time.monotonic() - start < timeout_s, f"{error.__name__} took too long"
+    return info.value
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_consumer_without_read_on_the_topic(secured: devbroker.Cluster, protocol: str) -> None:
+    topic = f"sec-acl-topic-{uuid.uuid4().hex[:8]}"
+    secured.create_topic(topic, partitions=1)
+    produce_all(user_props(secured, "alice"), topic, 5)  # before the ACLs: then nobody has WRITE
+    # alice may read; bob may only describe (so the group assigns him the partition and the fetch is refused)
+    create_acls(
+        secured,
+        [("TOPIC", topic, "User:alice", "READ"), ("TOPIC", topic, "User:alice", "DESCRIBE"),
+         ("TOPIC", topic, "User:bob", "DESCRIBE")],
+    )  # fmt: skip
+    with Consumer(
+        {**user_props(secured, "bob"), "group.id": f"g-{topic}", "group.protocol": protocol,
+         "auto.offset.reset": "earliest"}
+    ) as consumer:  # fmt: skip
+        consumer.subscribe([topic])
+        err = raises_within(lambda: consumer.poll(0.5), TopicAuthorizationFailedError)
+    assert topic in str(err)
+    # alice reads the same topic fine
+    got = consume_all(
+        {**user_props(secured, "alice"), "group.id": f"ga-{topic}", "group.protocol": protocol}, topic, 5
+    )
+    assert len(got) == 5
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_consumer_without_read_on_the_group(secured: devbroker.Cluster, protocol: str) -> None:
+    topic = f"sec-acl-group-{uuid.uuid4().hex[:8]}"
+    group = f"g-{topic}"
+    secured.create_topic(topic, partitions=1)
+    create_acls(secured, [("GROUP", group, "User:alice", "READ")])
+    with Consumer({**user_props(secured, "bob"), "group.id": group, "group.protocol": protocol}) as consumer:
+        consumer.subscribe([topic])
+        err = raises_within(lambda: consumer.poll(0.5), GroupAuthorizationFailedError)
+    assert group in str(err)
+
+
+def test_producer_without_write(secured: devbroker.Cluster) -> None:
+    topic = f"sec-acl-write-{uuid.uuid4().hex[:8]}"
+    secured.create_topic(topic, partitions=1)
+    create_acls(
+        secured,
+        [("TOPIC", topic, "User:alice", "WRITE"), ("TOPIC", topic, "User:alice", "DESCRIBE"),
+         ("TOPIC", topic, "User:bob", "DESCRIBE")],
+    )  # fmt: skip
+    start = time.monotonic()
+    with Producer({**user_props(secured, "bob"), "linger.ms": 0, "delivery.timeout.ms": 60000}) as producer:
+        futures = [producer.send(topic, value=b"v%d" % i) for i in range(3)]
+        for future in futures:
+            with pytest.raises(TopicAuthorizationFailedError) as info:
+                future.result(FAIL_FAST_S + 5)
+            assert topic in str(info.value)
+    assert time.monotonic() - start < FAIL_FAST_S + 10, (
+        "the refusal must not be retried until delivery.timeout.ms"
+    )
+    # alice may write
+    with Producer({**user_props(secured, "alice"), "linger.ms": 0}) as producer:
+        assert producer.send(topic, value=b"ok").result(30).offset >= 0
+
+
+# ------------------------------------------------------------------------------------------- bench
+@pytest.mark.slow  # its own private broker, a warm-up pass and two client processes: ~20-50 s
+def test_bench_throughput_over_sasl_ssl(tmp_path: Path) -> None:
+    """``handoff bench throughput --security sasl_ssl`` (its own private broker): kafka-handoff and
+    confluent-kafka consume every record over SASL_SSL; the report says so."""
+    from kafka_handoff.cli.main import main
+
+    records = 2000
+    code = main(
+        [
+            "bench", "throughput", "--security", "sasl_ssl", "--sasl-mechanism", "SCRAM-SHA-512",
+            "--records", str(records), "--value-bytes", "50", "--partitions", "2", "--repeat", "1",
+            "--clients", "handoff,confluent", "--out", str(tmp_path),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads((tmp_path / "throughput.json").read_text())
+    assert data["config"]["security"] == "sasl_ssl SCRAM-SHA-512"
+    assert {s["client"] for s in data["samples"]} == {"handoff", "confluent"}
+    assert all(s["ok"] and s["records"] == records for s in data["samples"]), data["samples"]
