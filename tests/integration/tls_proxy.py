@@ -8,8 +8,6 @@ client's TLS code is exercised against a real broker without a broker-side TLS l
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import select
 import socket
 import ssl
@@ -17,10 +15,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from kafka_handoff.devbroker.security import generate_ca
 
 
 @dataclass
@@ -36,124 +31,36 @@ class Pki:
     expired_key: Path
 
 
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def _write_key(path: Path, key: ec.EllipticCurvePrivateKey, password: str | None = None) -> None:
-    encryption: serialization.KeySerializationEncryption = (
-        serialization.BestAvailableEncryption(password.encode()) if password else serialization.NoEncryption()
-    )
-    path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
-    )
-
-
-def _ca(cn: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name(cn))
-        .issuer_name(_name(cn))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    return cert, key
-
-
-def _leaf(
-    cn: str,
-    ca: x509.Certificate,
-    ca_key: ec.EllipticCurvePrivateKey,
-    *,
-    dns: list[str],
-    ips: list[str] = (),  # type: ignore[assignment]
-    server: bool = True,
-    expired: bool = False,
-) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    start, end = (
-        (now - datetime.timedelta(days=3), now - datetime.timedelta(days=2))
-        if expired
-        else (now - datetime.timedelta(days=1), now + datetime.timedelta(days=2))
-    )
-    names: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
-    names += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(cn))
-        .issuer_name(ca.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.ExtendedKeyUsage(
-                [
-                    x509.oid.ExtendedKeyUsageOID.SERVER_AUTH
-                    if server
-                    else x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
-                ]
-            ),
-            critical=False,
-        )
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-    )
-    if names:
-        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-    return builder.sign(ca_key, hashes.SHA256()), key
-
-
 def make_pki(directory: Path) -> Pki:
-    ca, ca_key = _ca("handoff test CA")
-    other, _other_key = _ca("some other CA")
-    server, server_key = _leaf("localhost", ca, ca_key, dns=["localhost"])
-    client, client_key = _leaf("client", ca, ca_key, dns=[], server=False)
-    expired, expired_key = _leaf("localhost", ca, ca_key, dns=["localhost"], expired=True)
-    pem = serialization.Encoding.PEM
+    """Certificates for the TLS tests, made by the dev broker's own CA code."""
+    ca = generate_ca("handoff test CA")
+    other = generate_ca("some other CA")
+    server_cert, server_key = ca.issue("localhost", dns=["localhost"])
+    password = "key-pass-7"
+    client_cert, client_key = ca.issue("client", server=False, key_password=password.encode())
+    expired_cert, expired_key = ca.issue("localhost", dns=["localhost"], expired=True)
     p = Pki(
         ca_pem=directory / "ca.pem",
         server_cert=directory / "server.pem",
         server_key=directory / "server.key",
         client_cert=directory / "client.pem",
         client_key_encrypted=directory / "client.key",
-        client_key_password="key-pass-7",
+        client_key_password=password,
         other_ca_pem=directory / "other-ca.pem",
         expired_cert=directory / "expired.pem",
         expired_key=directory / "expired.key",
     )
-    p.ca_pem.write_bytes(ca.public_bytes(pem))
-    p.other_ca_pem.write_bytes(other.public_bytes(pem))
-    p.server_cert.write_bytes(server.public_bytes(pem))
-    _write_key(p.server_key, server_key)
-    p.client_cert.write_bytes(client.public_bytes(pem))
-    _write_key(p.client_key_encrypted, client_key, p.client_key_password)
-    p.expired_cert.write_bytes(expired.public_bytes(pem))
-    _write_key(p.expired_key, expired_key)
+    for path, data in (
+        (p.ca_pem, ca.cert_pem),
+        (p.other_ca_pem, other.cert_pem),
+        (p.server_cert, server_cert),
+        (p.server_key, server_key),
+        (p.client_cert, client_cert),
+        (p.client_key_encrypted, client_key),
+        (p.expired_cert, expired_cert),
+        (p.expired_key, expired_key),
+    ):
+        path.write_bytes(data)
     return p
 
 

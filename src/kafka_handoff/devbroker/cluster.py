@@ -46,6 +46,7 @@ from types import TracebackType
 
 from kafka_handoff.devbroker import cds
 from kafka_handoff.devbroker import security as _security
+from kafka_handoff.devbroker._procs import pid_alive, process_args
 from kafka_handoff.devbroker.config import (
     ALLOWED_NODE_COUNTS,
     NodeSpec,
@@ -162,35 +163,13 @@ class ClusterStatus:
 # Process helpers (Linux /proc; plain kill(0) elsewhere)
 
 
-def _pid_alive(pid: int) -> bool:
-    """True when ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
-    return state not in (b"Z", b"X", b"x")
+_pid_alive = pid_alive
 
 
 def _is_node_jvm(pid: int, properties_path: Path) -> bool:
     """True when ``pid`` is alive and is the Kafka JVM of the node with ``properties_path``."""
-    if not _pid_alive(pid):
-        return False
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            args = f.read().split(b"\0")
-    except FileNotFoundError:
-        return False
-    except OSError:
+    args = process_args(pid)
+    if args is None:
         return True  # no /proc: trust the pid
     return b"kafka.Kafka" in args and str(properties_path).encode() in args
 

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kafka_handoff.devbroker._procs import pid_alive, process_args
 from kafka_handoff.devbroker.config import NodeSpec
 from kafka_handoff.errors import ConfigError
 
@@ -174,9 +175,11 @@ class CertificateAuthority:
         server: bool = True,
         key_password: bytes | None = None,
         days: int = 30,
+        expired: bool = False,
     ) -> tuple[bytes, bytes]:
         """A new RSA key and a certificate for it: ``(cert_pem, key_pem)``; the key in PKCS#8,
-        encrypted when given ``key_password``."""
+        encrypted when given ``key_password``.  ``expired``: valid only in the past (for tests of
+        certificate validation)."""
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.hazmat.primitives.asymmetric import rsa
@@ -187,6 +190,9 @@ class CertificateAuthority:
         assert isinstance(ca_key, rsa.RSAPrivateKey)
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         now = dt.datetime.now(dt.UTC)
+        start, end = now - dt.timedelta(hours=1), now + dt.timedelta(days=days)
+        if expired:
+            start, end = now - dt.timedelta(days=3), now - dt.timedelta(days=2)
         usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
         if server:
             usages.insert(0, ExtendedKeyUsageOID.SERVER_AUTH)
@@ -196,8 +202,8 @@ class CertificateAuthority:
             .issuer_name(ca_cert.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(hours=1))
-            .not_valid_after(now + dt.timedelta(days=days))
+            .not_valid_before(start)
+            .not_valid_after(end)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
@@ -573,7 +579,7 @@ class DevSecurity:
                         return
             except (OSError, urllib.error.URLError):
                 pass
-            if time.monotonic() >= deadline or not _pid_alive(pid):
+            if time.monotonic() >= deadline or not pid_alive(pid):
                 tail = ""
                 if log_file.exists():
                     tail = log_file.read_text(encoding="utf-8", errors="replace")[-2000:]
@@ -584,27 +590,9 @@ class DevSecurity:
             time.sleep(0.05)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-    state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
-    return state not in (b"Z", b"X", b"x")
-
-
 def _is_token_server(pid: int, config_file: Path) -> bool:
-    if not _pid_alive(pid):
-        return False
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            args = f.read().split(b"\0")
-    except FileNotFoundError:
-        return False
-    except OSError:
+    args = process_args(pid)
+    if args is None:
         return True
     return str(config_file).encode() in args and any(a.endswith(b"_oidc_server.py") for a in args)
 
@@ -623,9 +611,9 @@ def stop_services(data_dir: Path, timeout: float = 5.0) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while _pid_alive(pid) and time.monotonic() < deadline:
+        while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if _pid_alive(pid):
+        if pid_alive(pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
     if sup is not None:

@@ -130,6 +130,7 @@ from kafka_handoff.group.assignors.base import (
     RebalanceProtocol,
 )
 from kafka_handoff.group.membership import (
+    AppCallPause,
     AppThreadTask,
     AssignmentChanged,
     CallbackKind,
@@ -331,8 +332,7 @@ class ClassicMembership:
 
         # timers
         self._last_app_poll_ms = 0
-        self._app_calls = 0
-        self._app_call_since_ms: int | None = None
+        self._app_call = AppCallPause()
         self._session_deadline_ms = 0
         self._hb_next_ms = 0
         self._hb_attempts = 0
@@ -478,16 +478,7 @@ class ClassicMembership:
         self._awaiting_app_poll = False
 
     def on_app_call(self, inside: bool, now_ms: int) -> None:
-        if inside:
-            self._app_calls += 1
-            if self._app_call_since_ms is None:
-                self._app_call_since_ms = now_ms
-            return
-        self._app_calls = max(0, self._app_calls - 1)
-        since = self._app_call_since_ms
-        if self._app_calls == 0 and since is not None:
-            self._app_call_since_ms = None
-            self._last_app_poll_ms += max(0, now_ms - since)  # the timer stood still meanwhile
+        self._last_app_poll_ms += self._app_call.update(inside, now_ms)  # the timer stood still meanwhile
 
     def enforce_rebalance(self, reason: str, now_ms: int) -> None:
         """Request a rebalance; a no-op while one is already in progress (as ``enforceRebalance``)."""
@@ -599,7 +590,7 @@ class ClassicMembership:
             in_group
             and self._leave is _Leave.NONE
             and self._coordinator is not None
-            and self._app_call_since_ms is None
+            and not self._app_call.active
         ):
             candidates.append(self._last_app_poll_ms + self._rebalance_timeout_ms - now_ms)
         if self._join_backoff_until_ms > now_ms:
@@ -618,7 +609,7 @@ class ClassicMembership:
             return
         if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
             return
-        if self._coordinator is None or self._app_call_since_ms is not None:
+        if self._coordinator is None or self._app_call.active:
             # As Java's heartbeat thread: decided once the coordinator is known again.  The timer stands
             # still while the application thread is inside one of our blocking calls.
             return

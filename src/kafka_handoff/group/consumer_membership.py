@@ -58,6 +58,7 @@ from kafka_handoff.group.heartbeat_state import (
     LocalAssignment,
 )
 from kafka_handoff.group.membership import (
+    AppCallPause,
     AssignmentChanged,
     CallbackKind,
     CallbackNeeded,
@@ -293,8 +294,7 @@ class ConsumerMembership:
         self._events: list[GroupEvent] = []
 
         self._last_app_poll_ms: int | None = None
-        self._app_calls = 0
-        self._app_call_since_ms: int | None = None
+        self._app_call = AppCallPause()
         self._leave_pending = False
         self._stale_released = True
         self._stale_rejoin_requested = False
@@ -399,17 +399,9 @@ class ConsumerMembership:
         self._maybe_reconcile(now_ms)
 
     def on_app_call(self, inside: bool, now_ms: int) -> None:
-        if inside:
-            self._app_calls += 1
-            if self._app_call_since_ms is None:
-                self._app_call_since_ms = now_ms
-            return
-        self._app_calls = max(0, self._app_calls - 1)
-        since = self._app_call_since_ms
-        if self._app_calls == 0 and since is not None:
-            self._app_call_since_ms = None
-            if self._last_app_poll_ms is not None:
-                self._last_app_poll_ms += max(0, now_ms - since)  # the timer stood still meanwhile
+        paused = self._app_call.update(inside, now_ms)
+        if paused and self._last_app_poll_ms is not None:
+            self._last_app_poll_ms += paused  # the timer stood still meanwhile
 
     def on_callback_completed(self, seq: int, error: BaseException | None, now_ms: int) -> None:
         pending = self._pending.pop(seq, None)
@@ -466,7 +458,7 @@ class ConsumerMembership:
             st in _IN_GROUP
             and self._last_app_poll_ms is not None
             and self._coordinator is not None
-            and self._app_call_since_ms is None
+            and not self._app_call.active
         ):
             wait = min(wait, max(0, self._last_app_poll_ms + self.rebalance_timeout_ms - now_ms))
         if st not in _NO_HEARTBEAT and self._coordinator is not None and self._inflight is None:
@@ -866,7 +858,7 @@ class ConsumerMembership:
     def _maybe_expire_poll_timer(self, now_ms: int, unsent: list[UnsentRequest]) -> None:
         if self._state not in _IN_GROUP or self._last_app_poll_ms is None:
             return
-        if self._coordinator is None or self._app_call_since_ms is not None:
+        if self._coordinator is None or self._app_call.active:
             # As Java's heartbeat manager: nothing is decided while the coordinator is unknown; an expired
             # timer makes the member leave once a coordinator is known again.  The timer stands still
             # while the application thread is inside one of our blocking calls.

@@ -41,6 +41,7 @@ from kafka_handoff.protocol.requests import PollResult
 from kafka_handoff.types import ClusterMetadata, ConsumerGroupMetadata, TopicPartition
 
 __all__ = [
+    "AppCallPause",
     "AppThreadTask",
     "AssignmentChanged",
     "CallbackKind",
@@ -215,3 +216,34 @@ class Membership(Protocol):
         """Member id, generation (classic) or member epoch (consumer) and instance id, for commits."""
 
     def owns(self, partitions: Iterable[TopicPartition]) -> bool: ...
+
+
+class AppCallPause:
+    """The poll timer stands still while the application thread is inside one of the client's own blocking
+    calls (``commit_sync``, ``committed``, ``position``, lookups): those are not the application failing to
+    poll.  Calls may nest; the pause spans from the first call's start to the last one's end."""
+
+    __slots__ = ("_depth", "since_ms")
+
+    def __init__(self) -> None:
+        self._depth = 0
+        self.since_ms: int | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.since_ms is not None
+
+    def update(self, inside: bool, now_ms: int) -> int:
+        """Record a call's start (``inside``) or end; returns how long the timer stood still when the
+        outermost call ended, else 0."""
+        if inside:
+            self._depth += 1
+            if self.since_ms is None:
+                self.since_ms = now_ms
+            return 0
+        self._depth = max(0, self._depth - 1)
+        since = self.since_ms
+        if self._depth == 0 and since is not None:
+            self.since_ms = None
+            return max(0, now_ms - since)
+        return 0
