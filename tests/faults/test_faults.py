@@ -79,7 +79,8 @@ def test_clients_through_the_proxy_only_learn_proxy_addresses(
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_fault(fault_cluster: tuple[Cluster, FaultProxy], fault: str) -> None:
     cluster, proxy = fault_cluster
-    run = run_fault(cluster, proxy, fault)
+    # 60 s to settle and to drain: with the fixes both take seconds; without them a scenario fails in ~2 min.
+    run = run_fault(cluster, proxy, fault, settle_timeout=60, drain_timeout=60)
     print(report(run))
     problems = run.problems()
     assert not problems, "\n".join(problems) + "\n" + report(run)
