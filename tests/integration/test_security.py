@@ -300,8 +300,9 @@ def test_reauthentication_keeps_the_connections_while_consuming(secured: devbrok
 
 # --------------------------------------------------------------------------------- failure cases
 def expect_failure(props: dict[str, Any], error: type[AuthenticationError], *fragments: str) -> str:
-    """The consumer's next calls raise ``error`` within FAIL_FAST_S; its message has ``fragments`` and
-    is returned.  Never retriable, never a secret in its repr either (checked by the callers)."""
+    """The consumer's next calls raise ``error`` within FAIL_FAST_S, not retriable, naming the bootstrap
+    broker in its ``broker`` attribute; its message has ``fragments``.  Returns its str and repr (callers
+    check that no secret is in them)."""
     start = time.monotonic()
     group = f"never-{uuid.uuid4().hex[:6]}"
     with Consumer({**props, "group.id": group}) as consumer:
@@ -315,6 +316,7 @@ def expect_failure(props: dict[str, Any], error: type[AuthenticationError], *fra
     for fragment in fragments:
         assert fragment in message, message
     assert not info.value.retriable
+    assert info.value.broker == broker_of(props), info.value.broker
     return message + "\n" + repr(info.value)
 
 
