@@ -226,17 +226,29 @@ def test_librdkafka_keeps_consuming_on_short_sessions(secured: devbroker.Cluster
             if msg is not None and msg.error() is None:
                 received += 1
             assert time.monotonic() < deadline, "nothing consumed within 30s"
-        time.sleep(1.0)
-        before = established_local_ports(port)
-        assert before, "no connection to the reauth listener"
-        until = time.monotonic() + 2.5 * sec.test_reauth_ms / 1000
-        while time.monotonic() < until:
+
+        def step(poll_s: float) -> None:
+            nonlocal sent, received
             producer.produce(topic, value=b"x")
             sent += 1
             producer.poll(0)
-            msg = consumer.poll(0.1)
+            msg = consumer.poll(poll_s)
             if msg is not None and msg.error() is None:
                 received += 1
+
+        # Keep working until the set of connections is settled (unchanged for 10 steps), well within one
+        # session lifetime.
+        before, stable = established_local_ports(port), 0
+        deadline = time.monotonic() + sec.test_reauth_ms / 2000
+        while stable < 10 and time.monotonic() < deadline:
+            step(0.05)
+            now = established_local_ports(port)
+            stable = stable + 1 if now == before else 0
+            before = now
+        assert before, "no connection to the reauth listener"
+        until = time.monotonic() + 2.5 * sec.test_reauth_ms / 1000
+        while time.monotonic() < until:
+            step(0.1)
         after = established_local_ports(port)
         producer.flush(10)
         deadline = time.monotonic() + 20

@@ -3,8 +3,9 @@
 The broker advertises the proxy's ``localhost:port``, so the producer, both group protocols' consumers and
 the admin client talk TLS on every connection: handshake driven by the selector, SNI, host name and chain
 verification, mutual TLS with an encrypted key, large frames through TLS records.  The failure cases
-(untrusted CA, host name mismatch, expired certificate) must raise :class:`SslError` naming the broker
-from the next call within seconds.
+(expired certificate, TLS to a plaintext listener, an untrusted CA for the producer and the admin client)
+must raise :class:`SslError` naming the broker from the next call within seconds; the untrusted CA and
+host name mismatch for the consumer are in test_security.py, against the secured broker.
 """
 
 from __future__ import annotations
@@ -140,33 +141,6 @@ def _expect_ssl_error(props: dict[str, Any], *fragments: str) -> SslError:
         assert fragment in str(info.value)
     assert not info.value.retriable
     return info.value
-
-
-def test_untrusted_ca_fails_fast_naming_the_broker(tls_broker: Any, pki: Pki) -> None:
-    _cluster, proxy = tls_broker
-    error = _expect_ssl_error(
-        _ssl(pki, proxy, **{"ssl.ca.location": str(pki.other_ca_pem)}),
-        f"localhost:{proxy.port}",
-        "certificate verify failed",
-    )
-    assert error.broker == f"localhost:{proxy.port}"
-
-
-def test_hostname_mismatch_fails_and_can_be_disabled(tls_broker: Any, pki: Pki) -> None:
-    _cluster, proxy = tls_broker
-    # The certificate names localhost only: 127.0.0.1 does not match it.
-    _expect_ssl_error(
-        _ssl(pki, proxy, **{"bootstrap.servers": f"127.0.0.1:{proxy.port}"}),
-        f"127.0.0.1:{proxy.port}",
-        "mismatch",
-    )
-    props = _ssl(
-        pki,
-        proxy,
-        **{"bootstrap.servers": f"127.0.0.1:{proxy.port}", "ssl.endpoint.identification.algorithm": ""},
-    )
-    with AdminClient(props) as admin:
-        assert admin.describe_cluster(timeout=30).brokers
 
 
 def test_expired_certificate_fails(tls_broker: Any, pki: Pki) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from kafka_handoff.errors import AuthenticationError
-from kafka_handoff.network.connection import BrokerConnection, ConnState
+from kafka_handoff.network.connection import BrokerConnection, ConnState, FrameReader
 from kafka_handoff.protocol import wire
 from kafka_handoff.protocol.requests import UnsentRequest
 from kafka_handoff.protocol.sasl import Plain
@@ -169,4 +169,37 @@ def test_failed_authentication_raises_naming_the_broker(pair: Any) -> None:
     pump(conn, 0, rounds=5)
     with pytest.raises(AuthenticationError, match=r"b1:9092 \(node 1\).*SASL_AUTHENTICATION_FAILED"):
         peer.sasl_plain(conn, 0, 0, fail=True)
+        pump(conn, 0, rounds=10)
+
+
+def test_an_authentication_error_that_comes_with_the_close_is_not_lost(pair: Any) -> None:
+    """Over TLS the connection drains the socket on each read (``FrameReader(drain=True)``): when the
+    broker's SASL error and its close arrive together, the error must still come out, not a retriable
+    "closed by the broker"."""
+    conn, peer = pair
+    conn._reader = FrameReader(drain=True)
+    conn._send_api_versions(0, 30_000)
+    conn.write()
+    key, version, cid = peer.request()
+    peer.answer(key, version, cid, {"error_code": 0, "throttle_time": 0, "api_keys": BROKER_APIS})
+    pump(conn, 0, rounds=5)
+    key, version, cid = peer.request()
+    assert key == SASL_HANDSHAKE
+    peer.answer(key, version, cid, {"error_code": 0, "mechanisms": ["PLAIN"]})
+    pump(conn, 0, rounds=5)
+    key, version, cid = peer.request()
+    assert key == SASL_AUTHENTICATE
+    peer.answer(
+        key,
+        version,
+        cid,
+        {
+            "error_code": 58,
+            "error_message": "Invalid username or password",
+            "auth_bytes": b"",
+            "session_lifetime": datetime.timedelta(0),
+        },
+    )
+    peer.sock.shutdown(socket.SHUT_WR)  # the close right behind the answer: one read sees both
+    with pytest.raises(AuthenticationError, match=r"b1:9092 \(node 1\).*SASL_AUTHENTICATION_FAILED"):
         pump(conn, 0, rounds=10)

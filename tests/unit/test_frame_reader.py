@@ -122,3 +122,41 @@ def test_peer_close_is_eof_and_a_real_socket_works() -> None:
             reader.read(a)
     finally:
         a.close()
+
+
+@pytest.mark.parametrize("drain", [True, False])
+def test_frames_before_the_close_come_out_and_the_eof_on_the_next_read(drain: bool) -> None:
+    """A broker's last response often arrives together with its close (a SASL error): a read that gets
+    both returns the response, and the next read raises the end of the stream."""
+    a, b = socket.socketpair()
+    try:
+        a.setblocking(False)
+        reader = FrameReader(scratch_bytes=16, drain=drain)  # small: a non-draining read loops too
+        b.sendall(framed([b"last answer", b"x" * 3]))
+        b.close()
+        frames = [bytes(f) for f in reader.read(a)]
+        if not drain:  # one recv per call at most while the scratch buffer is full
+            for _ in range(10):
+                if len(frames) == 2:
+                    break
+                frames += [bytes(f) for f in reader.read(a)]
+        assert frames == [b"last answer", b"xxx"]
+        with pytest.raises(EOFError):
+            reader.read(a)
+        with pytest.raises(EOFError):
+            reader.read(a)
+    finally:
+        a.close()
+
+
+def test_a_socket_error_after_frames_is_raised_from_the_next_read() -> None:
+    class FailingAfter(ScriptedSocket):
+        def recv_into(self, buffer: memoryview, nbytes: int = 0, /) -> int:
+            if not self.chunks:
+                raise ConnectionResetError("reset by peer")
+            return super().recv_into(buffer, nbytes)
+
+    reader = FrameReader(drain=True)
+    assert [bytes(f) for f in reader.read(FailingAfter([framed([b"answer"])]))] == [b"answer"]
+    with pytest.raises(ConnectionResetError):
+        reader.read(FailingAfter([]))

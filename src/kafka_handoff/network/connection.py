@@ -76,6 +76,10 @@ class FrameReader:
         self._frame: bytearray | None = None  # a large frame being received
         self._frame_view: memoryview | None = None
         self._filled = 0
+        # The end of the stream (EOFError) or a socket error met after complete frames were read in the same
+        # call: those frames are returned first (the broker's last response, e.g. a SASL error, often comes
+        # together with its close), and this is raised from the next call.
+        self._error: BaseException | None = None
 
     def pending_bytes(self) -> int:
         """Bytes received that are not part of a returned frame yet."""
@@ -84,7 +88,11 @@ class FrameReader:
     def read(self, sock: Receiver) -> list[bytes | memoryview]:
         """Receive what the socket has now; returns the complete frames (without their size prefix) in
         order.  Raises :class:`EOFError` when the peer closed the connection and ``OSError`` on socket
-        errors; a frame size that is negative or above the limit raises :class:`wire.ProtocolError`."""
+        errors -- once the frames that arrived before are returned: a call that reads frames and then meets
+        the end of the stream returns the frames and raises from the next call.  A frame size that is
+        negative or above the limit raises :class:`wire.ProtocolError`."""
+        if self._error is not None:
+            raise self._error
         frames: list[bytes | memoryview] = []
         while True:
             try:
@@ -99,8 +107,17 @@ class FrameReader:
                     n = sock.recv_into(self._view[self._end :], want)
             except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 return frames
+            except OSError as exc:  # ssl.SSLError included
+                if frames:
+                    self._error = exc
+                    return frames
+                raise
             if n == 0:
-                raise EOFError("connection closed by the peer")
+                eof = EOFError("connection closed by the peer")
+                if frames:
+                    self._error = eof
+                    return frames
+                raise eof
             if self._frame is not None:
                 self._filled += n
                 if self._filled == len(self._frame):
@@ -446,10 +463,38 @@ class BrokerConnection:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
+            tls = self._tls_alert(exc)
+            if tls is not None:
+                raise tls from None
             raise ConnectionError_(
                 f"connection to {self.host}:{self.port} failed while sending: {exc}"
             ) from exc
         del self._out[:n]
+
+    def _tls_alert(self, exc: OSError) -> SslError | None:
+        """The :class:`SslError` for a TLS error met on a read or write right after the handshake, before
+        the connection was ever usable (``None`` otherwise).  With TLS 1.3 the client's handshake is done
+        before the broker has checked the client's certificate: a broker that requires one and got none (or
+        an untrusted one) answers with an alert that arrives on the first read instead.  A plain close
+        (``SSLEOFError``) stays a retriable connection failure."""
+        if (
+            not isinstance(exc, ssl.SSLError)
+            or isinstance(exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError))
+            or self.state not in (ConnState.HANDSHAKE, ConnState.AUTHENTICATING)
+            or self.authenticated_once
+        ):
+            return None
+        hint = ""
+        if "CERTIFICATE" in str(exc.reason or exc).upper():
+            hint = (
+                " (the broker refused this client's certificate or its absence: does the listener require "
+                "mutual TLS -- ssl.certificate.location and ssl.key.location?)"
+            )
+        return SslError(
+            f"TLS with broker {self.broker} failed right after the handshake: {exc.reason or exc}{hint}",
+            broker=f"{self.host}:{self.port}",
+            node_id=self.node_id,
+        )
 
     # ------------------------------------------------------------------ receiving
     def read(self, now_ms: int, request_timeout_ms: int) -> list[tuple[InFlight, Any]]:
@@ -462,6 +507,9 @@ class BrokerConnection:
                 f"connection to {self.host}:{self.port} was closed by the broker"
             ) from None
         except OSError as exc:
+            tls = self._tls_alert(exc)
+            if tls is not None:
+                raise tls from None
             raise ConnectionError_(f"connection to {self.host}:{self.port} failed: {exc}") from exc
         if frames:
             self.last_activity_ms = now_ms
