@@ -44,7 +44,8 @@ def test_corrupt_batch_on_disk_raises_from_poll_naming_topic_partition_offset(
     if not isinstance(broker, devbroker.Cluster):
         pytest.skip("needs the broker started by the test run (its segment files are edited)")
     topic = topic_factory(1, 1)
-    with Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0}) as producer:
+    # A long linger keeps each group of five in one batch until flush() sends it, however busy the machine.
+    with Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 60_000}) as producer:
         for base in (0, 5, 10):  # three batches: offsets 0-4, 5-9, 10-14
             for i in range(base, base + 5):
                 producer.send(topic, b"value-%d" % i, partition=0)
