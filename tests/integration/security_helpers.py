@@ -1,8 +1,11 @@
-"""Helpers shared by the security tests: which TCP connections this process holds to a port."""
+"""Helpers shared by the security tests: which TCP connections this process holds to a port, and how they
+fare across SASL session expiries (KIP-368 re-authentication)."""
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 
 
 def _socket_inodes() -> set[str]:
@@ -34,3 +37,24 @@ def established_local_ports(remote_port: int) -> set[int]:
             if int(remote.split(":")[1], 16) == remote_port:
                 ports.add(int(local.split(":")[1], 16))
     return ports
+
+
+def connections_across_sessions(
+    port: int, session_ms: int, step: Callable[[float], None]
+) -> tuple[set[int], set[int]]:
+    """Keep the clients working (``step(poll_seconds)``) until their connections to ``port`` are settled
+    (unchanged for 10 steps, within half a session lifetime), then for 2.5 session lifetimes; returns the
+    local ports before and after.  Re-authenticated connections keep their ports; expired ones, closed by
+    the broker, come back on new ones."""
+    before, stable = established_local_ports(port), 0
+    deadline = time.monotonic() + session_ms / 2000
+    while stable < 10 and time.monotonic() < deadline:
+        step(0.05)
+        now = established_local_ports(port)
+        stable = stable + 1 if now == before else 0
+        before = now
+    assert before, "no connection to the re-authentication listener"
+    until = time.monotonic() + 2.5 * session_ms / 1000
+    while time.monotonic() < until:
+        step(0.1)
+    return before, established_local_ports(port)

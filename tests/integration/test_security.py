@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from security_helpers import established_local_ports
+from security_helpers import connections_across_sessions
 
 from kafka_handoff import devbroker
 from kafka_handoff.admin import AdminClient, NewTopic
@@ -274,18 +274,7 @@ def test_reauthentication_keeps_the_connections_while_consuming(secured: devbrok
             assert time.monotonic() < deadline, "nothing consumed within 30s"
         # Both clients keep working until their set of connections is settled (unchanged for 10 steps),
         # well within one session lifetime.
-        before, stable = established_local_ports(port), 0
-        deadline = time.monotonic() + sec.test_reauth_ms / 2000
-        while stable < 10 and time.monotonic() < deadline:
-            step(0.05)
-            now = established_local_ports(port)
-            stable = stable + 1 if now == before else 0
-            before = now
-        assert before, "no connection to the re-authentication listener"
-        until = time.monotonic() + 2.5 * sec.test_reauth_ms / 1000
-        while time.monotonic() < until:
-            step(0.1)
-        after = established_local_ports(port)
+        before, after = connections_across_sessions(port, sec.test_reauth_ms, step)
         producer.flush(30)
         deadline = time.monotonic() + 30
         while received < sent and time.monotonic() < deadline:

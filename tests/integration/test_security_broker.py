@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from security_helpers import established_local_ports
+from security_helpers import connections_across_sessions
 
 from kafka_handoff import devbroker
 from kafka_handoff.devbroker import security
@@ -238,18 +238,7 @@ def test_librdkafka_keeps_consuming_on_short_sessions(secured: devbroker.Cluster
 
         # Keep working until the set of connections is settled (unchanged for 10 steps), well within one
         # session lifetime.
-        before, stable = established_local_ports(port), 0
-        deadline = time.monotonic() + sec.test_reauth_ms / 2000
-        while stable < 10 and time.monotonic() < deadline:
-            step(0.05)
-            now = established_local_ports(port)
-            stable = stable + 1 if now == before else 0
-            before = now
-        assert before, "no connection to the reauth listener"
-        until = time.monotonic() + 2.5 * sec.test_reauth_ms / 1000
-        while time.monotonic() < until:
-            step(0.1)
-        after = established_local_ports(port)
+        before, after = connections_across_sessions(port, sec.test_reauth_ms, step)
         producer.flush(10)
         deadline = time.monotonic() + 20
         while received < sent and time.monotonic() < deadline:
