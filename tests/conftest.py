@@ -47,7 +47,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 # Under CI=true what the suite would otherwise skip for lack of it is an error: the C record loops and the
 # peer/engine libraries the oracle and pipeline tests need.
-CI_REQUIRED_MODULES = ("confluent_kafka", "pyspark", "pyarrow", "deltalake", "hypothesis")
+CI_REQUIRED_MODULES = ("confluent_kafka", "pyspark", "pyarrow", "deltalake", "hypothesis", "cryptography")
 
 
 def ci_missing_requirements() -> list[str]:
@@ -107,6 +107,20 @@ def cluster() -> Iterator[BrokerLike]:
         yield started
     finally:
         started.stop()
+
+
+@pytest.fixture(scope="session")
+def secured() -> Iterator[devbroker.Cluster]:
+    """A single-node broker with every secured listener (SSL, mTLS, SASL_PLAINTEXT, SASL_SSL, the test-only
+    hostname-mismatch and short-session listeners), shared by the security test modules."""
+    pytest.importorskip("cryptography")
+    from kafka_handoff.devbroker import security
+
+    cluster = devbroker.start(nodes=1, security=security.ALL_MODES)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 def _topic_name(test_name: str) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +47,6 @@ pytest.importorskip("cryptography")
 
 FAIL_FAST_S = 15.0  # "within a few seconds" with slack for a loaded 2-core machine
 BOTH = ("classic", "consumer")
-
-
-@pytest.fixture(scope="module")
-def secured() -> Iterator[devbroker.Cluster]:
-    cluster = devbroker.start(nodes=1, security=security.ALL_MODES)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def sec_of(cluster: devbroker.Cluster) -> security.DevSecurity:

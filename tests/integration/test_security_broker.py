@@ -16,7 +16,6 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +30,6 @@ pytestmark = pytest.mark.integration
 confluent_kafka = pytest.importorskip("confluent_kafka")
 admin_mod = pytest.importorskip("confluent_kafka.admin")
 pytest.importorskip("cryptography")
-
-
-@pytest.fixture(scope="module")
-def secured() -> Iterator[devbroker.Cluster]:
-    cluster = devbroker.start(nodes=1, security=security.ALL_MODES)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def sec_of(cluster: devbroker.Cluster) -> security.DevSecurity:
