@@ -4,6 +4,7 @@ without stalls and without duplicates.
 Everything an application names is importable from here::
 
     from kafka_handoff import Consumer, Producer, AdminClient, TopicPartition, OffsetAndMetadata
+    from kafka_handoff import AsyncConsumer, AsyncProducer, AsyncAdminClient   # asyncio
 
 The submodule paths (``kafka_handoff.consumer``, ``kafka_handoff.producer``, ``kafka_handoff.admin``,
 ``kafka_handoff.errors``, ``kafka_handoff.types``) keep working.
@@ -22,6 +23,14 @@ from kafka_handoff.admin import (
     OffsetSpec,
     TopicDescription,
     TopicListing,
+)
+from kafka_handoff.aio import (
+    AsyncAdminClient,
+    AsyncConsumer,
+    AsyncProducer,
+    AsyncRebalanceConsumer,
+    AsyncRebalanceListenerBase,
+    WrongEventLoopError,
 )
 from kafka_handoff.consumer import Consumer, ConsumerRecords
 from kafka_handoff.consumer.listener import (
@@ -63,6 +72,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AdminClient",
+    "AsyncAdminClient",
+    "AsyncConsumer",
+    "AsyncProducer",
+    "AsyncRebalanceConsumer",
+    "AsyncRebalanceListenerBase",
     "BrokerResponseError",
     "BuildInfo",
     "ClusterDescription",
@@ -104,6 +118,7 @@ __all__ = [
     "TopicListing",
     "TopicPartition",
     "WakeupError",
+    "WrongEventLoopError",
     "__version__",
     "build_info",
 ]

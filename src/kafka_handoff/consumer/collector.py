@@ -91,15 +91,16 @@ class Collector:
         st = self._subs.get(tp)
         return st is not None and st.paused
 
-    def collect(self, *, columnar: bool = False) -> dict[TopicPartition, Any]:
+    def collect(self, *, columnar: bool = False, max_records: int | None = None) -> dict[TopicPartition, Any]:
         """Up to ``max.poll.records`` records: per partition a list of :class:`ConsumerRecord` objects, or
         with ``columnar`` one :class:`ColumnChunk` (parallel lists; deserializers not applied).
 
         Errors (corrupt batch, deserializer, error fetch) are raised only when no records were collected in
         this call: records already handed out (and whose positions moved) are never lost to an exception;
-        the failing fetch stays current and raises on the next call."""
+        the failing fetch stays current and raises on the next call.  ``max_records`` lowers the limit for
+        this call (the asyncio facade collects a poll's records in slices)."""
         out: dict[TopicPartition, Any] = {}
-        remaining = self._max
+        remaining = self._max if max_records is None else max(1, min(self._max, max_records))
         while remaining > 0:
             f = self._next_fetch()
             if f is None:

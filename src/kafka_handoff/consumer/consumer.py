@@ -802,18 +802,29 @@ class Consumer:
 
     def _on_poll_start(self) -> None:
         """Start of poll(): KIP-983 start-of-poll rules (complete due revokes), then the poll event."""
+        self._poll_start_prepare()
+        self._poll_start_callbacks()
+        self._poll_start_event()
+
+    # The three steps of _on_poll_start, separate so that the asyncio facade (kafka_handoff.aio) can run the
+    # middle one -- the only one that runs user code -- off the event loop when there is callback work.
+    def _poll_start_prepare(self) -> None:
         # Records returned by earlier polls count as processed from now on: the auto-commit timer may
         # commit up to here, never the batch this poll hands out (at-least-once, as Java).
         self._subs.mark_poll_start()
         self._drain_background()  # errors posted before this poll come before those its callbacks raise
         self._listeners.begin_poll()
         self._early_return = False
+
+    def _poll_start_callbacks(self) -> None:
         self._in_poll = True
         try:
             self._complete_revokes(self._revoke.start_of_poll())
             self._run_deferred_callbacks()
         finally:
             self._in_poll = False
+
+    def _poll_start_event(self) -> None:
         membership = self.membership
         if membership is not None:
             self._thread.call(lambda now, f: f.set_result(membership.on_app_poll(now)))

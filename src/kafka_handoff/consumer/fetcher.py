@@ -84,6 +84,9 @@ class FetchBuffer:
     """Called (on the application thread) when a partition was released and the buffer is down to its low
     water mark: set by the consumer to wake the network thread, so the next fetch goes out while the rest
     of the buffered data is handed out, instead of once the buffer ran dry."""
+    on_signal: Callable[[], None] | None = None
+    """Called (on any thread, outside the lock) after data was added or a waiter was notified or woken: the
+    asyncio facade (kafka_handoff.aio) wakes its event loop with it instead of waiting on the condition."""
 
     def add(self, fetches: list[CompletedFetch]) -> None:
         with self._cond:
@@ -93,6 +96,8 @@ class FetchBuffer:
                 self.bytes_buffered += len(f.records or b"")
             self._peak = self.bytes_buffered
             self._cond.notify_all()
+        if self.on_signal is not None:
+            self.on_signal()
 
     def below_low_water(self) -> bool:
         """True when the queue is empty or holds at most half of what it held after the last fetch arrived.
@@ -152,11 +157,15 @@ class FetchBuffer:
     def notify(self) -> None:
         with self._cond:
             self._cond.notify_all()
+        if self.on_signal is not None:
+            self.on_signal()
 
     def wakeup(self) -> None:
         with self._cond:
             self._woken = True
             self._cond.notify_all()
+        if self.on_signal is not None:
+            self.on_signal()
 
     def take_wakeup(self) -> bool:
         with self._cond:

@@ -1,0 +1,499 @@
+"""``AsyncConsumer``: the consumer for asyncio applications, on the same core as :class:`Consumer`.
+
+It wraps a synchronous :class:`~kafka_handoff.consumer.Consumer` (same configuration, same group protocols,
+same KIP-983/KIP-1306 behaviour) and replaces the two places where that one blocks:
+
+* *waiting for fetched data or group events*: the fetch buffer's ``on_signal`` hook wakes the event loop
+  (``loop.call_soon_threadsafe``) while ``poll()`` awaits, instead of a condition variable;
+* *running rebalance callbacks* (and the auto-commit before a revoke): when the group has callback work,
+  that step of ``poll()`` runs on the client's worker thread while ``poll()`` awaits it, and each user
+  callback is sent back to the loop and awaited there (``async def`` callbacks are awaited; see
+  :mod:`kafka_handoff.aio.listener`).  Without callback work -- nearly every poll -- nothing leaves the loop.
+
+Records are decoded on the loop thread in slices: after each slice that took longer than
+``decode_slice_ms`` ``poll()`` yields to the loop (``await asyncio.sleep(0)``).  ``commit()`` and
+``committed()`` complete natively through the bridge; the rarer blocking calls (subscribe, offset and
+metadata lookups, close) run on the worker.
+
+Cancelling a pending ``poll()`` or ``commit()`` leaves the consumer usable: records a cancelled ``poll()``
+had already taken are returned by the next one, a rebalance step it started finishes on the worker before
+the next call goes on, and a cancelled commit's outcome is dropped.  ``close()`` is bounded by its timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from kafka_handoff.aio._bridge import BlockingWorker, LoopBridge
+from kafka_handoff.aio.listener import LoopListener
+from kafka_handoff.consumer.consumer import Consumer
+from kafka_handoff.consumer.records import ConsumerRecords
+from kafka_handoff.consumer.subscription import SubscriptionType
+from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
+from kafka_handoff.group.membership import AppThreadTask, CallbackKind
+from kafka_handoff.types import (
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    PartitionInfo,
+    TopicPartition,
+)
+
+__all__ = ["AsyncConsumer"]
+
+T = TypeVar("T")
+
+_SLICE_RECORDS = 128  # records per collect() slice; the time check runs after each slice
+
+
+class AsyncConsumer:
+    """A Kafka consumer for asyncio.  Create it inside the event loop that uses it (it belongs to that loop).
+
+    One task polls at a time (a second concurrent ``poll()`` raises
+    :class:`~kafka_handoff.errors.IllegalStateError`); ``commit()`` may run from other tasks of the loop.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | None = None,
+        /,
+        *,
+        decode_slice_ms: float = 5.0,
+        **kwargs: Any,
+    ) -> None:
+        if decode_slice_ms <= 0:
+            raise ValueError(f"decode_slice_ms must be positive, got {decode_slice_ms}")
+        self._bridge = LoopBridge("AsyncConsumer")
+        self._c = Consumer(config, **kwargs)
+        self.client_id = self._c.client_id
+        self.group_id = self._c.group_id
+        self._worker = BlockingWorker(self._bridge, f"kafka-handoff-aio-{self.client_id}")
+        self._slice_s = decode_slice_ms / 1000.0
+        self._waiter: asyncio.Future[None] | None = None
+        self._c._buffer.on_signal = self._on_signal
+        self._phase: asyncio.Future[Any] | None = (
+            None  # a rebalance step still running (its poll was cancelled)
+        )
+        self._polling = False
+        self._carry: dict[TopicPartition, list[ConsumerRecord]] | None = None
+        self._carry_error: BaseException | None = None
+        self._iter: collections.deque[ConsumerRecord] = collections.deque()
+        self._iter_timeout_s = 1.0
+        self._closed = False
+        self._refresh_s = min(1.0, int(self._c.config.get("max.poll.interval.ms")) / 4000)
+        self._refreshed = 0.0
+
+    def __repr__(self) -> str:
+        return (
+            f"AsyncConsumer(client_id={self.client_id!r}, group_id={self.group_id!r}, closed={self._closed})"
+        )
+
+    @property
+    def config(self) -> Any:
+        return self._c.config
+
+    # ============================================================================== wake-ups
+    def _on_signal(self) -> None:
+        """Fetch buffer hook (network thread, or the loop): wake a waiting ``poll()``."""
+        waiter = self._waiter
+        if waiter is None:
+            return
+        loop = self._bridge.loop
+        if self._bridge.on_loop_thread():
+            _wake(waiter)
+            return
+        try:
+            loop.call_soon_threadsafe(_wake, waiter)
+        except RuntimeError:  # the loop was closed
+            pass
+
+    async def _wait_for_work(self, timeout_s: float) -> None:
+        c = self._c
+        loop = self._bridge.loop
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiter = waiter  # before the readiness check: a signal from now on completes it
+        handle = loop.call_later(timeout_s, _wake, waiter)
+        try:
+            if len(c._buffer) > 0 or not c._background.empty():
+                return
+            await waiter
+        finally:
+            handle.cancel()
+            self._waiter = None
+
+    # ============================================================================== plumbing
+    def _check(self) -> Consumer:
+        self._bridge.check()
+        if self._closed:
+            raise IllegalStateError("this consumer has already been closed")
+        return self._c
+
+    async def _settle(self) -> None:
+        """Let a rebalance step of a cancelled ``poll()`` finish before anything else touches the consumer;
+        an error it raised is raised here."""
+        phase = self._phase
+        if phase is not None:
+            try:
+                await asyncio.shield(phase)
+            finally:
+                if phase.done():
+                    self._phase = None
+
+    async def _run_phase(self, fn: Callable[[], T]) -> T:
+        """Run a blocking step of the consumer (rebalance callbacks) on the worker and await it."""
+        fut = self._worker.submit(fn)
+        self._phase = fut
+        result: T = await asyncio.shield(fut)
+        self._phase = None
+        return result
+
+    async def _blocking(self, fn: Callable[[], T]) -> T:
+        self._check()
+        await self._settle()
+        return await self._run_phase(fn)
+
+    def _callbacks_runnable(self) -> bool:
+        """True when the core has rebalance work that would run user code now."""
+        c = self._c
+        if not c._deferred_callbacks:
+            return False
+        pending = c._revoke.pending_seqs()
+        for event in c._deferred_callbacks:
+            if isinstance(event, AppThreadTask) or event.kind is not CallbackKind.ASSIGN or not pending:
+                return True
+        return False
+
+    # ============================================================================== poll
+    async def poll(self, timeout: float | None = 0.0) -> ConsumerRecords:
+        """Records fetched for the assigned partitions, waiting up to ``timeout`` seconds (the same
+        group semantics as :meth:`Consumer.poll`: rebalance callbacks run inside it, awaited)."""
+        self._check()
+        if self._polling:
+            raise IllegalStateError("poll() is already running in another task of this consumer")
+        self._polling = True
+        try:
+            await self._settle()
+            return await self._poll(timeout)
+        finally:
+            self._polling = False
+
+    async def _poll(self, timeout: float | None) -> ConsumerRecords:
+        c = self._c
+        if c._subs.type is SubscriptionType.NONE:
+            raise IllegalStateError("consumer is not subscribed to any topics or assigned any partitions")
+        if self._carry_error is not None:
+            error, self._carry_error = self._carry_error, None
+            raise error
+        if self._carry is not None:
+            carried, self._carry = self._carry, None
+            owned = c._subs.assigned()
+            kept = {tp: recs for tp, recs in carried.items() if tp in owned}
+            if kept:
+                result: ConsumerRecords = c._make_records(kept)
+                return result
+        loop = self._bridge.loop
+        timeout_s = 0.0 if timeout is None else max(0.0, float(timeout))
+        deadline = loop.time() + timeout_s
+        # Start of poll (KIP-983 start-of-poll rules): the callbacks step off the loop only when it runs
+        # user code; otherwise it is bookkeeping.
+        c._poll_start_prepare()
+        if c._revoke.to_be_revoked_partitions() or self._callbacks_runnable():
+            await self._run_phase(c._poll_start_callbacks)
+        else:
+            c._poll_start_callbacks()
+        c._poll_start_event()
+        while True:
+            c._raise_background_errors()
+            c._raise_no_offset()
+            early = await self._before_collect()
+            records = await self._collect()
+            remaining = deadline - loop.time()
+            if records or early or remaining <= 0:
+                out: ConsumerRecords = c._make_records(records)
+                return out
+            now = time.monotonic()
+            if c.membership is not None and now - self._refreshed >= self._refresh_s:
+                self._refreshed = now
+                c._thread.call(c._reset_poll_timer_nt)
+            c._thread.wakeup()
+            await self._wait_for_work(min(remaining, 0.1))
+
+    async def _before_collect(self) -> bool:
+        c = self._c
+        c._drain_background()  # outside poll's callback step: rebalance callbacks are only queued
+        if self._callbacks_runnable():
+            early: bool = await self._run_phase(c._before_collect)
+            return early
+        c._raise_pending_error()
+        early = c._early_return
+        c._early_return = False
+        return early
+
+    async def _collect(self) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Up to ``max.poll.records`` records, decoded in slices; yields to the loop between slices once a
+        slice budget (``decode_slice_ms``) is used up."""
+        collector = self._c._collector
+        limit = collector._max
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        count = 0
+        started = time.perf_counter()
+        try:
+            while count < limit:
+                got = collector.collect(max_records=min(_SLICE_RECORDS, limit - count))
+                if not got:
+                    break
+                for tp, recs in got.items():
+                    have = out.get(tp)
+                    if have is None:
+                        out[tp] = recs
+                    else:
+                        have.extend(recs)
+                    count += len(recs)
+                if count < limit and time.perf_counter() - started >= self._slice_s:
+                    await asyncio.sleep(0)
+                    started = time.perf_counter()
+        except asyncio.CancelledError:
+            if out:
+                self._carry = out  # their positions moved: the next poll() returns them
+            raise
+        except Exception as exc:
+            if not out:
+                raise
+            self._carry_error = exc  # records first; the error comes from the next poll()
+        return out
+
+    def __aiter__(self) -> AsyncConsumer:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        """``async for record in consumer``: one record at a time (polls as needed; never ends)."""
+        records = self._iter
+        while not records:
+            records.extend(await self.poll(self._iter_timeout_s))
+        return records.popleft()
+
+    # ============================================================================== KIP-983
+    def to_be_revoked_partitions(self) -> frozenset[TopicPartition]:
+        self._check()
+        return self._c.to_be_revoked_partitions()
+
+    def lost_partitions(self) -> frozenset[TopicPartition]:
+        self._check()
+        return self._c.lost_partitions()
+
+    def delay_revoke(self, partitions: Iterable[TopicPartition]) -> bool:
+        self._check()
+        return self._c.delay_revoke(partitions)
+
+    def set_rebalance_listener(self, listener: object | None) -> None:
+        """Set (``None``: remove) the rebalance listener: an object with any of ``on_partitions_assigned``,
+        ``on_partitions_revoked``, ``on_partitions_lost``, each ``def`` or ``async def`` (see
+        :mod:`kafka_handoff.aio.listener`).  Takes effect at the next ``poll()``."""
+        c = self._check()
+        c.set_rebalance_listener(
+            None if listener is None else LoopListener(listener, self._bridge, self._worker)
+        )
+
+    # ============================================================================== group
+    async def subscribe(
+        self, topics: Iterable[str] | re.Pattern[str] | str, listener: object | None = None
+    ) -> None:
+        """Join the group for ``topics`` on the next ``poll()`` (``listener``: as set_rebalance_listener)."""
+        c = self._check()
+        if listener is not None:
+            self.set_rebalance_listener(listener)
+        topics_ = topics if isinstance(topics, (str, re.Pattern)) else list(topics)
+        await self._blocking(lambda: c.subscribe(topics_))
+
+    async def unsubscribe(self) -> None:
+        c = self._check()
+        await self._blocking(c.unsubscribe)
+
+    async def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        c = self._check()
+        parts = list(partitions)
+        await self._blocking(lambda: c.assign(parts))
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        return self._check().assignment()
+
+    def subscription(self) -> frozenset[str]:
+        return self._check().subscription()
+
+    async def enforce_rebalance(self, reason: str = "") -> None:
+        c = self._check()
+        await self._blocking(lambda: c.enforce_rebalance(reason))
+
+    async def group_metadata(self) -> ConsumerGroupMetadata:
+        c = self._check()
+        return await self._blocking(c.group_metadata)
+
+    # ============================================================================== commits
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit ``offsets`` (default: the consumed positions) and await the broker's answer."""
+        c = self._check()
+        commits = c._require_group("commit()")
+        c._raise_background_errors()
+        to_commit = c._consumed_offsets() if offsets is None else c._normalize_offsets(offsets)
+        timeout_ms = c._timeout_ms(timeout)
+        only_owned = offsets is None
+
+        def run(now: int, fut: Future[Any]) -> None:
+            commits.commit(to_commit, fut, now + timeout_ms, retry=True, now_ms=now, only_owned=only_owned)
+
+        await self._native(run, timeout_ms, "commit()")
+
+    commit_sync = commit
+
+    def commit_async(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None
+    ) -> asyncio.Future[None]:
+        """Start a commit without waiting; the returned future (of this loop) has its outcome."""
+        c = self._check()
+        return self._bridge.wrap(c.commit_async(offsets))
+
+    async def committed(
+        self, partitions: Iterable[TopicPartition], timeout: float | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        c = self._check()
+        commits = c._require_group("committed()")
+        parts = {TopicPartition(*p) for p in partitions}
+        timeout_ms = c._timeout_ms(timeout)
+
+        def run(now: int, fut: Future[Any]) -> None:
+            commits.fetch_committed(parts, fut, now + timeout_ms)
+
+        result: dict[TopicPartition, OffsetAndMetadata | None] = await self._native(
+            run, timeout_ms, "committed()"
+        )
+        return result
+
+    async def _native(self, fn: Callable[[int, Future[Any]], None], timeout_ms: int, what: str) -> Any:
+        """A network-thread call awaited through the bridge (the async twin of ``Consumer._call``): the poll
+        timer stands still meanwhile; a timeout or cancellation drops the outcome."""
+        c = self._c
+        membership = c.membership
+        if membership is not None:
+            c._thread.call(lambda now, f: f.set_result(membership.on_app_call(True, now)))
+        try:
+            fut = c._thread.call(fn, deadline_ms=c._clock.now_ms() + timeout_ms, name=what)
+            try:
+                return await asyncio.wait_for(self._bridge.wrap(fut), timeout_ms / 1000.0 + 0.05)
+            except TimeoutError as exc:
+                if isinstance(exc, KafkaTimeoutError):
+                    raise
+                raise KafkaTimeoutError(f"{what} did not complete within {timeout_ms} ms") from None
+        finally:
+            if membership is not None and not self._closed:
+                c._thread.call(lambda now, f: f.set_result(membership.on_app_call(False, now)))
+
+    # ============================================================================== positions
+    async def position(self, partition: TopicPartition, timeout: float | None = None) -> int:
+        c = self._check()
+        tp = TopicPartition(*partition)
+        pos = c._subs.position(tp) if c._subs.is_assigned(tp) else None
+        if pos is not None:
+            return pos.offset
+        return await self._blocking(lambda: c.position(tp, timeout))
+
+    def seek(self, partition: TopicPartition, offset: int | OffsetAndMetadata) -> None:
+        self._check().seek(partition, offset)
+
+    def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        self._check().seek_to_beginning(partitions)
+
+    def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        self._check().seek_to_end(partitions)
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        self._check().pause(partitions)
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        self._check().resume(partitions)
+
+    def paused(self) -> frozenset[TopicPartition]:
+        return self._check().paused()
+
+    def current_lag(self, partition: TopicPartition) -> int | None:
+        return self._check().current_lag(partition)
+
+    async def beginning_offsets(
+        self, partitions: Iterable[TopicPartition], timeout: float | None = None
+    ) -> dict[TopicPartition, int]:
+        c = self._check()
+        parts = list(partitions)
+        return await self._blocking(lambda: c.beginning_offsets(parts, timeout))
+
+    async def end_offsets(
+        self, partitions: Iterable[TopicPartition], timeout: float | None = None
+    ) -> dict[TopicPartition, int]:
+        c = self._check()
+        parts = list(partitions)
+        return await self._blocking(lambda: c.end_offsets(parts, timeout))
+
+    async def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int], timeout: float | None = None
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        c = self._check()
+        ts = dict(timestamps)
+        return await self._blocking(lambda: c.offsets_for_times(ts, timeout))
+
+    async def partitions_for(self, topic: str, timeout: float | None = None) -> list[PartitionInfo]:
+        c = self._check()
+        return await self._blocking(lambda: c.partitions_for(topic, timeout))
+
+    async def list_topics(self, timeout: float | None = None) -> dict[str, list[PartitionInfo]]:
+        c = self._check()
+        return await self._blocking(lambda: c.list_topics(timeout))
+
+    def metrics(self) -> dict[str, float]:
+        return self._c.metrics()
+
+    async def client_instance_id(self, timeout: float = 30.0) -> uuid.UUID | None:
+        c = self._check()
+        return await self._blocking(lambda: c.client_instance_id(timeout))
+
+    # ============================================================================== close
+    async def close(self, timeout: float | None = 30.0) -> None:
+        """Leave the group (the revoke callback runs, awaited, on this loop), commit if auto-commit is on
+        and stop.  Returns within about ``timeout`` seconds even if brokers are unreachable."""
+        self._bridge.check()
+        if self._closed:
+            return
+        c = self._c
+        self._closed = True
+        limit = (30.0 if timeout is None else max(0.0, timeout)) + 5.0
+        # Queued behind a rebalance step still running on the worker, so it never overlaps one.
+        fut = self._worker.submit(lambda: c.close(timeout))
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), limit)
+        except TimeoutError:
+            if not fut.done():
+                raise KafkaTimeoutError(f"close() did not complete within {limit:.0f} s") from None
+            raise
+        finally:
+            c._buffer.on_signal = None
+            self._worker.stop()
+
+    async def __aenter__(self) -> AsyncConsumer:
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        await self.close()
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -1,0 +1,139 @@
+"""``AsyncProducer``: the producer for asyncio applications, on the same core as :class:`Producer`.
+
+``await producer.send(...)`` queues the record and returns its :class:`~kafka_handoff.types.RecordMetadata`
+once the broker acknowledged it; the record's future is completed by the producer's completion thread and
+handed to the event loop with ``loop.call_soon_threadsafe`` (no thread waits).  To have many records in
+flight, use :meth:`AsyncProducer.send_future` (returns an awaitable future once the record is queued) and
+gather them.  A topic's first send awaits its metadata (natively, through the bridge), so it never blocks
+the loop; a full ``buffer.memory`` still blocks the caller up to ``max.block.ms`` as in the synchronous
+producer.  ``flush()`` and ``close()`` run on the client's worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
+from typing import Any
+
+from kafka_handoff.aio._bridge import BlockingWorker, LoopBridge
+from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
+from kafka_handoff.producer import Producer
+from kafka_handoff.types import PartitionInfo, RecordMetadata
+
+__all__ = ["AsyncProducer"]
+
+_METADATA_SLICE_S = 0.2
+
+
+class AsyncProducer:
+    """A Kafka producer for asyncio.  Create it inside the event loop that uses it."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        self._bridge = LoopBridge("AsyncProducer")
+        self._p = Producer(config, **kwargs)
+        self.client_id = self._p.client_id
+        self._worker = BlockingWorker(self._bridge, f"kafka-handoff-aio-{self.client_id}")
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"AsyncProducer(client_id={self.client_id!r}, closed={self._closed})"
+
+    @property
+    def config(self) -> Any:
+        return self._p.config
+
+    def _check(self) -> Producer:
+        self._bridge.check()
+        if self._closed:
+            raise IllegalStateError("cannot send: the producer is closed")
+        return self._p
+
+    async def _await_topic(self, topic: str) -> None:
+        """Await the topic's partition count (the synchronous producer blocks for it in ``send``)."""
+        p = self._p
+        if topic in p._partition_counts:
+            return
+        deadline_ms = p._clock.now_ms() + p._max_block_ms
+        while topic not in p._partition_counts:
+            if p._topic_errors.get(topic) is not None and topic not in p._partition_counts:
+                # A fatal topic error: the synchronous send raises it without waiting.
+                code = p._topic_errors.get(topic)
+                from kafka_handoff.producer.producer import _FATAL_TOPIC_ERRORS
+
+                if code in _FATAL_TOPIC_ERRORS:
+                    return
+            remaining_ms = deadline_ms - p._clock.now_ms()
+            if remaining_ms <= 0:
+                raise KafkaTimeoutError(f"topic {topic} not present in metadata after {p._max_block_ms} ms")
+
+            def run(now: int, fut: Future[Any]) -> None:
+                p._add_topic_nt(topic, now)
+                p._metadata.wait_for_update(fut, frozenset({topic}))
+
+            fut = p._thread.call(run, deadline_ms=deadline_ms, name=f"metadata for topic {topic}")
+            try:
+                await asyncio.wait_for(self._bridge.wrap(fut), min(remaining_ms / 1000.0, _METADATA_SLICE_S))
+            except TimeoutError:
+                pass
+            if not p._background.empty():
+                p._raise_background_errors()
+
+    async def send_future(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        headers: Iterable[tuple[str, Any]] | Mapping[str, Any] | None = None,
+        timestamp: int | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue one record (awaiting its topic's metadata if needed); returns a future of its metadata."""
+        p = self._check()
+        if topic not in p._partition_counts:
+            await self._await_topic(topic)
+        future = p.send(topic, value, key, partition, headers, timestamp)
+        return self._bridge.wrap(future)
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        headers: Iterable[tuple[str, Any]] | Mapping[str, Any] | None = None,
+        timestamp: int | None = None,
+    ) -> RecordMetadata:
+        """Send one record and return its metadata once the broker acknowledged it."""
+        future = await self.send_future(topic, value, key, partition, headers, timestamp)
+        return await future
+
+    async def flush(self, timeout: float | None = None) -> None:
+        p = self._check()
+        await self._worker.submit(lambda: p.flush(timeout))
+
+    async def partitions_for(self, topic: str, timeout: float | None = None) -> list[PartitionInfo]:
+        p = self._check()
+        await self._await_topic(topic)
+        return await self._worker.submit(lambda: p.partitions_for(topic, timeout))
+
+    def metrics(self) -> dict[str, float]:
+        return self._p.metrics()
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Send what is queued (for up to ``timeout`` seconds) and stop; see :meth:`Producer.close`."""
+        self._bridge.check()
+        if self._closed:
+            return
+        self._closed = True
+        p = self._p
+        try:
+            await asyncio.shield(self._worker.submit(lambda: p.close(timeout)))
+        finally:
+            self._worker.stop()
+
+    async def __aenter__(self) -> AsyncProducer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,292 @@
+"""The asyncio facade without a broker: the future bridge, the worker's loop round trip, cancellation of a
+pending ``poll()``/``commit()``, and the wrong-loop error."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import pytest
+
+from kafka_handoff import AsyncConsumer, AsyncProducer, WrongEventLoopError
+from kafka_handoff.aio._bridge import BlockingWorker, LoopBridge
+from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
+from kafka_handoff.types import TopicPartition
+
+pytestmark = pytest.mark.unit
+
+T = TypeVar("T")
+
+
+def run(coro: Callable[[], Awaitable[T]]) -> T:
+    async def main() -> T:
+        return await coro()
+
+    return asyncio.run(main())
+
+
+@pytest.fixture
+def dead_port() -> Iterator[int]:
+    """A port nothing listens on (bound, never accepting: connects are refused or hang)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port: int = s.getsockname()[1]
+    s.close()
+    yield port
+
+
+# ============================================================================================ the bridge
+def test_bridge_delivers_a_result_set_on_another_thread() -> None:
+    async def main() -> tuple[int, bool]:
+        bridge = LoopBridge("test")
+        fut: Future[int] = Future()
+        wrapped = bridge.wrap(fut)
+        loop_thread = threading.get_ident()
+        seen: list[int] = []
+
+        def complete() -> None:
+            time.sleep(0.05)
+            fut.set_result(42)
+
+        threading.Thread(target=complete).start()
+        wrapped.add_done_callback(lambda _: seen.append(threading.get_ident()))
+        value = await asyncio.wait_for(wrapped, 5)
+        await asyncio.sleep(0)
+        return value, seen == [loop_thread]
+
+    value, on_loop = asyncio.run(main())
+    assert value == 42
+    assert on_loop, "the asyncio future must complete on the loop's thread"
+
+
+def test_bridge_delivers_an_exception_and_an_already_completed_future() -> None:
+    async def main() -> None:
+        bridge = LoopBridge("test")
+        failed: Future[int] = Future()
+        threading.Thread(target=lambda: failed.set_exception(KafkaTimeoutError("slow"))).start()
+        with pytest.raises(KafkaTimeoutError, match="slow"):
+            await asyncio.wait_for(bridge.wrap(failed), 5)
+        done: Future[str] = Future()
+        done.set_result("ready")
+        assert await asyncio.wait_for(bridge.wrap(done), 5) == "ready"
+
+    asyncio.run(main())
+
+
+def test_cancelling_the_awaiting_side_leaves_the_source_future_alone() -> None:
+    async def main() -> Future[int]:
+        bridge = LoopBridge("test")
+        fut: Future[int] = Future()
+        wrapped = bridge.wrap(fut)
+        wrapped.cancel()
+        fut.set_result(1)  # the network thread completes it later: no error, the outcome is dropped
+        await asyncio.sleep(0.01)
+        return fut
+
+    fut = asyncio.run(main())
+    assert fut.result() == 1
+
+
+def test_bridge_must_be_created_in_a_running_loop() -> None:
+    with pytest.raises(WrongEventLoopError, match="inside a running asyncio event loop"):
+        LoopBridge("AsyncThing")
+
+
+def test_worker_runs_a_loop_coroutine_and_serves_its_blocking_calls() -> None:
+    """The rebalance round trip: worker -> coroutine on the loop -> blocking job on the worker -> back."""
+
+    async def main() -> tuple[str, list[str]]:
+        bridge = LoopBridge("test")
+        worker = BlockingWorker(bridge, "test-worker")
+        where: list[str] = []
+
+        async def callback() -> str:
+            where.append("loop" if bridge.on_loop_thread() else "other")
+            inner = await worker.submit(lambda: threading.current_thread().name)
+            where.append(inner)
+            return "done"
+
+        result = await asyncio.wait_for(worker.submit(lambda: worker.run_on_loop(callback)), 5)
+        worker.stop()
+        return result, where
+
+    result, where = asyncio.run(main())
+    assert result == "done"
+    assert where == ["loop", "test-worker"]
+
+
+def test_worker_propagates_a_callback_error() -> None:
+    async def main() -> None:
+        bridge = LoopBridge("test")
+        worker = BlockingWorker(bridge, "test-worker")
+
+        async def callback() -> None:
+            raise ValueError("from the callback")
+
+        with pytest.raises(ValueError, match="from the callback"):
+            await asyncio.wait_for(worker.submit(lambda: worker.run_on_loop(callback)), 5)
+        worker.stop()
+
+    asyncio.run(main())
+
+
+# ============================================================================================ wrong loop
+def test_consumer_used_from_another_loop_raises_a_clear_error(dead_port: int) -> None:
+    holder: dict[str, AsyncConsumer] = {}
+
+    async def create() -> None:
+        holder["c"] = AsyncConsumer({"bootstrap.servers": f"127.0.0.1:{dead_port}"})
+
+    loop_a = asyncio.new_event_loop()
+    try:
+        loop_a.run_until_complete(create())
+        consumer = holder["c"]
+
+        async def use() -> None:
+            await consumer.assign([TopicPartition("t", 0)])
+
+        with pytest.raises(WrongEventLoopError, match="can only be used from it"):
+            asyncio.run(use())  # another loop (and thread-wise the same thread: still refused)
+
+        errors: list[BaseException] = []
+
+        def other_thread() -> None:
+            try:
+                consumer.assignment()  # no running loop at all
+            except BaseException as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+        assert len(errors) == 1 and isinstance(errors[0], WrongEventLoopError)
+        assert "no running event loop" in str(errors[0])
+        loop_a.run_until_complete(consumer.close(timeout=2))
+    finally:
+        loop_a.close()
+
+
+def test_clients_refuse_creation_outside_a_loop(dead_port: int) -> None:
+    with pytest.raises(WrongEventLoopError):
+        AsyncConsumer({"bootstrap.servers": f"127.0.0.1:{dead_port}"})
+    with pytest.raises(WrongEventLoopError):
+        AsyncProducer({"bootstrap.servers": f"127.0.0.1:{dead_port}"})
+
+
+# ============================================================================================ cancellation
+def test_cancelled_poll_leaves_the_consumer_usable(dead_port: int) -> None:
+    async def main() -> None:
+        consumer = AsyncConsumer({"bootstrap.servers": f"127.0.0.1:{dead_port}", "group.id": "g"})
+        try:
+            await consumer.assign([TopicPartition("t", 0)])
+            task = asyncio.create_task(consumer.poll(30))
+            await asyncio.sleep(0.2)
+            assert not task.done()
+            started = time.monotonic()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert time.monotonic() - started < 1.0
+            # Usable afterwards: polls again (nothing to fetch) and a second concurrent poll is refused.
+            records = await consumer.poll(0.05)
+            assert len(records) == 0
+            first = asyncio.create_task(consumer.poll(1))
+            await asyncio.sleep(0.05)
+            with pytest.raises(IllegalStateError, match="already running"):
+                await consumer.poll(0)
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            assert consumer.assignment() == {TopicPartition("t", 0)}
+        finally:
+            started = time.monotonic()
+            await consumer.close(timeout=2)
+            assert time.monotonic() - started < 8.0, "close() must be bounded by its timeout"
+
+    asyncio.run(main())
+
+
+def test_cancelled_commit_leaves_the_consumer_usable(dead_port: int) -> None:
+    async def main() -> None:
+        consumer = AsyncConsumer({"bootstrap.servers": f"127.0.0.1:{dead_port}", "group.id": "g"})
+        try:
+            tp = TopicPartition("t", 0)
+            await consumer.assign([tp])
+            task = asyncio.create_task(consumer.commit({tp: 5}, timeout=30))
+            await asyncio.sleep(0.2)
+            assert not task.done(), "the coordinator is unreachable: the commit must still be pending"
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # A later commit runs (and times out on its own deadline, not hanging on the first one).
+            with pytest.raises(KafkaTimeoutError):
+                await consumer.commit({tp: 6}, timeout=0.3)
+            assert len(await consumer.poll(0.05)) == 0
+        finally:
+            await consumer.close(timeout=1)
+
+    asyncio.run(main())
+
+
+def test_closed_consumer_refuses_calls(dead_port: int) -> None:
+    async def main() -> None:
+        async with AsyncConsumer({"bootstrap.servers": f"127.0.0.1:{dead_port}"}) as consumer:
+            await consumer.assign([TopicPartition("t", 0)])
+        with pytest.raises(IllegalStateError, match="closed"):
+            await consumer.poll(0)
+
+    asyncio.run(main())
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("uvloop") is None, reason="uvloop (optional extra) not installed"
+)
+def test_bridge_and_cancellation_under_uvloop(dead_port: int) -> None:
+    import uvloop
+
+    async def main() -> tuple[int, int]:
+        bridge = LoopBridge("test")
+        fut: Future[int] = Future()
+        threading.Thread(target=lambda: fut.set_result(7)).start()
+        value = await asyncio.wait_for(bridge.wrap(fut), 5)
+        consumer = AsyncConsumer({"bootstrap.servers": f"127.0.0.1:{dead_port}"})
+        try:
+            await consumer.assign([TopicPartition("t", 0)])
+            task = asyncio.create_task(consumer.poll(30))
+            await asyncio.sleep(0.1)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            n = len(await consumer.poll(0.05))
+        finally:
+            await consumer.close(timeout=1)
+        return value, n
+
+    assert uvloop.run(main()) == (7, 0)
+
+
+def test_poll_wakes_on_the_fetch_buffer_signal(dead_port: int) -> None:
+    """A waiting poll() is woken by the buffer's on_signal hook from another thread (not by its timeout)."""
+
+    async def main() -> float:
+        consumer = AsyncConsumer({"bootstrap.servers": f"127.0.0.1:{dead_port}"})
+        try:
+            await consumer.assign([TopicPartition("t", 0)])
+            buffer: Any = consumer._c._buffer
+            loop = asyncio.get_running_loop()
+            waiter = asyncio.create_task(consumer._wait_for_work(10.0))
+            await asyncio.sleep(0.05)
+            started = loop.time()
+            threading.Thread(target=buffer.notify).start()
+            await asyncio.wait_for(waiter, 5)
+            return loop.time() - started
+        finally:
+            await consumer.close(timeout=1)
+
+    assert asyncio.run(main()) < 2.0
