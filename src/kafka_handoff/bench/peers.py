@@ -54,7 +54,9 @@ BATCH = 500
 #: Environment variable naming a JSON file of extra client settings (security), see the module doc.
 CLIENT_CONFIG_ENV = "HANDOFF_BENCH_CLIENT_CONFIG"
 #: The runners that take the settings of ``CLIENT_CONFIG_ENV``.
-SECURITY_RUNNERS = frozenset({"handoff", "handoff_batch", "confluent", "confluent_tuned"})
+SECURITY_RUNNERS = frozenset(
+    {"handoff", "handoff_batch", "handoff_aio", "confluent", "confluent_tuned", "confluent_aio"}
+)
 
 
 def client_settings() -> dict[str, Any]:
@@ -179,7 +181,107 @@ def run_handoff_batch(bootstrap: str, topic: str, partitions: int, records: int)
     return m
 
 
+def run_handoff_aio(bootstrap: str, topic: str, partitions: int, records: int) -> _Meter:
+    """kafka-handoff's asyncio record API: ``await AsyncConsumer.poll()`` batches, every record visited (as
+    aiokafka's ``getmany`` and confluent-kafka's ``AIOConsumer.consume`` below)."""
+    import kafka_handoff.aio  # noqa: F401
+
+    m = _Meter(records)
+
+    async def consume() -> None:
+        from kafka_handoff.aio import AsyncConsumer
+        from kafka_handoff.types import TopicPartition
+
+        m.start()
+        consumer = AsyncConsumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "max.poll.records": BATCH,
+                **client_settings(),
+            }
+        )
+        count = nbytes = 0
+        try:
+            await consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+            consumer.seek_to_beginning()
+            deadline = _deadline(records)
+            while count < records and time.monotonic() < deadline:
+                batch = await consumer.poll(1.0)
+                if not batch:
+                    continue
+                m.first()
+                for record in batch:
+                    count += 1
+                    nbytes += len(record.value)
+            m.done()
+        finally:
+            await consumer.close()
+        m.count, m.value_bytes = count, nbytes
+
+    _run_loop(consume())
+    return m
+
+
+def _run_loop(coro: Any) -> None:
+    """``asyncio.run``, on uvloop when ``HANDOFF_BENCH_UVLOOP=1`` (and it is installed)."""
+    if os.environ.get("HANDOFF_BENCH_UVLOOP") == "1":
+        import uvloop
+
+        uvloop.run(coro)
+    else:
+        asyncio.run(coro)
+
+
 # ============================================================================================ peers
+def run_confluent_aio(bootstrap: str, topic: str, partitions: int, records: int) -> _Meter:
+    """confluent-kafka's asyncio consumer (``confluent_kafka.aio.AIOConsumer``: blocking calls on a thread
+    pool), with its recommended batch call ``consume()``."""
+    import confluent_kafka
+    from confluent_kafka.aio import AIOConsumer
+
+    m = _Meter(records)
+
+    async def consume() -> None:
+        m.start()
+        consumer = AIOConsumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"bench-confluent-aio-{os.getpid()}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                **client_settings(),
+            }
+        )
+        count = nbytes = 0
+        try:
+            await consumer.assign(
+                [
+                    confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                    for p in range(partitions)
+                ]
+            )
+            deadline = _deadline(records)
+            while count < records and time.monotonic() < deadline:
+                msgs = await consumer.consume(num_messages=BATCH, timeout=1.0)
+                if not msgs:
+                    continue
+                m.first()
+                for msg in msgs:
+                    if msg.error() is not None:
+                        raise RuntimeError(f"confluent-kafka: {msg.error()}")
+                    count += 1
+                    nbytes += len(msg.value() or b"")
+            m.done()
+        finally:
+            await consumer.close()
+        m.count, m.value_bytes = count, nbytes
+
+    _run_loop(consume())
+    return m
+
+
 def run_confluent(
     bootstrap: str, topic: str, partitions: int, records: int, extra: dict[str, Any] | None = None
 ) -> _Meter:
@@ -283,7 +385,7 @@ def run_aiokafka(bootstrap: str, topic: str, partitions: int, records: int) -> _
             await consumer.stop()
         m.count, m.value_bytes = count, nbytes
 
-    asyncio.run(consume())
+    _run_loop(consume())
     return m
 
 
@@ -313,7 +415,11 @@ CLIENTS: dict[str, ClientSpec] = {
             "confluent-tuned", "confluent-kafka consume() (fetch.queue.backoff.ms=0)", "confluent_tuned"
         ),
         ClientSpec("kafka-python", "kafka-python 3", "kafka_python"),
+        ClientSpec(
+            "handoff-aio", "kafka-handoff asyncio", "handoff_aio", (("KAFKA_HANDOFF_PURE_PYTHON", "0"),)
+        ),
         ClientSpec("aiokafka", "aiokafka", "aiokafka"),
+        ClientSpec("confluent-aio", "confluent-kafka AIOConsumer consume()", "confluent_aio"),
         ClientSpec("java", "Java ConsumerPerformance", None),
     )
 }
@@ -327,6 +433,8 @@ _RUNNERS: dict[str, Callable[[str, str, int, int], _Meter]] = {
     "confluent_tuned": lambda b, t, p, r: run_confluent(b, t, p, r, {"fetch.queue.backoff.ms": 0}),
     "kafka_python": run_kafka_python,
     "aiokafka": run_aiokafka,
+    "handoff_aio": run_handoff_aio,
+    "confluent_aio": run_confluent_aio,
 }
 
 
@@ -342,6 +450,8 @@ def client_version(name: str) -> str:
         "confluent-tuned": "confluent-kafka",
         "kafka-python": "kafka-python",
         "aiokafka": "aiokafka",
+        "handoff-aio": "kafka-handoff",
+        "confluent-aio": "confluent-kafka",
     }.get(name)
     if dist is None:
         from kafka_handoff.devbroker import KAFKA_VERSION

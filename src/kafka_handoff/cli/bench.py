@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
         "--clients",
         default="all",
         help="comma-separated: handoff, handoff-py, handoff-batch, confluent, confluent-tuned, kafka-python, "
-        "aiokafka, java (default: all)",
+        "handoff-aio, aiokafka, confluent-aio, java (default: all)",
     )
     _common(tp)
     tp.add_argument("--keep-topic", action="store_true", help="do not delete the benchmark topic")
