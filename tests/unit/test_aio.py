@@ -290,3 +290,66 @@ def test_poll_wakes_on_the_fetch_buffer_signal(dead_port: int) -> None:
             await consumer.close(timeout=1)
 
     assert asyncio.run(main()) < 2.0
+
+
+# ============================================================================================ sliced decode
+def _batches(count: int, per_batch: int, start: int = 0) -> bytes:
+    from kafka_handoff.protocol.records import encode_batch
+
+    out = b""
+    offset = start
+    for _ in range(count):
+        recs = [(b"k%d" % (offset + i), b"v" * 200, 1_000 + offset + i) for i in range(per_batch)]
+        out += encode_batch(recs, base_offset=offset, partition_leader_epoch=3)
+        offset += per_batch
+    return out
+
+
+def test_split_batches_cuts_at_batch_boundaries_only() -> None:
+    from kafka_handoff.aio.consumer import _split_batches
+
+    data = _batches(40, 50)
+    pieces = _split_batches(data, 16 * 1024)
+    assert len(pieces) > 3
+    assert b"".join(pieces) == data
+    truncated = data[:-7]  # a partial trailing batch stays in the last piece
+    assert b"".join(_split_batches(truncated, 16 * 1024)) == truncated
+    assert _split_batches(b"", 1024) == [b""]
+
+
+def test_sliced_decode_equals_decoding_at_once(dead_port: int) -> None:
+    from kafka_handoff.consumer.fetcher import CompletedFetch
+    from kafka_handoff.protocol.records import decode_batches
+
+    data = _batches(60, 100, start=1_000) + b"\x00\x00"  # 6,000 records, ~1.3 MB, plus a partial tail
+    tp = TopicPartition("t", 0)
+    whole = decode_batches(data, topic="t", partition=0, start_offset=1_050)
+
+    async def main() -> Any:
+        consumer = AsyncConsumer({"bootstrap.servers": f"127.0.0.1:{dead_port}"}, decode_slice_ms=0.01)
+        try:
+            fetch = CompletedFetch(tp, 1_050, 0, data)
+            await consumer._decode_in_slices(fetch)
+            assert fetch.initialized
+            return fetch.decoded
+        finally:
+            await consumer.close(timeout=1)
+
+    sliced = asyncio.run(main())
+    assert [r.offset for r in sliced.records] == [r.offset for r in whole.records]
+    assert sliced.records[0].offset == 1_050
+    assert [r.key for r in sliced.records] == [r.key for r in whole.records]
+    assert (
+        sliced.next_offset,
+        sliced.last_epoch,
+        sliced.batches,
+        sliced.bytes_consumed,
+        sliced.partial_bytes,
+    ) == (
+        whole.next_offset,
+        whole.last_epoch,
+        whole.batches,
+        whole.bytes_consumed,
+        whole.partial_bytes,
+    )
+    assert sliced.error is None and whole.error is None

@@ -34,10 +34,12 @@ from typing import Any, TypeVar
 from kafka_handoff.aio._bridge import BlockingWorker, LoopBridge
 from kafka_handoff.aio.listener import LoopListener
 from kafka_handoff.consumer.consumer import Consumer
+from kafka_handoff.consumer.fetcher import CompletedFetch
 from kafka_handoff.consumer.records import ConsumerRecords
 from kafka_handoff.consumer.subscription import SubscriptionType
 from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
 from kafka_handoff.group.membership import AppThreadTask, CallbackKind
+from kafka_handoff.protocol.records import DecodedRecords, decode_batches
 from kafka_handoff.types import (
     ConsumerGroupMetadata,
     ConsumerRecord,
@@ -52,6 +54,7 @@ __all__ = ["AsyncConsumer"]
 T = TypeVar("T")
 
 _SLICE_RECORDS = 128  # records per collect() slice; the time check runs after each slice
+_DECODE_CHUNK_BYTES = 64 * 1024  # a large fetched partition is decoded in pieces of about this size
 
 
 class AsyncConsumer:
@@ -90,6 +93,9 @@ class AsyncConsumer:
         self._closed = False
         self._refresh_s = min(1.0, int(self._c.config.get("max.poll.interval.ms")) / 4000)
         self._refreshed = 0.0
+        self._check_crcs = bool(self._c.config.get("check.crcs"))
+        # Under read_committed a fetch decodes at once (aborted-transaction state spans its batches).
+        self._slice_decode = not self._c._read_committed
 
     def __repr__(self) -> str:
         return (
@@ -247,6 +253,16 @@ class AsyncConsumer:
         started = time.perf_counter()
         try:
             while count < limit:
+                if self._slice_decode:
+                    current = collector._next_fetch()
+                    if (
+                        current is not None
+                        and not current.initialized
+                        and current.error is None
+                        and len(current.records or b"") > 2 * _DECODE_CHUNK_BYTES
+                    ):
+                        await self._decode_in_slices(current)
+                        started = time.perf_counter()
                 got = collector.collect(max_records=min(_SLICE_RECORDS, limit - count))
                 if not got:
                     break
@@ -269,6 +285,42 @@ class AsyncConsumer:
                 raise
             self._carry_error = exc  # records first; the error comes from the next poll()
         return out
+
+    async def _decode_in_slices(self, fetch: CompletedFetch) -> None:
+        """Decode a large fetched partition chunk by chunk (whole record batches), yielding to the loop
+        whenever a slice budget is used up, and hand the collector the merged result.  Not under
+        ``read_committed``: the aborted-transaction state spans batches (such fetches decode at once)."""
+        data = fetch.records or b""
+        merged = DecodedRecords(fetch.tp.topic, fetch.tp.partition, fetch.fetch_offset)
+        offset = fetch.fetch_offset
+        started = time.perf_counter()
+        for chunk in _split_batches(data, _DECODE_CHUNK_BYTES):
+            part = decode_batches(
+                chunk,
+                topic=fetch.tp.topic,
+                partition=fetch.tp.partition,
+                check_crcs=self._check_crcs,
+                start_offset=offset,
+            )
+            merged.records.extend(part.records)
+            merged.batches += part.batches
+            merged.control_batches += part.control_batches
+            merged.bytes_consumed += part.bytes_consumed
+            merged.partial_bytes = part.partial_bytes
+            if part.batches:
+                merged.last_epoch = part.last_epoch
+            merged.next_offset = offset = part.next_offset
+            if part.error is not None:
+                merged.error = part.error
+                break
+            if time.perf_counter() - started >= self._slice_s:
+                await asyncio.sleep(0)
+                started = time.perf_counter()
+                if fetch.initialized:  # decoded meanwhile (cannot happen while poll() runs; be safe)
+                    return
+        fetch.decoded = merged
+        fetch.initialized = True
+        fetch.next_index = 0
 
     def __aiter__(self) -> AsyncConsumer:
         return self
@@ -492,6 +544,26 @@ class AsyncConsumer:
 
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
         await self.close()
+
+
+def _split_batches(data: bytes, chunk_bytes: int) -> list[bytes]:
+    """``data`` (a partition's fetched record batches) cut into pieces of about ``chunk_bytes`` at batch
+    boundaries; whatever does not parse as a whole batch stays in the last piece (the decoder reports it)."""
+    pieces: list[bytes] = []
+    n = len(data)
+    start = pos = 0
+    while pos + 12 <= n:
+        length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+        end = pos + 12 + length
+        if length <= 0 or end > n:
+            break
+        pos = end
+        if pos - start >= chunk_bytes:
+            pieces.append(data[start:pos])
+            start = pos
+    if start < n or not pieces:
+        pieces.append(data[start:])
+    return pieces
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
