@@ -398,7 +398,7 @@ class AsyncConsumer:
         c = self._check()
         commits = c._require_group("commit()")
         c._raise_background_errors()
-        to_commit = c._consumed_offsets() if offsets is None else c._normalize_offsets(offsets)
+        to_commit = self._consumed_offsets() if offsets is None else c._normalize_offsets(offsets)
         timeout_ms = c._timeout_ms(timeout)
         only_owned = offsets is None
 
@@ -409,12 +409,27 @@ class AsyncConsumer:
 
     commit_sync = commit
 
+    def _consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The consumed positions, except that a partition with records still waiting in the ``async for``
+        iterator's buffer commits up to the first of them (they were not handed to the application yet)."""
+        offsets = self._c._consumed_offsets()
+        if self._iter:
+            first: dict[TopicPartition, int] = {}
+            for record in self._iter:
+                tp = TopicPartition(record.topic, record.partition)
+                if tp not in first:
+                    first[tp] = record.offset
+            for tp, offset in first.items():
+                if tp in offsets:
+                    offsets[tp] = OffsetAndMetadata(offset, "", offsets[tp].leader_epoch)
+        return offsets
+
     def commit_async(
         self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None
     ) -> asyncio.Future[None]:
         """Start a commit without waiting; the returned future (of this loop) has its outcome."""
         c = self._check()
-        return self._bridge.wrap(c.commit_async(offsets))
+        return self._bridge.wrap(c.commit_async(self._consumed_offsets() if offsets is None else offsets))
 
     async def committed(
         self, partitions: Iterable[TopicPartition], timeout: float | None = None

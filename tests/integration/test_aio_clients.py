@@ -1,0 +1,98 @@
+"""The asyncio clients on a real broker: AsyncAdminClient creates a topic, AsyncProducer's ``send`` returns
+the record metadata, AsyncConsumer reads every record with ``async for`` in a group, runs an ``async def``
+assigned callback, commits with ``await commit()`` and reads it back with ``committed()`` -- on the default
+asyncio loop and on uvloop."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import uuid
+from collections.abc import Callable, Collection, Coroutine
+from typing import Any
+
+import pytest
+
+from kafka_handoff import (
+    AsyncAdminClient,
+    AsyncConsumer,
+    AsyncProducer,
+    AsyncRebalanceConsumer,
+    AsyncRebalanceListenerBase,
+    NewTopic,
+    TopicPartition,
+)
+
+pytestmark = pytest.mark.integration
+
+RECORDS = 300
+
+
+def _runner(loop: str) -> Callable[[Coroutine[Any, Any, None]], None]:
+    if loop == "uvloop":
+        if importlib.util.find_spec("uvloop") is None:
+            pytest.skip("uvloop (optional extra kafka-handoff[aio]) is not installed")
+        import uvloop
+
+        return uvloop.run
+    return asyncio.run
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_async_clients_round_trip(broker: Any, loop: str) -> None:
+    bootstrap = broker.bootstrap_servers
+    topic = f"aio-clients-{uuid.uuid4().hex[:8]}"
+    group = f"aio-clients-{uuid.uuid4().hex[:8]}"
+    assigned: list[frozenset[TopicPartition]] = []
+
+    class Listener(AsyncRebalanceListenerBase):
+        async def on_partitions_assigned(
+            self, partitions: Collection[TopicPartition], consumer: AsyncRebalanceConsumer
+        ) -> None:
+            await asyncio.sleep(0.01)  # a coroutine callback, awaited inside poll()
+            for tp in partitions:
+                assert await consumer.position(tp) == 0  # the view's blocking methods are awaitable
+            assigned.append(frozenset(partitions))
+
+    async def main() -> None:
+        async with AsyncAdminClient({"bootstrap.servers": bootstrap}) as admin:
+            await admin.create_topics([NewTopic(topic, 3, 1)])
+        async with AsyncProducer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as producer:
+            first = await producer.send(topic, b"v0", key=b"k0", partition=0)
+            assert (first.topic, first.partition, first.offset) == (topic, 0, 0)
+            futures = [
+                await producer.send_future(topic, b"v%d" % i, key=b"k%d" % i, partition=i % 3)
+                for i in range(1, RECORDS)
+            ]
+            metadata = await asyncio.gather(*futures)
+            assert all(m.offset >= 0 for m in metadata)
+        consumer = AsyncConsumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "group.protocol": "consumer",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        async with consumer:
+            consumer.set_rebalance_listener(Listener())
+            await consumer.subscribe([topic])
+            seen: set[bytes] = set()
+
+            async def read_all() -> None:
+                async for record in consumer:
+                    assert record.key is not None
+                    seen.add(bytes(record.key))
+                    if len(seen) == RECORDS:
+                        return
+
+            await asyncio.wait_for(read_all(), 60)
+            await consumer.commit()
+            committed = await consumer.committed([TopicPartition(topic, p) for p in range(3)])
+            total = sum(om.offset for om in committed.values() if om is not None)
+            assert total == RECORDS
+        assert seen == {b"k%d" % i for i in range(RECORDS)}
+        assert assigned and frozenset().union(*assigned) == {TopicPartition(topic, p) for p in range(3)}
+
+    _runner(loop)(main())
