@@ -53,7 +53,10 @@ __all__ = ["AsyncConsumer"]
 
 T = TypeVar("T")
 
-_SLICE_RECORDS = 128  # records per collect() slice; the time check runs after each slice
+# Records per collect() slice (the time check runs after each slice): handing out decoded records is list
+# slicing, cheap; with a key/value deserializer each record runs user code, so slices are smaller.
+_SLICE_RECORDS = 1024
+_SLICE_RECORDS_DESERIALIZING = 128
 _DECODE_CHUNK_BYTES = 64 * 1024  # a large fetched partition is decoded in pieces of about this size
 
 
@@ -96,6 +99,8 @@ class AsyncConsumer:
         self._check_crcs = bool(self._c.config.get("check.crcs"))
         # Under read_committed a fetch decodes at once (aborted-transaction state spans its batches).
         self._slice_decode = not self._c._read_committed
+        deserializing = self._c._collector._kdes is not None or self._c._collector._vdes is not None
+        self._slice_records = _SLICE_RECORDS_DESERIALIZING if deserializing else _SLICE_RECORDS
 
     def __repr__(self) -> str:
         return (
@@ -263,7 +268,7 @@ class AsyncConsumer:
                     ):
                         await self._decode_in_slices(current)
                         started = time.perf_counter()
-                got = collector.collect(max_records=min(_SLICE_RECORDS, limit - count))
+                got = collector.collect(max_records=min(self._slice_records, limit - count))
                 if not got:
                     break
                 for tp, recs in got.items():
