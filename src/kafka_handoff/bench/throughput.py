@@ -379,6 +379,8 @@ def environment() -> dict[str, Any]:
         "broker": f"Apache Kafka {KAFKA_VERSION}",
         "load_avg_start": os.getloadavg(),
         "versions": {name: client_version(name) for name in CLIENTS},
+        # The event loop of the asyncio clients (handoff-aio, aiokafka, confluent-aio).
+        "asyncio_loop": "uvloop" if os.environ.get("HANDOFF_BENCH_UVLOOP") == "1" else "asyncio",
     }
 
 
