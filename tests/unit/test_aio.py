@@ -353,3 +353,81 @@ def test_sliced_decode_equals_decoding_at_once(dead_port: int) -> None:
         whole.partial_bytes,
     )
     assert sliced.error is None and whole.error is None
+
+
+# ============================================================================================ callbacks
+def test_async_callback_is_awaited_in_poll_and_survives_a_cancelled_poll(dead_port: int) -> None:
+    """An ``async def`` assigned callback runs on the loop inside poll(); cancelling that poll while the
+    callback is suspended does not abort it: the next poll() waits for the rebalance step, which completes."""
+    from kafka_handoff.group.membership import CallbackKind, CallbackNeeded
+
+    tp = TopicPartition("t", 0)
+    events: list[str] = []
+
+    async def main() -> None:
+        consumer = AsyncConsumer(
+            {"bootstrap.servers": f"127.0.0.1:{dead_port}", "group.id": "g", "group.protocol": "consumer"}
+        )
+        release = asyncio.Event()
+        loop_thread = threading.get_ident()
+
+        class Listener:
+            async def on_partitions_assigned(self, partitions: Any, view: Any) -> None:
+                assert threading.get_ident() == loop_thread, "callbacks run on the loop's thread"
+                events.append("assigned-start")
+                assert view.assignment() == frozenset()
+                await release.wait()
+                events.append("assigned-end")
+
+        try:
+            consumer.set_rebalance_listener(Listener())
+            await consumer.subscribe(["t"])
+            # What the network thread posts when the membership needs the assigned callback.
+            consumer._c._background.put(CallbackNeeded(CallbackKind.ASSIGN, frozenset({tp}), seq=10_001))
+            first = asyncio.create_task(consumer.poll(5))
+            for _ in range(100):
+                if events:
+                    break
+                await asyncio.sleep(0.02)
+            assert events == ["assigned-start"]
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            second = asyncio.create_task(consumer.poll(0.05))
+            await asyncio.sleep(0.1)
+            assert not second.done(), "the next poll waits for the rebalance step of the cancelled one"
+            release.set()
+            await asyncio.wait_for(second, 5)
+            assert events == ["assigned-start", "assigned-end"]
+        finally:
+            await consumer.close(timeout=1)
+
+    asyncio.run(main())
+
+
+def test_async_callback_error_is_raised_from_poll_once(dead_port: int) -> None:
+    from kafka_handoff.group.membership import CallbackKind, CallbackNeeded
+
+    async def main() -> None:
+        consumer = AsyncConsumer(
+            {"bootstrap.servers": f"127.0.0.1:{dead_port}", "group.id": "g", "group.protocol": "consumer"}
+        )
+
+        class Listener:
+            async def on_partitions_assigned(self, partitions: Any) -> None:  # the one-argument form
+                await asyncio.sleep(0)
+                raise ValueError("boom in the callback")
+
+        try:
+            consumer.set_rebalance_listener(Listener())
+            await consumer.subscribe(["t"])
+            consumer._c._background.put(
+                CallbackNeeded(CallbackKind.ASSIGN, frozenset({TopicPartition("t", 0)}), seq=10_002)
+            )
+            with pytest.raises(ValueError, match="boom in the callback"):
+                await consumer.poll(1)
+            assert len(await consumer.poll(0.05)) == 0  # raised once; the consumer goes on
+        finally:
+            await consumer.close(timeout=1)
+
+    asyncio.run(main())
