@@ -20,7 +20,7 @@ nitpicky = True
 # Names from outside the project (the standard library, typing helpers, third-party packages): the build is
 # offline, so they cannot be resolved through intersphinx and are not checked.
 nitpick_ignore_regex = [
-    ("py:.*", r"(typing|typing_extensions|collections\.abc|concurrent\.futures|threading)\..*"),
+    ("py:.*", r"(typing|typing_extensions|collections\.abc|concurrent\.futures|threading|asyncio)\..*"),
     ("py:.*", r"(ssl|socket|enum)\..*"),
     ("py:.*", r"(Any|Callable|Iterable|Iterator|Mapping|Sequence|Collection|Final|Literal|TypeAlias|Self)"),
     ("py:.*", r"(int|str|bytes|float|bool|dict|list|tuple|set|frozenset|object|type|None|BaseException)"),

@@ -8,7 +8,7 @@ same KIP-983/KIP-1306 behaviour) and replaces the two places where that one bloc
 * *running rebalance callbacks* (and the auto-commit before a revoke): when the group has callback work,
   that step of ``poll()`` runs on the client's worker thread while ``poll()`` awaits it, and each user
   callback is sent back to the loop and awaited there (``async def`` callbacks are awaited; see
-  :mod:`kafka_handoff.aio.listener`).  Without callback work -- nearly every poll -- nothing leaves the loop.
+  ``kafka_handoff.aio.listener``).  Without callback work -- nearly every poll -- nothing leaves the loop.
 
 Records are decoded on the loop thread in slices: after each slice that took longer than
 ``decode_slice_ms`` ``poll()`` yields to the loop (``await asyncio.sleep(0)``).  ``commit()`` and
@@ -184,8 +184,8 @@ class AsyncConsumer:
 
     # ============================================================================== poll
     async def poll(self, timeout: float | None = 0.0) -> ConsumerRecords:
-        """Records fetched for the assigned partitions, waiting up to ``timeout`` seconds (the same
-        group semantics as :meth:`Consumer.poll`: rebalance callbacks run inside it, awaited)."""
+        """Records fetched for the assigned partitions, waiting up to ``timeout`` seconds (the same group
+        semantics as :meth:`kafka_handoff.Consumer.poll`: rebalance callbacks run inside it, awaited)."""
         self._check()
         if self._polling:
             raise IllegalStateError("poll() is already running in another task of this consumer")
@@ -353,7 +353,7 @@ class AsyncConsumer:
     def set_rebalance_listener(self, listener: object | None) -> None:
         """Set (``None``: remove) the rebalance listener: an object with any of ``on_partitions_assigned``,
         ``on_partitions_revoked``, ``on_partitions_lost``, each ``def`` or ``async def`` (see
-        :mod:`kafka_handoff.aio.listener`).  Takes effect at the next ``poll()``."""
+        ``kafka_handoff.aio.listener``).  Takes effect at the next ``poll()``."""
         c = self._check()
         c.set_rebalance_listener(
             None if listener is None else LoopListener(listener, self._bridge, self._worker)

@@ -1,7 +1,7 @@
 """Rebalance listeners for the asyncio consumer: callbacks that may be ``async def``, and their view.
 
 The synchronous consumer runs a rebalance callback inside ``poll()`` on the application thread.  The asyncio
-consumer runs the same rebalance machinery on its worker thread (see :mod:`kafka_handoff.aio._bridge`) and
+consumer runs the same rebalance machinery on its worker thread (see ``kafka_handoff.aio._bridge``) and
 sends each callback to the event loop, where a coroutine callback is awaited before the rebalance step
 completes (the revoke is reported to the group only after ``on_partitions_revoked`` returned).  Callbacks
 therefore always run on the loop's thread, ``def`` and ``async def`` alike.
@@ -35,8 +35,12 @@ if TYPE_CHECKING:
     import asyncio
 
     from kafka_handoff.aio._bridge import BlockingWorker, LoopBridge
+    from kafka_handoff.aio._bridge import BlockingWorker as _Worker
+    from kafka_handoff.aio._bridge import LoopBridge as _Bridge
 
 __all__ = ["AsyncRebalanceConsumer", "AsyncRebalanceListener", "AsyncRebalanceListenerBase"]
+
+_Kind = CallbackKind  # (a private alias keeps the internal type out of the API reference)
 
 _NAMES: dict[CallbackKind, str] = {
     CallbackKind.ASSIGN: "on_partitions_assigned",
@@ -50,9 +54,7 @@ class AsyncRebalanceConsumer:
 
     __slots__ = ("_bridge", "_kind", "_view", "_worker")
 
-    def __init__(
-        self, view: RebalanceConsumer, kind: CallbackKind, bridge: LoopBridge, worker: BlockingWorker
-    ) -> None:
+    def __init__(self, view: RebalanceConsumer, kind: _Kind, bridge: _Bridge, worker: _Worker) -> None:
         self._view: RebalanceConsumer | None = view
         self._kind = kind
         self._bridge = bridge

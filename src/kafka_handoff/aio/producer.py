@@ -121,7 +121,8 @@ class AsyncProducer:
         return self._p.metrics()
 
     async def close(self, timeout: float | None = None) -> None:
-        """Send what is queued (for up to ``timeout`` seconds) and stop; see :meth:`Producer.close`."""
+        """Send what is queued (for up to ``timeout`` seconds) and stop; see
+        :meth:`kafka_handoff.Producer.close`."""
         self._bridge.check()
         if self._closed:
             return
