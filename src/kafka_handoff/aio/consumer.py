@@ -158,6 +158,10 @@ class AsyncConsumer:
                 if phase.done():
                     self._phase = None
 
+    def _phase_running(self) -> bool:
+        phase = self._phase
+        return phase is not None and not phase.done()
+
     async def _run_phase(self, fn: Callable[[], T]) -> T:
         """Run a blocking step of the consumer (rebalance callbacks) on the worker and await it."""
         fut = self._worker.submit(fn)
@@ -402,7 +406,10 @@ class AsyncConsumer:
         """Commit ``offsets`` (default: the consumed positions) and await the broker's answer."""
         c = self._check()
         commits = c._require_group("commit()")
-        c._raise_background_errors()
+        if not self._phase_running():
+            # Errors the network thread posted (as Consumer.commit_sync).  Not while a rebalance step runs on
+            # the worker: draining the queue there is that step's job (it may run callbacks).
+            c._raise_background_errors()
         to_commit = self._consumed_offsets() if offsets is None else c._normalize_offsets(offsets)
         timeout_ms = c._timeout_ms(timeout)
         only_owned = offsets is None
