@@ -96,3 +96,35 @@ def test_async_clients_round_trip(broker: Any, loop: str) -> None:
         assert assigned and frozenset().union(*assigned) == {TopicPartition(topic, p) for p in range(3)}
 
     _runner(loop)(main())
+
+
+def test_close_commits_only_what_async_for_yielded(broker: Any) -> None:
+    """With auto-commit, ``close()`` commits the position after the last record the iterator *yielded*,
+    not after the last one its poll() fetched (those are given back, so nobody skips them)."""
+    bootstrap = broker.bootstrap_servers
+    topic = f"aio-iter-{uuid.uuid4().hex[:8]}"
+    group = f"aio-iter-{uuid.uuid4().hex[:8]}"
+
+    async def main() -> int | None:
+        async with AsyncAdminClient({"bootstrap.servers": bootstrap}) as admin:
+            await admin.create_topics([NewTopic(topic, 1, 1)])
+        async with AsyncProducer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as producer:
+            await asyncio.gather(*[await producer.send_future(topic, b"v%d" % i) for i in range(50)])
+        consumer = AsyncConsumer(
+            {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"}
+        )
+        async with consumer:
+            await consumer.subscribe([topic])
+            taken = 0
+            async for record in consumer:
+                assert record.offset == taken
+                taken += 1
+                if taken == 10:
+                    break
+        checker = AsyncConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+        async with checker:
+            committed = await checker.committed([TopicPartition(topic, 0)])
+        om = committed[TopicPartition(topic, 0)]
+        return None if om is None else om.offset
+
+    assert asyncio.run(main()) == 10

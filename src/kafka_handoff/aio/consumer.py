@@ -376,6 +376,7 @@ class AsyncConsumer:
 
     async def unsubscribe(self) -> None:
         c = self._check()
+        self._rewind_iterator()
         await self._blocking(c.unsubscribe)
 
     async def assign(self, partitions: Iterable[TopicPartition]) -> None:
@@ -420,6 +421,21 @@ class AsyncConsumer:
         await self._native(run, timeout_ms, "commit()")
 
     commit_sync = commit
+
+    def _rewind_iterator(self) -> None:
+        """Give back the records the ``async for`` iterator holds but has not yielded: each partition is
+        sought back to the first of them, so no commit (the one before a revoke, on close) counts them as
+        consumed and nobody loses them."""
+        if not self._iter:
+            return
+        first: dict[TopicPartition, int] = {}
+        for record in self._iter:
+            first.setdefault(TopicPartition(record.topic, record.partition), record.offset)
+        self._iter.clear()
+        owned = self._c._subs.assigned()
+        for tp, offset in first.items():
+            if tp in owned:
+                self._c.seek(tp, offset)
 
     def _consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
         """The consumed positions, except that a partition with records still waiting in the ``async for``
@@ -552,6 +568,7 @@ class AsyncConsumer:
         if self._closed:
             return
         c = self._c
+        self._rewind_iterator()
         self._closed = True
         limit = (30.0 if timeout is None else max(0.0, timeout)) + 5.0
         # Queued behind a rebalance step still running on the worker, so it never overlaps one.
