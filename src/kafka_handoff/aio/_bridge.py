@@ -19,6 +19,7 @@ User code those steps meet (rebalance callbacks) is sent back to the loop
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import queue
@@ -40,24 +41,29 @@ class WrongEventLoopError(IllegalStateError):
     running loop)."""
 
 
-def _transfer(source: Future[Any], target: asyncio.Future[Any]) -> None:
-    """On the loop: copy the outcome of ``source`` into ``target`` (unless the awaiting side gave up)."""
+def _settle(target: asyncio.Future[Any], result: Any, error: BaseException | None, cancelled: bool) -> None:
+    """On the loop: complete ``target`` (unless the awaiting side gave up)."""
     if target.done():
         return
-    if source.cancelled():
+    if cancelled:
         target.cancel()
-        return
-    error = source.exception()
-    if error is not None:
+    elif error is not None:
         target.set_exception(error)
     else:
-        target.set_result(source.result())
+        target.set_result(result)
+
+
+def _outcome(source: Future[Any]) -> tuple[Any, BaseException | None, bool]:
+    if source.cancelled():
+        return None, None, True
+    error = source.exception()
+    return (None if error is not None else source.result()), error, False
 
 
 class LoopBridge:
     """The event loop (and its thread) a client belongs to."""
 
-    __slots__ = ("loop", "owner", "thread_id")
+    __slots__ = ("_lock", "_ready", "_scheduled", "loop", "owner", "thread_id")
 
     def __init__(self, owner: str) -> None:
         try:
@@ -70,6 +76,13 @@ class LoopBridge:
         self.loop = loop
         self.owner = owner
         self.thread_id = threading.get_ident()
+        # Completions waiting for the loop, handed over in bulk: one call_soon_threadsafe (one write to the
+        # loop's self-pipe) per burst, not per future -- a producer completes thousands of futures at once.
+        self._ready: collections.deque[tuple[asyncio.Future[Any], Any, BaseException | None, bool]] = (
+            collections.deque()
+        )
+        self._scheduled = False
+        self._lock = threading.Lock()
 
     def check(self) -> None:
         """Raise :class:`WrongEventLoopError` unless called on the client's loop, inside a coroutine."""
@@ -95,19 +108,38 @@ class LoopBridge:
         is then dropped.
         """
         target: asyncio.Future[T] = self.loop.create_future()
-        loop = self.loop
 
         def done(source: Future[T]) -> None:
-            if threading.get_ident() == self.thread_id:
-                _transfer(source, target)  # already complete when wrapped: no hop needed
-                return
-            try:
-                loop.call_soon_threadsafe(_transfer, source, target)
-            except RuntimeError:  # the loop was closed meanwhile: nobody awaits the outcome any more
-                log.debug("event loop closed before a result could be delivered")
+            self.resolve(target, *_outcome(source))
 
         future.add_done_callback(done)
         return target
+
+    def resolve(
+        self, target: asyncio.Future[Any], result: Any, error: BaseException | None, cancelled: bool = False
+    ) -> None:
+        """Complete ``target`` (a future of this loop) from any thread: at once on the loop's thread, else
+        through the next bulk delivery."""
+        if threading.get_ident() == self.thread_id:
+            _settle(target, result, error, cancelled)
+            return
+        self._ready.append((target, result, error, cancelled))
+        with self._lock:
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self.loop.call_soon_threadsafe(self._deliver)
+        except RuntimeError:  # the loop was closed meanwhile: nobody awaits the outcome any more
+            log.debug("event loop closed before a result could be delivered")
+
+    def _deliver(self) -> None:
+        """On the loop: complete every asyncio future whose outcome arrived since the last delivery."""
+        with self._lock:
+            self._scheduled = False  # outcomes from now on schedule another delivery
+        ready = self._ready
+        while ready:
+            _settle(*ready.popleft())
 
     def signal(self, event: asyncio.Event) -> None:
         """Set ``event`` from any thread (a wake-up for a coroutine waiting on it)."""

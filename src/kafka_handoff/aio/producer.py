@@ -92,8 +92,16 @@ class AsyncProducer:
         p = self._check()
         if topic not in p._partition_counts:
             await self._await_topic(topic)
-        future = p.send(topic, value, key, partition, headers, timestamp)
-        return self._bridge.wrap(future)
+        target: asyncio.Future[RecordMetadata] = self._bridge.loop.create_future()
+        resolve = self._bridge.resolve
+
+        def on_done(metadata: RecordMetadata | None, error: BaseException | None) -> None:
+            # On the producer's completion thread.  A send callback rather than a done-callback on the record
+            # future, which would make that lazy future build its condition variable for every record.
+            resolve(target, metadata, error)
+
+        p.send(topic, value, key, partition, headers, timestamp, on_done)
+        return target
 
     async def send(
         self,
