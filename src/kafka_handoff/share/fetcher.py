@@ -183,16 +183,19 @@ class ShareBuffer:
 
 @dataclass(slots=True)
 class _Commit:
-    """Acknowledgements of one commit_sync/commit_async: the results arrive per broker."""
+    """Acknowledgements of one commit_sync/commit_async: the results arrive per request (one or two per
+    broker: RENEWs travel in their own ShareAcknowledge)."""
 
-    pending_nodes: set[int]
+    pending: int
     on_done: Callable[[AckResults], None]
     results: AckResults = field(default_factory=dict)
 
     def node_done(self, node: int, results: AckResults) -> None:
-        self.results.update(results)
-        self.pending_nodes.discard(node)
-        if not self.pending_nodes:
+        for tp, error in results.items():
+            if error is not None or tp not in self.results:
+                self.results[tp] = error
+        self.pending -= 1
+        if self.pending == 0:
             self.on_done(self.results)
 
 
@@ -209,6 +212,7 @@ class _Session:
     poll_acks: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)
     commit_acks: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)
     commits: list[_Commit] = field(default_factory=list)
+    renew_commits: list[_Commit] = field(default_factory=list)
     renew_acks: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)
 
 
@@ -325,22 +329,25 @@ class ShareFetchManager:
         if not by_node:
             on_done({})
             return
-        commit = _Commit(set(by_node), on_done)
+        commit = _Commit(0, on_done)
         for node, by_tp in by_node.items():
             session = self._session(node)
             renew = {
                 tp: {o: t for o, t in offs.items() if t == AcknowledgeType.RENEW}
                 for tp, offs in by_tp.items()
             }
-            _merge(session.renew_acks, renew)
-            _merge(
-                session.commit_acks,
-                {
-                    tp: {o: t for o, t in offs.items() if t != AcknowledgeType.RENEW}
-                    for tp, offs in by_tp.items()
-                },
-            )
-            session.commits.append(commit)
+            other = {
+                tp: {o: t for o, t in offs.items() if t != AcknowledgeType.RENEW}
+                for tp, offs in by_tp.items()
+            }
+            if any(renew.values()):
+                _merge(session.renew_acks, renew)
+                session.renew_commits.append(commit)
+                commit.pending += 1
+            if any(other.values()) or not any(renew.values()):
+                _merge(session.commit_acks, other)
+                session.commits.append(commit)
+                commit.pending += 1
 
     def close(
         self, final_acks: Mapping[TopicPartition, Mapping[int, int]], on_done: Callable[[AckResults], None]
@@ -353,7 +360,7 @@ class ShareFetchManager:
         if not nodes:
             on_done({})
             return
-        commit = _Commit(set(nodes), on_done)
+        commit = _Commit(len(nodes), on_done)
         for node in nodes:
             session = self._session(node)
             _merge(session.commit_acks, session.poll_acks)
@@ -398,24 +405,26 @@ class ShareFetchManager:
         self, session: _Session, want: set[TopicPartition], now_ms: int
     ) -> UnsentRequest | None:
         if self._closing:
+            # RENEWs are moot now (close() releases renewed records); their commits complete with the close.
+            session.renew_acks = {}
+            commits = session.commits + session.renew_commits
+            session.commits, session.renew_commits = [], []
             if session.epoch <= 0:
-                if session.commits and not session.in_flight:
-                    # Never opened a session with this broker: nothing can be acknowledged there.
-                    error = KafkaError(
-                        f"no share session with node {session.node}: acknowledgements not sent"
-                    )
-                    self._finish_commits(session, {tp: error for tp in session.commit_acks})
-                    session.commit_acks = {}
+                # Never opened a session with this broker (or lost it): nothing can be acknowledged there;
+                # the broker releases the records when their locks run out.
+                error = KafkaError(f"no share session with node {session.node}: acknowledgements not sent")
+                self._finish_commits(session, {tp: error for tp in session.commit_acks}, commits)
+                session.commit_acks = {}
                 session.closed = True
                 return None
             acks = session.commit_acks
             session.commit_acks = {}
-            commits, session.commits = session.commits, []
             return self._acknowledge(session, acks, commits, CLOSE_EPOCH, renew=False)
-        if session.epoch > 0 and session.renew_acks:
+        if session.epoch > 0 and (session.renew_acks or session.renew_commits):
             acks = session.renew_acks
             session.renew_acks = {}
-            return self._acknowledge(session, acks, [], session.epoch, renew=True)
+            commits, session.renew_commits = session.renew_commits, []
+            return self._acknowledge(session, acks, commits, session.epoch, renew=True)
         if session.epoch > 0 and (session.commit_acks or session.commits):
             acks = session.commit_acks
             _merge(acks, session.poll_acks)
