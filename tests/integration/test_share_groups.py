@@ -83,7 +83,7 @@ def consumers(broker: Any) -> Iterator[Callable[..., ShareConsumer]]:
 def _poll_until(
     consumer: ShareConsumer,
     done: Callable[[], bool],
-    on_record: Callable[[ShareConsumerRecord], None],
+    on_record: Callable[[ShareConsumerRecord], object],
     timeout_s: float = 30.0,
 ) -> None:
     deadline = time.monotonic() + timeout_s
