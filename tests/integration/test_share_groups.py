@@ -9,6 +9,7 @@ before the first member joins (the dev broker allows locks down to 1 s).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -316,3 +317,42 @@ def test_librdkafka_and_ours_in_one_share_group_process_every_record_once(
         theirs.commit_sync(30)
     finally:
         theirs.close()
+
+
+def test_cli_consume_share_group_and_describe(
+    broker: Any, topic_factory: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kafka_handoff.cli.main import main
+
+    topic = topic_factory(partitions=1)
+    group = f"share-cli-{uuid.uuid4().hex[:8]}"
+    _produce(broker, topic, 5)
+    bootstrap = _bootstrap(broker)
+    common = ["--bootstrap-servers", bootstrap]
+    args = [
+        "consume",
+        "-t",
+        topic,
+        "--share-group",
+        group,
+        "--from-beginning",
+        "-n",
+        "3",
+        "--idle-timeout",
+        "20",
+    ]
+    assert main([*args, *common]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"{topic}-0@{i}\tdelivery 1\tnull\tv-{i:04d}" for i in range(3)]
+    # The two records fetched but not printed were released by close(): the next member gets them again.
+    assert main([*args[:-4], "-n", "2", "--idle-timeout", "20", "--format", "json", *common]) == 0
+    again = [line for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [(r["offset"], r["delivery_count"]) for r in map(json.loads, again)] in (
+        [(3, 2), (4, 2)],
+        [(3, 1), (4, 1)],  # the first run's fetch acquired only what it printed
+    )
+    assert main(["share-groups", "describe", group, "-b", bootstrap]) == 0
+    described = capsys.readouterr().out
+    assert f"share group {group}" in described and topic in described
+    assert main(["share-groups", "list", "-b", bootstrap]) == 0
+    assert group in capsys.readouterr().out
