@@ -356,3 +356,23 @@ def test_cli_consume_share_group_and_describe(
     assert f"share group {group}" in described and topic in described
     assert main(["share-groups", "list", "-b", bootstrap]) == 0
     assert group in capsys.readouterr().out
+
+
+def test_share_throughput_bench_consumes_every_record(broker: Any, tmp_path: Any) -> None:
+    from kafka_handoff.bench.share import confluent_has_share_consumer
+    from kafka_handoff.cli.main import main
+
+    clients = ["handoff-share"] + (["confluent-share"] if confluent_has_share_consumer() else [])
+    code = main(
+        [
+            "bench", "throughput", "--share", "--bootstrap-servers", _bootstrap(broker),
+            "--records", "2000", "--value-bytes", "20", "--partitions", "1", "--repeat", "1",
+            "--clients", ",".join(clients), "--out", str(tmp_path),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads((tmp_path / "throughput-share.json").read_text())
+    medians = {m["client"]: m for m in data["medians"]}
+    assert sorted(medians) == sorted(clients)
+    for name, m in medians.items():
+        assert m["runs"] == 1 and m["records"] == 2000 and m["records_per_s"] > 0, name
