@@ -255,7 +255,10 @@ def test_close_releases_acquired_records_and_renew_keeps_the_lock(
             first.acknowledge(record, A.RENEW)
         assert first.commit_sync(timeout=30) == {held[0].topic_partition: None}
         assert len(second.poll(0.5)) == 0
-    # close() releases what first still holds: second gets all four at once, delivery count 2.
+    # Renewed records come back from the next poll() (to be acknowledged again) ...
+    returned = first.poll(0)
+    assert sorted((r.offset, r.delivery_count) for r in returned) == [(0, 1), (1, 1), (2, 1), (3, 1)]
+    # ... and close() releases what first still holds: second gets all four at once, delivery count 2.
     first.close(timeout=10)
     again: dict[int, int] = {}
     _poll_until(second, lambda: len(again) >= 4, lambda r: again.setdefault(r.offset, r.delivery_count), 20)

@@ -192,6 +192,32 @@ def test_leave_sends_epoch_minus_one_and_completes() -> None:
     assert m.left
 
 
+def test_member_leaves_when_poll_is_not_called_and_rejoins_on_the_next_poll() -> None:
+    clock = FakeClock()
+    m = ShareMembership("g", max_poll_interval_ms=10_000)
+    m.on_metadata(cluster(), clock.now_ms())
+    m.on_coordinator(1, clock.now_ms(), 1)
+    m.subscribe([TOPIC], clock.now_ms())
+    m.on_app_poll(clock.now_ms())
+    (req,) = m.poll(clock.now_ms()).unsent
+    assert req.on_response is not None
+    req.on_response(hb_response(member_epoch=2), 1, clock.now_ms())
+    clock.advance(9_000)
+    (req,) = m.poll(clock.now_ms()).unsent
+    assert body(req, 1).member_epoch == 2  # a regular heartbeat
+    assert req.on_response is not None
+    req.on_response(hb_response(member_epoch=2), 1, clock.now_ms())
+    clock.advance(1_001)
+    (req,) = m.poll(clock.now_ms()).unsent
+    assert body(req, 1).member_epoch == -1  # the poll timer expired: leave
+    assert req.on_response is not None
+    req.on_response(hb_response(member_epoch=-1), 1, clock.now_ms())
+    assert m.left
+    m.on_app_poll(clock.now_ms())
+    (req,) = m.poll(clock.now_ms()).unsent
+    assert body(req, 1).member_epoch == 0  # rejoins
+
+
 # ============================================================================================ fetch manager
 def manager(**kwargs: Any) -> tuple[ShareFetchManager, ShareBuffer, MetadataManager]:
     metadata = MetadataManager()
@@ -372,6 +398,25 @@ def test_acks_go_in_share_acknowledge_while_the_buffer_holds_data_and_commit_rep
     respond(req, ack_response({0: 0}), clock.now_ms())
     assert done[-1] == {TP0: None}
     assert buffer.pop() is not None
+
+
+def test_record_limit_mode_fetches_only_when_poll_asks() -> None:
+    clock = FakeClock()
+    fm, buffer, _ = manager(prefetch=False, acquire_mode=1)
+    fm.set_assignment(frozenset({TP0}))
+    assert fm.poll(clock.now_ms()).unsent == []  # nobody asked for records
+    fm.request_fetch()
+    (req,) = fm.poll(clock.now_ms()).unsent
+    respond(
+        req,
+        fetch_response([{"partition": 0, "records": records_blob(0, 1), "acquired": [(0, 0, 1)]}]),
+        clock.now_ms(),
+    )
+    assert buffer.pop() is not None
+    assert fm.poll(clock.now_ms()).unsent == []  # no prefetch after the records arrived
+    fm.queue_acks({TP0: {0: A.ACCEPT}})
+    (req,) = fm.poll(clock.now_ms()).unsent  # the acknowledgement goes out on its own
+    assert req.api_key == ApiKey.SHARE_ACKNOWLEDGE
 
 
 def test_session_errors_reopen_the_session_and_failures_back_off() -> None:

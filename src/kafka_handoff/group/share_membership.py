@@ -82,6 +82,7 @@ class ShareMembership:
         *,
         rack_id: str | None = None,
         member_id: str | None = None,
+        max_poll_interval_ms: int = 300_000,
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1000,
         heartbeat_interval_ms: int = 5000,
@@ -104,6 +105,9 @@ class ShareMembership:
         self._target: dict[uuid.UUID, frozenset[int]] = {}
         self._assigned: frozenset[TopicPartition] = frozenset()
         self._events: list[ShareGroupEvent] = []
+        self._max_poll_interval_ms = max_poll_interval_ms
+        self._last_app_poll_ms: int | None = None
+        self._rejoin_on_poll = False
         self.heartbeats_sent = 0
         self.fatal_error: BaseException | None = None
 
@@ -121,6 +125,15 @@ class ShareMembership:
         self._next_ms = now_ms  # tell the coordinator at once
         if self._coordinator is None:
             self._events.append(CoordinatorNeeded("share group heartbeat"))
+
+    def on_app_poll(self, now_ms: int) -> None:
+        """The application called ``poll()``: the poll timer restarts; a member that left because the
+        timer expired rejoins."""
+        self._last_app_poll_ms = now_ms
+        if self._rejoin_on_poll and self.state is ShareMemberState.LEFT and self._topics:
+            self._rejoin_on_poll = False
+            log.info("share group %s: poll() called again; rejoining", self.group_id)
+            self.subscribe(self._topics, now_ms)
 
     def unsubscribe(self, now_ms: int) -> None:
         self._topics = frozenset()
@@ -167,13 +180,31 @@ class ShareMembership:
             return PollResult.idle()
         if self._in_flight:
             return PollResult.idle()
+        last_poll = self._last_app_poll_ms
+        if (
+            self.state is ShareMemberState.STABLE
+            and last_poll is not None
+            and now_ms - last_poll > self._max_poll_interval_ms
+        ):
+            log.warning(
+                "share group %s: poll() was not called for %d ms (max.poll.interval.ms=%d): leaving the "
+                "group so that other members get the records; the next poll() rejoins",
+                self.group_id,
+                now_ms - last_poll,
+                self._max_poll_interval_ms,
+            )
+            self._rejoin_on_poll = True
+            self.leave(now_ms)
         if self._coordinator is None:
             if self.state is ShareMemberState.LEAVING:
                 # Nobody to tell: the session timeout removes us.  Do not hold close() up.
                 self.state = ShareMemberState.LEFT
             return PollResult.idle()
         if now_ms < self._next_ms:
-            return PollResult.idle(self._next_ms - now_ms)
+            wait = self._next_ms - now_ms
+            if last_poll is not None and self.state is ShareMemberState.STABLE:
+                wait = min(wait, max(0, last_poll + self._max_poll_interval_ms + 1 - now_ms))
+            return PollResult.idle(wait)
         leaving = self.state is ShareMemberState.LEAVING
         epoch = LEAVE_EPOCH if leaving else self.member_epoch
         values: dict[str, Any] = {

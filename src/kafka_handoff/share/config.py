@@ -47,6 +47,9 @@ _SHARE_ROWS: list[_Row] = [
      "max.poll.records); record_limit acquires at most max.poll.records per fetch."),
     ("max.poll.records", _I, 500, Range(min=1), _MED,
      "Records a fetch asks for (ShareFetch MaxRecords and BatchSize) and poll() hands out."),
+    ("max.poll.interval.ms", _I, 300_000, Range(min=1), _MED,
+     "Longest allowed gap between poll() calls; past it the member leaves the group (the next poll() "
+     "rejoins)."),
     ("fetch.min.bytes", _I, 1, Range(min=0), _HI, "Minimum bytes a share fetch response should carry."),
     ("fetch.max.bytes", _I, 52_428_800, Range(min=0), _MED, "Maximum bytes of one share fetch response."),
     ("fetch.max.wait.ms", _I, 500, Range(min=0), _LOW, "How long the broker may wait for fetch.min.bytes."),
@@ -77,7 +80,6 @@ _NOT_FOR_SHARE: Final[Mapping[str, str]] = {
     "partition.assignment.strategy": "share groups are assigned by the broker",
     "session.timeout.ms": "the broker config group.share.session.timeout.ms applies",
     "heartbeat.interval.ms": "the broker config group.share.heartbeat.interval.ms applies",
-    "max.poll.interval.ms": "not used by the share consumer",
     "interceptor.classes": "not supported",
 }
 
@@ -92,6 +94,7 @@ class ShareConsumerConfig(_CommonFields):
     share_acknowledgement_mode: str
     share_acquire_mode: str
     max_poll_records: int
+    max_poll_interval_ms: int
     fetch_min_bytes: int
     fetch_max_bytes: int
     fetch_max_wait_ms: int

@@ -7,17 +7,21 @@ call here becomes an application event, and records are decoded on this thread.
 Acknowledgement (Java's semantics):
 
 * ``share.acknowledgement.mode=implicit`` (default): the records a ``poll()`` returned are acknowledged as
-  ACCEPT by the next ``poll()``, ``commit_sync()``, ``commit_async()`` or ``close()``; ``acknowledge()``
-  is not allowed.
+  ACCEPT by the next ``poll()``, ``commit_sync()`` or ``commit_async()``; ``acknowledge()`` is not
+  allowed.
 * ``explicit``: every record must be given a type with ``acknowledge(record, type)`` before the next
   ``poll()`` (which raises :class:`IllegalStateError` otherwise).  RENEW (KIP-1222) extends the record's
-  acquisition lock; the record stays in flight (it does not block ``poll()``) and is acknowledged again
-  later with ACCEPT, RELEASE or REJECT.
+  acquisition lock; the next ``poll()`` returns the record again, to be acknowledged again.
 
 Acknowledgements travel with the next ShareFetch to the broker (after ``poll()``), or in a ShareAcknowledge
-(``commit_sync``/``commit_async``, which return/report per-partition results).  ``close()`` accepts
-(implicit) or releases (explicit, unacknowledged) the delivered records, releases records fetched but never
-handed out, closes the share sessions and leaves the group.
+(``commit_sync``/``commit_async``, which return/report per-partition results).  ``close()`` sends the
+acknowledgements given and releases every record still acquired (in implicit mode: the last poll's records,
+as Java does), closes the share sessions and leaves the group.
+
+``share.acquire.mode=record_limit`` (KIP-1206) fetches only when ``poll()`` asks (no prefetching), at most
+``max.poll.records`` records; ``batch_optimized`` (default) prefetches whole batches.  Not calling
+``poll()`` for ``max.poll.interval.ms`` makes the member leave the group (its records are released); the
+next ``poll()`` rejoins.
 """
 
 from __future__ import annotations
@@ -147,6 +151,7 @@ class ShareConsumer:
         self.membership = ShareMembership(
             self.group_id,
             rack_id=cfg.client_rack or None,
+            max_poll_interval_ms=cfg.max_poll_interval_ms,
             retry_backoff_ms=cfg.retry_backoff_ms,
             retry_backoff_max_ms=cfg.retry_backoff_max_ms,
         )
@@ -167,6 +172,7 @@ class ShareConsumer:
             fetch_max_wait_ms=cfg.fetch_max_wait_ms,
             max_partition_fetch_bytes=cfg.max_partition_fetch_bytes,
             max_records=cfg.max_poll_records,
+            prefetch=cfg.share_acquire_mode != "record_limit",
             batch_size=cfg.max_poll_records,
             acquire_mode=1 if cfg.share_acquire_mode == "record_limit" else 0,
             retry_backoff_ms=cfg.retry_backoff_ms,
@@ -493,12 +499,21 @@ class ShareConsumer:
                     f"{tp.partition}@{offset}); explicit acknowledgement mode needs acknowledge() for each"
                 )
         acks = self._collect_acks(implicit_type=int(AcknowledgeType.ACCEPT))
-        if acks:
-            fetcher = self._fetcher
-            self._post(lambda now: fetcher.queue_acks(acks))
+        # KIP-1222: records renewed since the last poll() are returned again (and acknowledged again).
+        renewed = list(self._renewed.values())
+        self._renewed.clear()
+        fetcher, membership = self._fetcher, self.membership
+
+        def on_poll(now: int) -> None:
+            membership.on_app_poll(now)
+            if acks:
+                fetcher.queue_acks(acks)
+            fetcher.request_fetch()
+
+        self._post(on_poll)
         deadline = time.monotonic() + self._timeout_ms(timeout) / 1000.0
         while True:
-            out = self._collect()
+            out = renewed + self._collect(self._max_poll_records - len(renewed))
             if out:
                 break
             if self._wakeup_requested.is_set():
@@ -513,15 +528,15 @@ class ShareConsumer:
             self._in_flight[(TopicPartition(record.topic, record.partition), record.offset)] = [record, None]
         return ShareRecords(out)
 
-    def _collect(self) -> list[ShareConsumerRecord]:
+    def _collect(self, limit: int) -> list[ShareConsumerRecord]:
         out: list[ShareConsumerRecord] = []
         now = self._clock.now_ms()
-        while self._pending and len(out) < self._max_poll_records:
+        while self._pending and len(out) < limit:
             record = self._pending.popleft()
             if record.lock_deadline_ms <= now:
                 continue  # the broker released it already: it is someone else's now
             out.append(record)
-        while len(out) < self._max_poll_records:
+        while len(out) < limit:
             data = self._buffer.pop()
             if data is None:
                 break
@@ -537,7 +552,7 @@ class ShareConsumer:
                     data.tp,
                 )
                 continue
-            room = self._max_poll_records - len(out)
+            room = limit - len(out)
             if self._config.share_acquire_mode == "batch_optimized" and not out:
                 room = len(records)  # KIP-1206: a whole acquired batch may exceed max.poll.records
             out.extend(records[:room])
@@ -619,15 +634,19 @@ class ShareConsumer:
         self._buffer.notify()
 
     def close(self, timeout: float | None = 30.0) -> None:
-        """Acknowledge (implicit: ACCEPT the last poll's records; explicit: send what was acknowledged and
-        RELEASE the rest), release records fetched but never handed out, close the share sessions and
-        leave the group.  Returns within ``timeout`` seconds even if brokers are unreachable."""
+        """Send the acknowledgements given, RELEASE every record still acquired (delivered and not
+        acknowledged -- in implicit mode the last poll's records, as Java does -- or fetched and never
+        handed out), close the share sessions and leave the group.  Returns within ``timeout`` seconds
+        even if brokers are unreachable."""
         if self._closed:
             return
         timeout_ms = self._timeout_ms(timeout)
         start = time.monotonic()
         release = int(AcknowledgeType.RELEASE)
-        final = self._collect_acks(implicit_type=release if self._explicit else int(AcknowledgeType.ACCEPT))
+        # As Java: what was acknowledged is sent; every record still acquired -- delivered and not
+        # acknowledged (implicit mode: the last poll's records), renewed, or fetched and never handed out --
+        # is released for other members.
+        final = self._collect_acks(implicit_type=release)
         for tp, offset in list(self._renewed):
             final.setdefault(tp, {})[offset] = release
         self._renewed.clear()

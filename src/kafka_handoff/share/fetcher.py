@@ -241,6 +241,7 @@ class ShareFetchManager:
         max_records: int = 500,
         batch_size: int = 500,
         acquire_mode: int = 0,
+        prefetch: bool = True,
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1000,
         on_error: Callable[[BaseException], None] | None = None,
@@ -258,6 +259,8 @@ class ShareFetchManager:
         self._max_records = max_records
         self._batch_size = batch_size
         self._acquire_mode = acquire_mode
+        self._prefetch = prefetch
+        self._fetch_requested = False
         self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
         self._on_error = on_error
         self._on_fetch = on_fetch
@@ -301,6 +304,10 @@ class ShareFetchManager:
                 continue
             out.setdefault(node, {})[tp] = dict(offsets)
         return out
+
+    def request_fetch(self) -> None:
+        """``poll()`` wants records: without prefetching (``record_limit``), fetches go out only then."""
+        self._fetch_requested = True
 
     def queue_acks(self, acks: Mapping[TopicPartition, Mapping[int, int]]) -> None:
         """Acknowledgements from ``poll()``: sent with the broker's next ShareFetch (or ShareAcknowledge).
@@ -432,17 +439,20 @@ class ShareFetchManager:
             session.commit_acks = {}
             commits, session.commits = session.commits, []
             return self._acknowledge(session, acks, commits, session.epoch, renew=False)
-        busy = self._buffer.has_data_from(session.node)
-        changed = want != session.partitions
-        if busy and session.epoch > 0 and session.poll_acks:
-            acks = session.poll_acks
-            session.poll_acks = {}
-            return self._acknowledge(session, acks, [], session.epoch, renew=False)
-        if busy and not changed:
+        # No fetch while the application has not taken the broker's data yet, or (without prefetching) has
+        # not asked for more: acknowledgements then go in a ShareAcknowledge.
+        busy = self._buffer.has_data_from(session.node) or (
+            want and not self._prefetch and not self._fetch_requested
+        )
+        if busy:
+            if session.epoch > 0 and session.poll_acks:
+                acks = session.poll_acks
+                session.poll_acks = {}
+                return self._acknowledge(session, acks, [], session.epoch, renew=False)
             return None
         if not want and not session.partitions:
             return None
-        return self._fetch(session, want, now_ms, fetch_records=not busy)
+        return self._fetch(session, want, now_ms, fetch_records=bool(want))
 
     # ------------------------------------------------------------------ ShareFetch
     def _fetch(
@@ -485,7 +495,7 @@ class ShareFetchManager:
             "max_wait": max_wait,
             "min_bytes": self._min_bytes,
             "max_bytes": self._max_bytes,
-            "max_records": self._max_records if fetch_records else 0,
+            "max_records": self._max_records,
             "batch_size": self._batch_size,
             "share_acquire_mode": self._acquire_mode,
             "is_renew_ack": False,
@@ -564,6 +574,7 @@ class ShareFetchManager:
             if self._on_fetch is not None:
                 self._on_fetch(now - sent_ms, num_bytes, num_records, now)
             if fetched:
+                self._fetch_requested = False
                 if self._closing:
                     # close() began while this fetch was out: give the records straight back.
                     release = {
