@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import kafka_handoff
-from kafka_handoff import AdminClient, Producer, TopicPartition
+from kafka_handoff import AdminClient, IllegalStateError, Producer, TopicPartition
 from kafka_handoff.share import AcknowledgeType, ShareConsumer, ShareConsumerRecord
 
 pytestmark = pytest.mark.integration
@@ -148,8 +148,6 @@ def test_release_redelivers_with_higher_count_and_reject_never_again(
 def test_explicit_mode_poll_refuses_unacknowledged_records(
     broker: Any, share_topic: Callable[..., tuple[str, str]], consumers: Callable[..., ShareConsumer]
 ) -> None:
-    from kafka_handoff.errors import IllegalStateError
-
     topic, group = share_topic()
     consumer = consumers(group, topic, share_acknowledgement_mode="explicit")
     _produce(broker, topic, 3)
@@ -161,6 +159,39 @@ def test_explicit_mode_poll_refuses_unacknowledged_records(
         consumer.acknowledge(record, A.ACCEPT)
     results = consumer.commit_sync(timeout=30)
     assert results == {records[0].topic_partition: None}
+
+
+def test_undeserializable_record_raises_and_is_acknowledged_by_offset(
+    broker: Any, share_topic: Callable[..., tuple[str, str]], consumers: Callable[..., ShareConsumer]
+) -> None:
+    from kafka_handoff.errors import SerializationError
+
+    def value_deserializer(data: bytes) -> str:
+        if data == b"v-0001":
+            raise ValueError("bad value")
+        return data.decode()
+
+    topic, group = share_topic()
+    consumer = consumers(
+        group, topic, share_acknowledgement_mode="explicit", value_deserializer=value_deserializer
+    )
+    _produce(broker, topic, 3)
+    deadline = time.monotonic() + 30
+    with pytest.raises(SerializationError, match=rf"{topic}-0@1"):
+        while time.monotonic() < deadline:
+            assert len(consumer.poll(0.2)) == 0
+    with pytest.raises(IllegalStateError, match="not acknowledged"):
+        consumer.poll(0)
+    consumer.acknowledge_offset(topic, 0, 1, A.REJECT)
+    got: list[ShareConsumerRecord] = []
+
+    def take(record: ShareConsumerRecord) -> None:
+        got.append(record)
+        consumer.acknowledge(record)
+
+    _poll_until(consumer, lambda: len(got) >= 2, take)
+    assert [(r.offset, r.value) for r in got] == [(0, "v-0000"), (2, "v-0002")]
+    assert consumer.commit_sync(timeout=30) == {TopicPartition(topic, 0): None}
 
 
 _HOLDER = textwrap.dedent(

@@ -36,7 +36,7 @@ from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
 
-from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError, WakeupError
+from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError, SerializationError, WakeupError
 from kafka_handoff.group.coordinator import CoordinatorManager
 from kafka_handoff.group.membership import CoordinatorNeeded, MembershipError, MetadataNeeded
 from kafka_handoff.group.share_membership import ShareAssignmentChanged, ShareMembership
@@ -106,6 +106,10 @@ class ShareConsumer:
         self._in_flight: dict[tuple[TopicPartition, int], list[Any]] = {}
         # RENEWed records waiting for their final acknowledgement (explicit mode).
         self._renewed: dict[tuple[TopicPartition, int], ShareConsumerRecord] = {}
+        # In-flight records whose key or value failed to deserialize (acknowledge_offset() them; implicit
+        # acknowledgement and close() release them), and the errors poll() raises for them.
+        self._undeserializable: set[tuple[TopicPartition, int]] = set()
+        self._deserialization_errors: list[SerializationError] = []
         # Acknowledgements given since the last send: tp -> {offset: type}.
         self._acks: dict[TopicPartition, dict[int, int]] = {}
         # Decoded records of a fetch not handed out yet (max.poll.records), oldest first.
@@ -401,8 +405,18 @@ class ShareConsumer:
         """Acknowledge a delivered record (explicit mode): ACCEPT, RELEASE, REJECT or RENEW (KIP-1222).
 
         The acknowledgement is sent with the next ``poll()``, ``commit_sync()`` or ``commit_async()``.
-        A record may be acknowledged again (the last type wins) until it was sent; after RENEW it must be
-        acknowledged once more with a final type."""
+        A record may be acknowledged again (the last type wins) until it was sent; after RENEW the next
+        ``poll()`` returns the record again, to be acknowledged again."""
+        self._acknowledge(record.topic, record.partition, record.offset, type)
+
+    def acknowledge_offset(
+        self, topic: str, partition: int, offset: int, type: AcknowledgeType = AcknowledgeType.ACCEPT
+    ) -> None:
+        """Acknowledge a delivered record by its coordinates (explicit mode), e.g. one whose key or value
+        could not be deserialized (``poll()`` raised :class:`SerializationError` naming it)."""
+        self._acknowledge(topic, partition, offset, type)
+
+    def _acknowledge(self, topic: str, partition: int, offset: int, type: AcknowledgeType) -> None:
         self._ensure_open()
         if not self._explicit:
             raise IllegalStateError(
@@ -415,14 +429,14 @@ class ShareConsumer:
             raise ValueError(
                 f"unknown acknowledge type {type!r} (allowed: ACCEPT, RELEASE, REJECT, RENEW)"
             ) from None
-        key = (TopicPartition(record.topic, record.partition), record.offset)
+        key = (TopicPartition(topic, partition), offset)
         entry = self._in_flight.get(key)
         if entry is None and key in self._renewed:
             entry = self._in_flight[key] = [self._renewed.pop(key), None]
         if entry is None:
             raise IllegalStateError(
-                f"record {record.topic}-{record.partition}@{record.offset} is not in flight: it was not "
-                "delivered by the last poll(), or it was acknowledged and sent already"
+                f"record {topic}-{partition}@{offset} is not in flight: it was not delivered by the last "
+                "poll(), or it was acknowledged and sent already"
             )
         entry[1] = int(ack_type)
 
@@ -431,12 +445,15 @@ class ShareConsumer:
         acknowledgements to send; RENEWed records move to the renewed set."""
         keep: dict[tuple[TopicPartition, int], list[Any]] = {}
         for key, (record, ack_type) in self._in_flight.items():
+            if ack_type is None and implicit_type is not None and key in self._undeserializable:
+                ack_type = int(AcknowledgeType.RELEASE)  # never ACCEPT what the application never saw
             if ack_type is None:
                 ack_type = implicit_type
             if ack_type is None:
                 keep[key] = [record, None]
                 continue
             tp, offset = key
+            self._undeserializable.discard(key)
             self._acks.setdefault(tp, {})[offset] = ack_type
             if ack_type == AcknowledgeType.RENEW:
                 self._renewed[key] = record
@@ -514,6 +531,14 @@ class ShareConsumer:
         deadline = time.monotonic() + self._timeout_ms(timeout) / 1000.0
         while True:
             out = renewed + self._collect(self._max_poll_records - len(renewed))
+            if self._deserialization_errors:
+                # As Java: poll() raises for the record that failed; the records collected with it come
+                # from the next poll(), and the failed one waits for acknowledge_offset().
+                self._pending.extendleft(reversed(out))
+                first, *rest = self._deserialization_errors
+                self._deserialization_errors = []
+                self._errors.extend(rest)
+                raise first
             if out:
                 break
             if self._wakeup_requested.is_set():
@@ -593,15 +618,19 @@ class ShareConsumer:
                     if vdes is not None and value is not None:
                         value = vdes(value)
                 except Exception as exc:
-                    log.warning(
-                        "share group %s: deserializing %s-%d@%d failed: %s; releasing it",
-                        self.group_id,
-                        r.topic,
-                        r.partition,
-                        offset,
-                        exc,
+                    error = SerializationError(
+                        f"share group {self.group_id}: deserializing the record at {r.topic}-{r.partition}"
+                        f"@{offset} failed: {exc!r}; acknowledge it with acknowledge_offset()"
+                        + ("" if self._explicit else " (implicit mode: the next poll() releases it)")
                     )
-                    bad[offset] = int(AcknowledgeType.RELEASE)
+                    raw = ShareConsumerRecord(
+                        r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, r.key, r.value,
+                        r.headers, r.leader_epoch, r.serialized_key_size, r.serialized_value_size, count,
+                        data.lock_deadline_ms,
+                    )  # fmt: skip
+                    self._in_flight[(data.tp, offset)] = [raw, None]
+                    self._undeserializable.add((data.tp, offset))
+                    self._deserialization_errors.append(error)
                     continue
                 out.append(
                     ShareConsumerRecord(
