@@ -312,6 +312,12 @@ def test_acknowledgement_commit_callback_reports_results(
     assert results == {tp: None}
     consumer.poll(0)  # the callback runs on the application thread, inside poll()
     assert ({tp: {0, 1, 2}}, None) in reports
+    metrics = consumer.metrics()  # Java's share metric names
+    assert metrics["consumer-share-metrics:records-fetched-total"] >= 3
+    assert metrics["consumer-share-metrics:acknowledgements-send-total"] >= 3
+    assert metrics["consumer-share-metrics:acknowledgements-error-total"] == 0
+    assert metrics["consumer-share-metrics:fetch-total"] >= 1
+    assert metrics["consumer-share-coordinator-metrics:heartbeat-total"] >= 1
 
 
 def _confluent_share_consumer() -> Any:

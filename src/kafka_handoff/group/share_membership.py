@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +83,7 @@ class ShareMembership:
         rack_id: str | None = None,
         member_id: str | None = None,
         max_poll_interval_ms: int = 300_000,
+        on_heartbeat: Callable[[int, int], None] | None = None,
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1000,
         heartbeat_interval_ms: int = 5000,
@@ -106,6 +107,8 @@ class ShareMembership:
         self._assigned: frozenset[TopicPartition] = frozenset()
         self._events: list[ShareGroupEvent] = []
         self._max_poll_interval_ms = max_poll_interval_ms
+        self._on_heartbeat = on_heartbeat
+        """``on_heartbeat(response_time_ms, now_ms)`` after every answered heartbeat (metrics)."""
         self._last_app_poll_ms: int | None = None
         self._rejoin_on_poll = False
         self.heartbeats_sent = 0
@@ -225,8 +228,12 @@ class ShareMembership:
         self.heartbeats_sent += 1
         self._next_ms = now_ms + self._interval_ms
 
+        sent_ms = now_ms
+
         def on_response(response: Any, _version: int, now: int) -> None:
             self._in_flight = False
+            if self._on_heartbeat is not None:
+                self._on_heartbeat(now - sent_ms, now)
             self._on_response(response, leaving, sent_topics, coordinator_epoch, now)
 
         def on_failure(error: BaseException, now: int) -> None:

@@ -156,6 +156,7 @@ class ShareConsumer:
             self.group_id,
             rack_id=cfg.client_rack or None,
             max_poll_interval_ms=cfg.max_poll_interval_ms,
+            on_heartbeat=self._record_heartbeat,
             retry_backoff_ms=cfg.retry_backoff_ms,
             retry_backoff_max_ms=cfg.retry_backoff_max_ms,
         )
@@ -243,6 +244,34 @@ class ShareConsumer:
             name("acknowledgements-error-rate", "Acknowledgements failed per second"),
             name("acknowledgements-error-total", "Total acknowledgements failed"),
         )
+        coordinator = SHARE_COORDINATOR_METRICS_GROUP
+        self._heartbeats = (
+            m.sensor("share-heartbeat-latency")
+            .add(
+                name("heartbeat-response-time-max", "Longest heartbeat response time (ms)", coordinator),
+                Max(),
+            )
+            .add_meter(
+                name("heartbeat-rate", "Heartbeats per second", coordinator),
+                name("heartbeat-total", "Number of heartbeats", coordinator),
+                count=True,
+            )
+        )
+        self._last_heartbeat_ms: int | None = None
+        clock = self._clock
+
+        def seconds_ago() -> float:
+            last = self._last_heartbeat_ms
+            return -1.0 if last is None else (clock.now_ms() - last) / 1000.0
+
+        m.add_gauge(
+            name("last-heartbeat-seconds-ago", "Seconds since the last heartbeat response", coordinator),
+            seconds_ago,
+        )
+
+    def _record_heartbeat(self, response_ms: int, now_ms: int) -> None:
+        self._heartbeats.record(response_ms, now_ms)
+        self._last_heartbeat_ms = now_ms
 
     def _record_fetch(self, latency_ms: int, num_bytes: int, num_records: int, now_ms: int) -> None:
         self._fetch_latency.record(latency_ms, now_ms)
