@@ -26,6 +26,7 @@ next ``poll()`` rejoins.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import logging
 import queue
@@ -103,7 +104,9 @@ class ShareConsumer:
         self._ack_callback: AcknowledgementCommitCallback | None = None
         self._subscription: frozenset[str] = frozenset()
         # Records of the last poll() not acknowledged yet: (tp, offset) -> [record, type or None].
-        self._in_flight: dict[tuple[TopicPartition, int], list[Any]] = {}
+        self._in_flight: dict[TopicPartition, dict[int, ShareConsumerRecord]] = {}
+        # The types given with acknowledge() to in-flight records: tp -> {offset: type}.
+        self._ack_types: dict[TopicPartition, dict[int, int]] = {}
         # RENEWed records waiting for their final acknowledgement (explicit mode).
         self._renewed: dict[tuple[TopicPartition, int], ShareConsumerRecord] = {}
         # In-flight records whose key or value failed to deserialize (acknowledge_offset() them; implicit
@@ -458,36 +461,55 @@ class ShareConsumer:
             raise ValueError(
                 f"unknown acknowledge type {type!r} (allowed: ACCEPT, RELEASE, REJECT, RENEW)"
             ) from None
-        key = (TopicPartition(topic, partition), offset)
-        entry = self._in_flight.get(key)
-        if entry is None and key in self._renewed:
-            entry = self._in_flight[key] = [self._renewed.pop(key), None]
-        if entry is None:
+        tp = TopicPartition(topic, partition)
+        key = (tp, offset)
+        records = self._in_flight.get(tp)
+        if (records is None or offset not in records) and key in self._renewed:
+            records = self._in_flight.setdefault(tp, {})
+            records[offset] = self._renewed.pop(key)
+        if records is None or offset not in records:
             raise IllegalStateError(
                 f"record {topic}-{partition}@{offset} is not in flight: it was not delivered by the last "
                 "poll(), or it was acknowledged and sent already"
             )
-        entry[1] = int(ack_type)
+        self._ack_types.setdefault(tp, {})[offset] = int(ack_type)
 
     def _collect_acks(self, *, implicit_type: int | None) -> dict[TopicPartition, dict[int, int]]:
         """Move the acknowledged in-flight records (all of them, as ``implicit_type``, when given) into the
         acknowledgements to send; RENEWed records move to the renewed set."""
-        keep: dict[tuple[TopicPartition, int], list[Any]] = {}
-        for key, (record, ack_type) in self._in_flight.items():
-            if ack_type is None and implicit_type is not None and key in self._undeserializable:
-                ack_type = int(AcknowledgeType.RELEASE)  # never ACCEPT what the application never saw
-            if ack_type is None:
-                ack_type = implicit_type
-            if ack_type is None:
-                keep[key] = [record, None]
-                continue
-            tp, offset = key
-            self._undeserializable.discard(key)
-            self._acks.setdefault(tp, {})[offset] = ack_type
-            if ack_type == AcknowledgeType.RENEW:
-                self._renewed[key] = record
-        self._in_flight = keep
         acks, self._acks = self._acks, {}
+        keep: dict[TopicPartition, dict[int, ShareConsumerRecord]] = {}
+        release = int(AcknowledgeType.RELEASE)
+        for tp, records in self._in_flight.items():
+            types = self._ack_types.pop(tp, None)
+            if types is None and implicit_type is not None and not self._undeserializable:
+                acks.setdefault(tp, {}).update(dict.fromkeys(records, implicit_type))  # the common case
+                continue
+            types = types or {}
+            out = acks.setdefault(tp, {})
+            kept: dict[int, ShareConsumerRecord] = {}
+            for offset, record in records.items():
+                ack_type = types.get(offset)
+                key = (tp, offset)
+                if ack_type is None and implicit_type is not None and key in self._undeserializable:
+                    ack_type = release  # never ACCEPT what the application never saw
+                if ack_type is None:
+                    ack_type = implicit_type
+                if ack_type is None:
+                    kept[offset] = record
+                    continue
+                self._undeserializable.discard(key)
+                out[offset] = ack_type
+                if ack_type == AcknowledgeType.RENEW:
+                    self._renewed[key] = record
+            if kept:
+                keep[tp] = kept
+                leftover = {o: t for o, t in types.items() if o in kept}
+                if leftover:
+                    self._ack_types[tp] = leftover
+            if not out:
+                del acks[tp]
+        self._in_flight = keep
         return acks
 
     def _commit_future(self) -> Future[AckResults]:
@@ -537,7 +559,12 @@ class ShareConsumer:
             raise IllegalStateError("poll() needs a subscription: call subscribe() first")
         self._raise_background_errors()
         if self._explicit:
-            unacked = [key for key, (_r, t) in self._in_flight.items() if t is None]
+            unacked = [
+                (tp, offset)
+                for tp, records in self._in_flight.items()
+                for offset in records
+                if offset not in self._ack_types.get(tp, ())
+            ]
             if unacked:
                 (tp, offset) = unacked[0]
                 raise IllegalStateError(
@@ -578,9 +605,20 @@ class ShareConsumer:
             if remaining <= 0:
                 break
             self._buffer.await_data(min(remaining, 0.5))
-        for record in out:
-            self._in_flight[(TopicPartition(record.topic, record.partition), record.offset)] = [record, None]
+        self._track(out)
         return ShareRecords(out)
+
+    def _track(self, records: list[ShareConsumerRecord]) -> None:
+        """Records handed to the application: in flight until acknowledged."""
+        current: dict[int, ShareConsumerRecord] | None = None
+        current_key: tuple[str, int] | None = None
+        for record in records:
+            key = (record.topic, record.partition)
+            if key != current_key:
+                current_key = key
+                current = self._in_flight.setdefault(TopicPartition(*key), {})
+            assert current is not None
+            current[record.offset] = record
 
     def _collect(self, limit: int) -> list[ShareConsumerRecord]:
         out: list[ShareConsumerRecord] = []
@@ -594,8 +632,8 @@ class ShareConsumer:
             data = self._buffer.pop()
             if data is None:
                 break
-            if not self._buffer.has_data_from(data.node):
-                self._thread.wakeup()  # the broker's data is all taken: fetch from it again
+            if self._buffer.count_from(data.node) < self._fetcher.buffer_limit:
+                self._thread.wakeup()  # room for the broker's next fetch
             records = self._decode(data, now)
             if data.lock_deadline_ms <= now:
                 log.warning(
@@ -624,60 +662,57 @@ class ShareConsumer:
         )
         if decoded.error is not None:
             log.error("share group %s: %s", self.group_id, decoded.error)
-        by_offset = {r.offset: r for r in decoded.records}
+        records = decoded.records
+        offsets = [r.offset for r in records]
         kdes, vdes = self._config.key_deserializer, self._config.value_deserializer
+        deadline = data.lock_deadline_ms
         out: list[ShareConsumerRecord] = []
         gaps: dict[int, int] = {}
         bad: dict[int, int] = {}
         for first, last, count in data.acquired:
-            for offset in range(first, last + 1):
-                r = by_offset.get(offset)
-                if r is None:
+            chunk = records[bisect.bisect_left(offsets, first) : bisect.bisect_right(offsets, last)]
+            if len(chunk) != last - first + 1:
+                for offset in sorted(set(range(first, last + 1)).difference(r.offset for r in chunk)):
                     if decoded.error is not None and offset >= decoded.next_offset:
-                        # A corrupt batch: the record cannot be processed by anyone -- release it so the
-                        # broker's delivery limit archives it eventually, and tell the application.
+                        # A corrupt batch: nobody can process the record -- release it so the broker's
+                        # delivery limit archives it eventually; the application gets the error.
                         bad[offset] = int(AcknowledgeType.RELEASE)
                     else:
                         gaps[offset] = GAP
-                    continue
-                key, value = r.key, r.value
-                try:
-                    if kdes is not None and key is not None:
-                        key = kdes(key)
-                    if vdes is not None and value is not None:
-                        value = vdes(value)
-                except Exception as exc:
-                    error = SerializationError(
-                        f"share group {self.group_id}: deserializing the record at {r.topic}-{r.partition}"
-                        f"@{offset} failed: {exc!r}; acknowledge it with acknowledge_offset()"
-                        + ("" if self._explicit else " (implicit mode: the next poll() releases it)")
-                    )
-                    raw = ShareConsumerRecord(
+            if kdes is None and vdes is None:
+                out += [
+                    ShareConsumerRecord(
                         r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, r.key, r.value,
                         r.headers, r.leader_epoch, r.serialized_key_size, r.serialized_value_size, count,
-                        data.lock_deadline_ms,
-                    )  # fmt: skip
-                    self._in_flight[(data.tp, offset)] = [raw, None]
-                    self._undeserializable.add((data.tp, offset))
+                        deadline,
+                    )
+                    for r in chunk
+                ]  # fmt: skip
+                continue
+            for r in chunk:
+                key, value = r.key, r.value
+                raw = ShareConsumerRecord(
+                    r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, key, value,
+                    r.headers, r.leader_epoch, r.serialized_key_size, r.serialized_value_size, count,
+                    deadline,
+                )  # fmt: skip
+                try:
+                    if kdes is not None and key is not None:
+                        raw.key = kdes(key)
+                    if vdes is not None and value is not None:
+                        raw.value = vdes(value)
+                except Exception as exc:
+                    raw.key, raw.value = key, value
+                    error = SerializationError(
+                        f"share group {self.group_id}: deserializing the record at {r.topic}-{r.partition}"
+                        f"@{r.offset} failed: {exc!r}; acknowledge it with acknowledge_offset()"
+                        + ("" if self._explicit else " (implicit mode: the next poll() releases it)")
+                    )
+                    self._in_flight.setdefault(data.tp, {})[r.offset] = raw
+                    self._undeserializable.add((data.tp, r.offset))
                     self._deserialization_errors.append(error)
                     continue
-                out.append(
-                    ShareConsumerRecord(
-                        r.topic,
-                        r.partition,
-                        r.offset,
-                        r.timestamp,
-                        r.timestamp_type,
-                        key,
-                        value,
-                        r.headers,
-                        r.leader_epoch,
-                        r.serialized_key_size,
-                        r.serialized_value_size,
-                        count,
-                        data.lock_deadline_ms,
-                    )
-                )
+                out.append(raw)
         extra = {**gaps, **bad}
         if extra:
             self._acks.setdefault(data.tp, {}).update(extra)

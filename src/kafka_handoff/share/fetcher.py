@@ -148,6 +148,11 @@ class ShareBuffer:
         with self._cond:
             return self._nodes[node] > 0
 
+    def count_from(self, node: int) -> int:
+        """Fetched partitions' data from ``node`` waiting for the application."""
+        with self._cond:
+            return self._nodes[node]
+
     def pop(self) -> ShareFetchedData | None:
         with self._cond:
             if not self._queue:
@@ -260,6 +265,9 @@ class ShareFetchManager:
         self._batch_size = batch_size
         self._acquire_mode = acquire_mode
         self._prefetch = prefetch
+        self.buffer_limit = 2 if prefetch else 1
+        """No fetch from a broker while this many of its fetched partitions wait for the application: with
+        prefetching, the next fetch is out while the application works through the previous one."""
         self._fetch_requested = False
         self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
         self._on_error = on_error
@@ -441,7 +449,7 @@ class ShareFetchManager:
             return self._acknowledge(session, acks, commits, session.epoch, renew=False)
         # No fetch while the application has not taken the broker's data yet, or (without prefetching) has
         # not asked for more: acknowledgements then go in a ShareAcknowledge.
-        busy = self._buffer.has_data_from(session.node) or (
+        busy = self._buffer.count_from(session.node) >= self.buffer_limit or (
             want and not self._prefetch and not self._fetch_requested
         )
         if busy:
