@@ -501,3 +501,28 @@ def test_share_config_defaults_and_rejections() -> None:
         )
     with pytest.raises(ConfigError, match="allowed: batch_optimized, record_limit"):
         parse_share_consumer_config({"bootstrap.servers": "x:1", "group.id": "g", "share.acquire.mode": "x"})
+
+
+def test_acks_of_a_partition_no_longer_assigned_ride_along_and_it_is_forgotten_next() -> None:
+    clock = FakeClock()
+    fm, buffer, _ = manager()
+    fm.set_assignment(frozenset({TP0}))
+    (req,) = fm.poll(clock.now_ms()).unsent
+    respond(
+        req,
+        fetch_response([{"partition": 0, "records": records_blob(0, 1), "acquired": [(0, 0, 1)]}]),
+        clock.now_ms(),
+    )
+    assert buffer.pop() is not None
+    fm.set_assignment(frozenset())  # the partition moved to another member
+    fm.queue_acks({TP0: {0: A.ACCEPT}})
+    (req,) = fm.poll(clock.now_ms()).unsent
+    sent = body(req, 2)
+    assert [p.partition_index for t in sent.topics for p in t.partitions] == [0]
+    assert sent.forgotten_topics_data == ()
+    respond(req, fetch_response([]), clock.now_ms())
+    (req,) = fm.poll(clock.now_ms()).unsent
+    sent = body(req, 2)
+    assert sent.topics == () and [(t.topic_id, t.partitions) for t in sent.forgotten_topics_data] == [
+        (TID, (0,))
+    ]

@@ -477,6 +477,9 @@ class ShareFetchManager:
         acks = session.poll_acks if epoch > 0 else {}
         if epoch > 0:
             session.poll_acks = {}
+            # A partition named in the request joins the session on the broker (acknowledgements of a
+            # partition no longer assigned, too): it is forgotten by the next request, not this one.
+            forgotten -= set(acks)
         topics: dict[uuid.UUID, dict[int, list[dict[str, Any]]]] = {}
         for tp in added:
             tid = cluster.topic_ids.get(tp.topic)
@@ -529,7 +532,7 @@ class ShareFetchManager:
         session.in_flight = True
         self.fetches_sent += 1
         sent_ms = now_ms
-        new_partitions = (session.partitions | added) - forgotten if epoch > 0 else set(added)
+        new_partitions = (session.partitions | added | set(acks)) - forgotten if epoch > 0 else set(added)
         if self._on_acks_sent is not None and sent_acks:
             self._on_acks_sent(sum(len(o) for o in sent_acks.values()), 0)
 
