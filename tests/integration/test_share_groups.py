@@ -273,14 +273,14 @@ def test_records_past_the_delivery_limit_are_archived(
 def test_close_releases_acquired_records_and_renew_keeps_the_lock(
     broker: Any, share_topic: Callable[..., tuple[str, str]], consumers: Callable[..., ShareConsumer]
 ) -> None:
-    topic, group = share_topic(share_record_lock_duration_ms=2000)
+    topic, group = share_topic(share_record_lock_duration_ms=3000)
     first = consumers(group, topic, share_acknowledgement_mode="explicit")
     _produce(broker, topic, 4)
     held: list[ShareConsumerRecord] = []
     _poll_until(first, lambda: len(held) >= 4, held.append)
-    # RENEW (KIP-1222) for 3 s, past the 2 s lock: a second member gets nothing meanwhile.
+    # RENEW (KIP-1222) about every second for 4 s, past the 3 s lock: a second member gets nothing meanwhile.
     second = consumers(group, topic)
-    renew_until = time.monotonic() + 3.0
+    renew_until = time.monotonic() + 4.0
     while time.monotonic() < renew_until:
         for record in held:
             first.acknowledge(record, A.RENEW)
