@@ -320,6 +320,30 @@ def test_acknowledgement_commit_callback_reports_results(
     assert metrics["consumer-share-coordinator-metrics:heartbeat-total"] >= 1
 
 
+def test_records_whose_lock_expired_are_not_handed_out_and_come_back(
+    broker: Any, share_topic: Callable[..., tuple[str, str]], consumers: Callable[..., ShareConsumer]
+) -> None:
+    topic, group = share_topic(share_record_lock_duration_ms=1000)
+    consumer = consumers(group, topic, max_poll_records=2)
+    reports: list[BaseException | None] = []
+    consumer.set_acknowledgement_commit_callback(lambda offsets, error: reports.append(error))
+    _produce(broker, topic, 6, batches=6)
+    held: list[ShareConsumerRecord] = []
+    _poll_until(consumer, lambda: bool(held), held.append)
+    time.sleep(1.6)  # past the 1 s lock: held records (and any prefetched ones) are the broker's again
+    seen: list[tuple[int, int]] = []
+
+    def on_record(record: ShareConsumerRecord) -> None:
+        assert record.lock_deadline_ms > time.monotonic_ns() // 1_000_000, "handed out after its lock expired"
+        seen.append((record.offset, record.delivery_count))
+
+    first_offsets = {r.offset for r in held}
+    _poll_until(consumer, lambda: first_offsets <= {o for o, c in seen if c >= 2}, on_record, timeout_s=30)
+    consumer.commit_sync(timeout=30)
+    # The implicit ACCEPT of the expired records failed at the broker and was reported, not swallowed.
+    assert any(error is not None for error in reports)
+
+
 def _confluent_share_consumer() -> Any:
     ck = pytest.importorskip("confluent_kafka")
     if not hasattr(ck, "ShareConsumer"):
