@@ -526,3 +526,29 @@ def test_acks_of_a_partition_no_longer_assigned_ride_along_and_it_is_forgotten_n
     assert sent.topics == () and [(t.topic_id, t.partitions) for t in sent.forgotten_topics_data] == [
         (TID, (0,))
     ]
+
+
+def test_a_commit_after_a_lost_session_reopens_it_even_without_prefetching() -> None:
+    clock = FakeClock()
+    fm, buffer, _ = manager(prefetch=False)
+    fm.set_assignment(frozenset({TP0}))
+    fm.request_fetch()
+    (req,) = fm.poll(clock.now_ms()).unsent
+    respond(
+        req,
+        fetch_response([{"partition": 0, "records": records_blob(0, 1), "acquired": [(0, 0, 1)]}]),
+        clock.now_ms(),
+    )
+    assert buffer.pop() is not None
+    fm.request_fetch()
+    (req,) = fm.poll(clock.now_ms()).unsent
+    respond(req, fetch_response([], error=int(ErrorCode.share_session_not_found)), clock.now_ms())
+    done: list[Any] = []
+    fm.commit({TP0: {0: A.ACCEPT}}, done.append)
+    (req,) = fm.poll(clock.now_ms()).unsent  # opens a new session (epoch 0) for the acknowledgement
+    assert req.api_key == ApiKey.SHARE_FETCH and body(req, 2).share_session_epoch == 0
+    respond(req, fetch_response([]), clock.now_ms())
+    (req,) = fm.poll(clock.now_ms()).unsent
+    assert req.api_key == ApiKey.SHARE_ACKNOWLEDGE and body(req, 2).share_session_epoch == 1
+    respond(req, ack_response({0: 0}), clock.now_ms())
+    assert done == [{TP0: None}]

@@ -449,8 +449,10 @@ class ShareFetchManager:
             return self._acknowledge(session, acks, commits, session.epoch, renew=False)
         # No fetch while the application has not taken the broker's data yet, or (without prefetching) has
         # not asked for more: acknowledgements then go in a ShareAcknowledge.
+        # (Acknowledgements waiting for a session -- one lost to an error -- open one even so.)
+        waiting = session.epoch == OPEN_EPOCH and bool(session.commits or session.renew_commits)
         busy = self._buffer.count_from(session.node) >= self.buffer_limit or (
-            want and not self._prefetch and not self._fetch_requested
+            want and not self._prefetch and not self._fetch_requested and not waiting
         )
         if busy:
             if session.epoch > 0 and session.poll_acks:
