@@ -45,7 +45,7 @@ from kafka_handoff.metrics import Avg, Max, Metrics
 from kafka_handoff.network.client import NetworkClient
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
 from kafka_handoff.protocol.metadata import MetadataManager
-from kafka_handoff.protocol.records import decode_batches
+from kafka_handoff.protocol.records import decode_batches_columnar
 from kafka_handoff.protocol.requests import MonotonicClock, RequestManager
 from kafka_handoff.security import build_security
 from kafka_handoff.share.config import ShareConsumerConfig, parse_share_consumer_config
@@ -654,7 +654,7 @@ class ShareConsumer:
     def _decode(self, data: ShareFetchedData, now_ms: int) -> list[ShareConsumerRecord]:
         """The acquired records of one partition's fetch; acquired offsets without a record are
         acknowledged as GAP."""
-        decoded = decode_batches(
+        decoded = decode_batches_columnar(
             data.records or b"",
             topic=data.tp.topic,
             partition=data.tp.partition,
@@ -662,57 +662,59 @@ class ShareConsumer:
         )
         if decoded.error is not None:
             log.error("share group %s: %s", self.group_id, decoded.error)
-        records = decoded.records
-        offsets = [r.offset for r in records]
+        # Columns, not record objects: one object per record is built, the ShareConsumerRecord.
+        cols = decoded.columns
+        offsets = cols.offsets
+        timestamp_types = cols.timestamp_types()
+        leader_epochs = cols.leader_epochs()
+        topic, partition = data.tp.topic, data.tp.partition
         kdes, vdes = self._config.key_deserializer, self._config.value_deserializer
         deadline = data.lock_deadline_ms
         out: list[ShareConsumerRecord] = []
         gaps: dict[int, int] = {}
         bad: dict[int, int] = {}
         for first, last, count in data.acquired:
-            chunk = records[bisect.bisect_left(offsets, first) : bisect.bisect_right(offsets, last)]
-            if len(chunk) != last - first + 1:
-                for offset in sorted(set(range(first, last + 1)).difference(r.offset for r in chunk)):
+            lo, hi = bisect.bisect_left(offsets, first), bisect.bisect_right(offsets, last)
+            if hi - lo != last - first + 1:
+                for offset in sorted(set(range(first, last + 1)).difference(offsets[lo:hi])):
                     if decoded.error is not None and offset >= decoded.next_offset:
                         # A corrupt batch: nobody can process the record -- release it so the broker's
                         # delivery limit archives it eventually; the application gets the error.
                         bad[offset] = int(AcknowledgeType.RELEASE)
                     else:
                         gaps[offset] = GAP
+            chunk = [
+                ShareConsumerRecord(
+                    topic, partition, o, ts, tt, k, v, h, e, -1 if k is None else len(k),
+                    -1 if v is None else len(v), count, deadline,
+                )
+                for o, ts, tt, k, v, h, e in zip(
+                    offsets[lo:hi], cols.timestamps[lo:hi], timestamp_types[lo:hi], cols.keys[lo:hi],
+                    cols.values[lo:hi], cols.headers[lo:hi], leader_epochs[lo:hi], strict=True,
+                )
+            ]  # fmt: skip
             if kdes is None and vdes is None:
-                out += [
-                    ShareConsumerRecord(
-                        r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, r.key, r.value,
-                        r.headers, r.leader_epoch, r.serialized_key_size, r.serialized_value_size, count,
-                        deadline,
-                    )
-                    for r in chunk
-                ]  # fmt: skip
+                out += chunk
                 continue
-            for r in chunk:
-                key, value = r.key, r.value
-                raw = ShareConsumerRecord(
-                    r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, key, value,
-                    r.headers, r.leader_epoch, r.serialized_key_size, r.serialized_value_size, count,
-                    deadline,
-                )  # fmt: skip
+            for record in chunk:
+                key, value = record.key, record.value
                 try:
                     if kdes is not None and key is not None:
-                        raw.key = kdes(key)
+                        record.key = kdes(key)
                     if vdes is not None and value is not None:
-                        raw.value = vdes(value)
+                        record.value = vdes(value)
                 except Exception as exc:
-                    raw.key, raw.value = key, value
+                    record.key, record.value = key, value
                     error = SerializationError(
-                        f"share group {self.group_id}: deserializing the record at {r.topic}-{r.partition}"
-                        f"@{r.offset} failed: {exc!r}; acknowledge it with acknowledge_offset()"
+                        f"share group {self.group_id}: deserializing the record at {topic}-{partition}"
+                        f"@{record.offset} failed: {exc!r}; acknowledge it with acknowledge_offset()"
                         + ("" if self._explicit else " (implicit mode: the next poll() releases it)")
                     )
-                    self._in_flight.setdefault(data.tp, {})[r.offset] = raw
-                    self._undeserializable.add((data.tp, r.offset))
+                    self._in_flight.setdefault(data.tp, {})[record.offset] = record
+                    self._undeserializable.add((data.tp, record.offset))
                     self._deserialization_errors.append(error)
                     continue
-                out.append(raw)
+                out.append(record)
         extra = {**gaps, **bad}
         if extra:
             self._acks.setdefault(data.tp, {}).update(extra)
