@@ -344,6 +344,24 @@ def test_records_whose_lock_expired_are_not_handed_out_and_come_back(
     assert any(error is not None for error in reports)
 
 
+def test_wakeup_interrupts_a_blocking_poll(
+    broker: Any, share_topic: Callable[..., tuple[str, str]], consumers: Callable[..., ShareConsumer]
+) -> None:
+    import threading
+
+    from kafka_handoff import WakeupError
+
+    topic, group = share_topic()
+    consumer = consumers(group, topic)
+    timer = threading.Timer(0.5, consumer.wakeup)
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(WakeupError):
+        consumer.poll(30)
+    assert time.monotonic() - started < 20
+    assert len(consumer.poll(0)) == 0  # the consumer keeps working
+
+
 def _confluent_share_consumer() -> Any:
     ck = pytest.importorskip("confluent_kafka")
     if not hasattr(ck, "ShareConsumer"):
