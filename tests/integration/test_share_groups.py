@@ -438,6 +438,10 @@ def test_cli_consume_share_group_and_describe(
     assert f"share group {group}" in described and topic in described
     assert main(["share-groups", "list", "-b", bootstrap]) == 0
     assert group in capsys.readouterr().out
+    # The group has no members now: its start offset can be moved (AlterShareGroupOffsets).
+    assert main(["share-groups", "reset-offsets", group, topic, "--to", "latest", "-b", bootstrap]) == 0
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        assert admin.list_share_group_offsets(group)[TopicPartition(topic, 0)].start_offset == 5
 
 
 def test_share_throughput_bench_consumes_every_record(broker: Any, tmp_path: Any) -> None:

@@ -4,6 +4,7 @@
 * :meth:`describe_share_groups` -- ShareGroupDescribe to each group's coordinator;
 * :meth:`list_share_group_offsets` -- DescribeShareGroupOffsets: each partition's share-partition start
   offset (records below it are all acknowledged) and lag;
+* :meth:`alter_share_group_offsets` -- AlterShareGroupOffsets: move start offsets (the group must be empty);
 * :meth:`delete_share_group_offsets` -- DeleteShareGroupOffsets (the group must be empty);
 * :meth:`delete_share_groups` -- DeleteGroups (the group must be empty);
 * :meth:`alter_group_configs` -- IncrementalAlterConfigs on the GROUP resource, e.g.
@@ -237,6 +238,57 @@ class ShareAdminMixin:
             )
         )
         return result
+
+    def alter_share_group_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, int], timeout: float | None = None
+    ) -> None:
+        """Set the share-partition start offsets of an empty share group (records below are skipped);
+        e.g. ``list_offsets`` results to move it to the earliest or latest offset."""
+        if not offsets:
+            return
+        deadline = self._deadline(timeout)
+        by_topic: dict[str, list[dict[str, int]]] = {}
+        for tp, offset in sorted(offsets.items()):
+            if offset < 0:
+                raise ValueError(f"offset for {tp}: {offset} is negative (allowed: 0 or more)")
+            by_topic.setdefault(tp.topic, []).append(
+                {"partition_index": tp.partition, "start_offset": offset}
+            )
+
+        def build(version: int, timeout_ms: int) -> dict[str, Any]:
+            topics = [{"topic_name": t, "partitions": ps} for t, ps in by_topic.items()]
+            return {"group_id": group_id, "topics": topics}
+
+        def handle(response: Any, version: int, node: int) -> None:
+            code = int(response.error_code)
+            if code != 0:
+                error = error_for_code(
+                    code,
+                    f"cannot alter the offsets of share group {group_id!r}: {response.error_message or ''}",
+                )
+                raise error if error.retriable else NoRetry(error)
+            for t in response.responses:
+                for p in t.partitions:
+                    if int(p.error_code) != 0:
+                        tp = TopicPartition(str(t.topic_name), int(p.partition_index))
+                        raise NoRetry(
+                            error_for_code(
+                                int(p.error_code),
+                                f"cannot alter the offset of {tp} in share group {group_id!r}: "
+                                f"{p.error_message or ''}",
+                            )
+                        )
+
+        self._run_one(
+            AdminCall(
+                f"AlterShareGroupOffsets(group {group_id!r})",
+                ApiKey.ALTER_SHARE_GROUP_OFFSETS,
+                GroupCoordinator(group_id),
+                build,
+                handle,
+                deadline,
+            )
+        )
 
     def delete_share_group_offsets(
         self, group_id: str, topics: Iterable[str], timeout: float | None = None

@@ -48,6 +48,15 @@ def register(subparsers: Any) -> None:
     add_connection_args(config)
     config.set_defaults(func=cmd_set_config)
 
+    reset = actions.add_parser(
+        "reset-offsets", help="move an empty share group's start offsets of a topic (AlterShareGroupOffsets)"
+    )
+    reset.add_argument("group")
+    reset.add_argument("topic")
+    reset.add_argument("--to", required=True, metavar="earliest|latest|OFFSET", help="where to start")
+    add_connection_args(reset)
+    reset.set_defaults(func=cmd_reset_offsets)
+
     delete = actions.add_parser("delete", help="delete share groups (they must have no members)")
     delete.add_argument("groups", nargs="+", metavar="GROUP")
     add_connection_args(delete)
@@ -128,6 +137,32 @@ def cmd_set_config(args: argparse.Namespace) -> int:
         admin.alter_group_configs(args.group, configs, timeout=args.timeout)
         for name, value in configs.items():
             print(f"{args.group}: {name}={'(deleted)' if value is None else value}")
+        return 0
+
+    return run_admin(args, action)
+
+
+def cmd_reset_offsets(args: argparse.Namespace) -> int:
+    from kafka_handoff.admin import OffsetSpec
+    from kafka_handoff.types import TopicPartition
+
+    target = str(args.to).strip().lower()
+    if target not in ("earliest", "latest") and not target.isdigit():
+        allowed = "earliest, latest, or an offset >= 0"
+        print(f"handoff share-groups reset-offsets: --to {args.to!r}: allowed: {allowed}", file=sys.stderr)
+        return 2
+
+    def action(admin: AdminClient) -> int:
+        described = admin.describe_topics([args.topic], timeout=args.timeout)[args.topic]
+        partitions = [TopicPartition(args.topic, p.partition) for p in described.partitions]
+        if target.isdigit():
+            offsets = dict.fromkeys(partitions, int(target))
+        else:
+            spec = OffsetSpec.EARLIEST if target == "earliest" else OffsetSpec.LATEST
+            offsets = admin.list_offsets(partitions, spec, timeout=args.timeout)
+        admin.alter_share_group_offsets(args.group, offsets, timeout=args.timeout)
+        for tp, offset in sorted(offsets.items()):
+            print(f"{args.group}: {tp.topic}-{tp.partition} start offset {offset}")
         return 0
 
     return run_admin(args, action)
