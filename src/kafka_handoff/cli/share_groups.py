@@ -1,4 +1,4 @@
-"""``handoff share-groups list|describe|delete|set-config``: KIP-932 share groups.
+"""``handoff share-groups list|describe|set-config|reset-offsets|delete``: KIP-932 share groups.
 
 ``describe`` shows the members with their assignments, then each partition's share-partition start offset
 (every record below it is acknowledged) and lag.  ``set-config`` sets group configs such as
