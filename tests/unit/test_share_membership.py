@@ -552,3 +552,23 @@ def test_a_commit_after_a_lost_session_reopens_it_even_without_prefetching() -> 
     assert req.api_key == ApiKey.SHARE_ACKNOWLEDGE and body(req, 2).share_session_epoch == 1
     respond(req, ack_response({0: 0}), clock.now_ms())
     assert done == [{TP0: None}]
+
+
+def test_record_limit_needs_share_fetch_v2_and_an_old_broker_is_reported_once() -> None:
+    from kafka_handoff.errors import UnsupportedVersionError
+    from kafka_handoff.protocol.versions import pick_version
+
+    clock = FakeClock()
+    errors: list[BaseException] = []
+    fm, _, _ = manager(prefetch=False, acquire_mode=1, on_error=errors.append)
+    fm.set_assignment(frozenset({TP0}))
+    for _ in range(2):
+        fm.request_fetch()
+        (req,) = fm.poll(clock.now_ms()).unsent
+        assert req.min_version == 2
+        with pytest.raises(UnsupportedVersionError) as info:
+            pick_version({ApiKey.SHARE_FETCH: 1}, req.api_key, req.min_version, req.max_version)
+        assert req.on_failure is not None
+        req.on_failure(info.value, clock.now_ms())  # what the network client does with it
+        clock.advance(2_000)
+    assert len(errors) == 1 and isinstance(errors[0], UnsupportedVersionError)

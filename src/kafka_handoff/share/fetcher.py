@@ -32,7 +32,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafka_handoff.errors import KafkaError, error_for_code
+from kafka_handoff.errors import KafkaError, UnsupportedVersionError, error_for_code
 from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.requests import PollResult, UnsentRequest
@@ -269,6 +269,7 @@ class ShareFetchManager:
         """No fetch from a broker while this many of its fetched partitions wait for the application: with
         prefetching, the next fetch is out while the application works through the previous one."""
         self._fetch_requested = False
+        self._reported: set[str] = set()
         self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
         self._on_error = on_error
         self._on_fetch = on_fetch
@@ -605,6 +606,7 @@ class ShareFetchManager:
         def on_failure(error: BaseException, now: int) -> None:
             session.in_flight = False
             self._fail_session(session, now, f"ShareFetch failed: {error}")
+            self._report_unsupported(error)
             self._ack_results(sent_acks, error)
 
         return UnsentRequest(
@@ -614,6 +616,8 @@ class ShareFetchManager:
             on_response=on_response,
             on_failure=on_failure,
             timeout_ms=None,
+            # KIP-1206's record_limit needs ShareFetch v2 (Kafka 4.2+): never silently batch_optimized.
+            min_version=2 if self._acquire_mode else 1,
         )
 
     # ------------------------------------------------------------------ ShareAcknowledge
@@ -689,6 +693,7 @@ class ShareFetchManager:
                 session.closed = True
             else:
                 self._fail_session(session, now, f"ShareAcknowledge failed: {error}")
+            self._report_unsupported(error)
             self._ack_results(acks, error)
             self._finish_commits(session, {tp: error for tp in acks}, commits)
 
@@ -698,6 +703,7 @@ class ShareFetchManager:
             values=values,
             on_response=on_response,
             on_failure=on_failure,
+            min_version=2 if renew else 1,  # KIP-1222 RENEW needs ShareAcknowledge v2 (Kafka 4.2+)
         )
 
     # ------------------------------------------------------------------ errors and results
@@ -738,6 +744,17 @@ class ShareFetchManager:
                 )
         if self.ack_listener is not None:
             self.ack_listener(sent, out)
+
+    def _report_unsupported(self, error: BaseException) -> None:
+        """A broker too old for a feature asked for (record_limit, RENEW): the application must know."""
+        # Once: the retries (with backoff) would repeat it.
+        if (
+            isinstance(error, UnsupportedVersionError)
+            and self._on_error is not None
+            and str(error) not in self._reported
+        ):
+            self._reported.add(str(error))
+            self._on_error(error)
 
     def _fail_session(self, session: _Session, now_ms: int, reason: str) -> None:
         log.info("share group %s: node %d: %s; backing off", self.group_id, session.node, reason)
