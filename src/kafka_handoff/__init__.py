@@ -58,6 +58,7 @@ from kafka_handoff.errors import (
     WakeupError,
 )
 from kafka_handoff.producer import Producer
+from kafka_handoff.share import AcknowledgeType, ShareConsumer, ShareConsumerRecord, ShareRecords
 from kafka_handoff.types import (
     ConsumerGroupMetadata,
     ConsumerRecord,
@@ -71,6 +72,7 @@ from kafka_handoff.types import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AcknowledgeType",
     "AdminClient",
     "AsyncAdminClient",
     "AsyncConsumer",
@@ -113,6 +115,9 @@ __all__ = [
     "RebalanceListenerBase",
     "RecordMetadata",
     "SerializationError",
+    "ShareConsumer",
+    "ShareConsumerRecord",
+    "ShareRecords",
     "TopicAuthorizationFailedError",
     "TopicDescription",
     "TopicListing",

@@ -12,6 +12,7 @@ from kafka_handoff.admin.results import (
     TopicDescription,
     TopicListing,
 )
+from kafka_handoff.admin.share import ShareGroupDescription, ShareMemberDescription, SharePartitionOffset
 
 __all__ = [
     "AdminClient",
@@ -23,6 +24,9 @@ __all__ = [
     "MemberDescription",
     "NewTopic",
     "OffsetSpec",
+    "ShareGroupDescription",
+    "ShareMemberDescription",
+    "SharePartitionOffset",
     "TopicDescription",
     "TopicListing",
 ]

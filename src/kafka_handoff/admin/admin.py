@@ -41,6 +41,7 @@ from kafka_handoff.admin.results import (
     TopicDescription,
     TopicListing,
 )
+from kafka_handoff.admin.share import ShareAdminMixin
 from kafka_handoff.config import AdminConfig, parse_admin_config
 from kafka_handoff.errors import (
     GroupIdNotFoundError,
@@ -102,7 +103,7 @@ class _NotReady(KafkaError):
     retriable = True
 
 
-class AdminClient:
+class AdminClient(ShareAdminMixin):
     """A small Kafka admin client.  Thread-safe: calls from several threads are fine."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:

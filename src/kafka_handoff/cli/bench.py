@@ -63,6 +63,12 @@ def register(subparsers: Any) -> None:
         default=None,
         help="with --security sasl_*: the mechanism (default: the listener's, PLAIN or SCRAM-SHA-256)",
     )
+    tp.add_argument(
+        "--share",
+        action="store_true",
+        help="consume as the only member of a fresh share group (KIP-932): handoff-share and, when "
+        "installed, confluent-kafka's preview ShareConsumer (confluent-share)",
+    )
     tp.set_defaults(func=_throughput)
 
     rb = actions.add_parser(
@@ -184,6 +190,8 @@ def _throughput(args: argparse.Namespace) -> int:
     from kafka_handoff.bench import report, throughput
     from kafka_handoff.bench.peers import CLIENTS, SECURITY_RUNNERS
 
+    if args.share:
+        return _share_throughput(args)
     secured_clients = [n for n, spec in CLIENTS.items() if spec.runner in SECURITY_RUNNERS]
     if args.clients != "all":
         clients = [c.strip() for c in args.clients.split(",") if c]
@@ -316,3 +324,45 @@ def _passthrough(args: argparse.Namespace) -> int:
         rest = rest[1:]
     module = importlib.import_module(f"kafka_handoff.bench.{args.module}")
     return int(module.main(rest) or 0)
+
+
+def _share_throughput(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from kafka_handoff.bench import report
+    from kafka_handoff.bench.share import SHARE_CLIENTS, run_share_benchmark
+
+    if args.security:
+        print("error: --share does not take --security", file=sys.stderr)
+        return 2
+    clients = None if args.clients == "all" else [c.strip() for c in args.clients.split(",") if c]
+    unknown = [c for c in clients or () if c not in SHARE_CLIENTS]
+    if unknown:
+        allowed = ", ".join(SHARE_CLIENTS)
+        print(f"error: unknown share client(s) {', '.join(unknown)} (allowed: {allowed})", file=sys.stderr)
+        return 2
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    with _private_broker(args.bootstrap_servers, None) as (bootstrap, _cluster):
+        result = run_share_benchmark(
+            bootstrap,
+            records=args.records,
+            value_bytes=args.value_bytes,
+            partitions=args.partitions,
+            repeat=args.repeat,
+            clients=clients,
+            keep_topic=args.keep_topic,
+            progress=_progress,
+        )
+    data = result.as_dict()
+    (out / "throughput-share.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
+    env = data["environment"]
+    load = f"{env['load_avg_start'][0]:.1f}-{env['load_avg_end'][0]:.1f}"
+    subtitle = (
+        f"share groups: {args.records:,} records x {args.value_bytes} B, {args.partitions} partitions, "
+        f"median of {args.repeat}; {env['cpus']} CPUs, load {load}; {env['broker']} on loopback"
+    )
+    medians = data["medians"]
+    Console(width=160).print(report.throughput_table(medians, title=subtitle))
+    print(f"wrote {out / 'throughput-share.json'}", file=sys.stderr)
+    return 0 if all(m.get("runs") for m in medians) else 1

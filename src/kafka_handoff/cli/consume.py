@@ -35,6 +35,10 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--group", "-g", help="join this consumer group (subscribe) instead of assigning all partitions"
     )
+    p.add_argument(
+        "--share-group",
+        help="join this share group (KIP-932): records are shared with its other members and acknowledged",
+    )
     p.add_argument("--group-protocol", choices=["classic", "consumer"], default="classic")
     p.add_argument(
         "--from-beginning", action="store_true", help="start at the earliest offset when none is committed"
@@ -86,6 +90,13 @@ def _run(args: argparse.Namespace) -> int:
             print(f"error: -X {item!r} is not KEY=VALUE", file=sys.stderr)
             return 2
         config[key] = value
+    if args.share_group:
+        if args.group:
+            print("error: --group and --share-group cannot be used together", file=sys.stderr)
+            return 2
+        from kafka_handoff.cli.share_groups import run_share_consume
+
+        return run_share_consume(args, config, _text)
     try:
         consumer = Consumer(config)
     except ConfigError as exc:

@@ -27,6 +27,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "produce_sample",
     "topics",
     "groups",
+    "share_groups",
     "bench",
     "pipeline",
 )

@@ -128,6 +128,15 @@ def broker_settings(num_nodes: int) -> dict[str, str]:
         "group.consumer.session.timeout.ms": "6000",  # default 45000 (max 60000)
         "group.consumer.min.heartbeat.interval.ms": "100",  # default 5000
         "group.consumer.heartbeat.interval.ms": "500",  # default 5000 (max 15000)
+        # KIP-932 share groups (GA in 4.2, enabled by default): short sessions and heartbeats as for
+        # consumer groups, and group configs allowed to set short acquisition locks / low delivery limits
+        # (`share.record.lock.duration.ms`, `share.delivery.count.limit`) for redelivery tests.
+        "group.share.min.session.timeout.ms": "1000",  # default 45000
+        "group.share.session.timeout.ms": "6000",  # default 45000 (max 60000)
+        "group.share.min.heartbeat.interval.ms": "100",  # default 5000
+        "group.share.heartbeat.interval.ms": "500",  # default 5000 (max 15000)
+        "group.share.min.record.lock.duration.ms": "1000",  # default 15000
+        "group.share.min.delivery.count.limit": "2",  # default 2
         # Small machine: 2 MiB cleaner buffer (KafkaClusterTestKit does the same), fast teardown.
         "log.cleaner.dedupe.buffer.size": "2097152",  # default 134217728
         "controlled.shutdown.enable": "false",  # default true
