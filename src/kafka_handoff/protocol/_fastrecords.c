@@ -642,9 +642,16 @@ static PyObject *validity_of(const gbuf *b, Py_ssize_t n)
     }
     if (all)
         Py_RETURN_NONE;
-    PyObject *out = bytes_of(b, (n + 7) >> 3);
-    if (out != NULL && (n & 7)) /* bits past the last row are 0 (a truncate may have left some set) */
-        PyBytes_AS_STRING(out)[full] &= (char)((1u << (n & 7)) - 1);
+    /* A new object (never the interpreter's shared one-byte bytes): bits past the last row are cleared in it
+     * (a truncate may have left some set). */
+    Py_ssize_t size = (n + 7) >> 3;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL)
+        return NULL;
+    char *dst = PyBytes_AS_STRING(out);
+    memcpy(dst, b->p, (size_t)size);
+    if (n & 7)
+        dst[full] &= (char)((1u << (n & 7)) - 1);
     return out;
 }
 
