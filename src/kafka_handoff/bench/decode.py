@@ -10,8 +10,9 @@ object path.
 
 ``--arrow`` measures instead what the pipeline worker does with a backlog: ``poll_columns`` (the consumer's
 collector, columnar, ``max.poll.records`` 10,000 as the worker's default) over the fetch responses of one
-partition, the chunks accumulated per batch (``--batch-records``) and turned into an Arrow table with
-:func:`~kafka_handoff.pipeline.arrow.chunks_to_table` (needs pyarrow); records/s over the whole run.
+partition, the chunks accumulated per batch (``--batch-records``), each batch's offset range read and the
+batch turned into an Arrow table with :func:`~kafka_handoff.pipeline.arrow.chunks_to_table` (needs
+pyarrow); records/s over the whole run.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def run_decode(responses: list[bytes], fn: Callable[[bytes], int], repeat: int) 
 
 
 def run_arrow(
-    responses: list[bytes], max_poll_records: int, batch_records: int, check: bool
+    responses: list[bytes], max_poll_records: int, batch_records: int, check: bool, list_offsets: bool = False
 ) -> tuple[float, int]:
     """(CPU seconds, records): responses -> poll_columns -> chunks_to_table, as the pipeline worker does."""
     from kafka_handoff.consumer.collector import Collector
@@ -130,6 +131,12 @@ def run_arrow(
             pending += n
         if pending >= batch_records or (not got and i >= len(fetches)):
             if pending:
+                for chunk in acc.values():  # the batch's offset range, as the worker takes it
+                    if list_offsets or not hasattr(chunk, "first_offset"):
+                        first, last = chunk.offsets[0], chunk.offsets[-1]
+                    else:
+                        first, last = chunk.first_offset(), chunk.last_offset()
+                    assert first <= last
                 table = chunks_to_table(list(acc.values()))
                 rows += table.num_rows
                 total += pending
@@ -153,6 +160,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--arrow", action="store_true", help="measure poll_columns -> chunks_to_table instead")
     ap.add_argument("--batch-records", type=int, default=100_000, help="--arrow: records per Arrow table")
     ap.add_argument("--max-poll-records", type=int, default=10_000, help="--arrow: max.poll.records")
+    ap.add_argument(
+        "--list-offsets",
+        action="store_true",
+        help="--arrow: take each batch's offset range from chunk.offsets (a Python list) instead of "
+        "chunk.first_offset()/last_offset()",
+    )
     ap.add_argument(
         "--impl",
         default=",".join(records.available_implementations()),
@@ -241,7 +254,9 @@ def main_arrow(
             try:
                 best = float("inf")
                 for _ in range(args.repeat):
-                    secs, n = run_arrow(responses, args.max_poll_records, args.batch_records, check)
+                    secs, n = run_arrow(
+                        responses, args.max_poll_records, args.batch_records, check, args.list_offsets
+                    )
                     assert n == args.records, n
                     best = min(best, secs)
             finally:

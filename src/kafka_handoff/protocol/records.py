@@ -463,10 +463,11 @@ def lists_to_buffers(
 class _PyColumnBuilder:
     """The pure-Python ``_fastrecords.ColumnBuilder``: rows kept as lists, turned into buffers by finish()."""
 
-    __slots__ = ("cols",)
+    __slots__ = ("cols", "sizes")
 
     def __init__(self) -> None:
         self.cols = RecordColumns()
+        self.sizes = [0, 0, 0, 0]  # bytes of keys, values, header keys, header values
 
     @property
     def rows(self) -> int:
@@ -892,6 +893,15 @@ def _py_records_to_buffers(
     if min_offset is not None:
         tmp._keep_from_offset(0, min_offset)
     cols = builder.cols
+    sizes = builder.sizes
+    sizes[0] += sum(len(k) for k in tmp.keys if k)
+    sizes[1] += sum(len(v) for v in tmp.values if v)
+    for row in tmp.headers:
+        for hkey, hvalue in row:
+            sizes[2] += len(hkey.encode("utf-8"))
+            sizes[3] += len(hvalue or b"")
+    if max(sizes) > 0x7FFF_FFFF:  # as the C builder: Arrow binary arrays have int32 offsets
+        raise OverflowError(_BIG_DATA)
     cols.offsets.extend(tmp.offsets)
     cols.timestamps.extend(tmp.timestamps)
     cols.keys.extend(tmp.keys)
