@@ -51,7 +51,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from itertools import repeat
+from itertools import accumulate, repeat
 from typing import Any, Final, Literal, NamedTuple
 
 from crc32c import crc32c
@@ -419,22 +419,28 @@ def _binary_list(
 
 def _binary_buffers(items: Sequence[bytes | None]) -> tuple[bytes | None, bytes, bytes]:
     """(validity or None, int32 offsets, data) of an Arrow binary array."""
+    items = items if isinstance(items, list) else list(items)
+    n = len(items)
+    nulls = items.count(None)
+    validity: bytes | None = None
+    if not nulls:
+        parts: list[bytes] = [item for item in items if item is not None]
+        lens: list[int] = list(map(len, parts))
+    elif nulls == n:
+        lens, parts, validity = [0] * n, [], bytes((n + 7) >> 3)
+    else:
+        lens = [0 if item is None else len(item) for item in items]
+        parts = [item for item in items if item is not None]
+        bits = bytearray((n + 7) >> 3)
+        for i, item in enumerate(items):
+            if item is not None:
+                bits[i >> 3] |= 1 << (i & 7)
+        validity = bytes(bits)
+    if sum(lens) > 0x7FFF_FFFF:
+        raise OverflowError(_BIG_DATA)
     ends = array("i", [0])
-    bits = bytearray((len(items) + 7) >> 3)
-    nulls = 0
-    total = 0
-    parts: list[bytes] = []
-    for i, item in enumerate(items):
-        if item is None:
-            nulls += 1
-        else:
-            total += len(item)
-            if total > 0x7FFF_FFFF:
-                raise OverflowError(_BIG_DATA)
-            parts.append(item)
-            bits[i >> 3] |= 1 << (i & 7)
-        ends.append(total)
-    return (bytes(bits) if nulls else None), ends.tobytes(), b"".join(parts)
+    ends.extend(accumulate(lens))
+    return validity, ends.tobytes(), b"".join(parts)
 
 
 def lists_to_buffers(
@@ -447,12 +453,15 @@ def lists_to_buffers(
     """:class:`ColumnBuffers` parts from Python lists (the pure-Python builder; the same bytes as C's)."""
     kvalid, koffs, kdata = _binary_buffers(keys)
     vvalid, voffs, vdata = _binary_buffers(values)
-    hrows = array("i", [0])
     flat: list[Header] = []
-    for row in headers:
-        if row:
-            flat.extend(row)
-        hrows.append(len(flat))
+    if any(headers):
+        hrows = array("i", [0])
+        for row in headers:
+            if row:
+                flat.extend(row)
+            hrows.append(len(flat))
+    else:
+        hrows = array("i", bytes(4 * (len(headers) + 1)))
     _, hkoffs, hkdata = _binary_buffers([k.encode("utf-8") for k, _ in flat])
     hvvalid, hvoffs, hvdata = _binary_buffers([v for _, v in flat])
     rows = (len(offsets), array("q", offsets).tobytes(), array("q", timestamps).tobytes())
@@ -883,20 +892,26 @@ def _py_records_to_buffers(
     offset/timestamp outside int64 -- the first record's, offset before timestamp)."""
     tmp = RecordColumns()
     pos = _py_records_to_columns(buf, pos, count, base_offset, base_ts, tmp)
-    for o, t in zip(tmp.offsets, tmp.timestamps, strict=True):
-        if not _INT64_MIN <= o <= _INT64_MAX:
-            raise _Malformed("a record's offset is outside the int64 range")
-        if ts_override is None and not _INT64_MIN <= t <= _INT64_MAX:
-            raise _Malformed("a record's timestamp is outside the int64 range")
+    offsets, timestamps = tmp.offsets, tmp.timestamps
+    if offsets and (
+        min(offsets) < _INT64_MIN
+        or max(offsets) > _INT64_MAX
+        or (ts_override is None and (min(timestamps) < _INT64_MIN or max(timestamps) > _INT64_MAX))
+    ):
+        for o, t in zip(offsets, timestamps, strict=True):  # the first record outside, as C reports it
+            if not _INT64_MIN <= o <= _INT64_MAX:
+                raise _Malformed("a record's offset is outside the int64 range")
+            if ts_override is None and not _INT64_MIN <= t <= _INT64_MAX:
+                raise _Malformed("a record's timestamp is outside the int64 range")
     if ts_override is not None:
         tmp.timestamps = [ts_override] * len(tmp.timestamps)
     if min_offset is not None:
         tmp._keep_from_offset(0, min_offset)
     cols = builder.cols
     sizes = builder.sizes
-    sizes[0] += sum(len(k) for k in tmp.keys if k)
-    sizes[1] += sum(len(v) for v in tmp.values if v)
-    for row in tmp.headers:
+    sizes[0] += sum(map(len, filter(None, tmp.keys)))
+    sizes[1] += sum(map(len, filter(None, tmp.values)))
+    for row in filter(None, tmp.headers):
         for hkey, hvalue in row:
             sizes[2] += len(hkey.encode("utf-8"))
             sizes[3] += len(hvalue or b"")
