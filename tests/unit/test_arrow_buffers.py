@@ -286,3 +286,16 @@ def test_buffer_and_list_chunks_mix_and_compare_equal() -> None:
     lists_first.extend(buffers_chunk(data, 5))
     assert lists_first == as_lists
     assert repr(lists_first) == "ColumnChunk(topic='events', partition=3, records=16)"
+
+
+def test_decode_bench_arrow_mode_runs_every_implementation(capsys: pytest.CaptureFixture[str]) -> None:
+    from kafka_handoff.bench import decode
+
+    decode.main(
+        ["--arrow", "--records", "3000", "--codecs", "none,zstd", "--repeat", "1", "--batch-records", "1000"]
+    )
+    out = capsys.readouterr().out
+    assert "poll_columns -> chunks_to_table" in out
+    for codec in ("none", "zstd"):
+        for impl in IMPLS:
+            assert any(line.split()[:2] == [codec, impl] for line in out.splitlines()), out
