@@ -299,3 +299,20 @@ def test_decode_bench_arrow_mode_runs_every_implementation(capsys: pytest.Captur
     for codec in ("none", "zstd"):
         for impl in IMPLS:
             assert any(line.split()[:2] == [codec, impl] for line in out.splitlines()), out
+
+
+@pytest.mark.skipif("c" not in IMPLS, reason="the C extension is not built")
+def test_c_builder_hands_its_memory_over_once() -> None:
+    fast = records._fast
+    builder = fast.ColumnBuilder()
+    data = encode_batch([(b"k", b"v", T0, [("h", None)])], base_offset=3)
+    fast.records_to_buffers(data, 61, 1, 3, T0, None, None, builder)
+    parts = records.ColumnBuffers(builder.finish())
+    assert isinstance(parts.value_data, memoryview) and parts.value_data.readonly
+    assert parts.to_lists().headers == [(("h", None),)]
+    with pytest.raises(RuntimeError, match="already called"):
+        builder.finish()
+    with pytest.raises(RuntimeError, match="already called"):
+        fast.records_to_buffers(data, 61, 1, 3, T0, None, None, builder)
+    del builder  # the buffers outlive the builder
+    assert bytes(parts.value_data) == b"v" and parts.offset_at(0) == 3

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from kafka_handoff.consumer.batch import ColumnChunk
-from kafka_handoff.protocol.records import ColumnBuffers
+from kafka_handoff.protocol.records import Buffer, ColumnBuffers
 from kafka_handoff.types import ConsumerRecord
 
 __all__ = ["HEADER_TYPE", "KAFKA_SCHEMA", "chunks_to_table", "records_to_table"]
@@ -58,11 +58,11 @@ def _list_array(name: str, values: list[Any]) -> Any:
     return pa.array(values, pa.binary())
 
 
-def _buf(data: bytes | None) -> Any:
+def _buf(data: Buffer | None) -> Any:
     return None if data is None else pa.py_buffer(data)
 
 
-def _binary(validity: bytes | None, offsets: bytes, data: bytes, start: int, n: int) -> Any:
+def _binary(validity: bytes | None, offsets: Buffer, data: Buffer, start: int, n: int) -> Any:
     return pa.Array.from_buffers(pa.binary(), n, [_buf(validity), _buf(offsets), _buf(data)], offset=start)
 
 

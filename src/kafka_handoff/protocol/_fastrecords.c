@@ -623,9 +623,54 @@ static PyObject *builder_truncate(ColumnBuilder *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-static PyObject *bytes_of(const gbuf *b, Py_ssize_t len)
+/* A read-only buffer that owns one builder buffer's memory (handed over by finish(): no copy). */
+typedef struct {
+    PyObject_HEAD
+    char *p;
+    Py_ssize_t len;
+} OwnedBuffer;
+
+static int owned_getbuffer(OwnedBuffer *self, Py_buffer *view, int flags)
 {
-    return PyBytes_FromStringAndSize(len ? b->p : NULL, len);
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->p ? self->p : (char *)"", self->len, 1, flags);
+}
+
+static void owned_dealloc(OwnedBuffer *self)
+{
+    PyMem_Free(self->p);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyBufferProcs owned_as_buffer = {.bf_getbuffer = (getbufferproc)owned_getbuffer};
+
+static PyTypeObject OwnedBuffer_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kafka_handoff.protocol._fastrecords.OwnedBuffer",
+    .tp_basicsize = sizeof(OwnedBuffer),
+    .tp_dealloc = (destructor)owned_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memory of one decoded column buffer (read it through a memoryview).",
+    .tp_as_buffer = &owned_as_buffer,
+};
+
+/* The first `len` bytes of b as a memoryview over memory taken from b (b is left empty). */
+static PyObject *take_buffer(gbuf *b, Py_ssize_t len)
+{
+    OwnedBuffer *owner = PyObject_New(OwnedBuffer, &OwnedBuffer_Type);
+    if (owner == NULL)
+        return NULL;
+    owner->p = b->p;
+    owner->len = len;
+    if (owner->p != NULL && b->cap - len > 4096 + len / 8) {
+        char *shrunk = PyMem_Realloc(owner->p, (size_t)(len ? len : 1));
+        if (shrunk != NULL)
+            owner->p = shrunk;
+    }
+    b->p = NULL;
+    b->len = b->cap = 0;
+    PyObject *view = PyMemoryView_FromObject((PyObject *)owner);
+    Py_DECREF(owner);
+    return view;
 }
 
 /* A validity bitmap of n bits as bytes, or None when every bit is set. */
@@ -657,40 +702,48 @@ static PyObject *validity_of(const gbuf *b, Py_ssize_t n)
 
 /* finish() -> (rows, offsets, timestamps, key_validity, key_offsets, key_data, value_validity, value_offsets,
  *              value_data, header_offsets, header_count, header_key_offsets, header_key_data,
- *              header_value_validity, header_value_offsets, header_value_data) */
+ *              header_value_validity, header_value_offsets, header_value_data)
+ * Validity bitmaps are bytes (or None); the other buffers are read-only memoryviews over the builder's memory,
+ * handed over without a copy: the builder is empty afterwards (and cannot be finished twice). */
 static PyObject *builder_finish(ColumnBuilder *self, PyObject *Py_UNUSED(ignored))
 {
     gbuf *b = self->b;
     Py_ssize_t n = self->rows, h = self->headers;
-    PyObject *items[16] = {
-        PyLong_FromSsize_t(n),
-        bytes_of(&b[B_OFFSETS], 8 * n),
-        bytes_of(&b[B_TIMESTAMPS], 8 * n),
-        validity_of(&b[B_KVALID], n),
-        bytes_of(&b[B_KOFF], 4 * (n + 1)),
-        bytes_of(&b[B_KDATA], b[B_KDATA].len),
-        validity_of(&b[B_VVALID], n),
-        bytes_of(&b[B_VOFF], 4 * (n + 1)),
-        bytes_of(&b[B_VDATA], b[B_VDATA].len),
-        bytes_of(&b[B_HOFF], 4 * (n + 1)),
-        PyLong_FromSsize_t(h),
-        bytes_of(&b[B_HKOFF], 4 * (h + 1)),
-        bytes_of(&b[B_HKDATA], b[B_HKDATA].len),
-        validity_of(&b[B_HVVALID], h),
-        bytes_of(&b[B_HVOFF], 4 * (h + 1)),
-        bytes_of(&b[B_HVDATA], b[B_HVDATA].len),
-    };
+    if (b[B_KOFF].len == 0) {
+        PyErr_SetString(PyExc_RuntimeError, "ColumnBuilder.finish() was already called");
+        return NULL;
+    }
+    PyObject *items[16] = {NULL};
+    items[0] = PyLong_FromSsize_t(n);
+    items[3] = validity_of(&b[B_KVALID], n);
+    items[6] = validity_of(&b[B_VVALID], n);
+    items[10] = PyLong_FromSsize_t(h);
+    items[13] = validity_of(&b[B_HVVALID], h);
     PyObject *result = PyTuple_New(16);
-    for (int i = 0; i < 16; i++) {
-        if (items[i] == NULL || result == NULL) {
-            for (int j = 0; j < 16; j++)
-                Py_XDECREF(items[j]);
-            Py_XDECREF(result);
-            return NULL;
+    int ok = result && items[0] && items[3] && items[6] && items[10] && items[13];
+    if (ok) {
+        struct { int slot, buf; Py_ssize_t len; } moves[] = {
+            {1, B_OFFSETS, 8 * n}, {2, B_TIMESTAMPS, 8 * n}, {4, B_KOFF, 4 * (n + 1)},
+            {5, B_KDATA, b[B_KDATA].len}, {7, B_VOFF, 4 * (n + 1)}, {8, B_VDATA, b[B_VDATA].len},
+            {9, B_HOFF, 4 * (n + 1)}, {11, B_HKOFF, 4 * (h + 1)}, {12, B_HKDATA, b[B_HKDATA].len},
+            {14, B_HVOFF, 4 * (h + 1)}, {15, B_HVDATA, b[B_HVDATA].len},
+        };
+        for (size_t i = 0; ok && i < sizeof moves / sizeof moves[0]; i++) {
+            items[moves[i].slot] = take_buffer(&b[moves[i].buf], moves[i].len);
+            ok = items[moves[i].slot] != NULL;
         }
+    }
+    if (!ok) {
+        for (int j = 0; j < 16; j++)
+            Py_XDECREF(items[j]);
+        Py_XDECREF(result);
+        return NULL;
     }
     for (int i = 0; i < 16; i++)
         PyTuple_SET_ITEM(result, i, items[i]);
+    self->rows = self->headers = 0;
+    for (int i = 0; i < N_BUFS; i++)
+        self->b[i].len = 0;
     return result;
 }
 
@@ -896,6 +949,10 @@ static PyObject *records_to_buffers(PyObject *module, PyObject *const *args, Py_
         return NULL;
     }
     ColumnBuilder *bl = (ColumnBuilder *)args[7];
+    if (bl->b[B_KOFF].len == 0) {
+        PyErr_SetString(PyExc_RuntimeError, "ColumnBuilder.finish() was already called");
+        return NULL;
+    }
     int has_override = args[5] != Py_None, has_min = args[6] != Py_None;
     int64_t ts_override = 0, min_offset = 0;
     if (has_override) {
@@ -1060,7 +1117,7 @@ static int module_exec(PyObject *m)
     st->s_headers = PyUnicode_InternFromString("headers");
     if (!st->s_offsets || !st->s_timestamps || !st->s_keys || !st->s_values || !st->s_headers)
         return -1;
-    if (PyType_Ready(&ColumnBuilder_Type) < 0)
+    if (PyType_Ready(&ColumnBuilder_Type) < 0 || PyType_Ready(&OwnedBuffer_Type) < 0)
         return -1;
     if (PyModule_AddObjectRef(m, "ColumnBuilder", (PyObject *)&ColumnBuilder_Type) < 0)
         return -1;

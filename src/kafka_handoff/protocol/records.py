@@ -71,6 +71,7 @@ __all__ = [
     "LOG_OVERHEAD",
     "RECORD_BATCH_OVERHEAD",
     "BatchHeader",
+    "Buffer",
     "ColumnBuffers",
     "ControlType",
     "DecodedBuffers",
@@ -290,6 +291,9 @@ class RecordColumns:
 _INT64_MIN: Final = -(1 << 63)
 _INT64_MAX: Final = (1 << 63) - 1
 _BIG_DATA: Final = "more than 2 GiB of keys, values or headers in one fetch"
+Buffer = bytes | memoryview
+"""One buffer of :class:`ColumnBuffers`."""
+
 _LIST_COLUMNS: Final = ("offsets", "timestamps", "keys", "values", "headers")
 
 
@@ -297,7 +301,8 @@ class ColumnBuffers:
     """Decoded records as Arrow-layout buffers (what :func:`decode_batches_buffers` returns): no Python object
     per record, so ``pyarrow.Array.from_buffers`` wraps them without a copy (see ``pipeline/arrow.py``).
 
-    All ``bytes``, native-endian (Arrow's little-endian): ``offsets``/``timestamps`` int64 per row; keys and
+    Buffers are ``bytes`` or read-only ``memoryview`` objects (the C builder hands its memory over without a
+    copy), native-endian (Arrow's little-endian): ``offsets``/``timestamps`` int64 per row; keys and
     values as Arrow ``binary`` -- ``*_validity`` bitmap (``None``: no nulls), ``*_offsets`` int32 ``rows + 1``
     (starting at 0), ``*_data``; ``header_offsets`` int32 ``rows + 1`` into the ``header_count`` header rows,
     whose keys are Arrow ``string`` (``header_key_offsets``/``header_key_data``) and values Arrow ``binary``
@@ -328,21 +333,21 @@ class ColumnBuffers:
     )  # fmt: skip
 
     rows: int
-    offsets: bytes
-    timestamps: bytes
+    offsets: Buffer
+    timestamps: Buffer
     key_validity: bytes | None
-    key_offsets: bytes
-    key_data: bytes
+    key_offsets: Buffer
+    key_data: Buffer
     value_validity: bytes | None
-    value_offsets: bytes
-    value_data: bytes
-    header_offsets: bytes
+    value_offsets: Buffer
+    value_data: Buffer
+    header_offsets: Buffer
     header_count: int
-    header_key_offsets: bytes
-    header_key_data: bytes
+    header_key_offsets: Buffer
+    header_key_data: Buffer
     header_value_validity: bytes | None
-    header_value_offsets: bytes
-    header_value_data: bytes
+    header_value_offsets: Buffer
+    header_value_data: Buffer
 
     def __init__(self, parts: tuple[Any, ...] | None = None) -> None:
         if parts is None:
@@ -407,13 +412,19 @@ class ColumnBuffers:
 
 
 def _binary_list(
-    validity: bytes | None, offsets: bytes, data: bytes, start: int, stop: int
+    validity: bytes | None, offsets: Buffer, data: Buffer, start: int, stop: int
 ) -> list[bytes | None]:
-    ends = memoryview(offsets).cast("i")
+    ends = memoryview(offsets).cast("i")[start : stop + 1].tolist()
+    base = ends[0]
+    raw = bytes(data[base : ends[-1]])
+    n = stop - start
     if validity is None:
-        return [data[ends[i] : ends[i + 1]] for i in range(start, stop)]
+        return [raw[ends[i] - base : ends[i + 1] - base] for i in range(n)]
     return [
-        data[ends[i] : ends[i + 1]] if validity[i >> 3] >> (i & 7) & 1 else None for i in range(start, stop)
+        raw[ends[i] - base : ends[i + 1] - base]
+        if validity[(start + i) >> 3] >> ((start + i) & 7) & 1
+        else None
+        for i in range(n)
     ]
 
 
