@@ -94,7 +94,7 @@ class Collector:
 
     def collect(self, *, columnar: bool = False) -> dict[TopicPartition, Any]:
         """Up to ``max.poll.records`` records: per partition a list of :class:`ConsumerRecord` objects, or
-        with ``columnar`` one :class:`ColumnChunk` (parallel lists; deserializers not applied).
+        with ``columnar`` one :class:`ColumnChunk` (Arrow-layout buffers; deserializers not applied).
 
         Errors (corrupt batch, deserializer, error fetch) are raised only when no records were collected in
         this call: records already handed out (and whose positions moved) are never lost to an exception;
