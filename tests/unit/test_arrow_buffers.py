@@ -316,3 +316,17 @@ def test_c_builder_hands_its_memory_over_once() -> None:
         fast.records_to_buffers(data, 61, 1, 3, T0, None, None, builder)
     del builder  # the buffers outlive the builder
     assert bytes(parts.value_data) == b"v" and parts.offset_at(0) == 3
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_value_bytes_and_list_columns_from_buffers(impl: str) -> None:
+    data = payload()
+    with implementation(impl):
+        chunk = buffers_chunk(data, 1, 9)
+        chunk.extend(buffers_chunk(data, 10, 16))
+        expected = [r.value for r in decode_batches(data, topic=TP.topic, partition=TP.partition).records]
+        expected = expected[1:9] + expected[10:16]
+        assert chunk.value_bytes() == sum(len(v) for v in expected if v)
+        assert chunk.lists() == {}
+        assert chunk.values == expected  # built from the buffers, nulls included
+        assert chunk.value_bytes() == sum(len(v) for v in expected if v)

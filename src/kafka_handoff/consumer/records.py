@@ -99,8 +99,8 @@ class ColumnChunk:
     object per record) and :func:`~kafka_handoff.pipeline.arrow.chunks_to_table` wraps them without a copy.
     The list attributes still work: reading one builds that column's Python list once (it then is the
     column: changes to it count); :meth:`first_offset`, :meth:`last_offset`, :meth:`drop_below`,
-    :meth:`extend` and ``len()`` build no list.  Chunks made from lists (``ColumnChunk(topic, partition,
-    offsets, ...)``) are plain lists throughout.
+    :meth:`extend`, :meth:`value_bytes` and ``len()`` build no list.  Chunks made from lists
+    (``ColumnChunk(topic, partition, offsets, ...)``) are plain lists throughout.
     """
 
     __slots__ = ("_lists", "_segments", "partition", "topic")
@@ -235,6 +235,17 @@ class ColumnChunk:
             return int(lst[-1])
         buffers, _, stop = self._segments[-1]
         return buffers.offset_at(stop - 1)
+
+    def value_bytes(self) -> int:
+        """The total size of the values (nulls count 0), without building the ``values`` list."""
+        lst = self._lists.get("values")
+        if lst is not None:
+            return sum(map(len, filter(None, lst)))
+        total = 0
+        for buffers, start, stop in self._segments:
+            ends = memoryview(buffers.value_offsets).cast("i")
+            total += ends[stop] - ends[start]
+        return total
 
     def extend(self, other: ColumnChunk) -> None:
         for name in _COLUMNS:

@@ -1009,6 +1009,74 @@ fail:
     return NULL;
 }
 
+/* binary_list(validity, offsets, data, start, stop) -> list of bytes/None: rows start:stop of an Arrow binary
+ * array (validity: None or a bitmap; offsets: int32).  What ColumnBuffers.to_lists uses for keys and values. */
+static PyObject *binary_list(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "binary_list() takes 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[3]), stop;
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    stop = PyLong_AsSsize_t(args[4]);
+    if (stop == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer valid = {0}, offs, data;
+    int has_valid = args[0] != Py_None;
+    if (has_valid && PyObject_GetBuffer(args[0], &valid, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &offs, PyBUF_SIMPLE) < 0) {
+        if (has_valid)
+            PyBuffer_Release(&valid);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[2], &data, PyBUF_SIMPLE) < 0) {
+        if (has_valid)
+            PyBuffer_Release(&valid);
+        PyBuffer_Release(&offs);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    if (start < 0 || stop < start || (stop + 1) * 4 > offs.len || (has_valid && (stop + 7) / 8 > valid.len)) {
+        PyErr_SetString(PyExc_ValueError, "rows out of range");
+        goto done;
+    }
+    out = PyList_New(stop - start);
+    if (out == NULL)
+        goto done;
+    const uint8_t *bits = (const uint8_t *)valid.buf;
+    const char *ends = (const char *)offs.buf, *bytes = (const char *)data.buf;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        PyObject *item;
+        if (has_valid && !(bits[i >> 3] >> (i & 7) & 1)) {
+            item = Py_NewRef(Py_None);
+        } else {
+            int32_t a, b;
+            memcpy(&a, ends + 4 * i, 4);
+            memcpy(&b, ends + 4 * (i + 1), 4);
+            if (a < 0 || b < a || b > data.len) {
+                PyErr_SetString(PyExc_ValueError, "binary offsets out of range");
+                Py_CLEAR(out);
+                goto done;
+            }
+            item = PyBytes_FromStringAndSize(bytes + a, b - a);
+            if (item == NULL) {
+                Py_CLEAR(out);
+                goto done;
+            }
+        }
+        PyList_SET_ITEM(out, i - start, item);
+    }
+done:
+    if (has_valid)
+        PyBuffer_Release(&valid);
+    PyBuffer_Release(&offs);
+    PyBuffer_Release(&data);
+    return out;
+}
+
 /* ------------------------------------------------------------------------------------------------------ */
 /* configure(record_type, malformed, untrack) */
 
@@ -1077,6 +1145,9 @@ static PyMethodDef methods[] = {
     {"records_to_buffers", (PyCFunction)(void (*)(void))records_to_buffers, METH_FASTCALL,
      "records_to_buffers(buf, pos, count, base_offset, base_ts, ts_override, min_offset, builder) -> pos\n"
      "Append one batch's records to a ColumnBuilder (Arrow-layout buffers); return the position after them."},
+    {"binary_list", (PyCFunction)(void (*)(void))binary_list, METH_FASTCALL,
+     "binary_list(validity, offsets, data, start, stop) -> list\n"
+     "Rows start:stop of an Arrow binary array as bytes (None where the validity bit is clear)."},
     {"configure", configure, METH_VARARGS,
      "configure(record_type, malformed, untrack=False)\n"
      "Set the record class (a __slots__ dataclass with ConsumerRecord's fields) and the exception raised for "

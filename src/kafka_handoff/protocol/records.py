@@ -414,6 +414,15 @@ class ColumnBuffers:
 def _binary_list(
     validity: bytes | None, offsets: Buffer, data: Buffer, start: int, stop: int
 ) -> list[bytes | None]:
+    if IMPLEMENTATION == "c" and _fast is not None:
+        result: list[bytes | None] = _fast.binary_list(validity, offsets, data, start, stop)
+        return result
+    return _py_binary_list(validity, offsets, data, start, stop)
+
+
+def _py_binary_list(
+    validity: bytes | None, offsets: Buffer, data: Buffer, start: int, stop: int
+) -> list[bytes | None]:
     ends = memoryview(offsets).cast("i")[start : stop + 1].tolist()
     base = ends[0]
     raw = bytes(data[base : ends[-1]])
