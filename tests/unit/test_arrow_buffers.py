@@ -330,3 +330,13 @@ def test_value_bytes_and_list_columns_from_buffers(impl: str) -> None:
         assert chunk.lists() == {}
         assert chunk.values == expected  # built from the buffers, nulls included
         assert chunk.value_bytes() == sum(len(v) for v in expected if v)
+
+
+def test_buffer_parts_round_trip_and_name_every_buffer() -> None:
+    res = decode_batches_buffers(payload(), topic=TP.topic, partition=TP.partition)
+    parts = res.columns.parts()
+    assert len(parts) == 16
+    assert records.ColumnBuffers(parts).parts() == parts
+    assert (
+        parts[0] == 16 and parts[8] == res.columns.value_data and parts[15] == res.columns.header_value_data
+    )

@@ -294,6 +294,11 @@ _BIG_DATA: Final = "more than 2 GiB of keys, values or headers in one fetch"
 Buffer = bytes | memoryview
 """One buffer of :class:`ColumnBuffers`."""
 
+_PARTS: Final = (
+    "rows", "offsets", "timestamps", "key_validity", "key_offsets", "key_data", "value_validity",
+    "value_offsets", "value_data", "header_offsets", "header_count", "header_key_offsets", "header_key_data",
+    "header_value_validity", "header_value_offsets", "header_value_data",
+)  # fmt: skip
 _LIST_COLUMNS: Final = ("offsets", "timestamps", "keys", "values", "headers")
 
 
@@ -365,7 +370,7 @@ class ColumnBuffers:
 
     def parts(self) -> tuple[Any, ...]:
         """Every buffer and count, in ``__init__``'s order (tests compare implementations with it)."""
-        return tuple(getattr(self, name) for name in self.__slots__[:16])
+        return tuple(getattr(self, name) for name in _PARTS)
 
     def offset_at(self, row: int) -> int:
         """The offset of one row (no list is built)."""
