@@ -1,11 +1,13 @@
 """Decoder fuzzing (issue 13, item 7): mutated record batches and mutated responses never escape the error
 hierarchy.
 
-Properties, for the pure-Python and the C per-record loop and for both result forms (objects, columns):
+Properties, for the pure-Python and the C per-record loop and for the three result forms (objects, columns as
+lists, columns as Arrow-layout buffers -- ``decode_batches_buffers``, the C ``records_to_buffers``):
 
 * decoding never raises: a bad batch ends up in ``result.error`` as a :class:`CorruptRecordError` naming
   topic, partition and the offset of the bad batch; the records before it are kept;
-* the two implementations agree on everything observable (records, positions, error message);
+* the two implementations agree on everything observable (records, positions, error message; for the buffers
+  form every buffer byte for byte), and the buffers hold the same rows as the list form;
 * with ``check_crcs`` a mutation of CRC-covered bytes never yields a record that was not in the input;
 * lying length and count fields (with a recomputed, valid CRC) are caught, and no length field makes the
   decoder allocate more than a small multiple of its input (checked with ``tracemalloc``);
@@ -34,9 +36,11 @@ from kafka_handoff.errors import CorruptRecordError, KafkaError
 from kafka_handoff.protocol import records, wire
 from kafka_handoff.protocol.compression import CompressionType
 from kafka_handoff.protocol.records import (
+    DecodedBuffers,
     DecodedColumns,
     DecodedRecords,
     decode_batches,
+    decode_batches_buffers,
     decode_batches_columnar,
     encode_batch,
     encode_control_batch,
@@ -99,21 +103,28 @@ def _with(impl: str, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         records._use_implementation(previous)
 
 
-def _observable(res: DecodedRecords | DecodedColumns) -> tuple[Any, ...]:
+Decoded = DecodedRecords | DecodedColumns | DecodedBuffers
+DECODERS: tuple[Callable[..., Any], ...] = (decode_batches, decode_batches_columnar, decode_batches_buffers)
+
+
+def _observable(res: Decoded) -> tuple[Any, ...]:
     err = res.error
     error = None if err is None else (type(err), str(err), err.topic, err.partition, err.offset)
     if isinstance(res, DecodedRecords):
         rows: Any = [(*_key(r), r.leader_epoch) for r in res.records]
+    elif isinstance(res, DecodedBuffers):
+        b = res.columns
+        rows = (b.parts(), b.batch_starts, b.batch_timestamp_types, b.batch_leader_epochs)
     else:
         c = res.columns
         rows = (c.offsets, c.timestamps, c.keys, c.values, c.headers, c.batch_starts, c.batch_leader_epochs)
     return (res.next_offset, res.batches, res.bytes_consumed, res.partial_bytes, error, rows)
 
 
-def _decode_all(data: bytes, check_crcs: bool, **kw: Any) -> list[DecodedRecords | DecodedColumns]:
+def _decode_all(data: bytes, check_crcs: bool, **kw: Any) -> list[Decoded]:
     """Decode with every implementation and form; assert the invariants every result must hold."""
-    results: list[DecodedRecords | DecodedColumns] = []
-    for decoder in (decode_batches, decode_batches_columnar):
+    results: list[Decoded] = []
+    for decoder in DECODERS:
         seen = []
         for impl in IMPLS:
             res = _with(impl, decoder, data, topic=TOPIC, partition=PARTITION, check_crcs=check_crcs, **kw)
@@ -127,10 +138,31 @@ def _decode_all(data: bytes, check_crcs: bool, **kw: Any) -> list[DecodedRecords
             seen.append(_observable(res))
             results.append(res)
         assert all(s == seen[0] for s in seen), f"implementations differ for {decoder.__name__}"
+    _same_rows_as_lists(results)
     return results
 
 
-def _records_of(results: list[DecodedRecords | DecodedColumns]) -> Iterator[tuple[Any, ...]]:
+def _same_rows_as_lists(results: list[Decoded]) -> None:
+    """The buffers form holds the list form's rows -- unless it stopped at a record whose offset or timestamp
+    does not fit int64 (the list form keeps Python ints), which is then its only difference."""
+    lists = next(r for r in results if isinstance(r, DecodedColumns))
+    for res in results:
+        if not isinstance(res, DecodedBuffers):
+            continue
+        b = res.columns
+        if res.error is not None and "outside the int64 range" in str(res.error):
+            assert lists.error is None or lists.error.offset >= res.error.offset
+            continue
+        c = lists.columns
+        got = b.to_lists()
+        assert (got.offsets, got.timestamps, got.keys, got.values, got.headers) == (
+            c.offsets, c.timestamps, c.keys, c.values, c.headers,
+        )  # fmt: skip
+        assert (b.batch_starts, b.batch_leader_epochs) == (c.batch_starts, c.batch_leader_epochs)
+        assert _observable(res)[:5] == _observable(lists)[:5]
+
+
+def _records_of(results: list[Decoded]) -> Iterator[tuple[Any, ...]]:
     for res in results:
         if isinstance(res, DecodedRecords):
             yield from (_key(r) for r in res.records)
@@ -306,10 +338,10 @@ def _raw_batch(body: bytes, count: int = 1) -> bytes:
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("columnar", [False, True], ids=["objects", "columns"])
+@pytest.mark.parametrize("form", [0, 1, 2], ids=["objects", "columns", "buffers"])
 @pytest.mark.parametrize("field", ["record", "key", "value", "header count", "header key", "header value"])
 @pytest.mark.parametrize("value", HUGE)
-def test_huge_length_fields_do_not_allocate(impl: str, columnar: bool, field: str, value: int) -> None:
+def test_huge_length_fields_do_not_allocate(impl: str, form: int, field: str, value: int) -> None:
     pieces = {
         "record": _zz(value) + b"\x00\x00\x00\x02k\x02v\x00",
         "key": b"\x10\x00\x00\x00" + _zz(value) + b"k" * 8,
@@ -319,7 +351,7 @@ def test_huge_length_fields_do_not_allocate(impl: str, columnar: bool, field: st
         "header value": b"\x10\x00\x00\x00\x02k\x02v\x02\x02h" + _zz(value) + b"x" * 8,
     }
     data = _raw_batch(pieces[field]) + encode_batch([(None, b"after", T0)], base_offset=51)
-    decoder = decode_batches_columnar if columnar else decode_batches
+    decoder = DECODERS[form]
     results: list[Any] = []
     peak = _traced_peak(lambda: results.append(_with(impl, decoder, data, topic=TOPIC, partition=PARTITION)))
     assert peak < 64 * 1024, peak
@@ -329,15 +361,15 @@ def test_huge_length_fields_do_not_allocate(impl: str, columnar: bool, field: st
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("count", [2**31 - 1, 10**6])
-def test_huge_record_count_does_not_allocate(impl: str, count: int) -> None:
+@pytest.mark.parametrize("buffers", [False, True], ids=["objects", "buffers"])
+def test_huge_record_count_does_not_allocate(impl: str, count: int, buffers: bool) -> None:
     data = _raw_batch(b"\x10\x00\x00\x00\x02k\x02v\x00", count=count)
+    decoder = decode_batches_buffers if buffers else decode_batches
     results: list[Any] = []
-    peak = _traced_peak(
-        lambda: results.append(_with(impl, decode_batches, data, topic=TOPIC, partition=PARTITION))
-    )
+    peak = _traced_peak(lambda: results.append(_with(impl, decoder, data, topic=TOPIC, partition=PARTITION)))
     assert peak < 64 * 1024, peak
     assert isinstance(results[0].error, CorruptRecordError)
-    assert results[0].records == []
+    assert len(results[0].columns if buffers else results[0].records) == 0
 
 
 @pytest.mark.parametrize("codec", [c for c in CompressionType if c])

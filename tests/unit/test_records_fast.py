@@ -34,6 +34,7 @@ from kafka_handoff.protocol.records import (
     ControlType,
     RecordColumns,
     decode_batches,
+    decode_batches_buffers,
     decode_batches_columnar,
     encode_batch,
     encode_control_batch,
@@ -333,6 +334,8 @@ def test_no_reference_leaks_on_success_and_error_paths() -> None:
         for _ in range(times):
             decode_batches(data, topic=topic, partition=partition, check_crcs=False)
             decode_batches_columnar(data, topic=topic, partition=partition, check_crcs=False)
+            res = decode_batches_buffers(data, topic=topic, partition=partition, check_crcs=False)
+            res.columns.to_lists()  # the memoryviews over the C builder's memory are released with it
 
     for data in [good, *bad]:
         _with("c", run, data, 5)  # warm-up (interned strings, caches)
@@ -345,7 +348,7 @@ def test_no_reference_leaks_on_success_and_error_paths() -> None:
         grown = tracemalloc.get_traced_memory()[0] - start
         tracemalloc.stop()
         assert (sys.getrefcount(topic), sys.getrefcount(partition)) == before
-        assert grown < 16_000, f"{grown} bytes kept after 1000 decodes"  # a leak per decode is >= 32 KB
+        assert grown < 16_000, f"{grown} bytes kept after 1500 decodes"  # a leak per decode is >= 32 KB
 
 
 @needs_c

@@ -7,6 +7,12 @@ codec and for each implementation of the per-record loop (the C extension and pu
 ``records.IMPLEMENTATION``).  Encoding throughput is reported too.  Times are process CPU time (best of
 ``--repeat`` runs), so other load on the machine disturbs them less.  ``--profile`` prints a cProfile of the
 object path.
+
+``--arrow`` measures instead what the pipeline worker does with a backlog: ``poll_columns`` (the consumer's
+collector, columnar, ``max.poll.records`` 10,000 as the worker's default) over the fetch responses of one
+partition, the chunks accumulated per batch (``--batch-records``), each batch's offset range read and the
+batch turned into an Arrow table with :func:`~kafka_handoff.pipeline.arrow.chunks_to_table` (needs
+pyarrow); records/s over the whole run.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import pstats
 import random
 import time
 from collections.abc import Callable
+from typing import Any
 
 from kafka_handoff.protocol import records
 from kafka_handoff.protocol.compression import CompressionType, compression_type_from_name
@@ -84,6 +91,63 @@ def run_decode(responses: list[bytes], fn: Callable[[bytes], int], repeat: int) 
     return best
 
 
+def run_arrow(
+    responses: list[bytes], max_poll_records: int, batch_records: int, check: bool, list_offsets: bool = False
+) -> tuple[float, int]:
+    """(CPU seconds, records): responses -> poll_columns -> chunks_to_table, as the pipeline worker does."""
+    from kafka_handoff.consumer.collector import Collector
+    from kafka_handoff.consumer.fetcher import CompletedFetch, FetchBuffer
+    from kafka_handoff.consumer.subscription import SubscriptionState
+    from kafka_handoff.pipeline.arrow import chunks_to_table
+    from kafka_handoff.types import TopicPartition
+
+    tp = TopicPartition("bench", 0)
+    subs = SubscriptionState("earliest")
+    subs.assign_from_user([tp])
+    subs.seek(tp, int.from_bytes(responses[0][:8], "big"))
+    epoch = subs.state(tp).position_epoch
+    buffer = FetchBuffer()
+    fetches = [CompletedFetch(tp, int.from_bytes(r[:8], "big"), epoch, r) for r in responses]
+    collector = Collector(
+        subs, buffer, max_poll_records=max_poll_records, check_crcs=check, read_committed=False
+    )
+    gc.collect()
+    t0 = time.process_time()
+    total = rows = 0
+    acc: dict[TopicPartition, Any] = {}
+    pending = 0
+    i = 0
+    while True:
+        if not collector.has_data() and i < len(fetches):
+            buffer.add([fetches[i]])
+            i += 1
+        got = collector.collect(columnar=True)
+        for part, chunk in got.items():
+            n = len(chunk)
+            if part in acc:
+                acc[part].extend(chunk)
+            else:
+                acc[part] = chunk
+            pending += n
+        if pending >= batch_records or (not got and i >= len(fetches)):
+            if pending:
+                for chunk in acc.values():  # the batch's offset range, as the worker takes it
+                    if list_offsets or not hasattr(chunk, "first_offset"):
+                        first, last = chunk.offsets[0], chunk.offsets[-1]
+                    else:
+                        first, last = chunk.first_offset(), chunk.last_offset()
+                    assert first <= last
+                table = chunks_to_table(list(acc.values()))
+                rows += table.num_rows
+                total += pending
+            acc, pending = {}, 0
+        if not got and i >= len(fetches) and not collector.has_data():
+            break
+    elapsed = time.process_time() - t0
+    assert rows == total
+    return elapsed, total
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -93,6 +157,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=3, help="decode runs per case (best is reported)")
     ap.add_argument("--no-crc", action="store_true", help="decode with check_crcs=False")
     ap.add_argument("--profile", action="store_true", help="cProfile objects (1st codec, 1st --impl)")
+    ap.add_argument("--arrow", action="store_true", help="measure poll_columns -> chunks_to_table instead")
+    ap.add_argument("--batch-records", type=int, default=100_000, help="--arrow: records per Arrow table")
+    ap.add_argument("--max-poll-records", type=int, default=10_000, help="--arrow: max.poll.records")
+    ap.add_argument(
+        "--list-offsets",
+        action="store_true",
+        help="--arrow: take each batch's offset range from chunk.offsets (a Python list) instead of "
+        "chunk.first_offset()/last_offset()",
+    )
     ap.add_argument(
         "--impl",
         default=",".join(records.available_implementations()),
@@ -110,6 +183,9 @@ def main(argv: list[str] | None = None) -> None:
 
     values = make_values(args.records, args.value_size)
     check = not args.no_crc
+    if args.arrow:
+        main_arrow(args, values, impls, active, check)
+        return
     print(
         f"{args.records:,} records x {args.value_size} B values, ~{args.batch_bytes // 1024} KiB batches, "
         f"1 MiB fetch responses, check_crcs={check}"
@@ -154,6 +230,38 @@ def main(argv: list[str] | None = None) -> None:
             prof.disable()
             records._use_implementation(active)
             pstats.Stats(prof).sort_stats("tottime").print_stats(8)
+
+
+def main_arrow(
+    args: argparse.Namespace,
+    values: list[bytes],
+    impls: list[records.Implementation],
+    active: Any,
+    check: bool,
+) -> None:
+    print(
+        f"poll_columns -> chunks_to_table: {args.records:,} records x {args.value_size} B values, "
+        f"~{args.batch_bytes // 1024} KiB batches, 1 MiB fetch responses, max.poll.records "
+        f"{args.max_poll_records:,}, {args.batch_records:,} records per table, check_crcs={check}"
+    )
+    print(f"{'codec':<8}{'impl':<8}{'bytes':>12}{'arrow rec/s':>15}")
+    for name in args.codecs.split(","):
+        codec = compression_type_from_name(name)
+        responses, _ = encode(values, codec, args.batch_bytes)
+        nbytes = sum(len(r) for r in responses)
+        for impl in impls:
+            records._use_implementation(impl)
+            try:
+                best = float("inf")
+                for _ in range(args.repeat):
+                    secs, n = run_arrow(
+                        responses, args.max_poll_records, args.batch_records, check, args.list_offsets
+                    )
+                    assert n == args.records, n
+                    best = min(best, secs)
+            finally:
+                records._use_implementation(active)
+            print(f"{name:<8}{impl:<8}{nbytes:>12,}{args.records / best:>15,.0f}")
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@
 A batch consumer (the PySpark pipeline) turns records into Arrow columns; building a
 :class:`~kafka_handoff.types.ConsumerRecord` per record only to take it apart again costs about as much as
 decoding.  :func:`poll_columns` is :meth:`Consumer.poll` with the decoding done by
-:func:`~kafka_handoff.protocol.records.decode_batches_columnar`: same group semantics (rebalance callbacks,
+:func:`~kafka_handoff.protocol.records.decode_batches_buffers`: same group semantics (rebalance callbacks,
 KIP-983 revoke lists, positions, ``max.poll.records``), but each partition's records come as one
-:class:`ColumnChunk`.
+:class:`ColumnChunk` that holds the decoder's Arrow-layout buffers (no Python object per record; its list
+attributes are built on first use).
 
 The consumer's one :class:`~kafka_handoff.consumer.collector.Collector` hands out either form, so both
 paths share every validity, position and error rule.  Key/value deserializers are not applied on the

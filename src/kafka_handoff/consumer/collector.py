@@ -20,11 +20,12 @@ from kafka_handoff.consumer.records import ColumnChunk
 from kafka_handoff.consumer.subscription import SubscriptionState
 from kafka_handoff.errors import SerializationError
 from kafka_handoff.protocol.records import (
-    DecodedColumns,
+    ColumnBuffers,
+    DecodedBuffers,
     DecodedRecords,
-    RecordColumns,
     decode_batches,
-    decode_batches_columnar,
+    decode_batches_buffers,
+    lists_to_buffers,
 )
 from kafka_handoff.types import ConsumerRecord, TopicPartition
 
@@ -93,7 +94,7 @@ class Collector:
 
     def collect(self, *, columnar: bool = False, max_records: int | None = None) -> dict[TopicPartition, Any]:
         """Up to ``max.poll.records`` records: per partition a list of :class:`ConsumerRecord` objects, or
-        with ``columnar`` one :class:`ColumnChunk` (parallel lists; deserializers not applied).
+        with ``columnar`` one :class:`ColumnChunk` (Arrow-layout buffers; deserializers not applied).
 
         Errors (corrupt batch, deserializer, error fetch) are raised only when no records were collected in
         this call: records already handed out (and whose positions moved) are never lost to an exception;
@@ -180,7 +181,7 @@ class Collector:
     def _decoded(self, f: CompletedFetch, columnar: bool) -> Any:
         """The fetch decoded in the requested form (decoded once; converted if the form changed)."""
         if not f.initialized:
-            decode = decode_batches_columnar if columnar else decode_batches
+            decode = decode_batches_buffers if columnar else decode_batches
             f.decoded = decode(
                 f.records or b"",
                 topic=f.tp.topic,
@@ -194,7 +195,7 @@ class Collector:
             f.next_index = 0
         elif columnar and isinstance(f.decoded, DecodedRecords):
             f.decoded = _records_to_columns(f.decoded)
-        elif not columnar and isinstance(f.decoded, DecodedColumns):
+        elif not columnar and isinstance(f.decoded, DecodedBuffers):
             f.decoded = _columns_to_records(f.decoded)
         return f.decoded
 
@@ -216,21 +217,18 @@ class Collector:
 
     @staticmethod
     def _take_columns(
-        f: CompletedFetch, decoded: DecodedColumns, start: int, end: int, out: dict[TopicPartition, Any]
+        f: CompletedFetch, decoded: DecodedBuffers, start: int, end: int, out: dict[TopicPartition, Any]
     ) -> tuple[int, int | None]:
         cols = decoded.columns
+        piece = ColumnChunk.from_buffers(f.tp.topic, f.tp.partition, cols, start, end)
         chunk = out.get(f.tp)
         if chunk is None:
-            chunk = out[f.tp] = ColumnChunk(f.tp.topic, f.tp.partition)
-        whole = start == 0 and end == len(cols)
-        chunk.offsets.extend(cols.offsets if whole else cols.offsets[start:end])
-        chunk.timestamps.extend(cols.timestamps if whole else cols.timestamps[start:end])
-        chunk.keys.extend(cols.keys if whole else cols.keys[start:end])
-        chunk.values.extend(cols.values if whole else cols.values[start:end])
-        chunk.headers.extend(cols.headers if whole else cols.headers[start:end])
+            out[f.tp] = piece
+        else:
+            chunk.extend(piece)
         batch_index = bisect.bisect_right(cols.batch_starts, end - 1) - 1
         epoch = cols.batch_leader_epochs[batch_index] if batch_index >= 0 else None
-        return cols.offsets[end - 1], epoch
+        return cols.offset_at(end - 1), epoch
 
     def _finish(self, f: CompletedFetch) -> None:
         self._buffer.done_with(f.tp)
@@ -262,24 +260,32 @@ class Collector:
         return done, None
 
 
-def _columns_to_records(decoded: DecodedColumns) -> DecodedRecords:
+def _columns_to_records(decoded: DecodedBuffers) -> DecodedRecords:
     """The object form of a columnar decode result (the form changed in the middle of a fetch)."""
-    values = {f.name: getattr(decoded, f.name) for f in dataclasses.fields(DecodedColumns)}
+    values = {f.name: getattr(decoded, f.name) for f in dataclasses.fields(DecodedBuffers)}
     del values["columns"]
-    return DecodedRecords(**values, records=decoded.columns.to_records(decoded.topic, decoded.partition))
+    buffers = decoded.columns
+    cols = buffers.to_lists()
+    cols.batch_starts = buffers.batch_starts
+    cols.batch_timestamp_types = buffers.batch_timestamp_types
+    cols.batch_leader_epochs = buffers.batch_leader_epochs
+    return DecodedRecords(**values, records=cols.to_records(decoded.topic, decoded.partition))
 
 
-def _records_to_columns(decoded: DecodedRecords) -> DecodedColumns:
+def _records_to_columns(decoded: DecodedRecords) -> DecodedBuffers:
     values = {f.name: getattr(decoded, f.name) for f in dataclasses.fields(DecodedRecords)}
     del values["records"]
-    cols = RecordColumns()
-    for r in decoded.records:
-        cols.offsets.append(r.offset)
-        cols.timestamps.append(r.timestamp)
-        cols.keys.append(r.key)
-        cols.values.append(r.value)
-        cols.headers.append(tuple(r.headers))
-        cols.batch_starts.append(len(cols.offsets) - 1)
-        cols.batch_timestamp_types.append(r.timestamp_type)
-        cols.batch_leader_epochs.append(r.leader_epoch)
-    return DecodedColumns(**values, columns=cols)
+    recs = decoded.records
+    cols = ColumnBuffers(
+        lists_to_buffers(
+            [r.offset for r in recs],
+            [r.timestamp for r in recs],
+            [r.key for r in recs],
+            [r.value for r in recs],
+            [tuple(r.headers) for r in recs],
+        )
+    )
+    cols.batch_starts = list(range(len(recs)))
+    cols.batch_timestamp_types = [r.timestamp_type for r in recs]
+    cols.batch_leader_epochs = [r.leader_epoch for r in recs]
+    return DecodedBuffers(**values, columns=cols)

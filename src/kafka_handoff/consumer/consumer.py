@@ -747,9 +747,9 @@ class Consumer:
 
     def poll_columns(self, timeout: float | None = 0.0) -> ColumnarRecords:
         """:meth:`poll` with each partition's records as one
-        :class:`~kafka_handoff.consumer.records.ColumnChunk` of parallel lists (offsets, timestamps, keys,
-        values, headers) instead of one object per record -- the batch API for Arrow/Spark.  Same group
-        semantics; deserializers are not applied."""
+        :class:`~kafka_handoff.consumer.records.ColumnChunk` of columns (offsets, timestamps, keys, values,
+        headers; Arrow-layout buffers, Python lists on first use) instead of one object per record -- the
+        batch API for Arrow/Spark.  Same group semantics; deserializers are not applied."""
         result: ColumnarRecords = self._poll(timeout, columnar=True)
         return result
 

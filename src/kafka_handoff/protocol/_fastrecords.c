@@ -478,6 +478,606 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------------------------ */
+/* ColumnBuilder: records decoded straight into Arrow-layout buffers (no Python object per record)
+ *
+ * Per row: int64 offset and timestamp; key and value as Arrow binary (validity bit, int32 end offset, data
+ * bytes); headers as an Arrow list (int32 end offset into the header rows).  Per header row: key as Arrow
+ * string (int32 end offset, utf-8 data), value as Arrow binary (validity bit, int32 end offset, data).
+ * Offsets buffers start with a 0.  All buffers are native-endian (Arrow's little-endian on the platforms
+ * pyarrow supports).  The Python fallback (records._PyColumnBuilder) builds the same bytes. */
+
+typedef struct {
+    char *p;
+    Py_ssize_t len, cap;
+} gbuf;
+
+static int gb_reserve(gbuf *b, Py_ssize_t extra)
+{
+    if (extra <= b->cap - b->len)
+        return 0;
+    if (extra > PY_SSIZE_T_MAX / 2 - b->len) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t cap = b->cap ? b->cap : 64;
+    while (cap - b->len < extra)
+        cap *= 2;
+    char *p = PyMem_Realloc(b->p, (size_t)cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int gb_put(gbuf *b, const void *data, Py_ssize_t n)
+{
+    if (gb_reserve(b, n) < 0)
+        return -1;
+    if (n)
+        memcpy(b->p + b->len, data, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+static inline int gb_i64(gbuf *b, int64_t v) { return gb_put(b, &v, 8); }
+static inline int gb_i32(gbuf *b, int32_t v) { return gb_put(b, &v, 4); }
+
+/* Set validity bit i (the buffer covers at least i bits after the call). */
+static inline int gb_bit(gbuf *b, Py_ssize_t i, int valid)
+{
+    Py_ssize_t byte = i >> 3;
+    if (byte >= b->len) {
+        if (gb_reserve(b, byte + 1 - b->len) < 0)
+            return -1;
+        memset(b->p + b->len, 0, (size_t)(byte + 1 - b->len));
+        b->len = byte + 1;
+    }
+    uint8_t mask = (uint8_t)(1u << (i & 7));
+    if (valid)
+        b->p[byte] |= (char)mask;
+    else
+        b->p[byte] &= (char)~mask;
+    return 0;
+}
+
+enum { B_OFFSETS, B_TIMESTAMPS, B_KVALID, B_KOFF, B_KDATA, B_VVALID, B_VOFF, B_VDATA, B_HOFF,
+       B_HKOFF, B_HKDATA, B_HVVALID, B_HVOFF, B_HVDATA, N_BUFS };
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t rows, headers;
+    gbuf b[N_BUFS];
+} ColumnBuilder;
+
+static inline int32_t last_i32(const gbuf *b) { int32_t v; memcpy(&v, b->p + b->len - 4, 4); return v; }
+
+static int builder_init_buffers(ColumnBuilder *self)
+{
+    if (gb_i32(&self->b[B_KOFF], 0) < 0 || gb_i32(&self->b[B_VOFF], 0) < 0 || gb_i32(&self->b[B_HOFF], 0) < 0 ||
+        gb_i32(&self->b[B_HKOFF], 0) < 0 || gb_i32(&self->b[B_HVOFF], 0) < 0)
+        return -1;
+    return 0;
+}
+
+static PyObject *builder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) != 0 || (kwds != NULL && PyDict_GET_SIZE(kwds) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "ColumnBuilder() takes no arguments");
+        return NULL;
+    }
+    ColumnBuilder *self = (ColumnBuilder *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    if (builder_init_buffers(self) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void builder_dealloc(ColumnBuilder *self)
+{
+    for (int i = 0; i < N_BUFS; i++)
+        PyMem_Free(self->b[i].p);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Drop every row from `rows` (<= self->rows) on, the header rows they own and any part of an unfinished row. */
+static void builder_cut(ColumnBuilder *self, Py_ssize_t rows)
+{
+    gbuf *b = self->b;
+    self->rows = rows;
+    b[B_OFFSETS].len = b[B_TIMESTAMPS].len = 8 * rows;
+    b[B_KOFF].len = b[B_VOFF].len = b[B_HOFF].len = 4 * (rows + 1);
+    Py_ssize_t bits = (rows + 7) >> 3;
+    if (b[B_KVALID].len > bits)
+        b[B_KVALID].len = bits;
+    if (b[B_VVALID].len > bits)
+        b[B_VVALID].len = bits;
+    b[B_KDATA].len = last_i32(&b[B_KOFF]);
+    b[B_VDATA].len = last_i32(&b[B_VOFF]);
+    Py_ssize_t h = last_i32(&b[B_HOFF]);
+    self->headers = h;
+    b[B_HKOFF].len = b[B_HVOFF].len = 4 * (h + 1);
+    Py_ssize_t hbits = (h + 7) >> 3;
+    if (b[B_HVVALID].len > hbits)
+        b[B_HVVALID].len = hbits;
+    b[B_HKDATA].len = last_i32(&b[B_HKOFF]);
+    b[B_HVDATA].len = last_i32(&b[B_HVOFF]);
+}
+
+static PyObject *builder_truncate(ColumnBuilder *self, PyObject *arg)
+{
+    Py_ssize_t rows = PyLong_AsSsize_t(arg);
+    if (rows == -1 && PyErr_Occurred())
+        return NULL;
+    if (rows < 0) {
+        PyErr_SetString(PyExc_ValueError, "negative row count");
+        return NULL;
+    }
+    if (rows < self->rows)
+        builder_cut(self, rows);
+    Py_RETURN_NONE;
+}
+
+/* A read-only buffer that owns one builder buffer's memory (handed over by finish(): no copy). */
+typedef struct {
+    PyObject_HEAD
+    char *p;
+    Py_ssize_t len;
+} OwnedBuffer;
+
+static int owned_getbuffer(OwnedBuffer *self, Py_buffer *view, int flags)
+{
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->p ? self->p : (char *)"", self->len, 1, flags);
+}
+
+static void owned_dealloc(OwnedBuffer *self)
+{
+    PyMem_Free(self->p);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyBufferProcs owned_as_buffer = {.bf_getbuffer = (getbufferproc)owned_getbuffer};
+
+static PyTypeObject OwnedBuffer_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kafka_handoff.protocol._fastrecords.OwnedBuffer",
+    .tp_basicsize = sizeof(OwnedBuffer),
+    .tp_dealloc = (destructor)owned_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memory of one decoded column buffer (read it through a memoryview).",
+    .tp_as_buffer = &owned_as_buffer,
+};
+
+/* The first `len` bytes of b as a memoryview over memory taken from b (b is left empty). */
+static PyObject *take_buffer(gbuf *b, Py_ssize_t len)
+{
+    OwnedBuffer *owner = PyObject_New(OwnedBuffer, &OwnedBuffer_Type);
+    if (owner == NULL)
+        return NULL;
+    owner->p = b->p;
+    owner->len = len;
+    if (owner->p != NULL && b->cap - len > 4096 + len / 8) {
+        char *shrunk = PyMem_Realloc(owner->p, (size_t)(len ? len : 1));
+        if (shrunk != NULL)
+            owner->p = shrunk;
+    }
+    b->p = NULL;
+    b->len = b->cap = 0;
+    PyObject *view = PyMemoryView_FromObject((PyObject *)owner);
+    Py_DECREF(owner);
+    return view;
+}
+
+/* A validity bitmap of n bits as bytes, or None when every bit is set. */
+static PyObject *validity_of(const gbuf *b, Py_ssize_t n)
+{
+    Py_ssize_t full = n >> 3;
+    const uint8_t *p = (const uint8_t *)b->p;
+    int all = 1;
+    for (Py_ssize_t i = 0; i < full && all; i++)
+        all = p[i] == 0xFF;
+    if (all && (n & 7)) {
+        uint8_t mask = (uint8_t)((1u << (n & 7)) - 1);
+        all = (p[full] & mask) == mask;
+    }
+    if (all)
+        Py_RETURN_NONE;
+    /* A new object (never the interpreter's shared one-byte bytes): bits past the last row are cleared in it
+     * (a truncate may have left some set). */
+    Py_ssize_t size = (n + 7) >> 3;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL)
+        return NULL;
+    char *dst = PyBytes_AS_STRING(out);
+    memcpy(dst, b->p, (size_t)size);
+    if (n & 7)
+        dst[full] &= (char)((1u << (n & 7)) - 1);
+    return out;
+}
+
+/* finish() -> (rows, offsets, timestamps, key_validity, key_offsets, key_data, value_validity, value_offsets,
+ *              value_data, header_offsets, header_count, header_key_offsets, header_key_data,
+ *              header_value_validity, header_value_offsets, header_value_data)
+ * Validity bitmaps are bytes (or None); the other buffers are read-only memoryviews over the builder's memory,
+ * handed over without a copy: the builder is empty afterwards (and cannot be finished twice). */
+static PyObject *builder_finish(ColumnBuilder *self, PyObject *Py_UNUSED(ignored))
+{
+    gbuf *b = self->b;
+    Py_ssize_t n = self->rows, h = self->headers;
+    if (b[B_KOFF].len == 0) {
+        PyErr_SetString(PyExc_RuntimeError, "ColumnBuilder.finish() was already called");
+        return NULL;
+    }
+    PyObject *items[16] = {NULL};
+    items[0] = PyLong_FromSsize_t(n);
+    items[3] = validity_of(&b[B_KVALID], n);
+    items[6] = validity_of(&b[B_VVALID], n);
+    items[10] = PyLong_FromSsize_t(h);
+    items[13] = validity_of(&b[B_HVVALID], h);
+    PyObject *result = PyTuple_New(16);
+    int ok = result && items[0] && items[3] && items[6] && items[10] && items[13];
+    if (ok) {
+        struct { int slot, buf; Py_ssize_t len; } moves[] = {
+            {1, B_OFFSETS, 8 * n}, {2, B_TIMESTAMPS, 8 * n}, {4, B_KOFF, 4 * (n + 1)},
+            {5, B_KDATA, b[B_KDATA].len}, {7, B_VOFF, 4 * (n + 1)}, {8, B_VDATA, b[B_VDATA].len},
+            {9, B_HOFF, 4 * (n + 1)}, {11, B_HKOFF, 4 * (h + 1)}, {12, B_HKDATA, b[B_HKDATA].len},
+            {14, B_HVOFF, 4 * (h + 1)}, {15, B_HVDATA, b[B_HVDATA].len},
+        };
+        for (size_t i = 0; ok && i < sizeof moves / sizeof moves[0]; i++) {
+            items[moves[i].slot] = take_buffer(&b[moves[i].buf], moves[i].len);
+            ok = items[moves[i].slot] != NULL;
+        }
+    }
+    if (!ok) {
+        for (int j = 0; j < 16; j++)
+            Py_XDECREF(items[j]);
+        Py_XDECREF(result);
+        return NULL;
+    }
+    for (int i = 0; i < 16; i++)
+        PyTuple_SET_ITEM(result, i, items[i]);
+    self->rows = self->headers = 0;
+    for (int i = 0; i < N_BUFS; i++)
+        self->b[i].len = 0;
+    return result;
+}
+
+static PyObject *builder_get_rows(ColumnBuilder *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSsize_t(self->rows);
+}
+
+static PyMethodDef builder_methods[] = {
+    {"truncate", (PyCFunction)builder_truncate, METH_O, "truncate(rows): drop the rows from `rows` on."},
+    {"finish", (PyCFunction)builder_finish, METH_NOARGS,
+     "finish() -> tuple of the row count and buffers (see records.ColumnBuffers)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef builder_getset[] = {
+    {"rows", (getter)builder_get_rows, NULL, "rows appended so far", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ColumnBuilder_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kafka_handoff.protocol._fastrecords.ColumnBuilder",
+    .tp_basicsize = sizeof(ColumnBuilder),
+    .tp_dealloc = (destructor)builder_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Decoded records in Arrow-layout buffers (see records_to_buffers).",
+    .tp_methods = builder_methods,
+    .tp_getset = builder_getset,
+    .tp_new = builder_new,
+};
+
+/* Append a binary value (or null) to validity/offsets/data; the end offset must fit an int32. */
+static inline int put_binary(gbuf *valid, gbuf *offs, gbuf *data, Py_ssize_t row, const uint8_t *p, int64_t len)
+{
+    if (gb_bit(valid, row, len >= 0) < 0)
+        return -1;
+    if (len > 0) {
+        if (len > (int64_t)INT32_MAX - data->len) {
+            PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of keys, values or headers in one fetch");
+            return -1;
+        }
+        if (gb_put(data, p, (Py_ssize_t)len) < 0)
+            return -1;
+    }
+    return gb_i32(offs, (int32_t)data->len);
+}
+
+/* Is buf[0:len] valid utf-8 the way Python's strict decoder sees it?  Raises its UnicodeDecodeError if not. */
+static int check_utf8(const uint8_t *p, Py_ssize_t len)
+{
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if (p[i] >= 0x80) {
+            PyObject *s = PyUnicode_DecodeUTF8((const char *)p, len, NULL);
+            if (s == NULL)
+                return -1;
+            Py_DECREF(s);
+            return 0;
+        }
+    }
+    return 0;
+}
+
+/* One record into the builder (`keep`: store it; otherwise only validate).  Same reads, order and errors as
+ * parse_record/records.py's loop. */
+static int append_record(module_state *st, ColumnBuilder *bl, const uint8_t *buf, Py_ssize_t n, Py_ssize_t *pos,
+                         int64_t base_offset, int has_min, int64_t min_offset, int64_t *off_delta,
+                         int64_t *ts_delta, int *kept)
+{
+    gbuf *b = bl->b;
+    Py_ssize_t p = *pos;
+    int64_t len = 0, klen = 0, vlen = 0;
+    if (read_zz(st, buf, n, &p, &len) < 0)
+        return -1;
+    Py_ssize_t fields_start = p;
+    p += 1; /* attributes (unused) */
+    if (read_zz(st, buf, n, &p, ts_delta) < 0 || read_zz(st, buf, n, &p, off_delta) < 0 ||
+        read_zz(st, buf, n, &p, &klen) < 0)
+        return -1;
+    int keep = 1;
+    if (has_min) {
+        int64_t off;
+        /* an overflowing offset is reported after the batch; keep the row until then */
+        if (!__builtin_add_overflow(base_offset, *off_delta, &off))
+            keep = off >= min_offset;
+    }
+    Py_ssize_t row = bl->rows;
+    const uint8_t *kp = NULL;
+    if (klen >= 0) {
+        if (klen > n - p)
+            return out_of_data();
+        kp = buf + p;
+        p += (Py_ssize_t)klen;
+    } else if (klen != -1) {
+        return malformed(st, "invalid key length %lld", (long long)klen);
+    }
+    if (keep && put_binary(&b[B_KVALID], &b[B_KOFF], &b[B_KDATA], row, kp, klen) < 0)
+        return -1;
+    if (read_zz(st, buf, n, &p, &vlen) < 0)
+        return -1;
+    const uint8_t *vp = NULL;
+    if (vlen >= 0) {
+        if (vlen > n - p)
+            return out_of_data();
+        vp = buf + p;
+        p += (Py_ssize_t)vlen;
+    } else if (vlen != -1) {
+        return malformed(st, "invalid value length %lld", (long long)vlen);
+    }
+    if (keep && put_binary(&b[B_VVALID], &b[B_VOFF], &b[B_VDATA], row, vp, vlen) < 0)
+        return -1;
+    if (p >= n)
+        return out_of_data();
+    if (buf[p] == 0) {
+        p += 1;
+    } else {
+        int64_t count = 0;
+        if (read_zz(st, buf, n, &p, &count) < 0)
+            return -1;
+        if (count < 0)
+            return malformed(st, "invalid negative header count %lld", (long long)count);
+        for (int64_t i = 0; i < count; i++) {
+            int64_t hk = 0, hv = 0;
+            if (read_zz(st, buf, n, &p, &hk) < 0)
+                return -1;
+            if (hk < 0)
+                return malformed(st, "invalid header key length %lld", (long long)hk);
+            if (hk > n - p)
+                return malformed(st, "header key extends past the end of the data");
+            if (check_utf8(buf + p, (Py_ssize_t)hk) < 0)
+                return -1;
+            const uint8_t *hkp = buf + p;
+            p += (Py_ssize_t)hk;
+            if (read_zz(st, buf, n, &p, &hv) < 0)
+                return -1;
+            const uint8_t *hvp = NULL;
+            if (hv >= 0) {
+                if (hv > n - p)
+                    return malformed(st, "header value extends past the end of the data");
+                hvp = buf + p;
+                p += (Py_ssize_t)hv;
+            } else if (hv != -1) {
+                return malformed(st, "invalid header value length %lld", (long long)hv);
+            }
+            if (keep) {
+                Py_ssize_t h = bl->headers;
+                if (hk > (int64_t)INT32_MAX - b[B_HKDATA].len) {
+                    PyErr_SetString(PyExc_OverflowError,
+                                    "more than 2 GiB of keys, values or headers in one fetch");
+                    return -1;
+                }
+                if (gb_put(&b[B_HKDATA], hkp, (Py_ssize_t)hk) < 0 ||
+                    gb_i32(&b[B_HKOFF], (int32_t)b[B_HKDATA].len) < 0 ||
+                    put_binary(&b[B_HVVALID], &b[B_HVOFF], &b[B_HVDATA], h, hvp, hv) < 0)
+                    return -1;
+                bl->headers = h + 1;
+            }
+        }
+    }
+    if ((int64_t)(p - fields_start) != len) {
+        PyObject *start = PyLong_FromSsize_t(fields_start);
+        PyObject *length = start ? PyLong_FromLongLong(len) : NULL;
+        PyObject *rec_end = length ? PyNumber_Add(start, length) : NULL;
+        if (rec_end != NULL)
+            malformed(st, "record length says it ends at byte %S but its fields end at byte %zd", rec_end, p);
+        Py_XDECREF(start);
+        Py_XDECREF(length);
+        Py_XDECREF(rec_end);
+        return -1;
+    }
+    if (keep) {
+        if (bl->headers > INT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "more than 2**31 headers in one fetch");
+            return -1;
+        }
+        if (gb_i32(&b[B_HOFF], (int32_t)bl->headers) < 0)
+            return -1;
+    }
+    *kept = keep;
+    *pos = p;
+    return 0;
+}
+
+/* records_to_buffers(buf, pos, count, base_offset, base_ts, ts_override, min_offset, builder) -> pos
+ *
+ * One batch's records into a ColumnBuilder: offsets base_offset + delta, timestamps base_ts + delta (or
+ * ts_override for every record when it is not None: LogAppendTime), records below min_offset (when not None)
+ * left out.  On any error nothing of this batch stays in the builder.  Errors: those of records_to_objects
+ * (same order), then records._Malformed when an offset (or a timestamp) is outside the int64 range. */
+static PyObject *records_to_buffers(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    module_state *st = get_state(module);
+    if (nargs != 8) {
+        PyErr_Format(PyExc_TypeError, "records_to_buffers() takes 8 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (st->malformed == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_fastrecords.configure() was not called");
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(args[7], &ColumnBuilder_Type)) {
+        PyErr_SetString(PyExc_TypeError, "builder must be a ColumnBuilder");
+        return NULL;
+    }
+    ColumnBuilder *bl = (ColumnBuilder *)args[7];
+    if (bl->b[B_KOFF].len == 0) {
+        PyErr_SetString(PyExc_RuntimeError, "ColumnBuilder.finish() was already called");
+        return NULL;
+    }
+    int has_override = args[5] != Py_None, has_min = args[6] != Py_None;
+    int64_t ts_override = 0, min_offset = 0;
+    if (has_override) {
+        ts_override = PyLong_AsLongLong(args[5]);
+        if (ts_override == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    if (has_min) {
+        min_offset = PyLong_AsLongLong(args[6]);
+        if (min_offset == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    common_args a;
+    if (parse_common(args, &a) < 0)
+        return NULL;
+    const uint8_t *buf = (const uint8_t *)a.view.buf;
+    Py_ssize_t n = a.view.len, p = a.pos, start_rows = bl->rows;
+    const char *overflow = NULL;
+    gbuf *b = bl->b;
+    for (Py_ssize_t i = 0; i < a.count; i++) {
+        int64_t off_delta = 0, ts_delta = 0, offset, ts;
+        int kept = 0;
+        if (append_record(st, bl, buf, n, &p, a.base_offset, has_min, min_offset, &off_delta, &ts_delta,
+                          &kept) < 0)
+            goto fail;
+        if (__builtin_add_overflow(a.base_offset, off_delta, &offset)) {
+            if (overflow == NULL)
+                overflow = "a record's offset is outside the int64 range";
+            offset = 0;
+        }
+        if (has_override) {
+            ts = ts_override;
+        } else if (__builtin_add_overflow(a.base_ts, ts_delta, &ts)) {
+            if (overflow == NULL)
+                overflow = "a record's timestamp is outside the int64 range";
+            ts = 0;
+        }
+        if (kept) {
+            if (gb_i64(&b[B_OFFSETS], offset) < 0 || gb_i64(&b[B_TIMESTAMPS], ts) < 0)
+                goto fail;
+            bl->rows += 1;
+        }
+    }
+    if (overflow != NULL) {
+        malformed(st, "%s", overflow);
+        goto fail;
+    }
+    PyBuffer_Release(&a.view);
+    return PyLong_FromSsize_t(p);
+fail:
+    PyBuffer_Release(&a.view);
+    /* a failed record may have left a key/value/headers behind without its row: back to the entry state */
+    builder_cut(bl, start_rows);
+    return NULL;
+}
+
+/* binary_list(validity, offsets, data, start, stop) -> list of bytes/None: rows start:stop of an Arrow binary
+ * array (validity: None or a bitmap; offsets: int32).  What ColumnBuffers.to_lists uses for keys and values. */
+static PyObject *binary_list(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "binary_list() takes 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[3]), stop;
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    stop = PyLong_AsSsize_t(args[4]);
+    if (stop == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer valid = {0}, offs, data;
+    int has_valid = args[0] != Py_None;
+    if (has_valid && PyObject_GetBuffer(args[0], &valid, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &offs, PyBUF_SIMPLE) < 0) {
+        if (has_valid)
+            PyBuffer_Release(&valid);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[2], &data, PyBUF_SIMPLE) < 0) {
+        if (has_valid)
+            PyBuffer_Release(&valid);
+        PyBuffer_Release(&offs);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    if (start < 0 || stop < start || (stop + 1) * 4 > offs.len || (has_valid && (stop + 7) / 8 > valid.len)) {
+        PyErr_SetString(PyExc_ValueError, "rows out of range");
+        goto done;
+    }
+    out = PyList_New(stop - start);
+    if (out == NULL)
+        goto done;
+    const uint8_t *bits = (const uint8_t *)valid.buf;
+    const char *ends = (const char *)offs.buf, *bytes = (const char *)data.buf;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        PyObject *item;
+        if (has_valid && !(bits[i >> 3] >> (i & 7) & 1)) {
+            item = Py_NewRef(Py_None);
+        } else {
+            int32_t a, b;
+            memcpy(&a, ends + 4 * i, 4);
+            memcpy(&b, ends + 4 * (i + 1), 4);
+            if (a < 0 || b < a || b > data.len) {
+                PyErr_SetString(PyExc_ValueError, "binary offsets out of range");
+                Py_CLEAR(out);
+                goto done;
+            }
+            item = PyBytes_FromStringAndSize(bytes + a, b - a);
+            if (item == NULL) {
+                Py_CLEAR(out);
+                goto done;
+            }
+        }
+        PyList_SET_ITEM(out, i - start, item);
+    }
+done:
+    if (has_valid)
+        PyBuffer_Release(&valid);
+    PyBuffer_Release(&offs);
+    PyBuffer_Release(&data);
+    return out;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
 /* configure(record_type, malformed, untrack) */
 
 static PyObject *configure(PyObject *module, PyObject *args)
@@ -542,6 +1142,12 @@ static PyMethodDef methods[] = {
     {"records_to_columns", (PyCFunction)(void (*)(void))records_to_columns, METH_FASTCALL,
      "records_to_columns(buf, pos, count, base_offset, base_ts, cols) -> pos\n"
      "Append one batch's records to the lists of a RecordColumns; return the position after them."},
+    {"records_to_buffers", (PyCFunction)(void (*)(void))records_to_buffers, METH_FASTCALL,
+     "records_to_buffers(buf, pos, count, base_offset, base_ts, ts_override, min_offset, builder) -> pos\n"
+     "Append one batch's records to a ColumnBuilder (Arrow-layout buffers); return the position after them."},
+    {"binary_list", (PyCFunction)(void (*)(void))binary_list, METH_FASTCALL,
+     "binary_list(validity, offsets, data, start, stop) -> list\n"
+     "Rows start:stop of an Arrow binary array as bytes (None where the validity bit is clear)."},
     {"configure", configure, METH_VARARGS,
      "configure(record_type, malformed, untrack=False)\n"
      "Set the record class (a __slots__ dataclass with ConsumerRecord's fields) and the exception raised for "
@@ -581,6 +1187,10 @@ static int module_exec(PyObject *m)
     st->s_values = PyUnicode_InternFromString("values");
     st->s_headers = PyUnicode_InternFromString("headers");
     if (!st->s_offsets || !st->s_timestamps || !st->s_keys || !st->s_values || !st->s_headers)
+        return -1;
+    if (PyType_Ready(&ColumnBuilder_Type) < 0 || PyType_Ready(&OwnedBuffer_Type) < 0)
+        return -1;
+    if (PyModule_AddObjectRef(m, "ColumnBuilder", (PyObject *)&ColumnBuilder_Type) < 0)
         return -1;
     return 0;
 }

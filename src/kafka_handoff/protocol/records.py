@@ -18,21 +18,21 @@ The records section (compressed as a whole when a codec is set) holds ``recordCo
 
 (varints are zig-zag encoded; a length of -1 means null).
 
-Decoding (:func:`decode_batches`, :func:`decode_batches_columnar`) takes one partition's ``records`` bytes
-from a fetch response, which may end with a truncated batch (normal: the broker cuts at the byte limit; it is
-ignored as in Java).  Legacy message sets (magic 0 and 1) are *not* decoded: they are reported as a
-:class:`~kafka_handoff.errors.CorruptRecordError` that says so (a Kafka 4 cluster only holds them if they were
-written by pre-0.11 producers and never compacted away).
+Decoding (:func:`decode_batches`, :func:`decode_batches_columnar`, :func:`decode_batches_buffers`) takes one
+partition's ``records`` bytes from a fetch response, which may end with a truncated batch (normal: the broker
+cuts at the byte limit; it is ignored as in Java).  Legacy message sets (magic 0 and 1) are *not* decoded:
+they are reported as a :class:`~kafka_handoff.errors.CorruptRecordError` that says so (a Kafka 4 cluster only
+holds them if they were written by pre-0.11 producers and never compacted away).
 
 Errors never lose good data: decoding stops at the first bad batch and the result carries the records of the
 batches before it, ``next_offset`` just past them and the error in ``result.error`` (call
 :meth:`DecodedRecords.raise_error` once those records are handed out).
 
-The per-record loop has two implementations with identical results and errors: the C extension
-``kafka_handoff.protocol._fastrecords`` (built by ``pip install``; optional) and pure Python.  The C one is
-used when it is importable, unless the environment variable ``KAFKA_HANDOFF_PURE_PYTHON`` is set (to anything
-but ``""``/``0``/``false``/``no``) at import time.  :data:`IMPLEMENTATION` says which one is active
-(``"c"`` or ``"python"``).
+The per-record loop has two implementations, for each of the three result forms (objects, lists, Arrow
+buffers), with identical results and errors: the C extension ``kafka_handoff.protocol._fastrecords`` (built
+by ``pip install``; optional) and pure Python.  The C one is used when it is importable, unless the
+environment variable ``KAFKA_HANDOFF_PURE_PYTHON`` is set (to anything but ``""``/``0``/``false``/``no``) at
+import time.  :data:`IMPLEMENTATION` says which one is active (``"c"`` or ``"python"``).
 
 Records built by the C loop are not tracked by the cyclic garbage collector (when created they hold only
 str/int/bytes/tuples, which cannot form a cycle), which makes decoding ~3x faster because the collector no
@@ -47,10 +47,11 @@ import dataclasses
 import importlib
 import os
 import struct
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from itertools import repeat
+from itertools import accumulate, repeat
 from typing import Any, Final, Literal, NamedTuple
 
 from crc32c import crc32c
@@ -70,7 +71,10 @@ __all__ = [
     "LOG_OVERHEAD",
     "RECORD_BATCH_OVERHEAD",
     "BatchHeader",
+    "Buffer",
+    "ColumnBuffers",
     "ControlType",
+    "DecodedBuffers",
     "DecodedColumns",
     "DecodedRecords",
     "Header",
@@ -80,10 +84,12 @@ __all__ = [
     "TimestampType",
     "available_implementations",
     "decode_batches",
+    "decode_batches_buffers",
     "decode_batches_columnar",
     "encode_batch",
     "encode_control_batch",
     "iter_batch_headers",
+    "lists_to_buffers",
     "parse_control_key",
     "set_gc_tracking",
 ]
@@ -282,6 +288,233 @@ class RecordColumns:
         self.headers[mark:] = [self.headers[i] for i in rows]
 
 
+_INT64_MIN: Final = -(1 << 63)
+_INT64_MAX: Final = (1 << 63) - 1
+_BIG_DATA: Final = "more than 2 GiB of keys, values or headers in one fetch"
+Buffer = bytes | memoryview
+"""One buffer of :class:`ColumnBuffers`."""
+
+_PARTS: Final = (
+    "rows", "offsets", "timestamps", "key_validity", "key_offsets", "key_data", "value_validity",
+    "value_offsets", "value_data", "header_offsets", "header_count", "header_key_offsets", "header_key_data",
+    "header_value_validity", "header_value_offsets", "header_value_data",
+)  # fmt: skip
+_LIST_COLUMNS: Final = ("offsets", "timestamps", "keys", "values", "headers")
+
+
+class ColumnBuffers:
+    """Decoded records as Arrow-layout buffers (what :func:`decode_batches_buffers` returns): no Python object
+    per record, so ``pyarrow.Array.from_buffers`` wraps them without a copy (see ``pipeline/arrow.py``).
+
+    Buffers are ``bytes`` or read-only ``memoryview`` objects (the C builder hands its memory over without a
+    copy), native-endian (Arrow's little-endian): ``offsets``/``timestamps`` int64 per row; keys and
+    values as Arrow ``binary`` -- ``*_validity`` bitmap (``None``: no nulls), ``*_offsets`` int32 ``rows + 1``
+    (starting at 0), ``*_data``; ``header_offsets`` int32 ``rows + 1`` into the ``header_count`` header rows,
+    whose keys are Arrow ``string`` (``header_key_offsets``/``header_key_data``) and values Arrow ``binary``
+    (``header_value_*``).  Per batch (as in :class:`RecordColumns`): ``batch_starts``,
+    ``batch_timestamp_types``, ``batch_leader_epochs``.  :meth:`to_lists` gives the rows as Python lists.
+    """
+
+    __slots__ = (
+        "batch_leader_epochs",
+        "batch_starts",
+        "batch_timestamp_types",
+        "header_count",
+        "header_key_data",
+        "header_key_offsets",
+        "header_offsets",
+        "header_value_data",
+        "header_value_offsets",
+        "header_value_validity",
+        "key_data",
+        "key_offsets",
+        "key_validity",
+        "offsets",
+        "rows",
+        "timestamps",
+        "value_data",
+        "value_offsets",
+        "value_validity",
+    )  # fmt: skip
+
+    rows: int
+    offsets: Buffer
+    timestamps: Buffer
+    key_validity: bytes | None
+    key_offsets: Buffer
+    key_data: Buffer
+    value_validity: bytes | None
+    value_offsets: Buffer
+    value_data: Buffer
+    header_offsets: Buffer
+    header_count: int
+    header_key_offsets: Buffer
+    header_key_data: Buffer
+    header_value_validity: bytes | None
+    header_value_offsets: Buffer
+    header_value_data: Buffer
+
+    def __init__(self, parts: tuple[Any, ...] | None = None) -> None:
+        if parts is None:
+            parts = lists_to_buffers([], [], [], [], [])
+        (self.rows, self.offsets, self.timestamps, self.key_validity, self.key_offsets, self.key_data,
+         self.value_validity, self.value_offsets, self.value_data, self.header_offsets, self.header_count,
+         self.header_key_offsets, self.header_key_data, self.header_value_validity, self.header_value_offsets,
+         self.header_value_data) = parts  # fmt: skip
+        self.batch_starts: list[int] = []
+        self.batch_timestamp_types: list[int] = []
+        self.batch_leader_epochs: list[int | None] = []
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def parts(self) -> tuple[Any, ...]:
+        """Every buffer and count, in ``__init__``'s order (tests compare implementations with it)."""
+        return tuple(getattr(self, name) for name in _PARTS)
+
+    def offset_at(self, row: int) -> int:
+        """The offset of one row (no list is built)."""
+        value: int = memoryview(self.offsets).cast("q")[row]
+        return value
+
+    def to_lists(
+        self, start: int = 0, stop: int | None = None, columns: Sequence[str] = _LIST_COLUMNS
+    ) -> RecordColumns:
+        """Rows ``start:stop`` as a :class:`RecordColumns` of Python lists (its per-batch lists left empty;
+        only the named ``columns`` filled)."""
+        stop = self.rows if stop is None else stop
+        out = RecordColumns()
+        if stop <= start:
+            return out
+        if "offsets" in columns:
+            out.offsets = memoryview(self.offsets).cast("q")[start:stop].tolist()
+        if "timestamps" in columns:
+            out.timestamps = memoryview(self.timestamps).cast("q")[start:stop].tolist()
+        if "keys" in columns:
+            out.keys = _binary_list(self.key_validity, self.key_offsets, self.key_data, start, stop)
+        if "values" in columns:
+            out.values = _binary_list(self.value_validity, self.value_offsets, self.value_data, start, stop)
+        if "headers" not in columns:
+            return out
+        hrows = memoryview(self.header_offsets).cast("i")
+        first, last = hrows[start], hrows[stop]
+        if first == last:
+            out.headers = [()] * (stop - start)
+            return out
+        hkeys = [
+            bytes(k or b"").decode("utf-8")
+            for k in _binary_list(None, self.header_key_offsets, self.header_key_data, first, last)
+        ]
+        hvalues = _binary_list(
+            self.header_value_validity, self.header_value_offsets, self.header_value_data, first, last
+        )
+        pairs = list(zip(hkeys, hvalues, strict=True))
+        out.headers = [
+            tuple(pairs[hrows[i] - first : hrows[i + 1] - first]) if hrows[i] != hrows[i + 1] else ()
+            for i in range(start, stop)
+        ]
+        return out
+
+
+def _binary_list(
+    validity: bytes | None, offsets: Buffer, data: Buffer, start: int, stop: int
+) -> list[bytes | None]:
+    if IMPLEMENTATION == "c" and _fast is not None:
+        result: list[bytes | None] = _fast.binary_list(validity, offsets, data, start, stop)
+        return result
+    return _py_binary_list(validity, offsets, data, start, stop)
+
+
+def _py_binary_list(
+    validity: bytes | None, offsets: Buffer, data: Buffer, start: int, stop: int
+) -> list[bytes | None]:
+    ends = memoryview(offsets).cast("i")[start : stop + 1].tolist()
+    base = ends[0]
+    raw = bytes(data[base : ends[-1]])
+    n = stop - start
+    if validity is None:
+        return [raw[ends[i] - base : ends[i + 1] - base] for i in range(n)]
+    return [
+        raw[ends[i] - base : ends[i + 1] - base]
+        if validity[(start + i) >> 3] >> ((start + i) & 7) & 1
+        else None
+        for i in range(n)
+    ]
+
+
+def _binary_buffers(items: Sequence[bytes | None]) -> tuple[bytes | None, bytes, bytes]:
+    """(validity or None, int32 offsets, data) of an Arrow binary array."""
+    items = items if isinstance(items, list) else list(items)
+    n = len(items)
+    nulls = items.count(None)
+    validity: bytes | None = None
+    if not nulls:
+        parts: list[bytes] = [item for item in items if item is not None]
+        lens: list[int] = list(map(len, parts))
+    elif nulls == n:
+        lens, parts, validity = [0] * n, [], bytes((n + 7) >> 3)
+    else:
+        lens = [0 if item is None else len(item) for item in items]
+        parts = [item for item in items if item is not None]
+        bits = bytearray((n + 7) >> 3)
+        for i, item in enumerate(items):
+            if item is not None:
+                bits[i >> 3] |= 1 << (i & 7)
+        validity = bytes(bits)
+    if sum(lens) > 0x7FFF_FFFF:
+        raise OverflowError(_BIG_DATA)
+    ends = array("i", [0])
+    ends.extend(accumulate(lens))
+    return validity, ends.tobytes(), b"".join(parts)
+
+
+def lists_to_buffers(
+    offsets: Sequence[int],
+    timestamps: Sequence[int],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    headers: Sequence[Sequence[Header]],
+) -> tuple[Any, ...]:
+    """:class:`ColumnBuffers` parts from Python lists (the pure-Python builder; the same bytes as C's)."""
+    kvalid, koffs, kdata = _binary_buffers(keys)
+    vvalid, voffs, vdata = _binary_buffers(values)
+    flat: list[Header] = []
+    if any(headers):
+        hrows = array("i", [0])
+        for row in headers:
+            if row:
+                flat.extend(row)
+            hrows.append(len(flat))
+    else:
+        hrows = array("i", bytes(4 * (len(headers) + 1)))
+    _, hkoffs, hkdata = _binary_buffers([k.encode("utf-8") for k, _ in flat])
+    hvvalid, hvoffs, hvdata = _binary_buffers([v for _, v in flat])
+    rows = (len(offsets), array("q", offsets).tobytes(), array("q", timestamps).tobytes())
+    return (*rows, kvalid, koffs, kdata, vvalid, voffs, vdata, hrows.tobytes(), len(flat), hkoffs, hkdata,
+            hvvalid, hvoffs, hvdata)  # fmt: skip
+
+
+class _PyColumnBuilder:
+    """The pure-Python ``_fastrecords.ColumnBuilder``: rows kept as lists, turned into buffers by finish()."""
+
+    __slots__ = ("cols", "sizes")
+
+    def __init__(self) -> None:
+        self.cols = RecordColumns()
+        self.sizes = [0, 0, 0, 0]  # bytes of keys, values, header keys, header values
+
+    @property
+    def rows(self) -> int:
+        return len(self.cols.offsets)
+
+    def truncate(self, rows: int) -> None:
+        self.cols._truncate(rows, len(self.cols.batch_starts))
+
+    def finish(self) -> tuple[Any, ...]:
+        c = self.cols
+        return lists_to_buffers(c.offsets, c.timestamps, c.keys, c.values, c.headers)
+
+
 @dataclass(slots=True)
 class _Outcome:
     topic: str
@@ -318,6 +551,13 @@ class DecodedColumns(_Outcome):
     """The result of :func:`decode_batches_columnar`: records as :class:`RecordColumns`."""
 
     columns: RecordColumns = field(default_factory=RecordColumns)
+
+
+@dataclass(slots=True)
+class DecodedBuffers(_Outcome):
+    """The result of :func:`decode_batches_buffers`: records as :class:`ColumnBuffers`."""
+
+    columns: ColumnBuffers = field(default_factory=ColumnBuffers)
 
 
 class _Malformed(ValueError):
@@ -663,6 +903,53 @@ def _py_records_to_columns(
     return pos
 
 
+def _py_records_to_buffers(
+    buf: bytes,
+    pos: int,
+    count: int,
+    base_offset: int,
+    base_ts: int,
+    ts_override: int | None,
+    min_offset: int | None,
+    builder: _PyColumnBuilder,
+) -> int:
+    """``_fastrecords.records_to_buffers`` in Python: the same rows and errors (parse errors first, then an
+    offset/timestamp outside int64 -- the first record's, offset before timestamp)."""
+    tmp = RecordColumns()
+    pos = _py_records_to_columns(buf, pos, count, base_offset, base_ts, tmp)
+    offsets, timestamps = tmp.offsets, tmp.timestamps
+    if offsets and (
+        min(offsets) < _INT64_MIN
+        or max(offsets) > _INT64_MAX
+        or (ts_override is None and (min(timestamps) < _INT64_MIN or max(timestamps) > _INT64_MAX))
+    ):
+        for o, t in zip(offsets, timestamps, strict=True):  # the first record outside, as C reports it
+            if not _INT64_MIN <= o <= _INT64_MAX:
+                raise _Malformed("a record's offset is outside the int64 range")
+            if ts_override is None and not _INT64_MIN <= t <= _INT64_MAX:
+                raise _Malformed("a record's timestamp is outside the int64 range")
+    if ts_override is not None:
+        tmp.timestamps = [ts_override] * len(tmp.timestamps)
+    if min_offset is not None:
+        tmp._keep_from_offset(0, min_offset)
+    cols = builder.cols
+    sizes = builder.sizes
+    sizes[0] += sum(map(len, filter(None, tmp.keys)))
+    sizes[1] += sum(map(len, filter(None, tmp.values)))
+    for row in filter(None, tmp.headers):
+        for hkey, hvalue in row:
+            sizes[2] += len(hkey.encode("utf-8"))
+            sizes[3] += len(hvalue or b"")
+    if max(sizes) > 0x7FFF_FFFF:  # as the C builder: Arrow binary arrays have int32 offsets
+        raise OverflowError(_BIG_DATA)
+    cols.offsets.extend(tmp.offsets)
+    cols.timestamps.extend(tmp.timestamps)
+    cols.keys.extend(tmp.keys)
+    cols.values.extend(tmp.values)
+    cols.headers.extend(tmp.headers)
+    return pos
+
+
 # ---------------------------------------------------------------------------------------------------------
 # choosing the implementation of the two loops
 
@@ -672,6 +959,8 @@ Implementation = Literal["c", "python"]
 IMPLEMENTATION: Implementation = "python"
 _records_to_objects = _py_records_to_objects
 _records_to_columns = _py_records_to_columns
+_records_to_buffers: Any = _py_records_to_buffers
+_new_builder: Any = _PyColumnBuilder
 
 
 def _load_extension() -> tuple[Any, str | None]:
@@ -691,15 +980,19 @@ _fast, C_UNAVAILABLE_REASON = _load_extension()
 
 def _use_implementation(name: Implementation) -> None:
     """Switch the per-record loop (tests and benchmarks; not thread-safe against running decodes)."""
-    global IMPLEMENTATION, _records_to_objects, _records_to_columns
+    global IMPLEMENTATION, _records_to_objects, _records_to_columns, _records_to_buffers, _new_builder
     if name == "c":
         if _fast is None:
             raise RuntimeError(f"the C record decoder is not available ({C_UNAVAILABLE_REASON})")
         _records_to_objects = _fast.records_to_objects
         _records_to_columns = _fast.records_to_columns
+        _records_to_buffers = _fast.records_to_buffers
+        _new_builder = _fast.ColumnBuilder
     elif name == "python":
         _records_to_objects = _py_records_to_objects
         _records_to_columns = _py_records_to_columns
+        _records_to_buffers = _py_records_to_buffers
+        _new_builder = _PyColumnBuilder
     else:
         raise ValueError(f"unknown implementation {name!r} (allowed: 'c', 'python')")
     IMPLEMENTATION = name
@@ -756,7 +1049,7 @@ def _aborted_queue(aborted: Iterable[Any]) -> list[tuple[int, int]]:
 
 def _decode(
     data: bytes | bytearray | memoryview | None,
-    out: DecodedRecords | DecodedColumns,
+    out: DecodedRecords | DecodedColumns | DecodedBuffers,
     check_crcs: bool,
     read_committed: bool,
     aborted_transactions: Iterable[Any],
@@ -770,6 +1063,8 @@ def _decode(
     objects = isinstance(out, DecodedRecords)
     records = out.records if isinstance(out, DecodedRecords) else []
     cols = out.columns if isinstance(out, DecodedColumns) else RecordColumns()
+    builder = _new_builder() if isinstance(out, DecodedBuffers) else None
+    per_batch = out.columns if isinstance(out, DecodedBuffers) else cols
     aborted = _aborted_queue(aborted_transactions) if read_committed else []
     next_aborted = 0
     active_aborted: set[int] = set()
@@ -825,8 +1120,8 @@ def _decode(
             break
         is_control = attributes & ATTR_CONTROL
         skip = is_control
-        mark = len(records) if objects else len(cols.offsets)
-        mark_batches = len(cols.batch_starts)
+        mark = len(records) if objects else builder.rows if builder is not None else len(cols.offsets)
+        mark_batches = len(per_batch.batch_starts)
         try:
             if count == 0 and end - pos != RECORD_BATCH_OVERHEAD:
                 # An empty batch has no records section; bytes there are records the count does not cover.
@@ -859,6 +1154,17 @@ def _decode(
                             records[i].timestamp = max_ts
                     if base_offset < start_offset:
                         records[mark:] = [r for r in records[mark:] if r.offset >= start_offset]
+                elif builder is not None:
+                    per_batch.batch_starts.append(mark)
+                    per_batch.batch_timestamp_types.append(ts_type)
+                    per_batch.batch_leader_epochs.append(epoch)
+                    rpos, rbuf = _records_input(buf, pos, end, attributes)
+                    override = max_ts if ts_type else None
+                    floor = start_offset if base_offset < start_offset else None
+                    rpos = _records_to_buffers(
+                        rbuf, rpos, count, base_offset, base_ts, override, floor, builder
+                    )
+                    _check_end(rpos, rbuf, end, attributes)
                 else:
                     cols.batch_starts.append(mark)
                     cols.batch_timestamp_types.append(ts_type)
@@ -870,11 +1176,15 @@ def _decode(
                         cols._keep_from_offset(mark, start_offset)
         except CorruptRecordError as exc:  # decompression failed
             error = _corrupt(str(exc), topic, partition, base_offset, exc)
-        except (_Malformed, IndexError, UnicodeDecodeError, struct.error) as exc:
+        except (_Malformed, IndexError, UnicodeDecodeError, struct.error, OverflowError) as exc:
             error = _corrupt(f"malformed record batch: {_describe(exc)}", topic, partition, base_offset, exc)
         if error is not None:
             if objects:
                 del records[mark:]
+            elif builder is not None:
+                builder.truncate(mark)
+                del per_batch.batch_starts[mark_batches:], per_batch.batch_timestamp_types[mark_batches:]
+                del per_batch.batch_leader_epochs[mark_batches:]
             else:
                 cols._truncate(mark, mark_batches)
             break
@@ -891,6 +1201,12 @@ def _decode(
     out.aborted_batches = aborted_batches
     out.aborted_records = aborted_records
     out.bytes_consumed = pos
+    if builder is not None and isinstance(out, DecodedBuffers):
+        finished = ColumnBuffers(builder.finish())
+        finished.batch_starts = per_batch.batch_starts
+        finished.batch_timestamp_types = per_batch.batch_timestamp_types
+        finished.batch_leader_epochs = per_batch.batch_leader_epochs
+        out.columns = finished
 
 
 def _records_input(buf: bytes, pos: int, end: int, attributes: int) -> tuple[int, bytes]:
@@ -972,6 +1288,25 @@ def decode_batches_columnar(
 ) -> DecodedColumns:
     """Like :func:`decode_batches`, but the records come as parallel lists (:class:`RecordColumns`)."""
     result = DecodedColumns(topic, partition, start_offset)
+    _decode(data, result, check_crcs, read_committed, aborted_transactions, start_offset)
+    return result
+
+
+def decode_batches_buffers(
+    data: bytes | bytearray | memoryview | None,
+    *,
+    topic: str,
+    partition: int,
+    check_crcs: bool = True,
+    read_committed: bool = False,
+    aborted_transactions: Iterable[Any] = (),
+    start_offset: int = 0,
+) -> DecodedBuffers:
+    """Like :func:`decode_batches`, but the records come as Arrow-layout buffers (:class:`ColumnBuffers`),
+    with no Python object per record.  Offsets and timestamps must fit int64 (a record whose offset or
+    timestamp does not is reported as a malformed batch), and one call's keys, values and header data must
+    each stay under 2 GiB (Arrow binary arrays have int32 offsets)."""
+    result = DecodedBuffers(topic, partition, start_offset)
     _decode(data, result, check_crcs, read_committed, aborted_transactions, start_offset)
     return result
 
