@@ -8,7 +8,6 @@ kill and restart on the same data directory and ports.
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 import time
 import uuid
@@ -69,31 +68,31 @@ def read_log(bootstrap: str, topic: str, total: int) -> list[Logged]:
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
     }
-    if importlib.util.find_spec("confluent_kafka") is not None:
+    try:
         import confluent_kafka
-
-        oracle = confluent_kafka.Consumer(config)
-        oracle.subscribe([topic])
-        try:
+    except ImportError:
+        with Consumer(config) as consumer:
+            consumer.subscribe([topic])
             while time.monotonic() < deadline:
-                batch = oracle.consume(2000, 1.0)
-                got.extend(
-                    cast(Logged, (m.partition(), m.offset(), m.key(), m.value()))
-                    for m in batch
-                    if m.error() is None
-                )
-                if len(got) >= total and not batch:
+                records = consumer.poll(1.0)
+                got.extend((r.partition, r.offset, r.key, r.value or b"") for r in records)
+                if len(got) >= total and not records:
                     break
-        finally:
-            oracle.close()
         return got
-    with Consumer(config) as consumer:
-        consumer.subscribe([topic])
+    oracle = confluent_kafka.Consumer(config)
+    oracle.subscribe([topic])
+    try:
         while time.monotonic() < deadline:
-            records = consumer.poll(1.0)
-            got.extend((r.partition, r.offset, r.key, r.value or b"") for r in records)
-            if len(got) >= total and not records:
+            batch = oracle.consume(2000, 1.0)
+            got.extend(
+                cast(Logged, (m.partition(), m.offset(), m.key(), m.value()))
+                for m in batch
+                if m.error() is None
+            )
+            if len(got) >= total and not batch:
                 break
+    finally:
+        oracle.close()
     return got
 
 
@@ -136,6 +135,29 @@ def test_close_is_bounded_when_no_broker_was_ever_reachable() -> None:
     assert isinstance(fut.exception(0), KafkaTimeoutError)
     assert "not present in metadata after 500 ms" in str(fut.exception(0))
     closes(producer, 1.0)
+
+
+def test_flush_times_out_naming_the_records_not_delivered(broker_up: devbroker.Cluster) -> None:
+    """flush(timeout) raises KafkaTimeoutError when the records cannot be delivered by then (the broker is
+    down); the records stay pending (their delivery timeout is far away) until close fails them."""
+    topic = new_topic(broker_up, 1)
+    config = {
+        "bootstrap.servers": broker_up.bootstrap_servers,
+        "linger.ms": 0,
+        "delivery.timeout.ms": 600_000,
+    }
+    producer = Producer(config)
+    try:
+        producer.send(topic, b"first").result(30)  # metadata and producer id are known
+        broker_up.stop_node(1, kill=True)
+        futures = [producer.send(topic, b"x%d" % i) for i in range(3)]
+        with pytest.raises(KafkaTimeoutError, match=r"flush timed out after 1\.0 s with 3 record\(s\) not"):
+            producer.flush(1.0)
+        assert not any(f.done() for f in futures)  # flush gave up waiting; it failed no record
+    finally:
+        closes(producer, 0)
+    for f in futures:
+        assert isinstance(f.exception(0), IllegalStateError)  # failed by the close
 
 
 def test_undeliverable_record_fails_after_delivery_timeout(broker_up: devbroker.Cluster) -> None:
