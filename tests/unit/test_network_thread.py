@@ -20,7 +20,7 @@ from kafka_handoff.network.thread import BackgroundError, NetworkThread
 from kafka_handoff.protocol.requests import MonotonicClock, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.threads  # real clients with their network threads (no broker)
 
 
 def _free_port() -> int:
