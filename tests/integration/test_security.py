@@ -11,9 +11,10 @@ consuming, the failure cases (each an ``AuthenticationError``/``SslError`` namin
 from the next call, ending its wait, never a secret) and the ACL cases
 (``TopicAuthorizationFailedError``/``GroupAuthorizationFailedError`` naming the resource).
 
-ACLs are created through confluent-kafka's admin client on the PLAINTEXT listener (a super user there):
-our admin client has no ACL calls.  The broker allows everything on a resource without ACLs
-(``allow.everyone.if.no.acl.found=true``), so each ACL test puts ACLs on its own topic or group only.
+ACLs are created with CreateAcls requests on the PLAINTEXT listener (a super user there), through the dev
+broker's probe connection: our admin client has no ACL calls.  The broker allows everything on a resource
+without ACLs (``allow.everyone.if.no.acl.found=true``), so each ACL test puts ACLs on its own topic or group
+only.
 The librdkafka oracle against the same kind of broker is ``test_security_broker.py``; TLS details against
 a proxy are ``test_tls_client.py``.
 """
@@ -33,6 +34,7 @@ from kafka_handoff import devbroker
 from kafka_handoff.admin import AdminClient, NewTopic
 from kafka_handoff.consumer import Consumer
 from kafka_handoff.devbroker import security
+from kafka_handoff.devbroker.probe import ProbeConnection
 from kafka_handoff.errors import (
     AuthenticationError,
     GroupAuthorizationFailedError,
@@ -378,39 +380,36 @@ def test_oidc_endpoint_refusing_the_client(secured: devbroker.Cluster) -> None:
 
 
 # -------------------------------------------------------------------------------------------- ACLs
+# Kafka's ACL codes (org.apache.kafka.common.acl / resource): what CreateAcls and DescribeAcls carry.
+CREATE_ACLS, DESCRIBE_ACLS = 30, 29
+RESOURCE_TYPES = {"TOPIC": 2, "GROUP": 3}
+OPERATIONS = {"READ": 3, "WRITE": 4, "DESCRIBE": 8}
+LITERAL, ALLOW, ANY = 3, 3, 1
+
+
 def create_acls(cluster: devbroker.Cluster, bindings: list[tuple[str, str, str, str]]) -> None:
     """``(resource type TOPIC|GROUP, name, principal, operation)`` ALLOW bindings, created through the
-    PLAINTEXT listener, and awaited until the broker's authorizer lists them."""
-    ck_admin = pytest.importorskip("confluent_kafka.admin")
-    admin = ck_admin.AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    acls = [
-        ck_admin.AclBinding(
-            getattr(ck_admin.ResourceType, rtype),
-            name,
-            ck_admin.ResourcePatternType.LITERAL,
-            principal,
-            "*",
-            getattr(ck_admin.AclOperation, op),
-            ck_admin.AclPermissionType.ALLOW,
-        )
-        for rtype, name, principal, op in bindings
-    ]
-    for future in admin.create_acls(acls).values():
-        future.result(30)
-    deadline = time.monotonic() + 30
-    for rtype, name, _principal, _op in bindings:
-        flt = ck_admin.AclBindingFilter(
-            getattr(ck_admin.ResourceType, rtype),
-            name,
-            ck_admin.ResourcePatternType.LITERAL,
-            None,
-            None,
-            ck_admin.AclOperation.ANY,
-            ck_admin.AclPermissionType.ANY,
-        )
-        while not admin.describe_acls(flt).result(30):
-            assert time.monotonic() < deadline, f"ACLs on {rtype} {name} not visible"
-            time.sleep(0.2)
+    PLAINTEXT listener (a super user there) with the dev broker's probe connection, and awaited until the
+    broker's authorizer lists them."""
+    host, port = cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
+    with ProbeConnection(host, int(port), 30.0) as conn:
+        creations = [
+            {"resource_type": RESOURCE_TYPES[rtype], "resource_name": name, "resource_pattern_type": LITERAL,
+             "principal": principal, "host": "*", "operation": OPERATIONS[op], "permission_type": ALLOW}
+            for rtype, name, principal, op in bindings
+        ]  # fmt: skip
+        created = conn.request(CREATE_ACLS, conn.version_for(CREATE_ACLS), {"creations": creations})
+        assert [int(r.error_code) for r in created.results] == [0] * len(bindings), created
+        deadline = time.monotonic() + 30
+        for rtype, name, _principal, _op in bindings:
+            flt = {
+                "resource_type_filter": RESOURCE_TYPES[rtype], "resource_name_filter": name,
+                "pattern_type_filter": LITERAL, "principal_filter": None, "host_filter": None,
+                "operation": ANY, "permission_type": ANY,
+            }  # fmt: skip
+            while not conn.request(DESCRIBE_ACLS, conn.version_for(DESCRIBE_ACLS), flt).resources:
+                assert time.monotonic() < deadline, f"ACLs on {rtype} {name} not visible"
+                time.sleep(0.2)
 
 
 def user_props(cluster: devbroker.Cluster, user: str) -> dict[str, Any]:
