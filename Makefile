@@ -44,7 +44,7 @@ test: setup docs
 	$(VENV)/bin/pytest -p no:cacheprovider tests
 
 test-unit: setup
-	$(VENV)/bin/pytest -m unit tests
+	$(VENV)/bin/pytest -m "unit or threads" tests
 
 clean:
 	rm -rf $(VENV) .handoff build *.egg-info

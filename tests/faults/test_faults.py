@@ -43,8 +43,6 @@ from kafka_handoff.devbroker.proxy import FaultProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.faults]
 
-pytest.importorskip("confluent_kafka")
-
 
 @pytest.fixture(scope="module")
 def fault_cluster() -> Iterator[tuple[Cluster, FaultProxy]]:

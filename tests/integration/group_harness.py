@@ -8,8 +8,12 @@
   commit processed offsets periodically and in the revoke callback, close on :meth:`Member.stop`.  It can be
   told to stall (stop polling, as a slow application would) and given hooks that run on its thread.
 * :class:`ConfluentMember` -- the same with a confluent-kafka (librdkafka) consumer, for mixed groups.
-* :class:`BackgroundProducer` -- a confluent-kafka producer thread producing round-robin at a steady rate;
-  delivery reports give the exact set of ``(topic, partition, offset)`` that must be consumed.
+* :class:`BackgroundProducer` -- a producer thread producing round-robin at a steady rate (confluent-kafka,
+  an independent client, when installed; else ours); delivery reports give the exact set of
+  ``(topic, partition, offset)`` that must be consumed.
+
+Only the mixed groups need confluent-kafka (their tests skip without it); the producer and the topic
+helpers fall back to our own clients, so the tests of our consumer run without it.
 """
 
 from __future__ import annotations
@@ -28,10 +32,20 @@ from typing import Any
 from kafka_handoff.consumer import Consumer, ConsumerRecords
 from kafka_handoff.consumer.listener import RebalanceConsumer, RebalanceListenerBase
 from kafka_handoff.errors import KafkaError
-from kafka_handoff.types import OffsetAndMetadata, TopicPartition
+from kafka_handoff.producer import Producer
+from kafka_handoff.types import OffsetAndMetadata, RecordMetadata, TopicPartition
 
 Clock = Callable[[], float]
 now: Clock = time.monotonic
+
+
+def have_confluent() -> bool:
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
 
 #: Per-protocol consumer settings (short timeouts the dev broker allows: group.min.session.timeout.ms=1000;
 #: consumer-protocol heartbeat 500 ms / session 6000 ms are set on the broker).
@@ -564,11 +578,15 @@ class BackgroundProducer(threading.Thread):
 
     def __init__(self, bootstrap: str, topics: Mapping[str, int], rate: float = 300.0) -> None:
         super().__init__(name="background-producer", daemon=True)
-        import confluent_kafka
+        config = {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
+        self.producer: Any
+        self.ours: Producer | None = None
+        if have_confluent():
+            import confluent_kafka
 
-        self.producer = confluent_kafka.Producer(
-            {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
-        )
+            self.producer = confluent_kafka.Producer(config)
+        else:
+            self.ours = Producer(config)
         self.targets = [TopicPartition(t, p) for t, n in topics.items() for p in range(n)]
         self.rate = rate
         self.delivered: set[tuple[TopicPartition, int]] = set()
@@ -598,12 +616,33 @@ class BackgroundProducer(threading.Thread):
                 targets = list(self.targets)
             while self.sent < due:
                 tp = targets[self.sent % len(targets)]
-                self.producer.produce(
-                    tp.topic, value=b"%d" % self.sent, partition=tp.partition, on_delivery=self._on_delivery
-                )
+                if self.ours is not None:
+                    self.ours.send(
+                        tp.topic, b"%d" % self.sent, partition=tp.partition, callback=self._on_ours
+                    )
+                else:
+                    self.producer.produce(
+                        tp.topic,
+                        value=b"%d" % self.sent,
+                        partition=tp.partition,
+                        on_delivery=self._on_delivery,
+                    )
                 self.sent += 1
-            self.producer.poll(0.01)
-        self.producer.flush(30)
+            if self.ours is not None:
+                self._stop_event.wait(0.01)
+            else:
+                self.producer.poll(0.01)
+        if self.ours is not None:
+            self.ours.flush(30)
+            self.ours.close(10)
+        else:
+            self.producer.flush(30)
+
+    def _on_ours(self, md: RecordMetadata | None, exc: BaseException | None) -> None:
+        if exc is not None:
+            self.errors.append(exc)
+        elif md is not None:
+            self.delivered.add((TopicPartition(md.topic, md.partition), md.offset))
 
     def finish(self, timeout: float = 60.0) -> set[tuple[TopicPartition, int]]:
         """Stop producing, wait for every delivery report, return the delivered (partition, offset) set."""
@@ -646,9 +685,17 @@ def wait_settled(
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     """Create ``name`` (the name is the caller's: regex tests need a shared unique prefix)."""
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
     from kafka_handoff import devbroker
+
+    if not have_confluent():
+        from kafka_handoff.admin import AdminClient as OurAdmin
+        from kafka_handoff.admin import NewTopic as OurNewTopic
+
+        with OurAdmin({"bootstrap.servers": bootstrap}) as ours:
+            ours.create_topics([OurNewTopic(name, partitions, 1)], timeout=60)
+        devbroker.wait_for_topic(bootstrap, name, partitions, timeout=60)
+        return
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
@@ -657,11 +704,20 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
 
 
 def delete_topics(bootstrap: str, names: Iterable[str]) -> None:
-    from confluent_kafka.admin import AdminClient
-
     names = list(names)
     if not names:
         return
+    if not have_confluent():
+        from kafka_handoff.admin import AdminClient as OurAdmin
+
+        try:
+            with OurAdmin({"bootstrap.servers": bootstrap}) as ours:
+                ours.delete_topics(names, if_exists=True, wait=False, timeout=15)
+        except Exception:  # best effort cleanup
+            pass
+        return
+    from confluent_kafka.admin import AdminClient
+
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.delete_topics(names, operation_timeout=10, request_timeout=15).values():
         try:

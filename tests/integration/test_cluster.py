@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -15,7 +16,11 @@ from kafka_handoff.devbroker.probe import ProbeConnection
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
-confluent_kafka = pytest.importorskip("confluent_kafka")
+
+def confluent() -> Any:
+    """confluent-kafka, the neutral client writing to and reading from the cluster in the fault test (only
+    that test skips without it)."""
+    return pytest.importorskip("confluent_kafka")
 
 
 def brokers_seen_by_each_node(cluster: devbroker.Cluster) -> dict[int, set[int]]:
@@ -38,17 +43,19 @@ def test_start_and_stop_three_node_cluster(tmp_path: Path) -> None:
         pids = cluster.pids()
         assert len(pids) == 6 and all(_pid_alive(p) for p in pids)
     finally:
-        started = time.monotonic()
-        cluster.stop()
-        stop_seconds = time.monotonic() - started
+        # All three nodes go down together (quorum lost): stop() sends SIGTERM, then SIGKILL after 10 s.
+        # Awaited for 120 s on another thread, far above that bound, far below a hang.
+        stopper = threading.Thread(target=cluster.stop, daemon=True)
+        stopper.start()
+        stopper.join(120)
+    assert not stopper.is_alive(), "cluster.stop() did not return"
     assert [p for p in pids if _pid_alive(p)] == []
-    # All three nodes go down together (quorum lost); the bound is SIGTERM + 10 s, then SIGKILL.
-    assert stop_seconds < 30
 
 
 def test_replicated_topic_survives_a_node_restart(cluster: Any, topic_factory: Any) -> None:
     if not isinstance(cluster, devbroker.Cluster):
         pytest.skip("needs a cluster started by the test run (HANDOFF_CLUSTER_BOOTSTRAP is set)")
+    confluent_kafka = confluent()
     topic = topic_factory(partitions=3, replication=3, configs={"min.insync.replicas": "2"}, on=cluster)
     parts = cluster.metadata([topic]).partitions_for(topic)
     assert parts is not None and all(sorted(p.replicas) == [1, 2, 3] for p in parts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -12,11 +13,23 @@ import pytest
 
 from kafka_handoff import IllegalStateError, WakeupError
 from kafka_handoff.consumer import Consumer
+from kafka_handoff.producer import Producer
 from kafka_handoff.types import OffsetAndMetadata, TopicPartition
 
 pytestmark = pytest.mark.integration
 
-confluent_kafka = pytest.importorskip("confluent_kafka")
+
+def confluent() -> Any:
+    """confluent-kafka, the independent writer of the interop tests (they alone skip without it)."""
+    return pytest.importorskip("confluent_kafka")
+
+
+def produce_small(bootstrap: str, topic: str, count: int, *, partitions: int) -> None:
+    """``count`` small records round-robin over partitions, with our producer (setup only)."""
+    with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as producer:
+        for i in range(count):
+            producer.send(topic, b"%012d" % i + b"x" * 8, key=b"k%d" % i, partition=i % partitions)
+        producer.flush(60)
 
 
 def produce(
@@ -40,7 +53,7 @@ def produce(
         "queue.buffering.max.kbytes": 1_048_576,
     }
     conf.update(extra or {})
-    producer = confluent_kafka.Producer(conf)
+    producer = confluent().Producer(conf)
     digests = {p: hashlib.sha256() for p in range(partitions)}
     pad = b"x" * max(0, value_bytes - 12)
     for i in range(count):
@@ -116,7 +129,7 @@ def test_compressed_records_in_order(broker: Any, topic_factory: Any, codec: str
 
 def test_headers_keys_timestamps_roundtrip(broker: Any, topic_factory: Any) -> None:
     topic = topic_factory(partitions=1)
-    p = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap_servers})
+    p = confluent().Producer({"bootstrap.servers": broker.bootstrap_servers})
     p.produce(
         topic,
         value=b"v1",
@@ -140,7 +153,7 @@ def test_headers_keys_timestamps_roundtrip(broker: Any, topic_factory: Any) -> N
 def test_read_committed_hides_aborted_transactions(broker: Any, topic_factory: Any) -> None:
     topic = topic_factory(partitions=1)
     tp = TopicPartition(topic, 0)
-    producer = confluent_kafka.Producer(
+    producer = confluent().Producer(
         {"bootstrap.servers": broker.bootstrap_servers, "transactional.id": f"tx-{topic}"}
     )
     producer.init_transactions(30)
@@ -179,7 +192,7 @@ def test_read_committed_hides_aborted_transactions(broker: Any, topic_factory: A
 
 def test_seek_pause_resume_and_commit(broker: Any, topic_factory: Any) -> None:
     topic = topic_factory(partitions=2)
-    produce(broker.bootstrap_servers, topic, 200, partitions=2, value_bytes=20)
+    produce_small(broker.bootstrap_servers, topic, 200, partitions=2)
     tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
     group = f"g-{topic}"
     with Consumer(
@@ -242,7 +255,7 @@ def test_seek_pause_resume_and_commit(broker: Any, topic_factory: Any) -> None:
 
 def test_auto_offset_reset_latest_and_none(broker: Any, topic_factory: Any) -> None:
     topic = topic_factory(partitions=1)
-    produce(broker.bootstrap_servers, topic, 10, partitions=1, value_bytes=20)
+    produce_small(broker.bootstrap_servers, topic, 10, partitions=1)
     tp = TopicPartition(topic, 0)
     with Consumer({"bootstrap.servers": broker.bootstrap_servers}) as c:  # default: latest
         c.assign([tp])
@@ -263,24 +276,39 @@ def test_auto_offset_reset_latest_and_none(broker: Any, topic_factory: Any) -> N
                 c.poll(0.2)
 
 
+def _waiting_in(thread: threading.Thread, function: str) -> bool:
+    """Whether ``thread`` is inside ``function`` and blocked deeper down, in a ``wait``."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    names = []
+    while frame is not None:
+        names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    return function in names and "wait" in names[: names.index(function)]
+
+
 def test_wakeup_interrupts_blocking_poll(broker: Any, topic_factory: Any) -> None:
     topic = topic_factory(partitions=1)
     with Consumer({"bootstrap.servers": broker.bootstrap_servers}) as c:
         c.assign([TopicPartition(topic, 0)])
-        started = threading.Event()
+        c.poll(0)  # the position is known: nothing left but to wait for records
+        outcome: list[BaseException | int] = []
 
-        def wake() -> None:
-            started.wait(10)
-            c.wakeup()
+        def poll() -> None:
+            try:
+                outcome.append(c.poll(600).count())  # no records come: only wakeup() ends this early
+            except BaseException as exc:
+                outcome.append(exc)
 
-        t = threading.Thread(target=wake)
-        t.start()
-        started.set()
-        t0 = time.monotonic()
-        with pytest.raises(WakeupError):
-            c.poll(60.0)
-        assert time.monotonic() - t0 < 30
-        t.join()
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        deadline = time.monotonic() + 30
+        while not _waiting_in(poller, "_poll"):  # the poll is blocking (waiting for records) ...
+            assert time.monotonic() < deadline and poller.is_alive(), f"poll() never blocked: {outcome}"
+            time.sleep(0.01)
+        c.wakeup()  # ... when the wakeup arrives
+        poller.join(30)
+        assert not poller.is_alive(), "wakeup() did not interrupt the blocking poll(600)"
+        assert len(outcome) == 1 and isinstance(outcome[0], WakeupError), outcome
         assert c.poll(0).count() == 0  # usable afterwards
 
 

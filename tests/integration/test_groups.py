@@ -32,8 +32,6 @@ from kafka_handoff.types import OffsetAndMetadata, TopicPartition
 
 pytestmark = pytest.mark.integration
 
-pytest.importorskip("confluent_kafka")
-
 ALL_PROTOCOLS = ["classic-cooperative", "classic-eager", "consumer"]
 
 

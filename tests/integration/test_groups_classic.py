@@ -19,8 +19,6 @@ from kafka_handoff.types import TopicPartition
 
 pytestmark = pytest.mark.integration
 
-pytest.importorskip("confluent_kafka")
-
 
 @pytest.mark.parametrize("protocol", ["classic-cooperative", "classic-eager"])
 def test_regex_subscription_picks_up_a_topic_created_later(broker: Any, protocol: str) -> None:
@@ -36,6 +34,7 @@ def test_regex_subscription_picks_up_a_topic_created_later(broker: Any, protocol
 def test_mixed_group_with_confluent_consumers(broker: Any, topic_factory: Any, strategy: str) -> None:
     """Our consumers and librdkafka consumers in one classic group (same assignor; either may lead): they
     share the partitions with no overlap, every partition is covered, every record is consumed."""
+    pytest.importorskip("confluent_kafka")  # the librdkafka members
     bootstrap = broker.bootstrap_servers
     topic = topic_factory(partitions=6)
     partitions = [TopicPartition(topic, p) for p in range(6)]

@@ -24,8 +24,6 @@ from kafka_handoff.types import TopicPartition
 
 pytestmark = pytest.mark.integration
 
-pytest.importorskip("confluent_kafka")
-
 
 @pytest.mark.slow  # the broker batches regex refreshes (about every 10 s)
 def test_regex_subscription_is_resolved_by_the_broker_and_picks_up_a_new_topic(broker: Any) -> None:
@@ -41,6 +39,7 @@ def test_mixed_group_with_confluent_consumers_on_the_consumer_protocol(
 ) -> None:
     """Our consumers and librdkafka consumers (group.protocol=consumer) in one KIP-848 group: no partition
     owned twice, all covered, every record consumed, while members come and go."""
+    pytest.importorskip("confluent_kafka")  # the librdkafka members
     bootstrap = broker.bootstrap_servers
     topic = topic_factory(partitions=6)
     partitions = [TopicPartition(topic, p) for p in range(6)]

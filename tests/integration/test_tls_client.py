@@ -126,17 +126,15 @@ def test_mutual_tls_with_an_encrypted_key(tls_broker: Any, pki: Pki) -> None:
 
 
 def _expect_ssl_error(props: dict[str, Any], *fragments: str) -> SslError:
-    start = time.monotonic()
+    """The next call raises the TLS failure: subscribe(), or a poll(120) whose wait the failure must end (a
+    client that kept reconnecting quietly would return nothing after 120 s)."""
     consumer = Consumer({**props, "group.id": "never"})
     try:
         with pytest.raises(SslError) as info:
-            consumer.subscribe(["any-topic"])  # the next call raises it: this one, or a poll()
-            while time.monotonic() - start < 40:
-                consumer.poll(0.5)
-        elapsed = time.monotonic() - start
+            consumer.subscribe(["any-topic"])
+            consumer.poll(120)
     finally:
         consumer.close()
-    assert elapsed < 20, f"the TLS failure must surface within seconds, took {elapsed:.1f}s"
     for fragment in fragments:
         assert fragment in str(info.value)
     assert not info.value.retriable
@@ -192,17 +190,13 @@ def test_ca_path_must_exist(pki: Pki, tmp_path: Path) -> None:
 
 def test_producer_and_admin_fail_fast_with_an_untrusted_ca(tls_broker: Any, pki: Pki) -> None:
     _cluster, proxy = tls_broker
+    # Not retried until a timeout: then the send would fail after max.block.ms or delivery.timeout.ms,
+    # and the admin call after its (long) timeout, with a timeout error.
     props = _ssl(pki, proxy, **{"ssl.ca.location": str(pki.other_ca_pem)})
-    start = time.monotonic()
-    with Producer(props) as producer:
-        future = producer.send("any-topic", b"v")
-        with pytest.raises(SslError, match="certificate verify failed"):
-            future.result(20)
-    assert time.monotonic() - start < 15
-    start = time.monotonic()
+    with Producer(props) as producer, pytest.raises(SslError, match="certificate verify failed"):
+        producer.send("any-topic", b"v").result(120)
     with AdminClient(props) as admin, pytest.raises(SslError, match=f"localhost:{proxy.port}"):
-        admin.list_topics(timeout=30)
-    assert time.monotonic() - start < 15
+        admin.list_topics(timeout=120)
 
 
 def test_unreachable_brokers_are_named_in_a_warning(caplog: pytest.LogCaptureFixture) -> None:

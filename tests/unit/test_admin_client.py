@@ -28,7 +28,7 @@ from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.protocol.wire import build_response
 from kafka_handoff.types import BrokerNode, ClusterMetadata, OffsetAndMetadata, PartitionInfo, TopicPartition
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.threads  # real clients with their network threads (no broker)
 
 FAR = 1 << 62  # a deadline nobody reaches in these tests
 

@@ -21,7 +21,7 @@ from kafka_handoff.consumer.collector import Collector
 from kafka_handoff.consumer.fetcher import CompletedFetch, FetchBuffer
 from kafka_handoff.types import OffsetAndMetadata, TopicPartition
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.threads  # real clients with their network threads (no broker)
 
 A0 = TopicPartition("a", 0)
 INTERVAL = 5000  # test_commit_manager's auto.commit.interval.ms

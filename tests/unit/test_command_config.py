@@ -14,6 +14,8 @@ from kafka_handoff.errors import ConfigError
 from kafka_handoff.pipeline.config import load_config
 from kafka_handoff.pipeline.deadletter import TopicDeadLetter, make_dead_letter
 
+pytestmark = pytest.mark.threads  # real clients with their network threads (no broker)
+
 SECURE = {
     "security.protocol": "SASL_PLAINTEXT",
     "sasl.mechanism": "SCRAM-SHA-256",

@@ -22,6 +22,8 @@ from kafka_handoff.protocol.requests import UnsentRequest
 from kafka_handoff.protocol.sasl import Plain
 from kafka_handoff.security import SecuritySettings
 
+pytestmark = pytest.mark.unit
+
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE, LIST_GROUPS = 18, 17, 36, 16
 BROKER_APIS = [
     {"api_key": API_VERSIONS, "min_version": 0, "max_version": 3},

@@ -6,14 +6,17 @@ injected: the fake records what the consumer reports back (``on_callback_complet
 (revoke completes at the start of the next poll, ``delay_revoke`` adds one poll per call), KIP-429
 ordering (an ASSIGN waits for an earlier REVOKE), lost partitions, listener exceptions, callbacks that
 arrive outside ``poll()``, and the expiry of the KIP-1306 view.
+
+Not a pure unit test: the real consumer starts its real network thread (the dispatch is not yet a sans-I/O
+class of its own), hence the ``threads`` marker instead of ``unit``.  Nothing here measures time: a call
+that must return early is a ``poll(600)`` awaited on another thread for at most 30 s.
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Collection, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Iterator, Sequence
+from typing import Any, TypeVar
 
 import pytest
 
@@ -31,7 +34,37 @@ from kafka_handoff.group.membership import (
 from kafka_handoff.protocol.requests import PollResult
 from kafka_handoff.types import ConsumerGroupMetadata, TopicPartition
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.threads
+
+LONG_POLL_S = 600.0
+"""A poll() that is not ended early blocks this long: far beyond :data:`RETURN_BOUND_S`."""
+RETURN_BOUND_S = 30.0
+"""How long a call that must return early (or a close) is awaited: far above its normal duration even on
+a loaded machine, far below a hang."""
+
+R = TypeVar("R")
+
+
+def returns(call: Callable[[], R], what: str) -> R:
+    """``call()`` on another thread, awaited for at most :data:`RETURN_BOUND_S`: its result (or its
+    exception).  The event awaited is the return; a call that blocks for its full long timeout fails."""
+    outcome: list[R] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name=f"test-{what}", daemon=True)
+    thread.start()
+    thread.join(RETURN_BOUND_S)
+    assert not thread.is_alive(), f"{what} did not return within {RETURN_BOUND_S:.0f} s"
+    if errors:
+        raise errors[0]
+    return outcome[0]
+
 
 T0 = TopicPartition("t", 0)
 T1 = TopicPartition("t", 1)
@@ -211,9 +244,7 @@ def _harness(protocol: str) -> Iterator[Harness]:
         yield harness
     finally:
         harness.fake.left = True
-        start = time.monotonic()
-        harness.consumer.close(0.5)
-        assert time.monotonic() - start < 5.0, "close() hung"
+        returns(lambda: harness.consumer.close(0.5), "close(0.5)")
         assert not harness.consumer._thread.alive
 
 
@@ -224,12 +255,10 @@ def test_revoke_requested_during_poll_returns_early_and_completes_at_start_of_ne
     # Released by the membership when poll N reaches it (on_app_poll), i.e. while poll N waits.
     h.fake.add_on_next_app_poll([CallbackNeeded(REVOKE, parts, seq=7)])
 
-    start = time.monotonic()
-    records = h.consumer.poll(5.0)  # poll N
-    elapsed = time.monotonic() - start
+    # poll N returns early (it would block for LONG_POLL_S otherwise), reporting the request.
+    records = returns(lambda: h.consumer.poll(LONG_POLL_S), "poll() with a revoke requested")
 
     assert records.to_be_revoked_partitions == parts
-    assert elapsed < 4.0, "poll() did not return early when a revoke was requested"
     assert h.calls() == []
     assert h.completed() == []
     assert h.consumer.to_be_revoked_partitions() == parts
@@ -382,9 +411,7 @@ def test_lost_of_every_pending_partition_completes_the_revoke_without_its_callba
 def test_lost_poll_returns_early(h: Harness) -> None:
     h.own(T0)
     h.fake.add_on_next_app_poll([CallbackNeeded(LOST, frozenset({T0}), seq=4)])
-    start = time.monotonic()
-    records = h.consumer.poll(5.0)
-    assert time.monotonic() - start < 4.0, "poll() did not return early when partitions were lost"
+    records = returns(lambda: h.consumer.poll(LONG_POLL_S), "poll() with partitions lost")
     assert records.lost_partitions == {T0}
     assert h.completed() == [(4, None)]
 

@@ -18,7 +18,7 @@ from kafka_handoff.group.membership import CallbackNeeded
 from kafka_handoff.network.thread import BackgroundError
 from kafka_handoff.types import OffsetAndMetadata, TopicPartition
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.threads  # real clients with their network threads (no broker)
 
 
 @pytest.fixture

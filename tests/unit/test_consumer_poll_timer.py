@@ -20,7 +20,7 @@ from kafka_handoff.group.membership import GroupEvent, Subscription
 from kafka_handoff.protocol.requests import PollResult
 from kafka_handoff.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.threads  # real clients with their network threads (no broker)
 
 T0 = TopicPartition("t", 0)
 

@@ -14,7 +14,7 @@ from test_consumer_dispatch import REVOKE, T0, T1
 from kafka_handoff.group.membership import CallbackNeeded
 from kafka_handoff.protocol.requests import FakeClock, MonotonicClock
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.threads  # real clients with their network threads (no broker)
 
 MAX_POLL_INTERVAL = 10_000  # the rebalance timeout: the broker fences an unacknowledged revoke after it
 SAFETY = int(0.8 * MAX_POLL_INTERVAL)

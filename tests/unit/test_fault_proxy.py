@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from kafka_handoff.devbroker import proxy as proxy_module
 from kafka_handoff.devbroker.proxy import BlackHole, FaultProxy, Latency, ResetMidResponse, Route
 
 pytestmark = pytest.mark.unit
@@ -73,6 +74,10 @@ def connect(route: Route) -> socket.socket:
 
 def request(s: socket.socket) -> bytes:
     s.sendall(b"req\n")
+    return request_answer(s)
+
+
+def request_answer(s: socket.socket) -> bytes:
     got = b""
     while len(got) < len(RESPONSE):
         data = s.recv(65536)
@@ -89,16 +94,53 @@ def test_forwards_requests_and_responses(route: Route) -> None:
     assert route.accepted == 1
 
 
-def test_latency_delays_both_directions_and_can_be_switched_off(route: Route) -> None:
-    with connect(route) as s:
-        route.fault = Latency(150)
-        started = time.monotonic()
-        assert request(s) == RESPONSE
-        # 150 ms to the server and 150 ms back: a lower bound (the proxy cannot be faster than its delay).
-        assert time.monotonic() - started >= 0.29
-        route.proxy.heal()
-        assert route.fault is None
-        assert request(s) == RESPONSE  # the same connection keeps working after the switch
+class FakeTime:
+    """Stands in for the proxy module's ``time``: its clock moves only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_latency_delays_both_directions_and_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = Server()
+    clock = FakeTime()
+    monkeypatch.setattr(proxy_module, "time", clock)
+    try:
+        with FaultProxy() as proxy:
+            route = proxy.add_route(1, ("127.0.0.1", server.port))
+            with connect(route) as s:
+                assert request(s) == RESPONSE  # no fault: forwarded although the clock stands still
+                route.fault = Latency(150)
+                s.sendall(b"req\n")
+                s.settimeout(0.5)
+                with pytest.raises(TimeoutError):  # held on the way to the server ...
+                    s.recv(65536)
+                assert server.requests == 1  # (the first request)
+                clock.now += 0.1
+                with pytest.raises(TimeoutError):  # ... for the whole 150 ms
+                    s.recv(65536)
+                assert server.requests == 1
+                clock.now += 0.1
+                deadline = time.monotonic() + 30
+                while server.requests < 2:  # delivered once they passed
+                    assert time.monotonic() < deadline, "the delayed request never reached the server"
+                    time.sleep(0.01)
+                with pytest.raises(TimeoutError):  # the answer is held on the way back
+                    s.recv(65536)
+                clock.now += 0.1
+                with pytest.raises(TimeoutError):  # for 150 ms as well
+                    s.recv(65536)
+                clock.now += 0.1
+                s.settimeout(30)
+                assert request_answer(s) == RESPONSE
+                route.proxy.heal()
+                assert route.fault is None
+                assert request(s) == RESPONSE  # the same connection keeps working after the switch
+    finally:
+        server.sock.close()
 
 
 def test_reset_mid_response_cuts_the_answer_and_resets_the_connection(route: Route) -> None:

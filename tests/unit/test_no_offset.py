@@ -12,7 +12,7 @@ from test_consumer_dispatch import T0, T1
 from kafka_handoff.errors import NoOffsetForPartitionError
 from kafka_handoff.types import TopicPartition
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.threads  # real clients with their network threads (no broker)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from kafka_handoff.config import parse_consumer_config
 from kafka_handoff.errors import ConfigError
 from kafka_handoff.group.membership import CallbackNeeded
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.threads  # real clients with their network threads (no broker)
 
 Make = Callable[..., ConfiguredHarness]
 

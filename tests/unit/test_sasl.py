@@ -24,6 +24,8 @@ from kafka_handoff.protocol.sasl import (
     parse_jaas_config,
 )
 
+pytestmark = pytest.mark.unit
+
 VERSIONS = {SASL_HANDSHAKE: 1, SASL_AUTHENTICATE: 2}
 
 

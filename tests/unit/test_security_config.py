@@ -26,6 +26,8 @@ from kafka_handoff.errors import AuthenticationError, ConfigError
 from kafka_handoff.protocol.sasl import OAuthBearer, OAuthToken, Plain, Scram
 from kafka_handoff.security import TokenProvider, build_security, callback_fetcher, oidc_fetcher
 
+pytestmark = pytest.mark.threads  # real clients with their network threads (no broker)
+
 BOOT = {"bootstrap.servers": "localhost:9092"}
 SECRETS = ("hunter2-pw", "jaas-secret-9", "client-secret-5", "key-pass-3", "cb-config-secret")
 
