@@ -234,7 +234,6 @@ def test_records_of_a_killed_consumer_are_redelivered_after_the_lock_timeout(
         holder.send_signal(signal.SIGKILL)
         holder.wait(10)
     assert held == set(range(10))
-    killed_at = time.monotonic()
     consumer = consumers(group, topic)
     redelivered: dict[int, int] = {}
     _poll_until(
@@ -245,7 +244,6 @@ def test_records_of_a_killed_consumer_are_redelivered_after_the_lock_timeout(
     )
     # Redelivered (count 2) once the 2 s lock ran out -- long before the member's session timed out.
     assert all(redelivered[o] == 2 for o in held), redelivered
-    assert time.monotonic() - killed_at < 25
 
 
 def test_records_past_the_delivery_limit_are_archived(
@@ -355,10 +353,8 @@ def test_wakeup_interrupts_a_blocking_poll(
     consumer = consumers(group, topic)
     timer = threading.Timer(0.5, consumer.wakeup)
     timer.start()
-    started = time.monotonic()
-    with pytest.raises(WakeupError):
+    with pytest.raises(WakeupError):  # not the poll's empty result 30 s later
         consumer.poll(30)
-    assert time.monotonic() - started < 20
     assert len(consumer.poll(0)) == 0  # the consumer keeps working
 
 

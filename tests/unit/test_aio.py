@@ -19,7 +19,7 @@ from kafka_handoff.aio._bridge import BlockingWorker, LoopBridge
 from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
 from kafka_handoff.types import TopicPartition
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.threads  # real clients with their network thread, no broker
 
 T = TypeVar("T")
 
@@ -188,11 +188,9 @@ def test_cancelled_poll_leaves_the_consumer_usable(dead_port: int) -> None:
             task = asyncio.create_task(consumer.poll(30))
             await asyncio.sleep(0.2)
             assert not task.done()
-            started = time.monotonic()
             task.cancel()
-            with pytest.raises(asyncio.CancelledError):
+            with pytest.raises(asyncio.CancelledError):  # not the poll's empty result 30 s later
                 await task
-            assert time.monotonic() - started < 1.0
             # Usable afterwards: polls again (nothing to fetch) and a second concurrent poll is refused.
             records = await consumer.poll(0.05)
             assert len(records) == 0
