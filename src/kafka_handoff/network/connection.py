@@ -375,11 +375,7 @@ class BrokerConnection:
         if self.state is ConnState.AUTHENTICATING and self._auth is None:
             if self._waiting_token or not self.in_flight:
                 self._start_auth(now_ms, request_timeout_ms)
-        elif (
-            self.state is ConnState.READY
-            and self.reauth_at_ms is not None
-            and self.reauth_at_ms <= now_ms
-        ):
+        elif self.state is ConnState.READY and self.reauth_at_ms is not None and self.reauth_at_ms <= now_ms:
             self.reauth_at_ms = None
             self.state = ConnState.AUTHENTICATING
             if not self.in_flight:
@@ -421,7 +417,10 @@ class BrokerConnection:
         return len(self.in_flight)
 
     def send(self, request: UnsentRequest, version: int, now_ms: int, timeout_ms: int) -> None:
-        payload = wire.build_request(request.api_key, version, request.body(version))
+        if request.encode is not None:
+            payload: Any = request.encode(version)
+        else:
+            payload = wire.build_request(request.api_key, version, request.body(version))
         self._enqueue(payload, request.api_key, version, request, now_ms, timeout_ms)
 
     def _enqueue(

@@ -5,7 +5,13 @@
  * murmur2(data) -> int   (Kafka's Utils.murmur2, a signed 32-bit result; see partitioner.py)
  * untrack(obj), track(obj) -> None   (take an object out of / back into the cyclic garbage collector)
  * make_entry(future_type, key, value, timestamp, headers, callback) -> entry
- *     (key, value, timestamp, headers, future_type(), callback), the tuple and the new future untracked
+ *     (key, value, timestamp, headers, future_type(), callback), the tuple and the new future untracked;
+ *     future_type None: no future (None in its place)
+ * append_values(entries, values, keys, start, timestamp, callback, room, overhead) -> (count, size)
+ *     the bulk append of ``Producer.send_many``: from ``values[start]`` on, appends untracked entries
+ *     (key, value, timestamp, None, None, callback) to the list ``entries`` while their estimated sizes
+ *     (``overhead`` + key and value lengths) add up to at most ``room``; stops early at an item that is not
+ *     bytes or None (the caller converts it).  ``keys`` is None or a list as long as ``values``.
  *
  * The producer untracks each record's future and entry tuple in send(): with hundreds of thousands of
  * records queued, the collector otherwise spends more time walking them than the producer spends sending.
@@ -309,11 +315,16 @@ static PyObject *make_entry(PyObject *module, PyObject *const *args, Py_ssize_t 
                         "make_entry(future_type, key, value, timestamp, headers, callback) takes 6 arguments");
         return NULL;
     }
-    PyObject *future = PyObject_CallNoArgs(args[0]);
-    if (future == NULL)
-        return NULL;
-    if (PyObject_IS_GC(future) && PyObject_GC_IsTracked(future))
-        PyObject_GC_UnTrack(future);
+    PyObject *future;
+    if (args[0] == Py_None) {
+        future = Py_NewRef(Py_None);
+    } else {
+        future = PyObject_CallNoArgs(args[0]);
+        if (future == NULL)
+            return NULL;
+        if (PyObject_IS_GC(future) && PyObject_GC_IsTracked(future))
+            PyObject_GC_UnTrack(future);
+    }
     PyObject *entry = PyTuple_New(6);
     if (entry == NULL) {
         Py_DECREF(future);
@@ -331,9 +342,75 @@ static PyObject *make_entry(PyObject *module, PyObject *const *args, Py_ssize_t 
     return entry;
 }
 
+
+static PyObject *append_values(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "append_values(entries, values, keys, start, timestamp, callback, room, "
+                                         "overhead) takes 8 arguments");
+        return NULL;
+    }
+    PyObject *entries = args[0], *values = args[1], *keys = args[2], *timestamp = args[4], *callback = args[5];
+    if (!PyList_Check(entries) || !PyList_Check(values) || (keys != Py_None && !PyList_Check(keys))) {
+        PyErr_SetString(PyExc_TypeError, "append_values: entries, values (and keys) must be lists");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[3]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t room = PyLong_AsSsize_t(args[6]);
+    if (room == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t overhead = PyLong_AsSsize_t(args[7]);
+    if (overhead == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    if (keys != Py_None && PyList_GET_SIZE(keys) != n) {
+        PyErr_SetString(PyExc_ValueError, "append_values: keys and values differ in length");
+        return NULL;
+    }
+    Py_ssize_t used = 0, i = start;
+    for (; i < n; i++) {
+        PyObject *value = PyList_GET_ITEM(values, i);
+        PyObject *key = keys == Py_None ? Py_None : PyList_GET_ITEM(keys, i);
+        Py_ssize_t size = overhead;
+        if (value != Py_None) {
+            if (!PyBytes_CheckExact(value))
+                break;
+            size += PyBytes_GET_SIZE(value);
+        }
+        if (key != Py_None) {
+            if (!PyBytes_CheckExact(key))
+                break;
+            size += PyBytes_GET_SIZE(key);
+        }
+        if (used + size > room)
+            break;
+        PyObject *entry = PyTuple_New(6);
+        if (entry == NULL)
+            return NULL;
+        PyTuple_SET_ITEM(entry, 0, Py_NewRef(key));
+        PyTuple_SET_ITEM(entry, 1, Py_NewRef(value));
+        PyTuple_SET_ITEM(entry, 2, Py_NewRef(timestamp));
+        PyTuple_SET_ITEM(entry, 3, Py_NewRef(Py_None));
+        PyTuple_SET_ITEM(entry, 4, Py_NewRef(Py_None));
+        PyTuple_SET_ITEM(entry, 5, Py_NewRef(callback));
+        if (PyObject_GC_IsTracked(entry))
+            PyObject_GC_UnTrack(entry);
+        int rc = PyList_Append(entries, entry);
+        Py_DECREF(entry);
+        if (rc < 0)
+            return NULL;
+        used += size;
+    }
+    return Py_BuildValue("(nn)", i - start, used);
+}
+
 static PyMethodDef methods[] = {
     {"make_entry", (PyCFunction)(void (*)(void))make_entry, METH_FASTCALL,
      "make_entry(future_type, key, value, timestamp, headers, callback) -> untracked entry with a new future"},
+    {"append_values", (PyCFunction)(void (*)(void))append_values, METH_FASTCALL,
+     "append_values(entries, values, keys, start, timestamp, callback, room, overhead) -> (count, size)"},
     {"untrack", (PyCFunction)untrack, METH_O, "untrack(obj): remove obj from the cyclic garbage collector"},
     {"track", (PyCFunction)track, METH_O, "track(obj): put obj back under the cyclic garbage collector"},
     {"murmur2", (PyCFunction)murmur2, METH_O, "murmur2(data) -> Kafka's murmur2 hash as a signed 32-bit int"},

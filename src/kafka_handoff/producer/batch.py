@@ -32,6 +32,7 @@ __all__ = [
     "Entry",
     "Header",
     "ProducerBatch",
+    "append_values",
     "encode_records",
     "estimate_headers_size",
 ]
@@ -46,9 +47,9 @@ Callback = Callable[[RecordMetadata | None, BaseException | None], Any]
 """A send callback: ``callback(metadata, None)`` on success, ``callback(None, exception)`` on failure."""
 
 Header = tuple[str, bytes | None]
-# key, value, timestamp, headers, future, callback
+# key, value, timestamp, headers, future (None: the caller asked for none), callback
 Entry = tuple[
-    bytes | None, bytes | None, int, Sequence[Header] | None, "Future[RecordMetadata]", Callback | None
+    bytes | None, bytes | None, int, Sequence[Header] | None, "Future[RecordMetadata] | None", Callback | None
 ]
 
 _HALF: Final = 1 << 13
@@ -155,6 +156,62 @@ def _load_extension() -> Callable[[Sequence[Entry], int], tuple[bytes, int]] | N
     fn: Callable[[Sequence[Entry], int], tuple[bytes, int]] = module.encode_records
     return fn
 
+
+def _py_append_values(
+    entries: list[Entry],
+    values: list[Any],
+    keys: list[Any] | None,
+    start: int,
+    timestamp: int,
+    callback: Callback | None,
+    room: int,
+    overhead: int,
+) -> tuple[int, int]:
+    """Append ``(key, value, timestamp, None, None, callback)`` entries from ``values[start]`` on while their
+    estimated sizes add up to at most ``room``; stops at an item that is not bytes or None.  Returns (count,
+    size).  The bulk append of ``Producer.send_many`` (a C loop with the extension)."""
+    used = 0
+    i = start
+    n = len(values)
+    while i < n:
+        value = values[i]
+        key = None if keys is None else keys[i]
+        size = overhead
+        if value is not None:
+            if type(value) is not bytes:
+                break
+            size += len(value)
+        if key is not None:
+            if type(key) is not bytes:
+                break
+            size += len(key)
+        if used + size > room:
+            break
+        entries.append((key, value, timestamp, None, None, callback))
+        used += size
+        i += 1
+    return i - start, used
+
+
+AppendValues = Callable[
+    [list[Entry], list[Any], "list[Any] | None", int, int, "Callback | None", int, int], tuple[int, int]
+]
+
+
+def _load_append_values() -> AppendValues:
+    flag = os.environ.get("KAFKA_HANDOFF_PURE_PYTHON", "").strip().lower()
+    if flag not in ("", "0", "false", "no"):
+        return _py_append_values
+    try:
+        module = importlib.import_module("kafka_handoff.producer._fastencode")
+    except ImportError:
+        return _py_append_values
+    fn: AppendValues = getattr(module, "append_values", _py_append_values)
+    return fn
+
+
+append_values: AppendValues = _load_append_values()
+"""``append_values(entries, values, keys, start, timestamp, callback, room, overhead) -> (count, size)``."""
 
 _c_encode_records = _load_extension()
 #: ``"c"`` when the ``_fastencode`` extension encodes records, else ``"python"``.

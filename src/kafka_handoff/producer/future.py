@@ -186,12 +186,13 @@ def complete_exception(future: Future[RecordMetadata], error: BaseException) -> 
 
 
 def complete_all(
-    futures: Sequence[Future[RecordMetadata]],
+    futures: Sequence[Future[RecordMetadata] | None],
     results: Sequence[RecordMetadata] | None,
     error: BaseException | None = None,
 ) -> None:
-    """Complete many futures: with ``results[i]`` each, or all with ``error``.  Futures nobody waits on are
-    completed under one acquisition of the creation lock; the others take the ordinary path after."""
+    """Complete many futures: with ``results[i]`` each, or all with ``error``; None items (records sent
+    without a future) are skipped.  Futures nobody waits on are completed under one acquisition of the
+    creation lock; the others take the ordinary path after."""
     slow: list[int] = []
     with _create_lock:
         for i, future in enumerate(futures):
@@ -202,10 +203,11 @@ def complete_all(
                     else:
                         future._exception = error
                     future._state = FINISHED
-            else:
+            elif future is not None:
                 slow.append(i)
     for i in slow:
         future = futures[i]
+        assert future is not None
         try:
             if results is not None:
                 future.set_result(results[i])
@@ -216,15 +218,27 @@ def complete_all(
             pass
 
 
-Entry = tuple[Any, Any, int, Any, Future[RecordMetadata], Any]
+Entry = tuple[Any, Any, int, Any, Future[RecordMetadata] | None, Any]
+FutureEntry = tuple[Any, Any, int, Any, Future[RecordMetadata], Any]
 
 
-def _py_make_entry(key: Any, value: Any, timestamp: int, headers: Any, callback: Any) -> Entry:
+def _py_make_entry(key: Any, value: Any, timestamp: int, headers: Any, callback: Any) -> FutureEntry:
     return (key, value, timestamp, headers, new_future(), callback)
 
 
-make_entry: Callable[[Any, Any, int, Any, Any], Entry] = (
+make_entry: Callable[[Any, Any, int, Any, Any], FutureEntry] = (
     functools.partial(_ext.make_entry, RecordFuture) if _ext is not None and AVAILABLE else _py_make_entry
 )
 """``(key, value, timestamp, headers, new_future(), callback)``; with the C extension the tuple and the future
 are out of the garbage collector's sight (see :func:`new_future`)."""
+
+
+def _py_make_entry_no_future(key: Any, value: Any, timestamp: int, headers: Any, callback: Any) -> Entry:
+    return (key, value, timestamp, headers, None, callback)
+
+
+make_entry_no_future: Callable[[Any, Any, int, Any, Any], Entry] = (
+    functools.partial(_ext.make_entry, None) if _ext is not None else _py_make_entry_no_future
+)
+"""``(key, value, timestamp, headers, None, callback)`` (``Producer.send_nowait``); untracked with the C
+extension."""
