@@ -211,3 +211,23 @@ def test_futures_of_mixed_entries_are_completed_and_none_skipped() -> None:
     complete_all(futures, results)
     assert futures[0] is not None and futures[0].result(0).offset == 0
     assert futures[2] is not None and futures[2].result(0).offset == 2
+
+
+# ============================================================================================ lz4
+@pytest.mark.parametrize("size", [0, 1, 100, 65_535, 65_536, 65_537, 300_000])
+@pytest.mark.parametrize("kind", ["text", "random"])
+def test_lz4_frames_of_independent_blocks_decode_everywhere(size: int, kind: str) -> None:
+    import cramjam
+
+    from kafka_handoff.protocol.compression import CompressionType, compress, decompress
+
+    rng = random.Random(size)
+    data = bytes(rng.choices(b"abc ", k=size)) if kind == "text" else rng.randbytes(size)
+    frame = compress(CompressionType.LZ4, data)
+    # Magic, FLG 0x60 (independent blocks, no checksums), BD 0x40 (64 KiB), header checksum (xxh32).
+    assert frame[:7] == bytes.fromhex("04224d18604082")
+    assert frame[-4:] == b"\0\0\0\0"
+    assert decompress(CompressionType.LZ4, frame) == data
+    assert bytes(cramjam.lz4.decompress(frame)) == data  # lz4's own frame decoder checks the header too
+    if kind == "text" and size > 1000:
+        assert len(frame) < size // 2
