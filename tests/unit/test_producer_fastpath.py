@@ -230,4 +230,4 @@ def test_lz4_frames_of_independent_blocks_decode_everywhere(size: int, kind: str
     assert decompress(CompressionType.LZ4, frame) == data
     assert bytes(cramjam.lz4.decompress(frame)) == data  # lz4's own frame decoder checks the header too
     if kind == "text" and size > 1000:
-        assert len(frame) < size // 2
+        assert len(frame) < size * 0.8  # four symbols: about 2 bits of 8
