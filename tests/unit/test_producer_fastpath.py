@@ -231,3 +231,40 @@ def test_lz4_frames_of_independent_blocks_decode_everywhere(size: int, kind: str
     assert bytes(cramjam.lz4.decompress(frame)) == data  # lz4's own frame decoder checks the header too
     if kind == "text" and size > 1000:
         assert len(frame) < size * 0.8  # four symbols: about 2 bits of 8
+
+
+# ============================================================================================ prepare
+@pytest.mark.parametrize("codec", ["none", "gzip", "lz4", "zstd", "snappy"])
+def test_prepared_batches_encode_to_the_same_bytes(codec: str) -> None:
+    from kafka_handoff.producer.batch import ProducerBatch
+    from kafka_handoff.protocol.compression import compression_type_from_name
+
+    compression = compression_type_from_name(codec)
+    batches = []
+    for prepare in (False, True):
+        batch = ProducerBatch(TopicPartition("t", 0), 0, 16384, 16384)
+        batch.entries.extend((None, b"value %d " % i * 5, 1000 + i, None, None, None) for i in range(50))
+        if prepare:
+            batch.prepare(compression, None)
+            assert batch.prepared is not None
+        batch.set_producer_state(7, 1, 10)
+        batch.encode(compression, None)
+        batches.append(batch)
+    plain, prepared = batches
+    assert prepared.payload == plain.payload
+    assert prepared.uncompressed_size == plain.uncompressed_size and prepared.max_timestamp == 1049
+    assert prepared.prepared is None  # released after use
+
+
+def test_a_batch_closed_because_it_is_full_is_handed_to_on_batch_full() -> None:
+    acc = _acc()
+    full: list[object] = []
+    acc.on_batch_full = full.append
+    for v in _values(9):
+        acc.append("t", 0, (None, v, 0, None, None, None), SIZE, 0)
+    assert full == []
+    acc.append("t", 0, (None, b"x" * 88, 0, None, None, None), SIZE, 0)  # closes the first batch
+    [first, _second] = acc.queued_batches(TopicPartition("t", 0))
+    assert full == [first] and first.closed
+    acc.append_many("t", 0, _values(20), None, 0, None, _convert)
+    assert len(full) == 3 and all(b.closed and b.record_count == 9 for b in full)  # type: ignore[attr-defined]

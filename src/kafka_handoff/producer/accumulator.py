@@ -127,6 +127,9 @@ class RecordAccumulator:
         # whether a batch appeared since it last looked.
         self._next_check_ms = 0
         self._new_data = False
+        self.on_batch_full: Callable[[ProducerBatch], None] | None = None
+        """Called (outside the lock, on the appending thread) with a batch an append closed because it was
+        full: the producer compresses it there (:meth:`ProducerBatch.prepare`), off the network thread."""
         self.waker: Callable[[], None] | None = None
         """Wakes the network thread (called before ``send()`` blocks for memory: everything becomes
         sendable then)."""
@@ -184,7 +187,11 @@ class RecordAccumulator:
                             last.entries.append(entry)
                             last.size += size
                             return False
-            return self._append_slow(topic, partition, entry, size, now_ms, max_block_ms)
+            full: list[ProducerBatch] = []
+            wake = self._append_slow(topic, partition, entry, size, now_ms, max_block_ms, full)
+        if full and self.on_batch_full is not None:
+            self.on_batch_full(full[0])  # outside the lock
+        return wake
 
     def append_many(
         self,
@@ -214,6 +221,7 @@ class RecordAccumulator:
         i = 0
         n = len(values)
         overhead = RECORD_OVERHEAD_ESTIMATE
+        full: list[ProducerBatch] = []
         try:
             while i < n:
                 with self._lock:
@@ -245,9 +253,13 @@ class RecordAccumulator:
                                     break
                     key, value, size = convert(None if keys is None else keys[i], values[i])
                     entry: Entry = (key, value, timestamp, None, None, callback)
-                    if self._append_slow(topic, partition, entry, size, started_ms, max_block_ms):
+                    if self._append_slow(topic, partition, entry, size, started_ms, max_block_ms, full):
                         wake = True
                     i += 1
+                if full:
+                    if self.on_batch_full is not None:
+                        self.on_batch_full(full[0])  # outside the lock
+                    full.clear()
         finally:
             if progress is not None:
                 progress[0] = i
@@ -261,8 +273,9 @@ class RecordAccumulator:
         size: int,
         started_ms: int | None,
         max_block_ms: int,
+        full: list[ProducerBatch] | None = None,
     ) -> bool:
-        # Called with the lock held.
+        # Called with the lock held.  A batch this closes because it is full is added to ``full``.
         clock = self._clock
         now_ms = clock()
         deadline = (now_ms if started_ms is None else started_ms) + max_block_ms
@@ -298,6 +311,8 @@ class RecordAccumulator:
                             self._after_sticky_append(info, part, last, size)
                         return False
                     last.closed = True  # full: no more appends, sendable
+                    if full is not None:
+                        full.append(last)
                     ready_at = now_ms
             need = max(self.batch_size, size + RECORD_BATCH_OVERHEAD)
             if self._used + need <= self.buffer_memory:

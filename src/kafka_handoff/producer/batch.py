@@ -246,6 +246,7 @@ class ProducerBatch:
         "memory",
         "partition",
         "payload",
+        "prepared",
         "producer_epoch",
         "producer_id",
         "retry_at_ms",
@@ -276,6 +277,8 @@ class ProducerBatch:
         """The broker the last attempt went to: a retry to another (new) leader skips the backoff."""
         self.closed = False
         self.payload: bytes | None = None
+        self.prepared: tuple[bytes, int, int] | None = None
+        """(records section, compressed; max timestamp; uncompressed size) made by :meth:`prepare`."""
         self.uncompressed_size = 0
         self.producer_id = -1
         self.producer_epoch = -1
@@ -324,18 +327,37 @@ class ProducerBatch:
         self.sequence_reset = True
         self.set_producer_state(producer_id, epoch, base_sequence)
 
+    def prepare(self, compression: CompressionType, level: int | None) -> None:
+        """Encode and compress the records section ahead of :meth:`encode`, on the thread that filled the
+        batch (it is closed: no more appends), so that compression does not run on the network thread.
+        Harmless if the network thread drained the batch meanwhile: the first result is used."""
+        if self.payload is not None or self.prepared is not None:
+            return
+        self.prepared = self._records(compression, level)  # one assignment: atomic for the network thread
+
+    def _records(self, compression: CompressionType, level: int | None) -> tuple[bytes, int, int]:
+        entries = self.entries
+        base_ts = entries[0][2] if entries else -1
+        records, max_ts = encode_records(entries, base_ts)
+        uncompressed = len(records) + RECORD_BATCH_OVERHEAD
+        if compression != CompressionType.NONE:
+            records = compress(compression, records, level)
+        return records, max_ts, uncompressed
+
     def encode(self, compression: CompressionType, level: int | None) -> bytes:
-        """The batch's bytes: encoded once, at the first drain, and reused for every retry."""
+        """The batch's bytes: encoded once, at the first drain (from :meth:`prepare`'s records section when
+        it ran), and reused for every retry."""
         payload = self.payload
         if payload is not None:
             return payload
         entries = self.entries
         base_ts = entries[0][2] if entries else -1
-        records, max_ts = encode_records(entries, base_ts)
+        prepared = self.prepared
+        records, max_ts, self.uncompressed_size = (
+            prepared if prepared is not None else self._records(compression, level)
+        )
+        self.prepared = None
         self.max_timestamp = max_ts
-        self.uncompressed_size = len(records) + RECORD_BATCH_OVERHEAD
-        if compression != CompressionType.NONE:
-            records = compress(compression, records, level)
         count = len(entries)
         tail = _TAIL.pack(
             int(compression),

@@ -235,6 +235,9 @@ class Producer:
         self._metadata.listeners.append(self._on_metadata_nt)
         acc = self._accumulator
         acc.waker = client.wakeup
+        if compression != CompressionType.NONE:
+            # A full batch is compressed by the thread that filled it, not by the network thread.
+            acc.on_batch_full = lambda batch: batch.prepare(compression, level)
         pm = self._producer_metrics
         pm.add_gauge("buffer-total-bytes", "Total buffer.memory", lambda: float(acc.buffer_memory))
         pm.add_gauge(
