@@ -268,3 +268,19 @@ def test_a_batch_closed_because_it_is_full_is_handed_to_on_batch_full() -> None:
     assert full == [first] and first.closed
     acc.append_many("t", 0, _values(20), None, 0, None, _convert)
     assert len(full) == 3 and all(b.closed and b.record_count == 9 for b in full)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("base", "append_ms"), [(100, 5000), (100, -1), (-1, 5000), (-1, -1)])
+def test_record_metadata_in_c_equals_python(base: int, append_ms: int) -> None:
+    from kafka_handoff.producer import future as future_module
+
+    entries: list[Entry] = [(None, b"v", 1000 + i, None, None, None) for i in range(5)]
+    py = future_module._py_record_metadata(RecordMetadata, "t", 3, base, append_ms, entries)
+    offsets = [base + i if base >= 0 else -1 for i in range(5)]
+    stamps = [append_ms if append_ms >= 0 else 1000 + i for i in range(5)]
+    assert py == [RecordMetadata("t", 3, o, ts) for o, ts in zip(offsets, stamps, strict=True)]
+    c = future_module.record_metadata(RecordMetadata, "t", 3, base, append_ms, entries)
+    assert c == py and all(type(m) is RecordMetadata for m in c)
+    assert c[1].offset == offsets[1] and c[1].timestamp == stamps[1]
+    if future_module.record_metadata is not future_module._py_record_metadata:
+        assert not any(gc.is_tracked(m) for m in c)

@@ -30,7 +30,15 @@ from typing import Any, Final
 
 from kafka_handoff.types import RecordMetadata
 
-__all__ = ["AVAILABLE", "RecordFuture", "complete_all", "complete_exception", "complete_result", "new_future"]
+__all__ = [
+    "AVAILABLE",
+    "RecordFuture",
+    "complete_all",
+    "complete_exception",
+    "complete_result",
+    "new_future",
+    "record_metadata",
+]
 
 _create_lock = threading.Lock()
 
@@ -242,3 +250,30 @@ make_entry_no_future: Callable[[Any, Any, int, Any, Any], Entry] = (
 )
 """``(key, value, timestamp, headers, None, callback)`` (``Producer.send_nowait``); untracked with the C
 extension."""
+
+
+def _py_record_metadata(
+    md_type: type[RecordMetadata],
+    topic: str,
+    partition: int,
+    base_offset: int,
+    log_append_ms: int,
+    entries: Sequence[Entry],
+) -> list[RecordMetadata]:
+    new: Any = tuple.__new__  # RecordMetadata(...) runs a Python-level __new__; this builds it in C
+    if base_offset >= 0 and log_append_ms >= 0:
+        return [new(md_type, (topic, partition, base_offset + i, log_append_ms)) for i in range(len(entries))]
+    if base_offset >= 0:
+        return [new(md_type, (topic, partition, base_offset + i, e[2])) for i, e in enumerate(entries)]
+    if log_append_ms >= 0:
+        return [new(md_type, (topic, partition, -1, log_append_ms)) for _ in entries]
+    return [new(md_type, (topic, partition, -1, e[2])) for e in entries]
+
+
+record_metadata: Callable[
+    [type[RecordMetadata], str, int, int, int, Sequence[Entry]], list[RecordMetadata]
+] = _ext.record_metadata if _ext is not None and hasattr(_ext, "record_metadata") else _py_record_metadata
+"""``record_metadata(RecordMetadata, topic, partition, base_offset, log_append_ms, entries)``: one batch's
+results (offset ``base_offset + i`` or -1; the log append time when >= 0, else each record's timestamp); with
+the C extension built in one call and out of the garbage collector's sight (a tuple of a str and ints cannot
+be part of a cycle), which keeps a million results from triggering collections."""

@@ -64,6 +64,7 @@ from kafka_handoff.producer.future import (
     make_entry,
     make_entry_no_future,
     new_future,
+    record_metadata,
 )
 from kafka_handoff.producer.idempotence import IdempotenceManager
 from kafka_handoff.producer.metrics import ProducerMetrics
@@ -83,9 +84,6 @@ __all__ = ["Producer"]
 log = logging.getLogger(__name__)
 
 _FATAL_TOPIC_ERRORS = frozenset({17, 29})  # INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED
-# RecordMetadata(...) runs a Python-level __new__; tuple.__new__(RecordMetadata, values) builds the same
-# named tuple in C (the completion thread makes one per record).
-_tuple_new: Any = tuple.__new__
 _Completion = tuple[ProducerBatch, int, int, BaseException | None]
 _future_of = operator.itemgetter(4)
 _callback_of = operator.itemgetter(5)
@@ -334,24 +332,9 @@ class Producer:
             if error is None:
                 if not (with_future or with_callback):
                     return
-                topic = batch.topic
-                partition = batch.partition
-                new = _tuple_new
-                md = RecordMetadata
-                if base_offset >= 0 and log_append_ms >= 0:
-                    results = [
-                        new(md, (topic, partition, base_offset + i, log_append_ms)) for i in range(count)
-                    ]
-                elif base_offset >= 0:
-                    results = [
-                        new(md, (topic, partition, base_offset + i, e[2])) for i, e in enumerate(entries)
-                    ]
-                else:
-                    ts_override = log_append_ms >= 0
-                    results = [
-                        new(md, (topic, partition, -1, log_append_ms if ts_override else e[2]))
-                        for e in entries
-                    ]
+                results = record_metadata(
+                    RecordMetadata, batch.topic, batch.partition, base_offset, log_append_ms, entries
+                )
                 if with_future:
                     complete_all(futures, results)
                 if with_callback:
