@@ -4,7 +4,11 @@ Design (the same threading model as the consumer, seed 002):
 
 * ``send()`` runs on the caller's thread: serialize, pick the partition, append the record to its
   partition's open batch in the :class:`~kafka_handoff.producer.accumulator.RecordAccumulator`, return a
-  :class:`concurrent.futures.Future`.  It never touches a socket.
+  :class:`concurrent.futures.Future`.  It never touches a socket.  ``send_nowait()`` does the same without
+  a future; ``send_many()`` appends many records per call, runs that fit a batch by one C call.  Records
+  sent without a future or callback that fail are logged and raised as one ``DeliveryFailedError`` from the
+  next ``flush()``/``send_nowait()``/``send_many()``.  With compression, the thread whose append fills a
+  batch also compresses it (not the network thread).
 * The producer's own :class:`~kafka_handoff.network.thread.NetworkThread` polls two request managers, the
   shared :class:`~kafka_handoff.protocol.metadata.MetadataManager` and the
   :class:`~kafka_handoff.producer.sender.Sender`, which encodes and sends batches and handles answers.
@@ -128,6 +132,10 @@ def _headers(headers: Iterable[tuple[str, Any]] | Mapping[str, Any]) -> tuple[He
 
 class Producer:
     """A Kafka producer.  Thread-safe: several threads may call :meth:`send` concurrently.
+
+    Three ways to send: :meth:`send` (a future per record, as Java's ``send``), :meth:`send_nowait` (no
+    future: cheaper) and :meth:`send_many` (many values per call, no futures: the fastest).  All three keep
+    idempotence, ordering per partition, retries and callbacks.
 
     ``Producer({"bootstrap.servers": "localhost:9092", "compression.type": "lz4"})``; keyword arguments with
     underscores are accepted too (``linger_ms=10``).  Idempotence is on by default (``acks=all``), as in
