@@ -95,3 +95,6 @@ def test_failed_delivery_without_future_is_raised_once_by_the_next_flush(
             p.send_nowait(topic, b"y" * 2_000_000)
         with pytest.raises(MessageTooLargeError):
             p.send_many(topic, [b"small", b"z" * 2_000_000])
+        with pytest.raises(MessageTooLargeError):  # 600,000 characters, 1.2 MB of UTF-8
+            p.send_many(topic, ["é" * 600_000])
+        p.flush(10)  # nothing of the refused calls was queued, nothing failed later

@@ -366,16 +366,22 @@ class Producer:
     def _note_unreported(self, batch: ProducerBatch, error: BaseException, count: int) -> None:
         """Records without a future or callback failed: keep the error for the application's next
         ``flush()``/``send_nowait()``/``send_many()`` (and log it now)."""
-        log.error(
-            "%d record(s) for %s sent without a future or callback could not be delivered: %s",
+        with self._unreported_lock:
+            first = self._unreported is None
+            if first:
+                self._unreported = error
+            self._unreported_count += count
+        # One error line until the application is told (a broker outage fails many batches).
+        log.log(
+            logging.ERROR if first else logging.DEBUG,
+            "%d record(s) for %s sent without a future or callback could not be delivered: %s%s",
             count,
             batch.tp,
             error,
+            " (further failures are counted until the next flush/send_nowait/send_many reports them)"
+            if first
+            else "",
         )
-        with self._unreported_lock:
-            if self._unreported is None:
-                self._unreported = error
-            self._unreported_count += count
 
     def _raise_unreported(self) -> None:
         with self._unreported_lock:
@@ -643,6 +649,14 @@ class Producer:
             groups = [(None, vals, ks)]
         else:
             groups = self._group_by_key(ks, vals, num_partitions)
+        limit = self._max_record_size
+
+        def convert(key: Any, value: Any) -> tuple[bytes | None, bytes | None, int]:
+            k, v, size = _convert(key, value)
+            if size > limit:  # a str whose UTF-8 is longer than _check_sizes assumed
+                raise self._too_large(topic, size)
+            return k, v, size
+
         progress = [0]
         queued = 0
         wake = False
@@ -656,7 +670,7 @@ class Producer:
                     group_keys,
                     timestamp,
                     callback,
-                    _convert,
+                    convert,
                     started,
                     self._max_block_ms,
                     progress,
@@ -696,7 +710,7 @@ class Producer:
             bound = max(map(len, values)) + (max(map(len, keys)) if keys else 0)
         except TypeError:  # None values or keys, or an unsupported type (that fails with a clear error later)
             bound = limit + 1
-        if bound <= limit:
+        if bound * 4 <= limit:  # even if every item were a str of 4-byte UTF-8 characters
             return
         for i, value in enumerate(values):
             key = keys[i] if keys is not None else None
