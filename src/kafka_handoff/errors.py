@@ -60,6 +60,18 @@ class SerializationError(KafkaError):
     """A key or value (de)serializer failed.  The message names topic, partition and offset."""
 
 
+class DeliveryFailedError(KafkaError):
+    """Records sent without a future or callback (``Producer.send_nowait``/``send_many``) could not be
+    delivered.  Raised once, by the producer's next ``flush()``, ``send_nowait()`` or ``send_many()``:
+    ``failed`` is how many records failed since the last report, ``cause`` (also ``__cause__``) the first
+    error."""
+
+    def __init__(self, message: str, failed: int = 0, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.failed = failed
+        self.cause = cause
+
+
 class NoOffsetForPartitionError(KafkaError):
     """No committed offset and ``auto.offset.reset=none``.  Raised by every ``poll()`` until the application
     seeks the ``partitions`` (as Java does)."""

@@ -1,4 +1,4 @@
-"""Tiny runs of ``handoff bench throughput`` and ``handoff bench rebalance``: files written, numbers sane.
+"""Tiny runs of ``handoff bench throughput``, ``produce`` and ``rebalance``: files written, numbers sane.
 
 Speed is not asserted here (that is what the benchmarks are for); what is asserted is that every client
 consumed every record, that the figures are consistent with each other, and that the rebalance scenario
@@ -80,3 +80,33 @@ def test_rebalance_bench_finds_no_duplicates_or_gaps_for_handoff(broker: Any, tm
     }
     m3_revoked = {p for _t, kind, parts in result["member_events"]["m3"] if kind == "revoked" for p in parts}
     assert m4_assigned and m3_revoked
+
+
+def test_produce_bench_writes_json_and_png_with_every_record_acknowledged(
+    broker: Any, tmp_path: Path
+) -> None:
+    from kafka_handoff.bench.produce import CLIENTS as PRODUCE_CLIENTS
+    from kafka_handoff.bench.produce import client_available
+
+    clients = [c for c in PRODUCE_CLIENTS if client_available(c)]
+    records, value_bytes = 2000, 40
+    code = main(
+        [
+            "bench", "produce", "--bootstrap-servers", broker.bootstrap_servers, "--records", str(records),
+            "--value-bytes", str(value_bytes), "--partitions", "2", "--compression", "lz4", "--chunk", "300",
+            "--repeat", "1", "--out", str(tmp_path),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads((tmp_path / "produce.json").read_text())
+    assert (tmp_path / "produce.png").read_bytes()[:8] == PNG_MAGIC
+    assert data["config"]["compression"] == "lz4" and data["config"]["idempotence"] is True
+    medians = {m["client"]: m for m in data["medians"]}
+    assert sorted(medians) == sorted(clients)
+    for name, m in medians.items():
+        assert m["runs"] == 1 and m["failed"] == 0, name
+        assert m["records"] == records, name
+        assert m["records_per_s"] > 0 and m["peak_rss_mb"] > 5 and m["cpu_s_per_million"] > 0, name
+        # The send loop is part of the measured window (first send to flush).
+        assert m["send_seconds"] <= m["records"] / m["records_per_s"] + 1e-6, name
+        assert m["mb_per_s"] == pytest.approx(m["records_per_s"] * value_bytes / 1e6, rel=0.02), name

@@ -1,8 +1,8 @@
-"""``handoff bench throughput|rebalance|faults|decode|produce``: benchmarks against the peers.
+"""``handoff bench throughput|produce|rebalance|faults|decode``: benchmarks against the peers.
 
-``throughput`` and ``rebalance`` start a private dev broker when no ``--bootstrap-servers`` is given (and
-stop it at the end), write JSON and PNG files to ``--out`` and print a table.  ``decode`` and ``produce``
-run :mod:`kafka_handoff.bench.decode` and :mod:`kafka_handoff.bench.produce` with the arguments that follow.
+``throughput``, ``produce`` and ``rebalance`` start a private dev broker when no ``--bootstrap-servers`` is
+given (and stop it at the end), write JSON and PNG files to ``--out`` and print a table.  ``decode`` runs
+:mod:`kafka_handoff.bench.decode` with the arguments that follow.
 """
 
 from __future__ import annotations
@@ -131,14 +131,48 @@ def register(subparsers: Any) -> None:
     fa.add_argument("--json", default="", help="also write the results as JSON to this file")
     fa.set_defaults(func=lambda a: __import__("kafka_handoff.bench.faults", fromlist=["cli"]).cli(a))
 
-    for name, module in (("decode", "decode"), ("produce", "produce")):
-        p = actions.add_parser(
-            name,
-            help=f"run kafka_handoff.bench.{module} (arguments after '--' go to it)",
-            add_help=False,
-        )
-        p.add_argument("rest", nargs=argparse.REMAINDER)
-        p.set_defaults(func=_passthrough, module=module)
+    pr = actions.add_parser(
+        "produce",
+        help="produce N records with every client (ours: send(), send_nowait(), send_many()); records/s, "
+        "MB/s, CPU, RSS",
+        description=_doc("kafka_handoff.bench.produce"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    pr.add_argument("--records", type=int, default=1_000_000)
+    pr.add_argument("--value-bytes", type=int, default=100)
+    pr.add_argument("--partitions", type=int, default=6)
+    pr.add_argument(
+        "--compression",
+        choices=("none", "gzip", "snappy", "lz4", "zstd"),
+        default="none",
+        help="every client",
+    )
+    pr.add_argument(
+        "--acks", choices=("all", "1", "0"), default="all", help="every client; idempotence on only with all"
+    )
+    pr.add_argument("--linger-ms", type=int, default=None, help="every client (default: each client's own)")
+    pr.add_argument("--batch-size", type=int, default=None, help="every client (default: each client's own)")
+    pr.add_argument(
+        "--chunk", type=int, default=1000, help="records per send_many()/produce_batch() call (default 1000)"
+    )
+    pr.add_argument("--repeat", type=int, default=3, help="runs per client, interleaved (median reported)")
+    pr.add_argument(
+        "--clients",
+        default="all",
+        help="comma-separated: handoff, handoff-nowait, handoff-many, confluent, confluent-batch, aiokafka "
+        "(default: all that are installed)",
+    )
+    pr.add_argument("--profile", action="store_true", help="cProfile text of the first kafka-handoff runs")
+    _common(pr)
+    pr.set_defaults(func=_produce)
+
+    p = actions.add_parser(
+        "decode",
+        help="run kafka_handoff.bench.decode (arguments after '--' go to it)",
+        add_help=False,
+    )
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_passthrough, module="decode")
 
 
 def _doc(module: str) -> str:
@@ -314,6 +348,61 @@ def _rebalance(args: argparse.Namespace) -> int:
     Console(width=160).print(report.rebalance_table(data["results"], title=subtitle))
     print(f"wrote {json_path} and {png_path}", file=sys.stderr)
     return 0 if not any(r.get("error") for r in data["results"]) else 1
+
+
+def _produce(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from kafka_handoff.bench import produce, report
+
+    if args.clients == "all":
+        clients = [c for c in produce.CLIENTS if produce.client_available(c)]
+    else:
+        clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    unknown = [c for c in clients if c not in produce.CLIENTS]
+    if unknown:
+        allowed = ", ".join(produce.CLIENTS)
+        print(f"error: unknown client(s) {', '.join(unknown)} (allowed: {allowed})", file=sys.stderr)
+        return 2
+    if args.records < 1 or args.value_bytes < 1 or args.repeat < 1 or args.chunk < 1:
+        print("error: --records, --value-bytes, --repeat and --chunk must be at least 1", file=sys.stderr)
+        return 2
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    with _broker(args.bootstrap_servers) as bootstrap:
+        result = produce.run_benchmark(
+            bootstrap,
+            records=args.records,
+            value_bytes=args.value_bytes,
+            partitions=args.partitions,
+            compression=args.compression,
+            acks=args.acks,
+            linger_ms=args.linger_ms,
+            batch_size=args.batch_size,
+            chunk=args.chunk,
+            repeat=args.repeat,
+            clients=clients,
+            profile_dir=out if args.profile else None,
+            progress=_progress,
+        )
+    data = result.as_dict()
+    (out / "produce.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
+    env = data["environment"]
+    load = f"{env['load_avg_start'][0]:.1f}-{env['load_avg_end'][0]:.1f}"
+    idempotence = "idempotent" if args.acks == "all" else "not idempotent"
+    subtitle = (
+        f"produce {args.records:,} records x {args.value_bytes} B, {args.partitions} partitions, "
+        f"acks={args.acks} ({idempotence}), compression={args.compression}, median of {args.repeat}; "
+        f"{env['cpus']} CPUs, load {load}; {env['broker']} on loopback"
+    )
+    medians = data["medians"]
+    try:
+        report.plot_throughput(medians, out / "produce.png", subtitle)
+    except ImportError as exc:
+        print(f"(no plot: {exc}; install the 'bench' extra)", file=sys.stderr)
+    Console(width=170).print(report.throughput_table(medians, title=subtitle))
+    print(f"wrote {out / 'produce.json'} and {out / 'produce.png'}", file=sys.stderr)
+    return 0 if all(m.get("runs") and not m.get("failed") for m in medians) else 1
 
 
 def _passthrough(args: argparse.Namespace) -> int:

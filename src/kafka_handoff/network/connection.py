@@ -421,7 +421,10 @@ class BrokerConnection:
         return len(self.in_flight)
 
     def send(self, request: UnsentRequest, version: int, now_ms: int, timeout_ms: int) -> None:
-        payload = wire.build_request(request.api_key, version, request.body(version))
+        if request.encode is not None:
+            payload: Any = request.encode(version)
+        else:
+            payload = wire.build_request(request.api_key, version, request.body(version))
         self._enqueue(payload, request.api_key, version, request, now_ms, timeout_ms)
 
     def _enqueue(

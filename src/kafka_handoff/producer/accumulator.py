@@ -26,10 +26,16 @@ import random
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
-from kafka_handoff.producer.batch import Entry, ProducerBatch
+from kafka_handoff.producer.batch import (
+    RECORD_OVERHEAD_ESTIMATE,
+    Callback,
+    Entry,
+    ProducerBatch,
+    append_values,
+)
 from kafka_handoff.producer.partitioner import BuiltInPartitioner
 from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.compression import CompressionType
@@ -121,6 +127,9 @@ class RecordAccumulator:
         # whether a batch appeared since it last looked.
         self._next_check_ms = 0
         self._new_data = False
+        self.on_batch_full: Callable[[ProducerBatch], None] | None = None
+        """Called (outside the lock, on the appending thread) with a batch an append closed because it was
+        full: the producer compresses it there (:meth:`ProducerBatch.prepare`), off the network thread."""
         self.waker: Callable[[], None] | None = None
         """Wakes the network thread (called before ``send()`` blocks for memory: everything becomes
         sendable then)."""
@@ -178,7 +187,83 @@ class RecordAccumulator:
                             last.entries.append(entry)
                             last.size += size
                             return False
-            return self._append_slow(topic, partition, entry, size, now_ms, max_block_ms)
+            full: list[ProducerBatch] = []
+            wake = self._append_slow(topic, partition, entry, size, now_ms, max_block_ms, full)
+        if full and self.on_batch_full is not None:
+            self.on_batch_full(full[0])  # outside the lock
+        return wake
+
+    def append_many(
+        self,
+        topic: str,
+        partition: int | None,
+        values: list[Any],
+        keys: list[Any] | None,
+        timestamp: int,
+        callback: Callback | None,
+        convert: Callable[[Any, Any], tuple[bytes | None, bytes | None, int]],
+        started_ms: int | None = None,
+        max_block_ms: int = 0,
+        progress: list[int] | None = None,
+    ) -> bool:
+        """Append ``values`` (with ``keys``, or without keys) as records of one timestamp, in order, to
+        ``partition`` or, when None, to the topic's sticky partition (the caller partitions keyed records).
+        Runs of records that fit the open batch are appended by one C call; the record that starts a new
+        batch goes through the ordinary path (:meth:`append`'s slow path, which may block for memory).
+        ``convert(key, value) -> (key bytes, value bytes, size estimate)`` prepares the record the bulk loop
+        stopped at (a full batch, or an item that is not bytes).  The lock is taken per batch, not for the
+        whole call, so the network thread drains meanwhile.
+
+        Returns True when the network thread must be woken (see :meth:`append`).  ``progress[0]`` is set to
+        the number of records appended, also when this raises (closed, memory timeout, conversion error).
+        """
+        wake = False
+        i = 0
+        n = len(values)
+        overhead = RECORD_OVERHEAD_ESTIMATE
+        full: list[ProducerBatch] = []
+        try:
+            while i < n:
+                with self._lock:
+                    info = self._topics.get(topic)
+                    if info is not None and not self._closed:
+                        last: ProducerBatch | None = None
+                        room = 0
+                        pt = info.partitioner
+                        if partition is None:
+                            last = info.open_batch
+                            if last is not None and not last.closed:
+                                room = min(last.limit - last.size, pt.switch_bytes - pt.produced - 1)
+                        elif partition < info.num_partitions:
+                            dq = self._batches.get(info.tps[partition])
+                            if dq:
+                                last = dq[-1]
+                                if not last.closed:
+                                    room = last.limit - last.size
+                        if last is not None and room > 0:
+                            count, used = append_values(
+                                last.entries, values, keys, i, timestamp, callback, room, overhead
+                            )
+                            if count:
+                                last.size += used
+                                if partition is None:
+                                    pt.produced += used
+                                i += count
+                                if i >= n:
+                                    break
+                    key, value, size = convert(None if keys is None else keys[i], values[i])
+                    entry: Entry = (key, value, timestamp, None, None, callback)
+                    if self._append_slow(topic, partition, entry, size, started_ms, max_block_ms, full):
+                        wake = True
+                    i += 1
+                if full:
+                    if self.on_batch_full is not None:
+                        self.on_batch_full(full[0])  # outside the lock
+                    full.clear()
+        finally:
+            if progress is not None:
+                progress[0] = i
+        return wake
 
     def _append_slow(
         self,
@@ -188,8 +273,9 @@ class RecordAccumulator:
         size: int,
         started_ms: int | None,
         max_block_ms: int,
+        full: list[ProducerBatch] | None = None,
     ) -> bool:
-        # Called with the lock held.
+        # Called with the lock held.  A batch this closes because it is full is added to ``full``.
         clock = self._clock
         now_ms = clock()
         deadline = (now_ms if started_ms is None else started_ms) + max_block_ms
@@ -225,6 +311,8 @@ class RecordAccumulator:
                             self._after_sticky_append(info, part, last, size)
                         return False
                     last.closed = True  # full: no more appends, sendable
+                    if full is not None:
+                        full.append(last)
                     ready_at = now_ms
             need = max(self.batch_size, size + RECORD_BATCH_OVERHEAD)
             if self._used + need <= self.buffer_memory:

@@ -32,6 +32,7 @@ __all__ = [
     "Entry",
     "Header",
     "ProducerBatch",
+    "append_values",
     "encode_records",
     "estimate_headers_size",
 ]
@@ -46,9 +47,9 @@ Callback = Callable[[RecordMetadata | None, BaseException | None], Any]
 """A send callback: ``callback(metadata, None)`` on success, ``callback(None, exception)`` on failure."""
 
 Header = tuple[str, bytes | None]
-# key, value, timestamp, headers, future, callback
+# key, value, timestamp, headers, future (None: the caller asked for none), callback
 Entry = tuple[
-    bytes | None, bytes | None, int, Sequence[Header] | None, "Future[RecordMetadata]", Callback | None
+    bytes | None, bytes | None, int, Sequence[Header] | None, "Future[RecordMetadata] | None", Callback | None
 ]
 
 _HALF: Final = 1 << 13
@@ -156,6 +157,62 @@ def _load_extension() -> Callable[[Sequence[Entry], int], tuple[bytes, int]] | N
     return fn
 
 
+def _py_append_values(
+    entries: list[Entry],
+    values: list[Any],
+    keys: list[Any] | None,
+    start: int,
+    timestamp: int,
+    callback: Callback | None,
+    room: int,
+    overhead: int,
+) -> tuple[int, int]:
+    """Append ``(key, value, timestamp, None, None, callback)`` entries from ``values[start]`` on while their
+    estimated sizes add up to at most ``room``; stops at an item that is not bytes or None.  Returns (count,
+    size).  The bulk append of ``Producer.send_many`` (a C loop with the extension)."""
+    used = 0
+    i = start
+    n = len(values)
+    while i < n:
+        value = values[i]
+        key = None if keys is None else keys[i]
+        size = overhead
+        if value is not None:
+            if type(value) is not bytes:
+                break
+            size += len(value)
+        if key is not None:
+            if type(key) is not bytes:
+                break
+            size += len(key)
+        if used + size > room:
+            break
+        entries.append((key, value, timestamp, None, None, callback))
+        used += size
+        i += 1
+    return i - start, used
+
+
+AppendValues = Callable[
+    [list[Entry], list[Any], "list[Any] | None", int, int, "Callback | None", int, int], tuple[int, int]
+]
+
+
+def _load_append_values() -> AppendValues:
+    flag = os.environ.get("KAFKA_HANDOFF_PURE_PYTHON", "").strip().lower()
+    if flag not in ("", "0", "false", "no"):
+        return _py_append_values
+    try:
+        module = importlib.import_module("kafka_handoff.producer._fastencode")
+    except ImportError:
+        return _py_append_values
+    fn: AppendValues = getattr(module, "append_values", _py_append_values)
+    return fn
+
+
+append_values: AppendValues = _load_append_values()
+"""``append_values(entries, values, keys, start, timestamp, callback, room, overhead) -> (count, size)``."""
+
 _c_encode_records = _load_extension()
 #: ``"c"`` when the ``_fastencode`` extension encodes records, else ``"python"``.
 IMPLEMENTATION: Final = "c" if _c_encode_records is not None else "python"
@@ -189,6 +246,7 @@ class ProducerBatch:
         "memory",
         "partition",
         "payload",
+        "prepared",
         "producer_epoch",
         "producer_id",
         "retry_at_ms",
@@ -219,6 +277,8 @@ class ProducerBatch:
         """The broker the last attempt went to: a retry to another (new) leader skips the backoff."""
         self.closed = False
         self.payload: bytes | None = None
+        self.prepared: tuple[bytes, int, int] | None = None
+        """(records section, compressed; max timestamp; uncompressed size) made by :meth:`prepare`."""
         self.uncompressed_size = 0
         self.producer_id = -1
         self.producer_epoch = -1
@@ -267,18 +327,37 @@ class ProducerBatch:
         self.sequence_reset = True
         self.set_producer_state(producer_id, epoch, base_sequence)
 
+    def prepare(self, compression: CompressionType, level: int | None) -> None:
+        """Encode and compress the records section ahead of :meth:`encode`, on the thread that filled the
+        batch (it is closed: no more appends), so that compression does not run on the network thread.
+        Harmless if the network thread drained the batch meanwhile: the first result is used."""
+        if self.payload is not None or self.prepared is not None:
+            return
+        self.prepared = self._records(compression, level)  # one assignment: atomic for the network thread
+
+    def _records(self, compression: CompressionType, level: int | None) -> tuple[bytes, int, int]:
+        entries = self.entries
+        base_ts = entries[0][2] if entries else -1
+        records, max_ts = encode_records(entries, base_ts)
+        uncompressed = len(records) + RECORD_BATCH_OVERHEAD
+        if compression != CompressionType.NONE:
+            records = compress(compression, records, level)
+        return records, max_ts, uncompressed
+
     def encode(self, compression: CompressionType, level: int | None) -> bytes:
-        """The batch's bytes: encoded once, at the first drain, and reused for every retry."""
+        """The batch's bytes: encoded once, at the first drain (from :meth:`prepare`'s records section when
+        it ran), and reused for every retry."""
         payload = self.payload
         if payload is not None:
             return payload
         entries = self.entries
         base_ts = entries[0][2] if entries else -1
-        records, max_ts = encode_records(entries, base_ts)
+        prepared = self.prepared
+        records, max_ts, self.uncompressed_size = (
+            prepared if prepared is not None else self._records(compression, level)
+        )
+        self.prepared = None
         self.max_timestamp = max_ts
-        self.uncompressed_size = len(records) + RECORD_BATCH_OVERHEAD
-        if compression != CompressionType.NONE:
-            records = compress(compression, records, level)
         count = len(entries)
         tail = _TAIL.pack(
             int(compression),

@@ -30,7 +30,15 @@ from typing import Any, Final
 
 from kafka_handoff.types import RecordMetadata
 
-__all__ = ["AVAILABLE", "RecordFuture", "complete_all", "complete_exception", "complete_result", "new_future"]
+__all__ = [
+    "AVAILABLE",
+    "RecordFuture",
+    "complete_all",
+    "complete_exception",
+    "complete_result",
+    "new_future",
+    "record_metadata",
+]
 
 _create_lock = threading.Lock()
 
@@ -186,12 +194,13 @@ def complete_exception(future: Future[RecordMetadata], error: BaseException) -> 
 
 
 def complete_all(
-    futures: Sequence[Future[RecordMetadata]],
+    futures: Sequence[Future[RecordMetadata] | None],
     results: Sequence[RecordMetadata] | None,
     error: BaseException | None = None,
 ) -> None:
-    """Complete many futures: with ``results[i]`` each, or all with ``error``.  Futures nobody waits on are
-    completed under one acquisition of the creation lock; the others take the ordinary path after."""
+    """Complete many futures: with ``results[i]`` each, or all with ``error``; None items (records sent
+    without a future) are skipped.  Futures nobody waits on are completed under one acquisition of the
+    creation lock; the others take the ordinary path after."""
     slow: list[int] = []
     with _create_lock:
         for i, future in enumerate(futures):
@@ -202,10 +211,11 @@ def complete_all(
                     else:
                         future._exception = error
                     future._state = FINISHED
-            else:
+            elif future is not None:
                 slow.append(i)
     for i in slow:
         future = futures[i]
+        assert future is not None
         try:
             if results is not None:
                 future.set_result(results[i])
@@ -216,15 +226,54 @@ def complete_all(
             pass
 
 
-Entry = tuple[Any, Any, int, Any, Future[RecordMetadata], Any]
+Entry = tuple[Any, Any, int, Any, Future[RecordMetadata] | None, Any]
+FutureEntry = tuple[Any, Any, int, Any, Future[RecordMetadata], Any]
 
 
-def _py_make_entry(key: Any, value: Any, timestamp: int, headers: Any, callback: Any) -> Entry:
+def _py_make_entry(key: Any, value: Any, timestamp: int, headers: Any, callback: Any) -> FutureEntry:
     return (key, value, timestamp, headers, new_future(), callback)
 
 
-make_entry: Callable[[Any, Any, int, Any, Any], Entry] = (
+make_entry: Callable[[Any, Any, int, Any, Any], FutureEntry] = (
     functools.partial(_ext.make_entry, RecordFuture) if _ext is not None and AVAILABLE else _py_make_entry
 )
 """``(key, value, timestamp, headers, new_future(), callback)``; with the C extension the tuple and the future
 are out of the garbage collector's sight (see :func:`new_future`)."""
+
+
+def _py_make_entry_no_future(key: Any, value: Any, timestamp: int, headers: Any, callback: Any) -> Entry:
+    return (key, value, timestamp, headers, None, callback)
+
+
+make_entry_no_future: Callable[[Any, Any, int, Any, Any], Entry] = (
+    functools.partial(_ext.make_entry, None) if _ext is not None else _py_make_entry_no_future
+)
+"""``(key, value, timestamp, headers, None, callback)`` (``Producer.send_nowait``); untracked with the C
+extension."""
+
+
+def _py_record_metadata(
+    md_type: type[RecordMetadata],
+    topic: str,
+    partition: int,
+    base_offset: int,
+    log_append_ms: int,
+    entries: Sequence[Entry],
+) -> list[RecordMetadata]:
+    new: Any = tuple.__new__  # RecordMetadata(...) runs a Python-level __new__; this builds it in C
+    if base_offset >= 0 and log_append_ms >= 0:
+        return [new(md_type, (topic, partition, base_offset + i, log_append_ms)) for i in range(len(entries))]
+    if base_offset >= 0:
+        return [new(md_type, (topic, partition, base_offset + i, e[2])) for i, e in enumerate(entries)]
+    if log_append_ms >= 0:
+        return [new(md_type, (topic, partition, -1, log_append_ms)) for _ in entries]
+    return [new(md_type, (topic, partition, -1, e[2])) for e in entries]
+
+
+record_metadata: Callable[
+    [type[RecordMetadata], str, int, int, int, Sequence[Entry]], list[RecordMetadata]
+] = _ext.record_metadata if _ext is not None and hasattr(_ext, "record_metadata") else _py_record_metadata
+"""``record_metadata(RecordMetadata, topic, partition, base_offset, log_append_ms, entries)``: one batch's
+results (offset ``base_offset + i`` or -1; the log append time when >= 0, else each record's timestamp); with
+the C extension built in one call and out of the garbage collector's sight (a tuple of a str and ints cannot
+be part of a cycle), which keeps a million results from triggering collections."""

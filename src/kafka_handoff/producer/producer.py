@@ -4,7 +4,11 @@ Design (the same threading model as the consumer, seed 002):
 
 * ``send()`` runs on the caller's thread: serialize, pick the partition, append the record to its
   partition's open batch in the :class:`~kafka_handoff.producer.accumulator.RecordAccumulator`, return a
-  :class:`concurrent.futures.Future`.  It never touches a socket.
+  :class:`concurrent.futures.Future`.  It never touches a socket.  ``send_nowait()`` does the same without
+  a future; ``send_many()`` appends many records per call, runs that fit a batch by one C call.  Records
+  sent without a future or callback that fail are logged and raised as one ``DeliveryFailedError`` from the
+  next ``flush()``/``send_nowait()``/``send_many()``.  With compression, the thread whose append fills a
+  batch also compresses it (not the network thread).
 * The producer's own :class:`~kafka_handoff.network.thread.NetworkThread` polls two request managers, the
   shared :class:`~kafka_handoff.protocol.metadata.MetadataManager` and the
   :class:`~kafka_handoff.producer.sender.Sender`, which encodes and sends batches and handles answers.
@@ -25,6 +29,7 @@ down -- and returns within about the timeout.
 from __future__ import annotations
 
 import logging
+import operator
 import queue
 import threading
 import time
@@ -39,6 +44,7 @@ from typing import Any
 from kafka_handoff.config import ProducerConfig, parse_producer_config
 from kafka_handoff.errors import (
     AuthenticationError,
+    DeliveryFailedError,
     IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
@@ -56,7 +62,14 @@ from kafka_handoff.producer.batch import (
     ProducerBatch,
     estimate_headers_size,
 )
-from kafka_handoff.producer.future import complete_all, complete_exception, make_entry, new_future
+from kafka_handoff.producer.future import (
+    complete_all,
+    complete_exception,
+    make_entry,
+    make_entry_no_future,
+    new_future,
+    record_metadata,
+)
 from kafka_handoff.producer.idempotence import IdempotenceManager
 from kafka_handoff.producer.metrics import ProducerMetrics
 from kafka_handoff.producer.partitioner import murmur2
@@ -75,10 +88,9 @@ __all__ = ["Producer"]
 log = logging.getLogger(__name__)
 
 _FATAL_TOPIC_ERRORS = frozenset({17, 29})  # INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED
-# RecordMetadata(...) runs a Python-level __new__; tuple.__new__(RecordMetadata, values) builds the same
-# named tuple in C (the completion thread makes one per record).
-_tuple_new: Any = tuple.__new__
 _Completion = tuple[ProducerBatch, int, int, BaseException | None]
+_future_of = operator.itemgetter(4)
+_callback_of = operator.itemgetter(5)
 Header = tuple[str, bytes | None]
 
 
@@ -95,6 +107,18 @@ def _to_bytes(value: Any, what: str) -> bytes:
     )
 
 
+def _convert(key: Any, value: Any) -> tuple[bytes | None, bytes | None, int]:
+    """A ``send_many`` record as (key bytes, value bytes, size estimate)."""
+    size = RECORD_OVERHEAD_ESTIMATE
+    if key is not None:
+        key = _to_bytes(key, "key")
+        size += len(key)
+    if value is not None:
+        value = _to_bytes(value, "value")
+        size += len(value)
+    return key, value, size
+
+
 def _headers(headers: Iterable[tuple[str, Any]] | Mapping[str, Any]) -> tuple[Header, ...]:
     items = headers.items() if isinstance(headers, Mapping) else headers
     out: list[Header] = []
@@ -108,6 +132,10 @@ def _headers(headers: Iterable[tuple[str, Any]] | Mapping[str, Any]) -> tuple[He
 
 class Producer:
     """A Kafka producer.  Thread-safe: several threads may call :meth:`send` concurrently.
+
+    Three ways to send: :meth:`send` (a future per record, as Java's ``send``), :meth:`send_nowait` (no
+    future: cheaper) and :meth:`send_many` (many values per call, no futures: the fastest).  All three keep
+    idempotence, ordering per partition, retries and callbacks.
 
     ``Producer({"bootstrap.servers": "localhost:9092", "compression.type": "lz4"})``; keyword arguments with
     underscores are accepted too (``linger_ms=10``).  Idempotence is on by default (``acks=all``), as in
@@ -126,6 +154,11 @@ class Producer:
         self._close_lock = threading.Lock()
         self._background: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._fatal: BaseException | None = None
+        # Delivery failures of records sent without a future or callback, not yet raised to the application
+        # (completion thread writes, application thread takes; under _unreported_lock).
+        self._unreported_lock = threading.Lock()
+        self._unreported: BaseException | None = None
+        self._unreported_count = 0
 
         self._key_serializer: Callable[[Any], Any] | None = cfg.key_serializer
         self._value_serializer: Callable[[Any], Any] | None = cfg.value_serializer
@@ -208,6 +241,9 @@ class Producer:
         self._metadata.listeners.append(self._on_metadata_nt)
         acc = self._accumulator
         acc.waker = client.wakeup
+        if compression != CompressionType.NONE:
+            # A full batch is compressed by the thread that filled it, not by the network thread.
+            acc.on_batch_full = lambda batch: batch.prepare(compression, level)
         pm = self._producer_metrics
         pm.add_gauge("buffer-total-bytes", "Total buffer.memory", lambda: float(acc.buffer_memory))
         pm.add_gauge(
@@ -294,41 +330,72 @@ class Producer:
     ) -> None:
         try:
             entries = batch.entries
-            futures = [e[4] for e in entries]
+            count = len(entries)
+            # Records from send_nowait()/send_many() have no future (and usually no callback): a batch of
+            # only those costs nothing per record here.
+            futures = list(map(_future_of, entries))
+            with_future = count - futures.count(None)
+            callbacks = list(map(_callback_of, entries))
+            with_callback = count - callbacks.count(None)
             if error is None:
-                topic = batch.topic
-                partition = batch.partition
-                new = _tuple_new
-                md = RecordMetadata
-                if base_offset >= 0 and log_append_ms >= 0:
-                    results = [
-                        new(md, (topic, partition, base_offset + i, log_append_ms))
-                        for i in range(len(entries))
-                    ]
-                elif base_offset >= 0:
-                    results = [
-                        new(md, (topic, partition, base_offset + i, e[2])) for i, e in enumerate(entries)
-                    ]
-                else:
-                    ts_override = log_append_ms >= 0
-                    results = [
-                        new(md, (topic, partition, -1, log_append_ms if ts_override else e[2]))
-                        for e in entries
-                    ]
-                complete_all(futures, results)
-                for i, entry in enumerate(entries):
-                    callback = entry[5]
-                    if callback is not None:
-                        self._run_callback(callback, results[i], None, batch)
+                if not (with_future or with_callback):
+                    return
+                results = record_metadata(
+                    RecordMetadata, batch.topic, batch.partition, base_offset, log_append_ms, entries
+                )
+                if with_future:
+                    complete_all(futures, results)
+                if with_callback:
+                    for i, callback in enumerate(callbacks):
+                        if callback is not None:
+                            self._run_callback(callback, results[i], None, batch)
             else:
-                complete_all(futures, None, error)
-                for entry in entries:
-                    callback = entry[5]
-                    if callback is not None:
-                        self._run_callback(callback, None, error, batch)
+                if with_future:
+                    complete_all(futures, None, error)
+                if with_callback:
+                    for callback in callbacks:
+                        if callback is not None:
+                            self._run_callback(callback, None, error, batch)
+                silent = sum(1 for f, c in zip(futures, callbacks, strict=True) if f is None and c is None)
+                if silent:
+                    self._note_unreported(batch, error, silent)
         finally:
             batch.done_event.set()
             self._accumulator.deallocate(batch)
+
+    def _note_unreported(self, batch: ProducerBatch, error: BaseException, count: int) -> None:
+        """Records without a future or callback failed: keep the error for the application's next
+        ``flush()``/``send_nowait()``/``send_many()`` (and log it now)."""
+        with self._unreported_lock:
+            first = self._unreported is None
+            if first:
+                self._unreported = error
+            self._unreported_count += count
+        # One error line until the application is told (a broker outage fails many batches).
+        log.log(
+            logging.ERROR if first else logging.DEBUG,
+            "%d record(s) for %s sent without a future or callback could not be delivered: %s%s",
+            count,
+            batch.tp,
+            error,
+            " (further failures are counted until the next flush/send_nowait/send_many reports them)"
+            if first
+            else "",
+        )
+
+    def _raise_unreported(self) -> None:
+        with self._unreported_lock:
+            error = self._unreported
+            count = self._unreported_count
+            self._unreported = None
+            self._unreported_count = 0
+        if error is not None:
+            raise DeliveryFailedError(
+                f"{count} record(s) sent without a future or callback could not be delivered; "
+                f"the first error: {error}",
+                failed=count,
+                cause=error,
+            ) from error
 
     @staticmethod
     def _run_callback(
@@ -428,6 +495,242 @@ class Producer:
             self._client.wakeup()
         return future
 
+    def send_nowait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        headers: Iterable[tuple[str, Any]] | Mapping[str, Any] | None = None,
+        timestamp: int | None = None,
+        callback: Callback | None = None,
+    ) -> None:
+        """:meth:`send` without a future (cheaper: no per-record future is made or completed).
+
+        ``callback(metadata, exception)``, when given, runs as with :meth:`send`.  A record that cannot be
+        queued (too large, no metadata or buffer memory within ``max.block.ms``) raises here when there is no
+        callback (else the callback gets the error).  A record without a callback whose delivery fails
+        later is logged, counted and raised as one
+        :class:`~kafka_handoff.errors.DeliveryFailedError` from the next :meth:`flush`,
+        :meth:`send_nowait` or :meth:`send_many` call.  Ordering, retries and idempotence are the same as
+        for :meth:`send`.
+        """
+        if self._closed:
+            raise IllegalStateError("cannot send: the producer is closed")
+        if self._fatal is not None or not self._background.empty() or self._unreported is not None:
+            self._raise_unreported()
+            try:
+                self._raise_background_errors()
+            except AuthenticationError as exc:
+                self._fail_nowait(callback, exc)
+                return
+        if self._key_serializer is not None or self._value_serializer is not None:
+            key, value = self._serialize(topic, key, value)
+        if key is None:
+            size = RECORD_OVERHEAD_ESTIMATE
+        else:
+            if type(key) is not bytes:
+                key = _to_bytes(key, "key")
+            size = RECORD_OVERHEAD_ESTIMATE + len(key)
+        if value is not None:
+            if type(value) is not bytes:
+                value = _to_bytes(value, "value")
+            size += len(value)
+        hdrs: tuple[Header, ...] | None = None
+        if headers is not None:
+            hdrs = _headers(headers)
+            if hdrs:
+                size += estimate_headers_size(hdrs)
+            else:
+                hdrs = None
+        if timestamp is None:
+            timestamp = time_ns() // 1_000_000
+        elif timestamp < 0:
+            raise ValueError(f"invalid timestamp {timestamp}: it must be non-negative (or None for now)")
+        num_partitions = self._partition_counts.get(topic)
+        started: int | None = None
+        if num_partitions is None:
+            started = monotonic_ns() // 1_000_000
+            try:
+                num_partitions = self._wait_for_topic(topic, started + self._max_block_ms)
+            except (KafkaTimeoutError, AuthenticationError) as exc:
+                self._fail_nowait(callback, exc)
+                return
+        if partition is not None:
+            if not 0 <= partition < num_partitions:
+                raise KafkaError(
+                    f"invalid partition {partition} for topic {topic}: "
+                    f"it has partitions 0..{num_partitions - 1}"
+                )
+        elif key is not None and not self._ignore_keys:
+            partition = (murmur2(key) & 0x7FFFFFFF) % num_partitions
+        if size > self._max_record_size:
+            self._fail_nowait(callback, self._too_large(topic, size))
+            return
+        entry = make_entry_no_future(key, value, timestamp, hdrs, callback)
+        try:
+            wake = self._accumulator.append(topic, partition, entry, size, started, self._max_block_ms)
+        except KafkaTimeoutError as exc:
+            self._fail_nowait(callback, exc)
+            return
+        if wake:
+            self._client.wakeup()
+
+    def _fail_nowait(self, callback: Callback | None, error: BaseException) -> None:
+        if callback is None:
+            raise error
+        try:
+            callback(None, error)
+        except Exception:
+            log.exception("error in a send callback")
+
+    def send_many(
+        self,
+        topic: str,
+        values: Iterable[Any],
+        keys: Iterable[Any] | None = None,
+        *,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        callback: Callback | None = None,
+    ) -> None:
+        """Queue many records at once, without futures: the fastest way to produce.
+
+        ``values`` (and ``keys``, as many, or None for records without keys) are serialized as by
+        :meth:`send`; every record gets ``timestamp`` (default: now) and no headers.  Records go to
+        ``partition``, else keyed ones to their key's partition (murmur2, as :meth:`send`) and the rest to
+        the topic's sticky partition; each partition's records keep their order in ``values``.  Runs of
+        records that fit a partition's open batch are appended by one C call, under one lock acquisition.
+
+        ``callback(metadata, exception)``, when given, runs for every record as with :meth:`send`.
+        Without one, a delivery failure is logged and raised as one
+        :class:`~kafka_handoff.errors.DeliveryFailedError` by the next :meth:`flush`, :meth:`send_nowait`
+        or :meth:`send_many`.  Raises :class:`~kafka_handoff.errors.MessageTooLargeError` before queuing
+        anything if a record is too large; if buffer memory runs out for longer than ``max.block.ms`` it
+        raises :class:`~kafka_handoff.errors.KafkaTimeoutError` saying how many records were queued
+        (those are delivered as usual).
+        """
+        if self._closed:
+            raise IllegalStateError("cannot send: the producer is closed")
+        if self._fatal is not None or not self._background.empty() or self._unreported is not None:
+            self._raise_unreported()
+            self._raise_background_errors()
+        vals = values if type(values) is list else list(values)
+        ks: list[Any] | None = None
+        if keys is not None:
+            ks = keys if type(keys) is list else list(keys)
+            if len(ks) != len(vals):
+                raise ValueError(f"send_many: {len(ks)} keys for {len(vals)} values (they must match)")
+        if not vals:
+            return
+        if self._key_serializer is not None and ks is not None:
+            ks = [self._serialize_one(self._key_serializer, topic, k, "key") for k in ks]
+        if self._value_serializer is not None:
+            vals = [self._serialize_one(self._value_serializer, topic, v, "value") for v in vals]
+        self._check_sizes(topic, vals, ks)
+        if timestamp is None:
+            timestamp = time_ns() // 1_000_000
+        elif timestamp < 0:
+            raise ValueError(f"invalid timestamp {timestamp}: it must be non-negative (or None for now)")
+        num_partitions = self._partition_counts.get(topic)
+        started: int | None = None
+        if num_partitions is None:
+            started = monotonic_ns() // 1_000_000
+            num_partitions = self._wait_for_topic(topic, started + self._max_block_ms)
+        groups: list[tuple[int | None, list[Any], list[Any] | None]]
+        if partition is not None:
+            if not 0 <= partition < num_partitions:
+                raise KafkaError(
+                    f"invalid partition {partition} for topic {topic}: "
+                    f"it has partitions 0..{num_partitions - 1}"
+                )
+            groups = [(partition, vals, ks)]
+        elif ks is None or self._ignore_keys:
+            groups = [(None, vals, ks)]
+        else:
+            groups = self._group_by_key(ks, vals, num_partitions)
+        limit = self._max_record_size
+
+        def convert(key: Any, value: Any) -> tuple[bytes | None, bytes | None, int]:
+            k, v, size = _convert(key, value)
+            if size > limit:  # a str whose UTF-8 is longer than _check_sizes assumed
+                raise self._too_large(topic, size)
+            return k, v, size
+
+        progress = [0]
+        queued = 0
+        wake = False
+        try:
+            for part, group_values, group_keys in groups:
+                progress[0] = 0
+                if self._accumulator.append_many(
+                    topic,
+                    part,
+                    group_values,
+                    group_keys,
+                    timestamp,
+                    callback,
+                    convert,
+                    started,
+                    self._max_block_ms,
+                    progress,
+                ):
+                    wake = True
+                queued += progress[0]
+        except KafkaTimeoutError as exc:
+            queued += progress[0]
+            raise KafkaTimeoutError(f"{exc}; {queued} of {len(vals)} record(s) were queued") from exc
+        finally:
+            if wake or queued:
+                self._client.wakeup()
+
+    @staticmethod
+    def _group_by_key(
+        keys: list[Any], values: list[Any], num_partitions: int
+    ) -> list[tuple[int | None, list[Any], list[Any] | None]]:
+        """Keyed records by partition (records with a None key: the sticky partition), each in order."""
+        by_part: dict[int | None, tuple[list[Any], list[Any]]] = {}
+        for key, value in zip(keys, values, strict=True):
+            if key is None:
+                part: int | None = None
+            else:
+                if type(key) is not bytes:
+                    key = _to_bytes(key, "key")
+                part = (murmur2(key) & 0x7FFFFFFF) % num_partitions
+            group = by_part.get(part)
+            if group is None:
+                group = by_part[part] = ([], [])
+            group[0].append(key)
+            group[1].append(value)
+        return [(p, vs, ks) for p, (ks, vs) in by_part.items()]
+
+    def _check_sizes(self, topic: str, values: list[Any], keys: list[Any] | None) -> None:
+        limit = self._max_record_size - RECORD_OVERHEAD_ESTIMATE
+        try:
+            bound = max(map(len, values)) + (max(map(len, keys)) if keys else 0)
+        except TypeError:  # None values or keys, or an unsupported type (that fails with a clear error later)
+            bound = limit + 1
+        if bound * 4 <= limit:  # even if every item were a str of 4-byte UTF-8 characters
+            return
+        for i, value in enumerate(values):
+            key = keys[i] if keys is not None else None
+            size = RECORD_OVERHEAD_ESTIMATE
+            if value is not None:
+                size += len(_to_bytes(value, "value"))
+            if key is not None:
+                size += len(_to_bytes(key, "key"))
+            if size > self._max_record_size:
+                raise self._too_large(topic, size)
+
+    @staticmethod
+    def _serialize_one(serializer: Callable[[Any], Any], topic: str, item: Any, what: str) -> Any:
+        try:
+            return serializer(item)
+        except Exception as exc:
+            raise SerializationError(
+                f"cannot serialize the {what} of a record for topic {topic}: {exc}"
+            ) from exc
+
     def _serialize(self, topic: str, key: Any, value: Any) -> tuple[Any, Any]:
         ks = self._key_serializer
         if ks is not None:
@@ -526,6 +829,8 @@ class Producer:
                     )
         finally:
             self._accumulator.end_flush()
+        if self._unreported is not None:
+            self._raise_unreported()
 
     def partitions_for(self, topic: str, timeout: float | None = None) -> list[PartitionInfo]:
         """The topic's partitions (waits up to ``timeout`` s, default ``max.block.ms``, for metadata)."""

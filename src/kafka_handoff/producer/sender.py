@@ -34,6 +34,7 @@ from kafka_handoff.errors import (
     MessageTooLargeError,
     error_for_code,
 )
+from kafka_handoff.producer import produce_request
 from kafka_handoff.producer.accumulator import RecordAccumulator
 from kafka_handoff.producer.batch import ProducerBatch
 from kafka_handoff.producer.idempotence import (
@@ -295,13 +296,20 @@ class Sender:
                 self.metrics.record_retry(len(batch.entries), now_ms)
         acks = self.acks
         timeout = self.request_timeout_ms
+        transactional_id: str | None = None
+
+        def encode(version: int) -> wire.EncodedBody:
+            # What build() describes, written directly (produce_request.py): kio's generic writer costs more
+            # than the rest of the request.
+            body = produce_request.encode_produce_body(version, transactional_id, acks, timeout, topics)
+            return wire.EncodedBody(ApiKey.PRODUCE, version, body)
 
         def build(version: int) -> dict[str, Any]:
             # The nested entities are built as kio objects of the negotiated version directly: the generic
             # dict conversion in wire.build_request costs more than the rest of the request.
             topic_cls, partition_cls = _produce_entities(version)
             return {
-                "transactional_id": None,
+                "transactional_id": transactional_id,
                 "acks": acks,
                 "timeout": timeout,
                 "topic_data": tuple(
@@ -379,11 +387,13 @@ class Sender:
             api_key=ApiKey.PRODUCE,
             node=node,
             build=build,
+            encode=encode,
             on_response=on_response,
             on_failure=on_failure,
             timeout_ms=self.request_timeout_ms,
             expect_response=self.acks != 0,
             min_version=3,
+            max_version=produce_request.MAX_VERSION,
         )
 
     def _apply_leader_hints(self, response: Any, now_ms: int) -> set[TopicPartition]:

@@ -134,12 +134,72 @@ def _snappy_decompress_xerial(mv: memoryview) -> bytes:
 # lz4 (frame format, independent blocks)
 
 
+_LZ4_BLOCK: Final = 64 * 1024
+_LZ4_UNCOMPRESSED: Final = 0x80000000
+_UINT32_LE: Final = struct.Struct("<I")
+
+
+def _xxh32_short(data: bytes, seed: int = 0) -> int:
+    """xxHash32 of fewer than 16 bytes (the lz4 frame header checksum)."""
+    p1, p2, p3, p4, p5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+    mask = 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & mask
+
+    h = (seed + p5 + len(data)) & mask
+    i = 0
+    while i + 4 <= len(data):
+        h = (rotl((h + int.from_bytes(data[i : i + 4], "little") * p3) & mask, 17) * p4) & mask
+        i += 4
+    for b in data[i:]:
+        h = (rotl((h + b * p5) & mask, 11) * p1) & mask
+    h ^= h >> 15
+    h = (h * p2) & mask
+    h ^= h >> 13
+    h = (h * p3) & mask
+    h ^= h >> 16
+    return h
+
+
+def _lz4_frame_header() -> bytes:
+    """Magic, FLG 0x60 (version 1, independent blocks, no block or content checksum, no content size),
+    BD 0x40 (64 KiB blocks) and the header checksum byte: the frame Java's producer writes."""
+    descriptor = b"\x60\x40"
+    return b"\x04\x22\x4d\x18" + descriptor + bytes([(_xxh32_short(descriptor) >> 8) & 0xFF])
+
+
+_LZ4_HEADER: Final = _lz4_frame_header()
+
+
 def _lz4_compress(data: bytes | memoryview, level: int | None) -> bytes:
     # Java: the default level (9) selects lz4's fast compressor; any other level the HC compressor.
     cj_level = 0 if level is None or level == DEFAULT_LEVELS[CompressionType.LZ4] else level
+    if cj_level == 0:
+        return _lz4_compress_fast(memoryview(data))
     compressor = cramjam.lz4.Compressor(level=cj_level, content_checksum=False, block_linked=False)
     compressor.compress(data)
     return bytes(compressor.finish())
+
+
+def _lz4_compress_fast(mv: memoryview) -> bytes:
+    """An lz4 frame of independent 64 KiB blocks (no checksums), written block by block with
+    ``compress_block``, which releases the GIL while it compresses (cramjam's streaming compressor holds it,
+    which stalls every other thread of the process, e.g. a consumer's heartbeats, for the whole batch)."""
+    parts = [_LZ4_HEADER]
+    pack = _UINT32_LE.pack
+    compress_block = cramjam.lz4.compress_block
+    for start in range(0, len(mv), _LZ4_BLOCK):
+        chunk = mv[start : start + _LZ4_BLOCK]
+        block = compress_block(chunk, store_size=False)
+        if len(block) < len(chunk):
+            parts.append(pack(len(block)))
+            parts.append(bytes(block))
+        else:  # incompressible: stored as is
+            parts.append(pack(len(chunk) | _LZ4_UNCOMPRESSED))
+            parts.append(bytes(chunk))
+    parts.append(b"\0\0\0\0")  # end mark
+    return b"".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from kafka_handoff.protocol.wire import EncodedBody
 
 __all__ = [
     "ANY_NODE",
@@ -57,6 +60,9 @@ class UnsentRequest:
     max_version: int | None = None
     expect_response: bool = True
     created_ms: int = 0
+    encode: Callable[[int], EncodedBody] | None = None
+    """A hot-path shortcut: the body already encoded for a version (the network client uses it instead of
+    :meth:`body`, which must describe the same request; the producer's Produce requests)."""
 
     def body(self, version: int) -> Mapping[str, Any]:
         if self.build is not None:

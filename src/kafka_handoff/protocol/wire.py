@@ -34,6 +34,7 @@ from kafka_handoff.errors import KafkaError
 __all__ = [
     "API_KEYS",
     "API_NAMES",
+    "EncodedBody",
     "FrameDecoder",
     "ProtocolError",
     "build_request",
@@ -55,6 +56,24 @@ _CORRELATION = struct.Struct(">i")
 
 class ProtocolError(KafkaError):
     """Bytes on the wire do not follow the Kafka protocol (bad frame, unknown correlation id, ...)."""
+
+
+class EncodedBody:
+    """A request body already encoded for one version, for hot paths that write their own bytes instead of
+    building a kio entity (the producer's Produce requests, ``UnsentRequest.encode``): :func:`encode_request`
+    frames it as is."""
+
+    __slots__ = ("api_key", "data", "flexible", "version")
+
+    def __init__(self, api_key: int, version: int, data: bytes) -> None:
+        self.api_key = api_key
+        self.version = version
+        self.flexible = request_class(api_key, version).__flexible__
+        self.data = data
+
+    def __repr__(self) -> str:
+        name = API_NAMES.get(self.api_key, self.api_key)
+        return f"EncodedBody({name} v{self.version}, {len(self.data)} bytes)"
 
 
 _F = typing.TypeVar("_F")
@@ -218,7 +237,9 @@ _API_VERSIONS_KEY = 18
 
 
 def encode_request(payload: Any, correlation_id: int, client_id: str | None) -> bytes:
-    """Frame a kio request entity: size prefix, request header, body."""
+    """Frame a kio request entity (or an :class:`EncodedBody`): size prefix, request header, body."""
+    if type(payload) is EncodedBody:
+        return _frame_encoded(payload, correlation_id, client_id)
     header_cls, header_writer = _header_writer(bool(payload.__flexible__))
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
@@ -237,6 +258,21 @@ def encode_request(payload: Any, correlation_id: int, client_id: str | None) -> 
     out = bytes(data)
     data.release()
     return out
+
+
+_HEADER_FIXED = struct.Struct(">ihhih")  # size, api key, api version, correlation id, client id length
+
+
+def _frame_encoded(payload: EncodedBody, correlation_id: int, client_id: str | None) -> bytes:
+    # Request header v1 (v2 for flexible versions: + empty tagged fields): client id as a nullable
+    # int16-length string, even in v2.
+    cid = b"" if client_id is None else client_id.encode("utf-8")
+    tags = b"\0" if payload.flexible else b""
+    size = 10 + len(cid) + len(tags) + len(payload.data)
+    head = _HEADER_FIXED.pack(
+        size, payload.api_key, payload.version, correlation_id, -1 if client_id is None else len(cid)
+    )
+    return b"".join((head, cid, tags, payload.data))
 
 
 def response_correlation_id(frame: bytes | memoryview) -> int:
