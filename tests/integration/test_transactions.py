@@ -84,15 +84,24 @@ def read_ours(bootstrap: str, topic: str, expected: int, timeout: float = 30) ->
     return values
 
 
-def test_read_committed_sees_committed_transactions_only(broker: Any, topic_factory: Any) -> None:
+@pytest.mark.parametrize("protocol", ["v2", "v1"])
+def test_read_committed_sees_committed_transactions_only(
+    broker: Any, topic_factory: Any, protocol: str
+) -> None:
+    """Kafka 4.x finalizes transactions v2 (KIP-890); v1 is forced by hiding the feature from the producer."""
     topic = topic_factory(partitions=3)
     bootstrap = broker.bootstrap_servers
     committed: list[bytes] = []
     aborted: list[bytes] = []
     with _txn_producer(bootstrap, f"txn-{uuid.uuid4().hex[:8]}") as producer:
+        txn = producer._txn
+        assert txn is not None
+        if protocol == "v1":
+            txn._transaction_version = lambda: None
         producer.init_transactions()
         for round_ in range(4):
             producer.begin_transaction()
+            assert txn.v2 is (protocol == "v2")
             values = [b"r%d-%03d" % (round_, i) for i in range(40)]
             for i, v in enumerate(values):
                 producer.send(topic, v, key=b"k%d" % i)

@@ -37,7 +37,8 @@ def state_of(tm: TransactionManager) -> TxnState:
 
 
 class Harness:
-    def __init__(self) -> None:
+    def __init__(self, transaction_version: tuple[int, int] | None = (1, 4)) -> None:
+        self.transaction_version = transaction_version
         self.clock = FakeClock()
         self.idem = IdempotenceManager()
         self.coordinators: list[BrokerNode | None] = []
@@ -50,6 +51,7 @@ class Harness:
             retry_backoff_ms=100,
             retry_backoff_max_ms=1000,
             set_coordinator=lambda node, now: self.coordinators.append(node),
+            transaction_version=lambda: self.transaction_version,
         )
         self.tm.has_pending_batches = lambda: self.pending
         self.tm.abort_undrained = lambda error, now: self.aborted.append(error)
@@ -378,3 +380,51 @@ def test_mark_transactional_sets_the_attribute_and_keeps_the_crc_valid() -> None
     assert header.crc == crc32c(payload[21:])
     batch.set_producer_state(9, 3, 0)  # a later rewrite keeps the attribute
     assert next(iter_batch_headers(batch.payload or b"")).is_transactional
+
+
+def test_transactions_v2_add_partitions_and_the_group_implicitly_and_bump_the_epoch_at_each_end() -> None:
+    h = Harness(transaction_version=(2, 5))
+    h.init(pid=9, epoch=0)
+    h.tm.begin_transaction()
+    assert h.tm.v2 and h.tm.produce_max_version == 12
+    assert h.tm.may_send(TP0)  # no AddPartitionsToTxn: Produce v12 adds the partition
+    fut: Future[None] = Future()
+    h.tm.send_offsets(
+        {TopicPartition("in", 0): OffsetAndMetadata(3)}, ConsumerGroupMetadata("g", 1, "m"), fut
+    )
+    h.find_coordinator(key_type=0, node=3)  # straight to the group coordinator: no AddOffsetsToTxn
+    commit = h.one(ApiKey.TXN_OFFSET_COMMIT)
+    assert (commit.min_version, commit.max_version) == (5, 5)
+    _offsets_answer(h, commit, 0)
+    assert fut.result(0) is None
+    done: Future[None] = Future()
+    h.tm.commit(done)
+    end = h.one(ApiKey.END_TXN)
+    assert (end.min_version, end.max_version) == (5, 5)
+    assert end.values is not None and end.values["producer_epoch"] == 0
+    assert end.on_response is not None
+    end.on_response(SimpleNamespace(error_code=0, producer_id=9, producer_epoch=1), 5, h.now)
+    assert done.result(0) is None
+    assert (h.idem.producer_id, h.idem.epoch) == (9, 1)  # the next transaction writes with the new epoch
+    assert state_of(h.tm) is TxnState.READY and not h.tm.v2
+    assert h.tm.produce_max_version == 11
+    # an abort in v2 also ends with the coordinator's bump, no separate InitProducerId
+    h.tm.begin_transaction()
+    assert h.tm.may_send(TP1)
+    h.tm.on_batch_failed(45, KafkaError("OUT_OF_ORDER_SEQUENCE_NUMBER"))
+    aborted: Future[None] = Future()
+    h.tm.abort(aborted, h.now)
+    end = h.one(ApiKey.END_TXN)
+    assert end.on_response is not None
+    end.on_response(SimpleNamespace(error_code=0, producer_id=9, producer_epoch=2), 5, h.now)
+    assert aborted.result(0) is None and h.idem.epoch == 2
+    assert h.poll() == []
+
+
+def test_transactions_v1_when_the_cluster_has_not_finalized_v2() -> None:
+    for known in (None, (1, 5), (2, 4)):
+        h = Harness(transaction_version=known)
+        h.init()
+        h.tm.begin_transaction()
+        assert not h.tm.v2 and h.tm.produce_max_version == 11
+        assert not h.tm.may_send(TP0)

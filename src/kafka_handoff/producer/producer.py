@@ -68,6 +68,7 @@ from kafka_handoff.protocol.records import RECORD_BATCH_OVERHEAD
 from kafka_handoff.protocol.requests import MonotonicClock
 from kafka_handoff.protocol.telemetry import TelemetryManager
 from kafka_handoff.protocol.telemetry import client_instance_id as telemetry_client_instance_id
+from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.security import build_security
 from kafka_handoff.types import (
     ClusterMetadata,
@@ -204,6 +205,7 @@ class Producer:
                 retry_backoff_max_ms=cfg.retry_backoff_max_ms,
                 set_coordinator=client.set_coordinator,
                 request_metadata=self._metadata.request_update,
+                transaction_version=lambda: client.finalized_feature("transaction.version", ApiKey.END_TXN),
             )
         self._completions: queue.SimpleQueue[_Completion | None] = queue.SimpleQueue()
         self._sender = Sender(

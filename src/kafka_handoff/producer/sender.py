@@ -236,7 +236,7 @@ class Sender:
     def _may_drain_txn(self, batch: ProducerBatch) -> bool:
         """A transactional batch goes once its partition is in the transaction (AddPartitionsToTxn)."""
         assert self.transactions is not None and self.idempotence is not None
-        return self.transactions.may_send(batch.tp) and self.idempotence.may_drain(batch)
+        return self.idempotence.may_drain(batch) and self.transactions.may_send(batch.tp)
 
     def _abort_undrained(self, error: BaseException, now_ms: int) -> None:
         """The transaction is aborted: its batches not yet sent fail with ``error``."""
@@ -412,6 +412,7 @@ class Sender:
             timeout_ms=self.request_timeout_ms,
             expect_response=self.acks != 0,
             min_version=3,
+            max_version=11 if self.transactions is None else self.transactions.produce_max_version,
         )
 
     def _apply_leader_hints(self, response: Any, now_ms: int) -> set[TopicPartition]:

@@ -24,8 +24,13 @@ an invalid transaction state.  *Abortable* (``ABORTABLE_ERROR``: ``abort_transac
 of the transaction failed, a group commit was refused (``CommitFailedError``), ``TRANSACTION_ABORTABLE``.
 Coordinator moves and ``CONCURRENT_TRANSACTIONS`` are retried with exponential backoff.
 
-This version speaks transactions v1 (AddPartitionsToTxn v3, EndTxn v4, Produce v11), which Kafka 4.x
-brokers still serve beside KIP-890's v2.  Nothing here does I/O or reads a clock.
+**Transactions v2** (KIP-890 part 2) are used when the cluster's finalized ``transaction.version`` feature
+(ApiVersions v3+) is 2 or more and the coordinator speaks EndTxn v5, decided at each ``begin_transaction``:
+Produce v12 adds a partition to the transaction implicitly (no AddPartitionsToTxn), TxnOffsetCommit v5 adds
+the group implicitly (no AddOffsetsToTxn), and every EndTxn v5 bumps the producer epoch (the answer carries
+the new one, and sequences start again at 0), which fences a zombie's late writes to the ended transaction.
+Otherwise transactions v1 (AddPartitionsToTxn v3, EndTxn v4, Produce v11), which Kafka 4.x still serves.
+Nothing here does I/O or reads a clock.
 """
 
 from __future__ import annotations
@@ -87,6 +92,11 @@ _BUMP_AFTER_ABORT: Final = frozenset(
 ADD_PARTITIONS_MAX_VERSION: Final = 3
 END_TXN_MAX_VERSION: Final = 4
 TXN_OFFSET_COMMIT_MAX_VERSION: Final = 4
+PRODUCE_MAX_VERSION: Final = 11
+# Transactions v2 (KIP-890).
+END_TXN_V2: Final = 5
+TXN_OFFSET_COMMIT_V2: Final = 5
+PRODUCE_V2: Final = 12
 _WAIT_FOR_BATCHES_MS: Final = 20
 
 
@@ -156,6 +166,7 @@ class TransactionManager:
         retry_backoff_max_ms: int = 1000,
         set_coordinator: Callable[[BrokerNode | None, int], None] | None = None,
         request_metadata: Callable[[], None] | None = None,
+        transaction_version: Callable[[], tuple[int, int] | None] | None = None,
     ) -> None:
         self.transactional_id = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
@@ -178,6 +189,10 @@ class TransactionManager:
         self._new_partitions: set[TopicPartition] = set()
         self._txn_started = False
         self._bump_after_abort = False
+        # (finalized transaction.version, negotiated EndTxn version) of the cluster, None while unknown.
+        self._transaction_version = transaction_version or (lambda: None)
+        self.v2 = False
+        """Whether the open transaction uses transactions v2 (KIP-890); decided by begin_transaction."""
         # Set by the sender: whether any batch is queued or awaiting an answer; fails the queued ones.
         self.has_pending_batches: Callable[[], bool] = lambda: False
         self.abort_undrained: Callable[[BaseException, int], None] = lambda error, now: None
@@ -231,6 +246,8 @@ class TransactionManager:
         if self.state is not TxnState.READY:
             raise IllegalStateError(f"cannot begin a transaction in state {self.state.value}")
         self.state = TxnState.IN_TRANSACTION
+        known = self._transaction_version()
+        self.v2 = known is not None and known[0] >= 2 and known[1] >= END_TXN_V2
         self._txn_started = False
         self.partitions_in_txn.clear()
         self._new_partitions.clear()
@@ -254,7 +271,9 @@ class TransactionManager:
         if not offsets:
             future.set_result(None)
             return
-        self._steps.append(_Step("add_offsets", [future], group=group, offsets=dict(offsets)))
+        # v2: TxnOffsetCommit v5 adds the group to the transaction itself.
+        kind = "txn_offset_commit" if self.v2 else "add_offsets"
+        self._steps.append(_Step(kind, [future], group=group, offsets=dict(offsets)))
 
     def commit(self, future: Future[None]) -> None:
         self._raise_if_fatal()
@@ -297,8 +316,17 @@ class TransactionManager:
         if tp in self.partitions_in_txn:
             return True
         if self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
+            if self.v2:  # Produce v12 adds the partition itself
+                self.partitions_in_txn.add(tp)
+                self._txn_started = True
+                return True
             self._new_partitions.add(tp)
         return False
+
+    @property
+    def produce_max_version(self) -> int:
+        """Produce v12 means "transactions v2" to the broker: a v1 transaction must not use it."""
+        return PRODUCE_V2 if self.v2 else PRODUCE_MAX_VERSION
 
     def bump_epoch_after_abort(self) -> None:
         self._bump_after_abort = True
@@ -603,6 +631,7 @@ class TransactionManager:
             code = next((c for c in codes if c != 0), 0)
             if code == 0:
                 self._failures = 0
+                self._txn_started = True
                 self._steps.popleft()
                 _set_result(step.futures)
                 return
@@ -637,7 +666,8 @@ class TransactionManager:
             values=values,
             on_response=on_response,
             on_failure=on_failure,
-            max_version=TXN_OFFSET_COMMIT_MAX_VERSION,
+            min_version=TXN_OFFSET_COMMIT_V2 if self.v2 else 0,
+            max_version=TXN_OFFSET_COMMIT_V2 if self.v2 else TXN_OFFSET_COMMIT_MAX_VERSION,
         )
 
     # ---------------------------------------------------------------- EndTxn
@@ -650,12 +680,15 @@ class TransactionManager:
             "committed": step.commit,
         }
 
-        def on_response(response: Any, _version: int, now: int) -> None:
+        def on_response(response: Any, version: int, now: int) -> None:
             self._in_flight = False
             code = int(response.error_code)
             if code == 0:
                 self._failures = 0
                 self._steps.popleft()
+                if version >= END_TXN_V2 and int(getattr(response, "producer_id", -1)) >= 0:
+                    # v2: the coordinator bumped the epoch (or gave a new id at the epoch's end)
+                    idem.set_producer_id_and_epoch(int(response.producer_id), int(response.producer_epoch))
                 self._end_done(step, now)
                 return
             if step.commit and code == TRANSACTION_ABORTABLE:
@@ -671,14 +704,18 @@ class TransactionManager:
             values=values,
             on_response=on_response,
             on_failure=self._on_failure("EndTxn", True),
-            max_version=END_TXN_MAX_VERSION,
+            min_version=END_TXN_V2 if self.v2 else 0,
+            max_version=END_TXN_V2 if self.v2 else END_TXN_MAX_VERSION,
         )
 
     def _end_done(self, step: _Step, now_ms: int) -> None:
         self.partitions_in_txn.clear()
         self._new_partitions.clear()
         self._txn_started = False
-        if not step.commit and (self._bump_after_abort or self.idem.epoch_bump_required):
+        v2, self.v2 = self.v2, False
+        if v2:
+            self._bump_after_abort = False  # EndTxn v5 bumped the epoch already
+        elif not step.commit and (self._bump_after_abort or self.idem.epoch_bump_required):
             # KIP-360: a batch of the aborted transaction left its sequence unknown: get the next epoch
             # from the coordinator (the same producer id) before the next transaction.
             self._bump_after_abort = False

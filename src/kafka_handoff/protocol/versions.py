@@ -49,7 +49,7 @@ class ApiKey:
 # does not (yet) handle what a newer version changed.  Kafka 4.x brokers removed old versions
 # (KIP-896), so the minimums follow theirs.
 _CAPS: Mapping[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 11),
+    ApiKey.PRODUCE: (3, 12),  # v12 only for a transactions-v2 producer (Sender caps the others at 11)
     ApiKey.FETCH: (4, 17),
     ApiKey.LIST_OFFSETS: (1, 10),
     ApiKey.METADATA: (1, 12),
