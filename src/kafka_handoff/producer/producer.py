@@ -61,7 +61,7 @@ from kafka_handoff.producer.idempotence import IdempotenceManager
 from kafka_handoff.producer.metrics import ProducerMetrics
 from kafka_handoff.producer.partitioner import murmur2
 from kafka_handoff.producer.sender import Sender
-from kafka_handoff.producer.transactions import TransactionManager
+from kafka_handoff.producer.transactions import TransactionManager, TxnState
 from kafka_handoff.protocol.compression import CompressionType, compression_type_from_name
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.records import RECORD_BATCH_OVERHEAD
@@ -611,15 +611,17 @@ class Producer:
         """Send everything queued, then commit the transaction.  Raises the abortable error (e.g. a record
         that could not be delivered) when it cannot commit -- then call :meth:`abort_transaction` -- and a
         fatal one (:class:`~kafka_handoff.errors.ProducerFencedError`, ...) when only ``close()`` is left."""
-        if self._txn is None:
-            raise IllegalStateError("cannot commit_transaction: the producer has no transactional.id")
-        self._txn.check_send()  # raises the abortable/fatal error, or when no transaction is open
-        try:
-            self.flush(timeout)
-        except KafkaTimeoutError as exc:
-            raise KafkaTimeoutError(f"commit_transaction: {exc}") from None
         txn = self._txn
-        self._txn_call("commit_transaction", lambda now, f: txn.commit(f), timeout)
+        if txn is None:
+            raise IllegalStateError("cannot commit_transaction: the producer has no transactional.id")
+        start = time.monotonic()
+        if txn.state is TxnState.IN_TRANSACTION:  # not when resuming a commit that timed out
+            try:
+                self.flush(timeout)
+            except KafkaTimeoutError as exc:
+                raise KafkaTimeoutError(f"commit_transaction: {exc}") from None
+        remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
+        self._txn_call("commit_transaction", lambda now, f: txn.commit(f), remaining)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         """Abort the open transaction: queued records fail with
