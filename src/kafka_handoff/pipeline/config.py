@@ -24,7 +24,7 @@ Layout (every section but ``[kafka]``, ``[transform]`` and ``[sink]`` is optiona
     path = ["."]                            # added to sys.path, relative to this file
 
     [sink]
-    format = "delta"            # delta (deltalake) | parquet (Spark writer + atomic manifests) | kafka (a topic: path)
+    format = "delta"            # delta (deltalake) | parquet (Spark, atomic manifests) | kafka (a topic)
     path = ".handoff/pipeline/clickstream"
     app_id = "clickstream"      # prefix of the per-partition marks; default: group.id
 
