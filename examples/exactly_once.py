@@ -39,7 +39,7 @@ from typing import Any
 from kafka_handoff import Consumer, Producer
 from kafka_handoff.consumer.listener import RebalanceConsumer, RebalanceListenerBase
 from kafka_handoff.errors import (
-    InvalidProducerEpochError,
+    InvalidTxnStateError,
     KafkaError,
     KafkaTimeoutError,
     ProducerFencedError,
@@ -55,7 +55,9 @@ log = logging.getLogger("exactly_once")
 Transform = Callable[[ConsumerRecord], Iterable[tuple[bytes | None, bytes | None]]]
 
 #: Errors after which the producer is unusable (Java's fatal transaction errors): the member must stop.
-FATAL = (ProducerFencedError, InvalidProducerEpochError, TransactionalIdAuthorizationFailedError)
+#: Others -- InvalidProducerEpochError too (KIP-588: the coordinator timed the transaction out) -- are
+#: abortable: abort_transaction() recovers, or raises the fatal error if there really is a successor.
+FATAL = (ProducerFencedError, TransactionalIdAuthorizationFailedError, InvalidTxnStateError)
 
 
 def uppercase(record: ConsumerRecord) -> list[tuple[bytes | None, bytes | None]]:

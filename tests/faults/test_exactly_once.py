@@ -229,22 +229,33 @@ def test_consume_transform_produce_group_under_churn_is_exactly_once(eos_cluster
         Member(cluster, source, sink, group, f"b-{suffix}", hang_at=3),
         Member(cluster, source, sink, group, f"c-{suffix}"),
     ]
+    t0 = time.monotonic()
+
+    def phase(name: str) -> None:
+        print(f"{time.monotonic() - t0:6.1f} s  {name}")
+
     try:
         for m in members:
             m.await_line("READY", 60)
+        phase("members ready")
         writer.start()
         members[1].await_line("HANGING", 60)
         members[1].kill()  # SIGKILL mid-transaction
+        phase("member b killed mid-transaction")
         members.append(Member(cluster, source, sink, group, f"d-{suffix}"))  # churn: a member joins
         members[-1].await_line("READY", 60)
         node = coordinator_node(cluster, group)
         cluster.stop_node(node)  # the group coordinator's broker restarts
+        phase(f"node {node} stopped")
         cluster.restart_node(node)
+        phase(f"node {node} restarted")
         assert done.wait(60), "the input was not written"
+        phase("input written")
         assert not produce_errors, produce_errors
         for m in (members[0], members[2], members[3]):
             assert m.proc.poll() is None, f"{m.name} died: " + "\n".join(m.stderr[-30:])
         oracle = read_committed_confluent(bootstrap, sink, RECORDS, timeout=60)
+        phase("output read by librdkafka")
         missing = truth - Counter(oracle)
         twice = Counter(oracle) - truth
         assert not missing and not twice, (
@@ -252,6 +263,7 @@ def test_consume_transform_produce_group_under_churn_is_exactly_once(eos_cluster
         )
         ours = read_committed_ours(bootstrap, sink, RECORDS, timeout=30)
         assert Counter(ours) == truth
+        phase("output read by ours")
     finally:
         for m in members:
             m.kill()

@@ -13,6 +13,7 @@ from crc32c import crc32c
 from kafka_handoff.errors import (
     CommitFailedError,
     IllegalStateError,
+    InvalidProducerEpochError,
     KafkaError,
     ProducerFencedError,
     TransactionAbortableError,
@@ -428,3 +429,52 @@ def test_transactions_v1_when_the_cluster_has_not_finalized_v2() -> None:
         h.tm.begin_transaction()
         assert not h.tm.v2 and h.tm.produce_max_version == 11
         assert not h.tm.may_send(TP0)
+
+
+def test_a_transaction_timed_out_by_the_coordinator_is_abortable_and_the_abort_claims_the_new_epoch() -> None:
+    """KIP-588, transactions v1: INVALID_PRODUCER_EPOCH from the coordinator is abortable; the abort skips
+    EndTxn (the coordinator aborted already) and re-initializes with the current id and epoch."""
+    h = Harness()
+    h.init(pid=9, epoch=4)
+    h.tm.begin_transaction()
+    fut: Future[None] = Future()
+    h.tm.send_offsets(
+        {TopicPartition("in", 0): OffsetAndMetadata(1)}, ConsumerGroupMetadata("g", 1, "m"), fut
+    )
+    h.answer(h.one(ApiKey.ADD_OFFSETS_TO_TXN), error_code=47)
+    assert isinstance(fut.exception(0), InvalidProducerEpochError)
+    assert state_of(h.tm) is TxnState.ABORTABLE_ERROR
+    done: Future[None] = Future()
+    h.tm.abort(done, h.now)
+    bump = h.one(ApiKey.INIT_PRODUCER_ID)
+    assert bump.values is not None
+    assert (bump.values["producer_id"], bump.values["producer_epoch"]) == (9, 4)
+    h.answer(bump, error_code=0, producer_id=9, producer_epoch=6)
+    assert done.result(0) is None and h.idem.epoch == 6
+    assert state_of(h.tm) is TxnState.READY
+
+
+def test_a_transaction_timed_out_by_the_coordinator_v2_aborts_with_end_txn_which_returns_the_epoch() -> None:
+    h = Harness(transaction_version=(2, 5))
+    h.init(pid=9, epoch=4)
+    h.tm.begin_transaction()
+    assert h.tm.may_send(TP0)
+    h.tm.commit(Future())
+    h.answer(h.one(ApiKey.END_TXN), version=5, error_code=47)
+    assert state_of(h.tm) is TxnState.ABORTABLE_ERROR
+    done: Future[None] = Future()
+    h.tm.abort(done, h.now)
+    end = h.one(ApiKey.END_TXN)
+    assert end.values is not None and end.values["committed"] is False
+    assert end.on_response is not None
+    end.on_response(SimpleNamespace(error_code=0, producer_id=9, producer_epoch=5), 5, h.now)
+    assert done.result(0) is None and h.idem.epoch == 5
+    # a real successor: the abort's EndTxn is fenced; the re-initialization then says so (fatal)
+    h.tm.begin_transaction()
+    assert h.tm.may_send(TP0)
+    h.tm.commit(Future())
+    h.answer(h.one(ApiKey.END_TXN), version=5, error_code=47)
+    h.tm.abort(Future(), h.now)
+    h.answer(h.one(ApiKey.END_TXN), version=5, error_code=90)
+    h.answer(h.one(ApiKey.INIT_PRODUCER_ID), error_code=90, producer_id=-1, producer_epoch=-1)
+    assert state_of(h.tm) is TxnState.FATAL_ERROR

@@ -189,6 +189,9 @@ class TransactionManager:
         self._new_partitions: set[TopicPartition] = set()
         self._txn_started = False
         self._bump_after_abort = False
+        # KIP-588: the coordinator answered INVALID_PRODUCER_EPOCH (it aborted the transaction itself after
+        # transaction.timeout.ms and bumped the epoch): abortable; the abort then claims the bumped epoch.
+        self._epoch_invalid = False
         # (finalized transaction.version, negotiated EndTxn version) of the cluster, None while unknown.
         self._transaction_version = transaction_version or (lambda: None)
         self.v2 = False
@@ -307,6 +310,11 @@ class TransactionManager:
                 _set_error(step.futures, aborted)
         self._new_partitions.clear()
         self.abort_undrained(aborted, now_ms)
+        if self._epoch_invalid and not self.v2:
+            # KIP-588 (transactions v1): the coordinator already aborted the transaction; EndTxn with the
+            # old epoch would be refused, InitProducerId with it claims the bumped epoch.
+            self._steps.append(_Step("init", [future], bump=True))
+            return
         self._steps.append(_Step("end_txn", [future], commit=False))
 
     # ================================================================ sender hooks (network thread)
@@ -335,6 +343,8 @@ class TransactionManager:
         """A batch of the transaction failed for good: the transaction cannot commit."""
         if code in _BUMP_AFTER_ABORT:
             self._bump_after_abort = True
+        if code == INVALID_PRODUCER_EPOCH:  # KIP-588: the coordinator timed the transaction out
+            self._epoch_invalid = True
         if isinstance(error, TransactionAbortedError):
             return
         if code == 90:  # PRODUCER_FENCED
@@ -390,6 +400,8 @@ class TransactionManager:
             return PollResult.idle()
         step = self._steps[0]
         if step.kind == "init":
+            if step.bump and self.has_pending_batches():  # the epoch changes: no batch may be in flight
+                return PollResult.idle(_WAIT_FOR_BATCHES_MS)
             return self._request(self._init_producer_id(step))
         if step.kind == "add_offsets":
             return self._request(self._add_offsets(step))
@@ -439,6 +451,13 @@ class TransactionManager:
             self._abortable(error_for_code(code, f"{what} for transaction {self.transactional_id!r}"))
             return True
         error = error_for_code(code, f"{what} for transaction {self.transactional_id!r}")
+        if code == INVALID_PRODUCER_EPOCH and self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
+            # KIP-588: most likely the coordinator timed the transaction out (transaction.timeout.ms) and
+            # bumped the epoch; a real successor answers PRODUCER_FENCED to the abort's request instead.
+            self._epoch_invalid = True
+            self._bump_after_abort = True
+            self._abortable(error)
+            return True
         if error.retriable:
             self._retry_later(now)
             return True
@@ -500,6 +519,8 @@ class TransactionManager:
                 self._failures = 0
                 self._steps.popleft()
                 idem.set_producer_id_and_epoch(int(response.producer_id), int(response.producer_epoch))
+                self._epoch_invalid = False
+                self._bump_after_abort = False
                 log.info(
                     "transactional.id %r: producer id %d, epoch %d",
                     self.transactional_id,
@@ -691,6 +712,11 @@ class TransactionManager:
                     idem.set_producer_id_and_epoch(int(response.producer_id), int(response.producer_epoch))
                 self._end_done(step, now)
                 return
+            if not step.commit and self._epoch_invalid and code in (INVALID_PRODUCER_EPOCH, 90):
+                # KIP-588: claim the epoch the coordinator bumped when it aborted the transaction itself
+                self._steps.popleft()
+                self._steps.appendleft(_Step("init", list(step.futures), bump=True))
+                return
             if step.commit and code == TRANSACTION_ABORTABLE:
                 self._steps.popleft()
                 self._abortable(error_for_code(code, "EndTxn"))
@@ -715,6 +741,7 @@ class TransactionManager:
         v2, self.v2 = self.v2, False
         if v2:
             self._bump_after_abort = False  # EndTxn v5 bumped the epoch already
+            self._epoch_invalid = False
         elif not step.commit and (self._bump_after_abort or self.idem.epoch_bump_required):
             # KIP-360: a batch of the aborted transaction left its sequence unknown: get the next epoch
             # from the coordinator (the same producer id) before the next transaction.
