@@ -226,7 +226,7 @@ def test_consume_transform_produce_group_under_churn_is_exactly_once(eos_cluster
     )
     members = [
         Member(cluster, source, sink, group, f"a-{suffix}"),
-        Member(cluster, source, sink, group, f"b-{suffix}", hang_at=3),
+        Member(cluster, source, sink, group, f"b-{suffix}", hang_at=2),
         Member(cluster, source, sink, group, f"c-{suffix}"),
     ]
     t0 = time.monotonic()
@@ -239,16 +239,31 @@ def test_consume_transform_produce_group_under_churn_is_exactly_once(eos_cluster
             m.await_line("READY", 60)
         phase("members ready")
         writer.start()
+        # The group coordinator's broker restarts (controlled shutdown, then start) while the members work,
+        # one of them is killed and another joins.
+        members[0].await_line("COMMIT", 60)  # the group (and __consumer_offsets) exists, transactions run
+        node = coordinator_node(cluster, group)
+        restart_errors: list[BaseException] = []
+
+        def restart() -> None:
+            try:
+                cluster.stop_node(node)
+                phase(f"node {node} stopped")
+                cluster.restart_node(node)
+                phase(f"node {node} restarted")
+            except BaseException as exc:
+                restart_errors.append(exc)
+
+        restarter = threading.Thread(target=restart, daemon=True)
+        restarter.start()
         members[1].await_line("HANGING", 60)
         members[1].kill()  # SIGKILL mid-transaction
         phase("member b killed mid-transaction")
         members.append(Member(cluster, source, sink, group, f"d-{suffix}"))  # churn: a member joins
         members[-1].await_line("READY", 60)
-        node = coordinator_node(cluster, group)
-        cluster.stop_node(node)  # the group coordinator's broker restarts
-        phase(f"node {node} stopped")
-        cluster.restart_node(node)
-        phase(f"node {node} restarted")
+        phase("member d ready")
+        restarter.join(90)
+        assert not restarter.is_alive() and not restart_errors, restart_errors
         assert done.wait(60), "the input was not written"
         phase("input written")
         assert not produce_errors, produce_errors
