@@ -391,7 +391,7 @@ def test_kafka_sink_and_dead_letter_topic_are_exactly_once_across_a_crash_mid_tr
     topic = topic_factory(2, configs=NO_RETENTION)
     out_topic = topic_factory(2, configs=NO_RETENTION)
     dead_topic = topic_factory(1, configs=NO_RETENTION)
-    events = generate_events(600, seed=83, malformed_share=0.03, start_ms=now_ms())
+    events = generate_events(400, seed=83, malformed_share=0.04, start_ms=now_ms())
     pt.produce(bootstrap, topic, events)
     config = pt.pipeline_config(
         bootstrap,
