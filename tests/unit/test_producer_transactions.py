@@ -478,3 +478,84 @@ def test_a_transaction_timed_out_by_the_coordinator_v2_aborts_with_end_txn_which
     h.answer(h.one(ApiKey.END_TXN), version=5, error_code=90)
     h.answer(h.one(ApiKey.INIT_PRODUCER_ID), error_code=90, producer_id=-1, producer_epoch=-1)
     assert state_of(h.tm) is TxnState.FATAL_ERROR
+
+
+# ------------------------------------------------------------------------------------ with the sender
+def _sender_with_transactions(transaction_version: tuple[int, int]) -> tuple[Any, Harness]:
+    from test_producer_sender import Harness as SenderHarness
+
+    from kafka_handoff.producer.sender import Sender
+
+    s = SenderHarness()
+    t = Harness(transaction_version=transaction_version)
+    assert s.idem is not None
+    t.idem = s.idem
+    t.tm = TransactionManager(
+        "tx",
+        60_000,
+        s.idem,
+        transaction_version=lambda: transaction_version,
+        set_coordinator=lambda node, now: t.coordinators.append(node),
+    )
+    s.sender = Sender(s.acc, s.metadata, s._on_done, idempotence=s.idem, transactions=t.tm)
+    t.init(pid=77, epoch=0)
+    return s, t
+
+
+def test_the_sender_holds_a_new_partitions_batch_until_it_joined_the_transaction_v1() -> None:
+    s, t = _sender_with_transactions((1, 4))
+    assert s.poll() == []  # no InitProducerId of the sender's own: the transaction manager has the id
+    with pytest.raises(IllegalStateError):
+        t.tm.check_send()
+    t.tm.begin_transaction()
+    fut = s.send(b"in-a-transaction")
+    assert s.produce_requests() == [] and s.poll() == []  # held back: not in the transaction yet
+    t.add_partitions(TopicPartition("t", 0))
+    (produce,) = [r for r in s.poll() if r.api_key == ApiKey.PRODUCE]
+    assert produce.max_version == 11
+    assert dict(produce.body(11))["transactional_id"] == "tx"
+    ((_tp, data),) = s.batches_of(produce)
+    header = s.header(data)
+    assert header.is_transactional and (header.producer_id, header.producer_epoch) == (77, 0)
+    assert t.tm.has_pending_batches()
+    done: Future[None] = Future()
+    t.tm.commit(done)
+    assert t.poll() == []  # EndTxn waits for the unanswered batch
+    s.answer(produce)
+    assert fut.result(0).offset == 0
+    end = t.one(ApiKey.END_TXN)
+    t.answer(end, error_code=0)
+    assert done.result(0) is None
+
+
+def test_the_sender_uses_produce_v12_in_a_v2_transaction_and_v11_otherwise() -> None:
+    s, t = _sender_with_transactions((2, 5))
+    t.tm.begin_transaction()
+    s.send(b"v2")
+    (produce,) = [r for r in s.poll() if r.api_key == ApiKey.PRODUCE]  # no AddPartitionsToTxn round trip
+    assert produce.max_version == 12
+    assert t.poll() == []
+    s.answer(produce)
+    t.tm.commit(Future())
+    end = t.one(ApiKey.END_TXN)
+    assert end.on_response is not None
+    end.on_response(SimpleNamespace(error_code=0, producer_id=77, producer_epoch=1), 5, t.now)
+    # the next transaction's batches carry the bumped epoch, from sequence 0
+    t.tm.begin_transaction()
+    s.send(b"next")
+    (produce,) = [r for r in s.poll() if r.api_key == ApiKey.PRODUCE]
+    ((_tp, data),) = s.batches_of(produce)
+    header = s.header(data)
+    assert (header.producer_epoch, header.base_sequence) == (1, 0)
+
+
+def test_an_aborted_transactions_queued_records_fail_with_transaction_aborted() -> None:
+    s, t = _sender_with_transactions((1, 4))
+    t.tm.begin_transaction()
+    fut = s.send(b"never sent")
+    s.poll()  # held back (partition not added yet)
+    done: Future[None] = Future()
+    t.tm.abort(done, t.now)
+    assert isinstance(fut.exception(0), TransactionAbortedError)
+    assert t.poll() == []
+    assert done.done() and state_of(t.tm) is TxnState.READY  # nothing reached the coordinator
