@@ -559,3 +559,32 @@ def test_an_aborted_transactions_queued_records_fail_with_transaction_aborted() 
     assert isinstance(fut.exception(0), TransactionAbortedError)
     assert t.poll() == []
     assert done.done() and state_of(t.tm) is TxnState.READY  # nothing reached the coordinator
+
+
+def test_a_v2_commit_refused_with_invalid_txn_state_after_a_coordinator_abort_is_recoverable() -> None:
+    """KAFKA-20785: a broker that aborted the transaction itself (timeout) answers the in-flight commit
+    with INVALID_TXN_STATE; the transaction is abortable and the abort's EndTxn gets the bumped epoch."""
+    h = Harness(transaction_version=(2, 5))
+    h.init(pid=9, epoch=4)
+    h.tm.begin_transaction()
+    assert h.tm.may_send(TP0)
+    commit: Future[None] = Future()
+    h.tm.commit(commit)
+    h.answer(h.one(ApiKey.END_TXN), version=5, error_code=48)
+    assert isinstance(commit.exception(0), InvalidProducerEpochError)
+    assert state_of(h.tm) is TxnState.ABORTABLE_ERROR
+    done: Future[None] = Future()
+    h.tm.abort(done, h.now)
+    end = h.one(ApiKey.END_TXN)
+    assert end.on_response is not None
+    end.on_response(SimpleNamespace(error_code=0, producer_id=9, producer_epoch=5), 5, h.now)
+    assert done.result(0) is None and state_of(h.tm) is TxnState.READY and h.idem.epoch == 5
+    # in v1, INVALID_TXN_STATE stays fatal
+    v1 = Harness()
+    v1.init()
+    v1.tm.begin_transaction()
+    v1.tm.may_send(TP0)
+    v1.add_partitions(TP0)
+    v1.tm.commit(Future())
+    v1.answer(v1.one(ApiKey.END_TXN), error_code=48)
+    assert state_of(v1.tm) is TxnState.FATAL_ERROR

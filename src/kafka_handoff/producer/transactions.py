@@ -77,6 +77,7 @@ CONCURRENT_TRANSACTIONS: Final = 51
 OPERATION_NOT_ATTEMPTED: Final = 55
 FENCED_INSTANCE_ID: Final = 82
 TRANSACTION_ABORTABLE: Final = 120
+INVALID_TXN_STATE: Final = 48
 OUT_OF_ORDER_SEQUENCE_NUMBER: Final = 45
 UNKNOWN_PRODUCER_ID: Final = 59
 
@@ -717,6 +718,17 @@ class TransactionManager:
                 self._steps.popleft()
                 self._steps.appendleft(_Step("init", list(step.futures), bump=True))
                 return
+            if step.commit and code == INVALID_TXN_STATE and version >= END_TXN_V2:
+                # v2: the coordinator aborted the transaction itself (transaction.timeout.ms) while this
+                # commit was under way; brokers before KAFKA-20785 answer INVALID_TXN_STATE, later ones
+                # INVALID_PRODUCER_EPOCH.  Recoverable as KIP-588: abort, which claims the bumped epoch (a
+                # real problem makes that abort fail fatally).
+                log.warning(
+                    "transaction %r: the coordinator refused the commit (INVALID_TXN_STATE): it aborted the "
+                    "transaction itself, most likely after transaction.timeout.ms",
+                    self.transactional_id,
+                )
+                code = INVALID_PRODUCER_EPOCH
             if step.commit and code == TRANSACTION_ABORTABLE:
                 self._steps.popleft()
                 self._abortable(error_for_code(code, "EndTxn"))
