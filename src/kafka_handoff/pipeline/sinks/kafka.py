@@ -205,7 +205,9 @@ class KafkaSink(Sink):
         return int(data.num_rows)
 
     def read_table(self, columns: Sequence[str] | None = None) -> Any:
-        """Every committed record of the topic (read_committed, up to the last stable offsets)."""
+        """Every committed record of the topic (read_committed, up to the last stable offsets): columns
+        partition, offset, timestamp, key, value -- or, when every value is a JSON object (rows the sink
+        wrote as JSON), partition, offset and the objects' fields."""
         import pyarrow as pa
 
         from kafka_handoff.consumer import Consumer
@@ -228,6 +230,15 @@ class KafkaSink(Sink):
                     rows["timestamp"].append(r.timestamp)
                     rows["key"].append(r.key)
                     rows["value"].append(r.value)
+        objects = _json_objects(rows["value"])
+        if objects is not None:
+            table = pa.Table.from_pylist(
+                [
+                    {"partition": p, "offset": o, **obj}
+                    for p, o, obj in zip(rows["partition"], rows["offset"], objects, strict=True)
+                ]
+            )
+            return table.select(list(columns)) if columns else table
         table = pa.table(
             {
                 "partition": pa.array(rows["partition"], pa.int32()),
@@ -253,6 +264,21 @@ class KafkaSink(Sink):
                 except Exception:
                     log.debug("closing a Kafka sink client failed", exc_info=True)
         self._producer = self._lookup = None
+
+
+def _json_objects(values: list[Any]) -> list[dict[str, Any]] | None:
+    if not values:
+        return None
+    out = []
+    for value in values:
+        try:
+            obj = json.loads(value) if value is not None else None
+        except ValueError:
+            return None
+        if not isinstance(obj, dict):
+            return None
+        out.append(obj)
+    return out
 
 
 class TransactionalTopicDeadLetter:
