@@ -622,12 +622,12 @@ _GZIP_LEVEL = _Check(_validate_gzip_level, "[1,...,9] or -1")
 
 
 def _validate_transactional_id(key: str, value: Any) -> Any:
-    if value is not None:
-        raise ConfigError(f"transactional.id is not supported yet (got {value!r}; allowed: unset (None))")
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigError(f"Invalid value {value!r} for configuration '{key}': a non-empty string or None")
     return value
 
 
-_TRANSACTIONAL_ID = _Check(_validate_transactional_id, "unset (None): transactions are not supported yet")
+_TRANSACTIONAL_ID = _Check(_validate_transactional_id, "a non-empty string, or unset (None)")
 
 _AT_LEAST_0 = Range(min=0)
 _AT_LEAST_1 = Range(min=1)
@@ -794,8 +794,10 @@ _PRODUCER_ROWS: list[_Row] = [
     ("max.request.size", _I, 1_048_576, _AT_LEAST_0, _MED, "Maximum size of one produce request."),
     ("metadata.max.idle.ms", _L, 300_000, Range(min=5_000), _LOW,
      "Forget the metadata of a topic not produced to for this long."),
-    ("transactional.id", _S, None, _TRANSACTIONAL_ID, _LOW, "Transactions are not supported yet."),
-    ("transaction.timeout.ms", _I, 60_000, None, _LOW, "Transaction timeout (unused: no transactions yet)."),
+    ("transactional.id", _S, None, _TRANSACTIONAL_ID, _LOW,
+     "Enables transactions (init_transactions(), begin/commit/abort_transaction()); needs idempotence."),
+    ("transaction.timeout.ms", _I, 60_000, _AT_LEAST_1, _LOW,
+     "How long the transaction coordinator lets a transaction stay open before it aborts it."),
     ("key.serializer", _FN, None, None, _HI, "Callable turning a key into bytes."),
     ("value.serializer", _FN, None, None, _HI, "Callable turning a value into bytes."),
     ("interceptor.classes", _LIST, (), _EMPTY_LIST_ONLY, _LOW, "Not supported: must be empty."),
@@ -1108,6 +1110,11 @@ def parse_producer_config(props: Mapping[str, Any]) -> ProducerConfig:
     _reconnect_backoff(values, explicit)
     _validate_security(values, explicit)
 
+    if values["transactional.id"] is not None and not values["enable.idempotence"]:
+        raise ConfigError(
+            "Cannot set a transactional.id without also enabling idempotence "
+            "(allowed: enable.idempotence=true, or no transactional.id)"
+        )
     if values["enable.idempotence"]:
         user_idempotence = "enable.idempotence" in explicit
         conflicts = []
@@ -1115,7 +1122,7 @@ def parse_producer_config(props: Mapping[str, Any]) -> ProducerConfig:
             conflicts.append("Invalid value 0 for configuration 'retries': must be greater than 0")
         if values["acks"] != -1:
             conflicts.append(f"Invalid value {values['acks']} for configuration 'acks': must be all (-1)")
-        if conflicts and user_idempotence:
+        if conflicts and (user_idempotence or values["transactional.id"] is not None):
             raise ConfigError(
                 "; ".join(conflicts) + " when enable.idempotence=true (allowed: acks=all and retries > 0, "
                 "or enable.idempotence=false)"

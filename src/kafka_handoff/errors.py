@@ -319,6 +319,46 @@ class UnknownServerErrorError(BrokerResponseError):
     code = ErrorCode.unknown_server_error
 
 
+# Transactions (KIP-98, KIP-890).  Java's split: ProducerFencedError, InvalidProducerEpochError (from the
+# transaction coordinator), TransactionalIdAuthorizationFailedError, InvalidTxnStateError and the like are
+# fatal for a transactional producer (only close() is left); TransactionAbortableError and a failed send or
+# offset commit inside a transaction are abortable (abort_transaction(), then go on).
+
+
+class InvalidTxnStateError(BrokerResponseError):
+    code = ErrorCode.invalid_txn_state
+
+
+class InvalidProducerIdMappingError(BrokerResponseError):
+    code = ErrorCode.invalid_producer_id_mapping
+
+
+class InvalidTransactionTimeoutError(BrokerResponseError):
+    code = ErrorCode.invalid_transaction_timeout
+
+
+class ConcurrentTransactionsError(BrokerResponseError):
+    code = ErrorCode.concurrent_transactions
+
+
+class TransactionCoordinatorFencedError(BrokerResponseError):
+    code = ErrorCode.transaction_coordinator_fenced
+
+
+class TransactionalIdAuthorizationFailedError(BrokerResponseError):
+    code = ErrorCode.transactional_id_authorization_failed
+
+
+class TransactionAbortableError(BrokerResponseError):
+    """The transaction cannot commit (KIP-890's TRANSACTION_ABORTABLE): abort it and start a new one."""
+
+    code = ErrorCode.transaction_abortable
+
+
+class TransactionAbortedError(KafkaError):
+    """The record was not sent: its transaction was aborted (Java's ``TransactionAbortedException``)."""
+
+
 class GroupProtocolUnsupportedError(UnsupportedVersionError):
     """The cluster does not serve the KIP-848 consumer group protocol."""
 

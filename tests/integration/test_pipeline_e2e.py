@@ -336,3 +336,96 @@ def test_the_demo_function_prints_the_table(
 
 def test_pipeline_errors_are_pipeline_errors() -> None:
     assert issubclass(TransformError, PipelineError) and issubclass(MalformedRecordError, PipelineError)
+
+
+# ------------------------------------------------------------------------------------------------ Kafka sink
+def _read_committed_values(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[bytes]:
+    """Everything in ``topic`` up to its end (the last stable offset for read_committed), via librdkafka."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"oracle-{time.monotonic_ns()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.subscribe([topic])
+    parts = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+    values: list[bytes] = []
+    eof: set[int] = set()
+    deadline = time.monotonic() + 30
+    try:
+        while len(eof) < parts and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                if msg.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    eof.add(msg.partition())
+                    continue
+                raise AssertionError(msg.error())
+            eof.discard(msg.partition())
+            values.append(msg.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def test_kafka_sink_and_dead_letter_topic_are_exactly_once_across_a_crash_mid_transaction(
+    broker: Any, topic_factory: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sink.format = "kafka"``: each batch's output, its dead letters and the input offsets are one
+    transaction.  A worker dies in the middle of one (its output and dead letters are on the log, the
+    commit never comes); the restarted worker (same member name: same transactional id) fences it, the
+    transaction is aborted, and the output and dead-letter topics read with read_committed hold every
+    valid / malformed event exactly once."""
+    import json
+
+    from kafka_handoff.pipeline.errors import SinkError
+    from kafka_handoff.producer import Producer
+
+    bootstrap = broker.bootstrap_servers
+    topic = topic_factory(2, configs=NO_RETENTION)
+    out_topic = topic_factory(2, configs=NO_RETENTION)
+    dead_topic = topic_factory(1, configs=NO_RETENTION)
+    events = generate_events(400, seed=83, malformed_share=0.04, start_ms=now_ms())
+    pt.produce(bootstrap, topic, events)
+    config = pt.pipeline_config(
+        bootstrap,
+        topic,
+        f"g-{topic}",
+        out_topic,
+        sink_format="kafka",
+        malformed="dead-letter-topic",
+        dead_letter_topic=dead_topic,
+        max_records=200,
+    )
+    commits = []
+    original = Producer.commit_transaction
+
+    def dying_commit(self: Producer, timeout: float | None = None) -> None:
+        commits.append(1)
+        if len(commits) == 2:
+            self.flush()  # the batch's output and dead letters reach the log ...
+            raise RuntimeError("simulated crash in the middle of a transaction")  # ... and no commit follows
+        original(self, timeout)
+
+    monkeypatch.setattr(Producer, "commit_transaction", dying_commit)
+    with pytest.raises(SinkError, match="simulated crash"):
+        Worker(config, spark=spark, member="w1", until_idle_s=2).run()
+    monkeypatch.setattr(Producer, "commit_transaction", original)
+    summary = Worker(config, spark=spark, member="w1", until_idle_s=2).run()
+    assert summary.batches_committed >= 1
+
+    written = _read_committed_values(bootstrap, out_topic, "read_uncommitted")
+    output = Counter(json.loads(v)["event_id"] for v in _read_committed_values(bootstrap, out_topic))
+    assert pt.exactly_once_report(pt.valid_event_ids(events), output) == ""
+    shown = read_output(config)  # the sink's own reader: read_committed up to the last stable offsets
+    assert pt.exactly_once_report(pt.valid_event_ids(events), pt.output_event_ids(shown)) == ""
+    assert len(written) > sum(output.values()), "the aborted transaction's output was on the log"
+    malformed = Counter(e.value for e in events if e.malformed)
+    assert Counter(_read_committed_values(bootstrap, dead_topic)) == malformed
+    assert committed(bootstrap, f"g-{topic}", topic, 2) == end_offsets(bootstrap, topic, 2)

@@ -733,10 +733,17 @@ def test_max_in_flight_allowed_when_acks_already_disabled_idempotence() -> None:
     assert cfg.max_in_flight_requests_per_connection == 10
 
 
-def test_transactional_id_is_not_supported_yet() -> None:
-    with raises_config_error("transactional.id is not supported yet"):
-        producer_props({"transactional.id": "tx-1"})
+def test_transactional_id_needs_idempotence() -> None:
+    cfg = producer_props({"transactional.id": "tx-1"})
+    assert cfg.transactional_id == "tx-1" and cfg.enable_idempotence is True
+    assert cfg.transaction_timeout_ms == 60_000  # Java's default
     assert producer_props({"transactional.id": None}).transactional_id is None
+    with raises_config_error("transactional.id", "enable.idempotence=true"):
+        producer_props({"transactional.id": "tx-1", "enable.idempotence": False})
+    with raises_config_error("'acks'"):  # conflicting settings do not silently drop idempotence here
+        producer_props({"transactional.id": "tx-1", "acks": 1})
+    with raises_config_error("transactional.id", "non-empty"):
+        producer_props({"transactional.id": ""})
 
 
 def test_delivery_timeout_must_cover_linger_and_request_timeout() -> None:

@@ -69,7 +69,7 @@ def test_nested_tables_become_dotted_kafka_names() -> None:
         ),
         ({"errors": {"malformed": "dead-letter-table"}}, "errors.dead_letter_path: required"),
         ({"errors": {"malformed": "dead-letter-topic"}}, "errors.dead_letter_topic: required"),
-        ({"sink": {"format": "csv"}}, "sink.format: 'csv' is not allowed (allowed: delta, parquet)"),
+        ({"sink": {"format": "csv"}}, "sink.format: 'csv' is not allowed (allowed: delta, parquet, kafka)"),
         ({"sink": {"format": "parquet", "path": "s3://b/t"}}, "sink.path"),
         ({"batch": {"max_records": 0}}, "batch.max_records: expected an integer >= 1"),
         ({"batch": {"max_recs": 5}}, "batch.max_recs: unknown key"),
@@ -81,12 +81,43 @@ def test_nested_tables_become_dotted_kafka_names() -> None:
         ({"kafka": {"group.protocol": "eager"}}, "group.protocol"),
         ({"kafka": {"topics": []}}, "kafka.topics: expected a non-empty list"),
         ({"nonsense": {"a": 1}}, "[nonsense]: unknown section"),
+        (
+            {
+                "sink": {"format": "kafka", "path": "out"},
+                "errors": {"malformed": "dead-letter-table", "dead_letter_path": "d"},
+            },
+            "errors.malformed: 'dead-letter-table' cannot join the Kafka sink's transactions",
+        ),
+        (
+            {"sink": {"format": "delta", "producer": {"linger.ms": 5}}},
+            "sink.producer: only for sink.format = 'kafka'",
+        ),
     ],
 )
 def test_errors_name_the_key(change: dict[str, Any], needle: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(minimal(**change))
     assert needle in str(info.value)
+
+
+def test_kafka_sink_config_and_its_dead_letter_topic_join_its_transactions() -> None:
+    from kafka_handoff.pipeline.deadletter import make_dead_letter
+    from kafka_handoff.pipeline.sinks import KafkaSink, make_sink
+    from kafka_handoff.pipeline.sinks.kafka import TransactionalTopicDeadLetter
+
+    cfg = parse_config(
+        minimal(
+            sink={"format": "kafka", "path": "enriched", "producer": {"transaction.timeout.ms": 10000}},
+            errors={"malformed": "dead-letter-topic", "dead_letter_topic": "dlq"},
+        )
+    )
+    assert cfg.sink.format == "kafka" and cfg.sink.producer == {"transaction.timeout.ms": 10000}
+    sink = make_sink(cfg.sink, pipeline=cfg)  # no connection until used
+    assert isinstance(sink, KafkaSink) and sink.topic == "enriched" and sink.group_id == cfg.group_id
+    dead = make_dead_letter(cfg, sink)
+    assert isinstance(dead, TransactionalTopicDeadLetter) and dead.topic == "dlq"
+    with pytest.raises(ConfigError, match="needs the pipeline's"):
+        make_sink(cfg.sink)
 
 
 def test_missing_required_kafka_keys() -> None:

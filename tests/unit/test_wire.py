@@ -118,7 +118,7 @@ def test_frame_decoder_rejects_negative_size() -> None:
 
 
 def test_negotiation_picks_highest_common_version() -> None:
-    broker = {ApiKey.FETCH: (4, 18), ApiKey.METADATA: (0, 13), ApiKey.PRODUCE: (12, 13), 999: (0, 1)}
+    broker = {ApiKey.FETCH: (4, 18), ApiKey.METADATA: (0, 13), ApiKey.PRODUCE: (13, 14), 999: (0, 1)}
     chosen = negotiate(broker)
     assert chosen[ApiKey.FETCH] == min(18, CLIENT_VERSIONS[ApiKey.FETCH][1])
     assert chosen[ApiKey.METADATA] == CLIENT_VERSIONS[ApiKey.METADATA][1]

@@ -1184,6 +1184,16 @@ class Consumer:
             raise KafkaError("group_metadata() needs a group.id")
         return self._run_nt(lambda now: self._group_metadata_nt())
 
+    def _group_metadata_any_thread(self, timeout: float = 30.0) -> ConsumerGroupMetadata:
+        """:meth:`group_metadata` for a thread that does not own the consumer (a transactional writer
+        committing offsets with ``send_offsets_to_transaction``): reads the membership on the network
+        thread and neither raises nor consumes the application's pending errors and events."""
+        self._ensure_open()
+        if self.group_id is None:
+            raise KafkaError("group_metadata() needs a group.id")
+        meta: ConsumerGroupMetadata = self._thread.call_sync(lambda now: self._group_metadata_nt(), timeout)
+        return meta
+
     def subscribe(
         self,
         topics: Iterable[str] | re.Pattern[str] | str,

@@ -135,6 +135,18 @@ class NetworkClient:
             if conn_id in self._conns or self._pending.get(conn_id):
                 self._disconnect(conn_id, CoordinatorNotAvailableError("coordinator changed"), now_ms)
 
+    def finalized_feature(self, name: str, api_key: int | None = None) -> tuple[int, int] | None:
+        """``(finalized level of the feature, negotiated version of api_key or -1)`` as the transaction
+        coordinator's connection (else any ready one) reported them in ApiVersions; ``None`` while no
+        connection is ready."""
+        conns = [c for c in self._conns.values() if c.ready]
+        if self.coordinator_id is not None:
+            conns.sort(key=lambda c: c.node_id != self.coordinator_id)
+        for conn in conns:
+            version = conn.versions.get(api_key, -1) if api_key is not None else -1
+            return conn.finalized_features.get(name, 0), version
+        return None
+
     def known_nodes(self) -> list[int]:
         return list(self._brokers) or list(self._bootstrap)
 

@@ -204,6 +204,8 @@ class BrokerConnection:
         self.state = ConnState.DISCONNECTED
         self.sock: socket.socket | None = None
         self.versions: dict[int, int] = {}
+        self.finalized_features: dict[str, int] = {}
+        """Cluster-wide finalized feature levels from ApiVersions v3+ (e.g. ``transaction.version``)."""
         self.in_flight: collections.deque[InFlight] = collections.deque()
         self._out = bytearray()
         self._reader = FrameReader()
@@ -551,6 +553,9 @@ class BrokerConnection:
             raise error_for_code(code, f"ApiVersions from {self.host}:{self.port}")
         broker = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
         self.versions = negotiate(broker)
+        self.finalized_features = {
+            str(f.name): int(f.max_version_level) for f in getattr(response, "finalized_features", None) or ()
+        }
         if self.security is not None and self.security.sasl_mechanism is not None:
             self._start_auth(now_ms, request_timeout_ms)
             return

@@ -24,7 +24,7 @@ Layout (every section but ``[kafka]``, ``[transform]`` and ``[sink]`` is optiona
     path = ["."]                            # added to sys.path, relative to this file
 
     [sink]
-    format = "delta"            # delta (deltalake) | parquet (Spark writer + atomic manifests)
+    format = "delta"            # delta (deltalake) | parquet (Spark, atomic manifests) | kafka (a topic)
     path = ".handoff/pipeline/clickstream"
     app_id = "clickstream"      # prefix of the per-partition marks; default: group.id
 
@@ -72,7 +72,7 @@ __all__ = [
     "parse_config",
 ]
 
-SINK_FORMATS = ("delta", "parquet")
+SINK_FORMATS = ("delta", "parquet", "kafka")
 MALFORMED_POLICIES = ("dead-letter-table", "dead-letter-topic", "skip", "fail")
 SECTIONS = ("pipeline", "kafka", "batch", "spark", "transform", "sink", "errors", "show")
 
@@ -124,6 +124,8 @@ class SinkConfig:
     files_per_batch: int = 1
     partition_by: tuple[str, ...] = ()
     storage_options: Mapping[str, str] = field(default_factory=dict)
+    producer: Mapping[str, Any] = field(default_factory=dict)
+    """format = "kafka": settings of the sink's transactional producer (on top of the [kafka] connection)."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,15 @@ def _expand(value: Any, key: str) -> Any:
     if isinstance(value, dict):
         return {k: _expand(v, f"{key}.{k}") for k, v in value.items()}
     return value
+
+
+def _sink_producer(k: Mapping[str, Any], sink_format: str) -> dict[str, Any]:
+    raw = k.get("producer", {})
+    if not isinstance(raw, dict):
+        raise ConfigError(f"sink.producer: expected a table of producer settings, got {raw!r}")
+    if raw and sink_format != "kafka":
+        raise ConfigError("sink.producer: only for sink.format = 'kafka'")
+    return raw
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -340,7 +351,8 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
     transform = TransformConfig(function=function, path=paths)
 
     k = _section(raw, "sink")
-    _unknown("sink", k, ("format", "path", "app_id", "files_per_batch", "partition_by", "storage_options"))
+    sink_keys = ("format", "path", "app_id", "files_per_batch", "partition_by", "storage_options", "producer")
+    _unknown("sink", k, sink_keys)
     sink_format = _choice("sink", k, "format", SINK_FORMATS, "delta")
     sink_path = _str("sink", k, "path")
     if not sink_path:
@@ -360,6 +372,7 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
         files_per_batch=_int("sink", k, "files_per_batch", 1),
         partition_by=_strings("sink", k, "partition_by"),
         storage_options={str(a): str(b) for a, b in storage.items()},
+        producer=_flatten(_sink_producer(k, sink_format)),
     )
 
     e = _section(raw, "errors")
@@ -371,6 +384,11 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
         raise ConfigError("errors.dead_letter_path: required when errors.malformed = 'dead-letter-table'")
     if policy == "dead-letter-topic" and not dl_topic:
         raise ConfigError("errors.dead_letter_topic: required when errors.malformed = 'dead-letter-topic'")
+    if sink_format == "kafka" and policy == "dead-letter-table":
+        raise ConfigError(
+            "errors.malformed: 'dead-letter-table' cannot join the Kafka sink's transactions "
+            "(allowed with sink.format = 'kafka': skip, fail, dead-letter-topic)"
+        )
     producer_raw = e.get("producer", {})
     if not isinstance(producer_raw, dict):
         raise ConfigError(f"errors.producer: expected a table of producer settings, got {producer_raw!r}")

@@ -225,7 +225,9 @@ class TopicDeadLetter:
             log.debug("closing the dead-letter producer failed", exc_info=True)
 
 
-def make_dead_letter(config: PipelineConfig) -> DeadLetter:
+def make_dead_letter(config: PipelineConfig, sink: Sink | None = None) -> DeadLetter:
+    """The dead-letter target of ``config``; with a Kafka ``sink`` the dead-letter topic joins its
+    transactions (exactly once)."""
     policy = config.errors.malformed
     if policy == "skip":
         return CountingDeadLetter()
@@ -235,6 +237,10 @@ def make_dead_letter(config: PipelineConfig) -> DeadLetter:
         assert config.errors.dead_letter_path is not None
         return TableDeadLetter(make_sink(config.sink, config.errors.dead_letter_path))
     assert config.errors.dead_letter_topic is not None
+    from kafka_handoff.pipeline.sinks.kafka import KafkaSink, TransactionalTopicDeadLetter
+
+    if isinstance(sink, KafkaSink):
+        return TransactionalTopicDeadLetter(config.errors.dead_letter_topic, sink)
     # The consumer's connection and security settings ([kafka]) apply to the dead-letter producer too.
     producer = {
         "bootstrap.servers": config.bootstrap_servers,

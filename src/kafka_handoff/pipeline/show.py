@@ -22,7 +22,7 @@ def read_output(config: PipelineConfig, dead_letter: bool = False) -> Any:
     path = config.errors.dead_letter_path if dead_letter else None
     if dead_letter and not path:
         return pa.table({})
-    return make_sink(config.sink, path).read_table()
+    return make_sink(config.sink, path, pipeline=config).read_table()
 
 
 def aggregate(table: Any, show: ShowConfig) -> Any:
@@ -49,7 +49,7 @@ def sink_marks(config: PipelineConfig, partitions: int = 0) -> dict[str, int | N
     """The sink's marks for partitions ``0..partitions-1`` of each topic (for display)."""
     from kafka_handoff.types import TopicPartition
 
-    sink = make_sink(config.sink)
+    sink = make_sink(config.sink, pipeline=config)
     tps = [TopicPartition(t, p) for t in config.topics for p in range(partitions)]
     return {f"{tp.topic}-{tp.partition}": m for tp, m in sink.read_marks(tps).items()}
 

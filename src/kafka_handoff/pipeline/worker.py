@@ -209,8 +209,8 @@ class Worker:
     def _setup(self) -> None:
         cfg = self.config
         self._transform = load_transform(cfg.transform)
-        self._sink = make_sink(cfg.sink)
-        self._dead = make_dead_letter(cfg)
+        self._sink = make_sink(cfg.sink, pipeline=cfg)
+        self._dead = make_dead_letter(cfg, self._sink)
         if self.spark is None:
             self._say(f"[dim]starting Spark ({cfg.spark.remote or cfg.spark.master}) ...[/dim]")
             self.spark = build_session(cfg.spark)
@@ -238,6 +238,9 @@ class Worker:
             self._consumer = Consumer(consumer_config)
             if self._metrics is not None:
                 self._metrics.add(self._consumer)
+            bind = getattr(self._sink, "bind_consumer", None)
+            if bind is not None:  # the Kafka sink commits the group's offsets in its transactions
+                bind(self._consumer, self.member)
             self._consumer.set_rebalance_listener(_Listener(self))
             self._consumer.subscribe(list(self.config.topics))
             self._last_activity = time.monotonic()
@@ -283,6 +286,9 @@ class Worker:
                 log.warning("closing the consumer failed", exc_info=True)
         if self._dead is not None:
             self._dead.close()
+        close_sink = getattr(self._sink, "close", None)
+        if close_sink is not None:
+            close_sink()
         if self._given_spark is None and self.spark is not None:
             try:
                 self.spark.stop()
@@ -508,7 +514,7 @@ class Worker:
                 raise TransformError(f"transform {fn} failed on {desc}: {exc}", batch.first_last()) from exc
             try:
                 rejected = result.rejected.toArrow() if result.rejected is not None else None
-                output = result.output.toArrow() if self._sink.kind == "delta" else result.output
+                output = result.output.toArrow() if self._sink.kind in ("delta", "kafka") else result.output
             except Exception as exc:
                 if batch.cancelled.is_set():
                     return self._finish(report, t0)

@@ -121,6 +121,8 @@ class IdempotenceManager:
         self._partitions_to_rewrite: set[TopicPartition] = set()
         self._unresolved: dict[TopicPartition, int] = {}
         self.epoch_bumps = 0
+        #: Produce errors that make the producer fatal (a transactional producer narrows this set).
+        self.fatal_produce_errors: frozenset[int] = FATAL_PRODUCE_ERRORS
 
     # ------------------------------------------------------------------ producer id
     @property
@@ -161,6 +163,17 @@ class IdempotenceManager:
         """The request did not get an answer (disconnect, timeout): try again later."""
         if self.state is ProducerState.INITIALIZING:
             self.state = ProducerState.UNINITIALIZED
+
+    def set_producer_id_and_epoch(self, producer_id: int, epoch: int) -> None:
+        """A producer id and epoch from the transaction coordinator (InitProducerId with a transactional id,
+        or the epoch bump after an aborted transaction): every partition starts again at sequence 0."""
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.state = ProducerState.READY
+        self._partitions.clear()
+        self._unresolved.clear()
+        self._partitions_to_rewrite.clear()
+        self._epoch_bump_required = False
 
     def set_fatal(self, error: KafkaError) -> None:
         self.state = ProducerState.FATAL
@@ -252,7 +265,7 @@ class IdempotenceManager:
         entry = self._partitions.get(batch.tp)
         if entry is not None:
             entry.remove(batch)
-        if error_code in FATAL_PRODUCE_ERRORS:
+        if error_code in self.fatal_produce_errors:
             self.set_fatal(
                 error_for_code(error_code or 0, f"the idempotent producer cannot continue ({batch.tp})")
             )

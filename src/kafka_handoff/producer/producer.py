@@ -74,14 +74,23 @@ from kafka_handoff.producer.idempotence import IdempotenceManager
 from kafka_handoff.producer.metrics import ProducerMetrics
 from kafka_handoff.producer.partitioner import murmur2
 from kafka_handoff.producer.sender import Sender
+from kafka_handoff.producer.transactions import TransactionManager, TxnState
 from kafka_handoff.protocol.compression import CompressionType, compression_type_from_name
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.records import RECORD_BATCH_OVERHEAD
 from kafka_handoff.protocol.requests import MonotonicClock
 from kafka_handoff.protocol.telemetry import TelemetryManager
 from kafka_handoff.protocol.telemetry import client_instance_id as telemetry_client_instance_id
+from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.security import build_security
-from kafka_handoff.types import ClusterMetadata, PartitionInfo, RecordMetadata
+from kafka_handoff.types import (
+    ClusterMetadata,
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    PartitionInfo,
+    RecordMetadata,
+    TopicPartition,
+)
 
 __all__ = ["Producer"]
 
@@ -219,6 +228,18 @@ class Producer:
         )
         self._client = client
         self._idempotence = IdempotenceManager() if cfg.enable_idempotence else None
+        self._txn: TransactionManager | None = None
+        if cfg.transactional_id is not None and self._idempotence is not None:
+            self._txn = TransactionManager(
+                cfg.transactional_id,
+                cfg.transaction_timeout_ms,
+                self._idempotence,
+                retry_backoff_ms=cfg.retry_backoff_ms,
+                retry_backoff_max_ms=cfg.retry_backoff_max_ms,
+                set_coordinator=client.set_coordinator,
+                request_metadata=self._metadata.request_update,
+                transaction_version=lambda: client.finalized_feature("transaction.version", ApiKey.END_TXN),
+            )
         self._completions: queue.SimpleQueue[_Completion | None] = queue.SimpleQueue()
         self._sender = Sender(
             self._accumulator,
@@ -236,6 +257,7 @@ class Producer:
             retry_backoff_ms=cfg.retry_backoff_ms,
             retry_backoff_max_ms=cfg.retry_backoff_max_ms,
             metrics=self._producer_metrics,
+            transactions=self._txn,
         )
         self._metadata.listeners.append(lambda cluster, now: client.update_brokers(cluster.brokers.values()))
         self._metadata.listeners.append(self._on_metadata_nt)
@@ -276,7 +298,7 @@ class Producer:
         )
         self._thread = NetworkThread(
             client,
-            [self._metadata, self._sender, self._telemetry],
+            [self._metadata, self._sender, self._telemetry, *([self._txn] if self._txn is not None else [])],
             self._clock,
             name=f"kafka-handoff-network-{self.client_id}",
             background_events=self._background,
@@ -439,6 +461,8 @@ class Producer:
         """
         if self._closed:
             raise IllegalStateError("cannot send: the producer is closed")
+        if self._txn is not None:
+            self._txn.check_send()
         if self._fatal is not None or not self._background.empty():
             try:
                 self._raise_background_errors()
@@ -831,6 +855,85 @@ class Producer:
             self._accumulator.end_flush()
         if self._unreported is not None:
             self._raise_unreported()
+
+    # ================================================================================ transactions
+    def _txn_call(self, what: str, run: Callable[[int, Future[Any]], None], timeout: float | None) -> None:
+        if self._closed:
+            raise IllegalStateError(f"cannot {what}: the producer is closed")
+        if self._txn is None:
+            raise IllegalStateError(f"cannot {what}: the producer has no transactional.id")
+        timeout_ms = self._max_block_ms if timeout is None else max(0, int(timeout * 1000))
+        fut = self._thread.call(run, name=what)
+        try:
+            fut.result(timeout_ms / 1000.0)
+        except FutureTimeout:
+            raise KafkaTimeoutError(
+                f"{what} did not complete within {timeout_ms} ms (it goes on: call it again to wait for it)"
+            ) from None
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register the ``transactional.id`` with its transaction coordinator (Java ``initTransactions``):
+        fences older producers with the same id and completes their open transaction.  Call once, before
+        the first transaction; waits up to ``timeout`` s (default ``max.block.ms``) -- after a
+        :class:`~kafka_handoff.errors.KafkaTimeoutError` calling it again resumes the wait."""
+        txn = self._txn
+        self._txn_call("init_transactions", lambda now, f: txn.init_transactions(f) if txn else None, timeout)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: what is sent until :meth:`commit_transaction` or :meth:`abort_transaction`
+        becomes visible to ``read_committed`` consumers atomically, or never."""
+        txn = self._txn
+
+        def run(now: int, fut: Future[Any]) -> None:
+            if txn is not None:
+                txn.begin_transaction()
+            fut.set_result(None)
+
+        self._txn_call("begin_transaction", run, 5.0)
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+        group_metadata: ConsumerGroupMetadata,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit the consumer group's ``offsets`` (the next offsets to consume) as part of the open
+        transaction (KIP-447: ``group_metadata`` is ``consumer.group_metadata()``, so a member fenced by a
+        rebalance cannot commit).  Blocks until the group coordinator took them (up to ``timeout`` s);
+        they become the group's committed offsets only if the transaction commits."""
+        normalized = {
+            tp: om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(int(om))
+            for tp, om in offsets.items()
+        }
+        txn = self._txn
+        self._txn_call(
+            "send_offsets_to_transaction",
+            lambda now, f: txn.send_offsets(normalized, group_metadata, f) if txn else None,
+            timeout,
+        )
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send everything queued, then commit the transaction.  Raises the abortable error (e.g. a record
+        that could not be delivered) when it cannot commit -- then call :meth:`abort_transaction` -- and a
+        fatal one (:class:`~kafka_handoff.errors.ProducerFencedError`, ...) when only ``close()`` is left."""
+        txn = self._txn
+        if txn is None:
+            raise IllegalStateError("cannot commit_transaction: the producer has no transactional.id")
+        start = time.monotonic()
+        if txn.state is TxnState.IN_TRANSACTION:  # not when resuming a commit that timed out
+            try:
+                self.flush(timeout)
+            except KafkaTimeoutError as exc:
+                raise KafkaTimeoutError(f"commit_transaction: {exc}") from None
+        remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
+        self._txn_call("commit_transaction", lambda now, f: txn.commit(f), remaining)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the open transaction: queued records fail with
+        :class:`~kafka_handoff.errors.TransactionAbortedError`, what was written stays invisible to
+        ``read_committed`` consumers and the offsets sent with it are not committed."""
+        txn = self._txn
+        self._txn_call("abort_transaction", lambda now, f: txn.abort(f, now) if txn else None, timeout)
 
     def partitions_for(self, topic: str, timeout: float | None = None) -> list[PartitionInfo]:
         """The topic's partitions (waits up to ``timeout`` s, default ``max.block.ms``, for metadata)."""

@@ -43,6 +43,7 @@ from kafka_handoff.producer.idempotence import (
     ProducerState,
 )
 from kafka_handoff.producer.metrics import ProducerMetrics
+from kafka_handoff.producer.transactions import TransactionManager, mark_transactional
 from kafka_handoff.protocol import wire
 from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.compression import CompressionType
@@ -109,6 +110,7 @@ class Sender:
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1000,
         metrics: ProducerMetrics | None = None,
+        transactions: TransactionManager | None = None,
     ) -> None:
         self.accumulator = accumulator
         self.metadata = metadata
@@ -138,6 +140,12 @@ class Sender:
         self._leaders: dict[TopicPartition, int] = {}
         self._by_node: dict[int, list[TopicPartition]] = {}
         self.requests_sent = 0
+        self.transactions = transactions
+        self._transactional_id: str | None = None
+        if transactions is not None:
+            self._transactional_id = transactions.transactional_id
+            transactions.has_pending_batches = self.has_pending
+            transactions.abort_undrained = self._abort_undrained
 
     # ------------------------------------------------------------------ state for the facade
     def in_flight_requests(self) -> int:
@@ -171,12 +179,13 @@ class Sender:
         idem = self.idempotence
         if idem is not None:
             idem.maybe_resolve_sequences()
-            idem.bump_epoch_if_needed()
+            if self.transactions is None:  # a transactional producer's epoch comes from its coordinator
+                idem.bump_epoch_if_needed()
             if idem.state is ProducerState.FATAL:
                 error = idem.fatal_error or KafkaError("the idempotent producer failed")
                 for batch in self.accumulator.abort_undrained():
                     self._fail(batch, error, None, False, now_ms)
-            elif idem.needs_producer_id and not self._init_in_flight:
+            elif idem.needs_producer_id and not self._init_in_flight and self.transactions is None:
                 if now_ms >= self._init_next_ms:
                     unsent.append(self._init_producer_id_request())
                 else:
@@ -203,7 +212,11 @@ class Sender:
                 nodes,
                 self.max_request_size,
                 now_ms,
-                may_drain=idem.may_drain if idem is not None else None,
+                may_drain=self._may_drain_txn
+                if self.transactions is not None
+                else idem.may_drain
+                if idem is not None
+                else None,
                 on_drained=self._on_drained if idem is not None else None,
             )
             if not drained:
@@ -220,6 +233,18 @@ class Sender:
         if self.accumulator.finish_poll(now_ms + wait):
             wait = 0
         return PollResult(unsent, wait)
+
+    def _may_drain_txn(self, batch: ProducerBatch) -> bool:
+        """A transactional batch goes once its partition is in the transaction (AddPartitionsToTxn)."""
+        assert self.transactions is not None and self.idempotence is not None
+        return self.idempotence.may_drain(batch) and self.transactions.may_send(batch.tp)
+
+    def _abort_undrained(self, error: BaseException, now_ms: int) -> None:
+        """The transaction is aborted: its batches not yet sent fail with ``error``."""
+        for batch in self.accumulator.abort_undrained():
+            if batch.has_sequence and self.transactions is not None:
+                self.transactions.bump_epoch_after_abort()  # a retry that never lands leaves a gap
+            self._fail(batch, error, None, False, now_ms)
 
     def _on_drained(self, batch: ProducerBatch) -> None:
         assert self.idempotence is not None
@@ -274,6 +299,8 @@ class Sender:
         sizes: list[int] = []
         for batch in batches:
             payload = batch.encode(self.compression, self.compression_level)
+            if self._transactional_id is not None:
+                payload = mark_transactional(batch)
             if batch.attempts == 0 and self.compression != CompressionType.NONE and batch.uncompressed_size:
                 ratio = len(payload) / batch.uncompressed_size
                 self.accumulator.update_compression_ratio(batch.topic, ratio)
@@ -296,7 +323,7 @@ class Sender:
                 self.metrics.record_retry(len(batch.entries), now_ms)
         acks = self.acks
         timeout = self.request_timeout_ms
-        transactional_id: str | None = None
+        transactional_id = self._transactional_id
 
         def encode(version: int) -> wire.EncodedBody:
             # What build() describes, written directly (produce_request.py): kio's generic writer costs more
@@ -393,7 +420,7 @@ class Sender:
             timeout_ms=self.request_timeout_ms,
             expect_response=self.acks != 0,
             min_version=3,
-            max_version=produce_request.MAX_VERSION,
+            max_version=11 if self.transactions is None else self.transactions.produce_max_version,
         )
 
     def _apply_leader_hints(self, response: Any, now_ms: int) -> set[TopicPartition]:
@@ -446,6 +473,8 @@ class Sender:
         self._in_flight_batches.discard(batch)
         if self.idempotence is not None:
             self.idempotence.on_failure(batch, code, adjust)
+        if self.transactions is not None:
+            self.transactions.on_batch_failed(code, error)
         if batch.done:
             return
         batch.done = True
