@@ -116,6 +116,10 @@ def test_read_committed_sees_committed_transactions_only(
         with pytest.raises(IllegalStateError):
             producer.send(topic, b"outside")
         with pytest.raises(IllegalStateError):
+            producer.send_nowait(topic, b"outside")
+        with pytest.raises(IllegalStateError):
+            producer.send_many(topic, [b"outside"])
+        with pytest.raises(IllegalStateError):
             producer.commit_transaction()
 
     uncommitted = read_confluent(bootstrap, topic, "read_uncommitted", len(committed) + len(aborted))

@@ -548,6 +548,8 @@ class Producer:
             except AuthenticationError as exc:
                 self._fail_nowait(callback, exc)
                 return
+        if self._txn is not None:
+            self._txn.check_send()
         if self._key_serializer is not None or self._value_serializer is not None:
             key, value = self._serialize(topic, key, value)
         if key is None:
@@ -639,6 +641,8 @@ class Producer:
         if self._fatal is not None or not self._background.empty() or self._unreported is not None:
             self._raise_unreported()
             self._raise_background_errors()
+        if self._txn is not None:
+            self._txn.check_send()
         vals = values if type(values) is list else list(values)
         ks: list[Any] | None = None
         if keys is not None:
