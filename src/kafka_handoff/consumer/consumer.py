@@ -26,6 +26,27 @@ from typing import Any, TypeVar
 from kafka_handoff.config import ConsumerConfig, parse_consumer_config
 from kafka_handoff.consumer.batch import ColumnarRecords
 from kafka_handoff.consumer.collector import Collector
+from kafka_handoff.consumer.events import (
+    AppCallEvent,
+    AppTaskDoneEvent,
+    AssignEvent,
+    CallbackCompletedEvent,
+    CommitEvent,
+    ConsumerEventProcessor,
+    EnforceRebalanceEvent,
+    FetchCommittedEvent,
+    GroupMetadataEvent,
+    LeaveGroupEvent,
+    LeaveStatusEvent,
+    ListOffsetsEvent,
+    MetadataUpdateEvent,
+    OwnedPartitionsEvent,
+    PollEvent,
+    ReleaseMetadataTopicsEvent,
+    SubscribeEvent,
+    TerminateTelemetryEvent,
+    UnsubscribeEvent,
+)
 from kafka_handoff.consumer.fetcher import FetchBuffer, FetchManager
 from kafka_handoff.consumer.listener import (
     AnyRebalanceListener,
@@ -57,6 +78,7 @@ from kafka_handoff.group.membership import (
 )
 from kafka_handoff.metrics import FetchMetrics, Metrics, RebalanceMetrics
 from kafka_handoff.network.client import NetworkClient
+from kafka_handoff.network.events import ApplicationEvent
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.requests import MonotonicClock, RequestManager
@@ -215,6 +237,19 @@ class Consumer:
             value_deserializer=cfg.get("value.deserializer"),
             on_records=self._on_records_consumed,
         )
+        processor = ConsumerEventProcessor(
+            subs=self._subs,
+            metadata=self._metadata,
+            offsets=self._offsets,
+            telemetry=self._telemetry,
+            coordinator=self._coordinator,
+            commits=self._commits,
+            membership=lambda: self.membership,
+            managers=lambda: self._thread.managers,
+            extra_metadata_topics=self._extra_metadata_topics,
+            group_metadata=self._group_metadata_nt,
+            owned=self._owned_nt,
+        )
         self._thread = NetworkThread(
             client,
             managers,
@@ -222,6 +257,7 @@ class Consumer:
             name=f"kafka-handoff-network-{self.client_id}",
             background_events=self._background,
             on_close=self._on_close_nt,
+            processor=processor,
         )
         self._buffer.on_release = self._thread.wakeup  # the buffer hit its low-water mark: fetch more
         self._group_hooks_init()
@@ -426,11 +462,15 @@ class Consumer:
                 future.cancel()
                 raise KafkaTimeoutError(f"{what} did not complete within {timeout_ms} ms")
 
-    def _call(self, fn: Callable[[int, Future[Any]], None], timeout_ms: int, what: str) -> Any:
+    def _deadline_ms(self, timeout_ms: int) -> int:
+        return self._clock.now_ms() + timeout_ms
+
+    def _call(self, event: ApplicationEvent, timeout_ms: int, what: str) -> Any:
+        """Submit ``event`` (its deadline: now + ``timeout_ms``) and wait for its result, the poll timer
+        standing still meanwhile."""
         self._ensure_open()
-        deadline = self._clock.now_ms() + timeout_ms
         with self._blocking_call():
-            fut = self._thread.call(fn, deadline_ms=deadline, name=what)
+            fut = self._thread.submit(event)
             return self._wait(fut, timeout_ms + 50, what)
 
     @contextlib.contextmanager
@@ -438,24 +478,20 @@ class Consumer:
         """The poll timer (max.poll.interval.ms) stands still while the application waits for us inside."""
         membership = self.membership
         if membership is not None:
-            self._thread.call(lambda now, f: f.set_result(membership.on_app_call(True, now)))
+            self._thread.submit(AppCallEvent(inside=True))
         try:
             yield
         finally:
             if membership is not None:
-                self._thread.call(lambda now, f: f.set_result(membership.on_app_call(False, now)))
+                self._thread.submit(AppCallEvent(inside=False))
 
-    def _run_nt(self, fn: Callable[[int], T], *, internal: bool = False) -> T:
-        """Run a quick state change on the network thread and wait for it (``internal``: see _wait)."""
+    def _send(self, event: ApplicationEvent, *, internal: bool = False) -> Any:
+        """Submit a quick state change or query to the network thread and wait for its result
+        (``internal``: see _wait)."""
         self._ensure_open()
-
-        def run(now: int, fut: Future[Any]) -> None:
-            fut.set_result(fn(now))
-
         # While leaving (unsubscribe/close) pending errors do not abort the leave: they stay queued.
         internal = internal or self._leaving
-        result: T = self._wait(self._thread.call(run), 30_000, "network thread call", internal=internal)
-        return result
+        return self._wait(self._thread.submit(event), 30_000, "network thread call", internal=internal)
 
     def _raise_background_errors(self) -> None:
         if self._fatal is not None:
@@ -537,10 +573,9 @@ class Consumer:
             self._errors.append(error)
 
     def _complete_nt(self, seq: int, error: BaseException | None) -> None:
-        membership = self.membership
-        if membership is None:
+        if self.membership is None:
             return
-        self._thread.call(lambda now, f: f.set_result(membership.on_callback_completed(seq, error, now)))
+        self._thread.submit(CallbackCompletedEvent(seq=seq, error=error))
 
     def _run_deferred_callbacks(self) -> None:
         """Run queued callbacks in order.  An ASSIGN waits while an earlier REVOKE has not completed, so the
@@ -575,11 +610,7 @@ class Consumer:
         finally:
             self._in_callback = False
 
-        def report(now: int, fut: Future[Any]) -> None:
-            task.done(result, error, now)
-            fut.set_result(None)
-
-        self._thread.call(report)
+        self._thread.submit(AppTaskDoneEvent(task=task, result=result, error=error))
 
     def _on_callback_needed(self, event: CallbackNeeded) -> None:
         parts = event.partitions
@@ -694,14 +725,18 @@ class Consumer:
         """The auto-commit before a revocation: waits for the commit only.  Unrelated background errors
         and a wakeup() arriving meanwhile stay pending (they are not this commit's failure)."""
         commits = self._commits
-        assert commits is not None
+        assert commits is not None  # a group member
         timeout_ms = max(0, int(timeout_s * 1000))
-
-        def run(now: int, fut: Future[Any]) -> None:
-            commits.commit(offsets, fut, now + timeout_ms, retry=True, now_ms=now)
-
         self._ensure_open()
-        fut = self._thread.call(run, deadline_ms=self._clock.now_ms() + timeout_ms, name="auto-commit")
+        fut = self._thread.submit(
+            CommitEvent(
+                offsets=offsets,
+                timeout_ms=timeout_ms,
+                retry=True,
+                deadline_ms=self._deadline_ms(timeout_ms),
+                name="auto-commit",
+            )
+        )
         self._wait(fut, timeout_ms + 50, "auto-commit before revocation", internal=True)
 
     def _report_completed_revokes(self) -> None:
@@ -718,18 +753,9 @@ class Consumer:
         if self._subs.has_auto_assignment:
             raise IllegalStateError("assign() cannot be used while subscribed; call unsubscribe() first")
 
-        def run(now: int) -> None:
-            if self._commits is not None and self._commits.auto_commit and self._subs.assigned():
-                # As Java: commit consumed offsets of partitions being unassigned (async, best effort).
-                removed = self._subs.assigned() - set(parts)
-                offsets = {tp: o for tp, o in self._commits.consumed_offsets().items() if tp in removed}
-                if offsets:
-                    self._commits.commit(offsets, Future(), now + 5000, retry=False, now_ms=now)
-            self._subs.assign_from_user(parts)
-            self._collector.drop_partitions(lambda tp: tp in set(parts))
-            self._metadata.request_update()
-
-        self._run_nt(run)
+        self._send(AssignEvent(partitions=tuple(parts)))
+        keep = set(parts)
+        self._collector.drop_partitions(lambda tp: tp in keep)
 
     def assignment(self) -> frozenset[TopicPartition]:
         self._ensure_open()
@@ -777,7 +803,7 @@ class Consumer:
                 return self._make_records({}, columnar)
             if self.membership is not None and time.monotonic() - refreshed >= refresh_s:
                 refreshed = time.monotonic()
-                self._thread.call(self._reset_poll_timer_nt)
+                self._send_poll_event()
             self._thread.wakeup()
             self._buffer.wait(
                 min(remaining, 0.1),
@@ -825,14 +851,12 @@ class Consumer:
             self._in_poll = False
 
     def _poll_start_event(self) -> None:
-        membership = self.membership
-        if membership is not None:
-            self._thread.call(lambda now, f: f.set_result(membership.on_app_poll(now)))
+        self._send_poll_event()
 
-    def _reset_poll_timer_nt(self, now: int, fut: Future[Any]) -> None:
+    def _send_poll_event(self) -> None:
+        """Reset the poll timer (and start joining), without waiting."""
         if self.membership is not None:
-            self.membership.on_app_poll(now)
-        fut.set_result(None)
+            self._thread.submit(PollEvent())
 
     def _before_collect(self) -> bool:
         """Run callbacks the membership asked for; True makes poll() return now (revoke requested or
@@ -964,16 +988,15 @@ class Consumer:
         ts = {TopicPartition(*tp): t for tp, t in timestamps.items()}
         if not ts:
             return {}
-        topics = {tp.topic for tp in ts}
-
-        def run(now: int, fut: Future[Any]) -> None:
-            self._extra_metadata_topics.update(topics)
-            self._offsets.lookup(ts, fut, now + timeout_ms)
-
+        topics = frozenset(tp.topic for tp in ts)
+        event = ListOffsetsEvent(
+            timestamps=ts, timeout_ms=timeout_ms, deadline_ms=self._deadline_ms(timeout_ms), name=what
+        )
         try:
-            result: dict[TopicPartition, OffsetAndTimestamp | None] = self._call(run, timeout_ms, what)
+            result: dict[TopicPartition, OffsetAndTimestamp | None] = self._call(event, timeout_ms, what)
         finally:
-            self._extra_metadata_topics.difference_update(topics - {tp.topic for tp in self._subs.assigned()})
+            if not self._closed:
+                self._thread.submit(ReleaseMetadataTopicsEvent(topics=topics))
         return result
 
     def beginning_offsets(
@@ -1054,16 +1077,18 @@ class Consumer:
     ) -> None:
         """Commit ``offsets`` (default: the consumed positions of all assigned partitions) and wait."""
         self._ensure_open()
-        commits = self._require_group("commit_sync()")
+        self._require_group("commit_sync()")
         to_commit = self._consumed_offsets() if offsets is None else self._normalize_offsets(offsets)
         timeout_ms = self._timeout_ms(timeout)
-
-        def run(now: int, fut: Future[Any]) -> None:
-            commits.commit(
-                to_commit, fut, now + timeout_ms, retry=True, now_ms=now, only_owned=offsets is None
-            )
-
-        self._call(run, timeout_ms, "commit_sync()")
+        event = CommitEvent(
+            offsets=to_commit,
+            timeout_ms=timeout_ms,
+            retry=True,
+            only_owned=offsets is None,
+            deadline_ms=self._deadline_ms(timeout_ms),
+            name="commit_sync()",
+        )
+        self._call(event, timeout_ms, "commit_sync()")
 
     def commit_async(
         self,
@@ -1074,14 +1099,16 @@ class Consumer:
         """Commit without waiting; ``callback(offsets, error)`` runs on the application thread inside a
         later ``poll()`` (or another blocking call), as in Java."""
         self._ensure_open()
-        commits = self._require_group("commit_async()")
+        self._require_group("commit_async()")
         to_commit = self._consumed_offsets() if offsets is None else self._normalize_offsets(offsets)
-        timeout_ms = self._default_timeout_ms
-        fut = self._thread.call(
-            lambda now, f: commits.commit(
-                to_commit, f, now + timeout_ms, retry=False, now_ms=now, only_owned=offsets is None
-            ),
-            name="commit_async()",
+        fut: Future[None] = self._thread.submit(
+            CommitEvent(
+                offsets=to_commit,
+                timeout_ms=self._default_timeout_ms,
+                retry=False,
+                only_owned=offsets is None,
+                name="commit_async()",
+            )
         )
         if callback is not None:
             cb = callback
@@ -1097,14 +1124,16 @@ class Consumer:
         self, partitions: Iterable[TopicPartition], timeout: float | None = None
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         self._ensure_open()
-        commits = self._require_group("committed()")
-        parts = {TopicPartition(*p) for p in partitions}
+        self._require_group("committed()")
+        parts = frozenset(TopicPartition(*p) for p in partitions)
         timeout_ms = self._timeout_ms(timeout)
-
-        def run(now: int, fut: Future[Any]) -> None:
-            commits.fetch_committed(parts, fut, now + timeout_ms)
-
-        result: dict[TopicPartition, OffsetAndMetadata | None] = self._call(run, timeout_ms, "committed()")
+        event = FetchCommittedEvent(
+            partitions=parts,
+            timeout_ms=timeout_ms,
+            deadline_ms=self._deadline_ms(timeout_ms),
+            name="committed()",
+        )
+        result: dict[TopicPartition, OffsetAndMetadata | None] = self._call(event, timeout_ms, "committed()")
         return result
 
     # ==================================================================================== metadata
@@ -1112,11 +1141,8 @@ class Consumer:
         self, topics: frozenset[str] | None, timeout: float | None, what: str
     ) -> ClusterMetadata:
         timeout_ms = self._timeout_ms(timeout)
-
-        def run(now: int, fut: Future[Any]) -> None:
-            self._metadata.wait_for_update(fut, topics)
-
-        cluster: ClusterMetadata = self._call(run, timeout_ms, what)
+        event = MetadataUpdateEvent(topics=topics, deadline_ms=self._deadline_ms(timeout_ms), name=what)
+        cluster: ClusterMetadata = self._call(event, timeout_ms, what)
         return cluster
 
     def partitions_for(self, topic: str, timeout: float | None = None) -> list[PartitionInfo]:
@@ -1182,7 +1208,8 @@ class Consumer:
         self._ensure_open()
         if self.group_id is None:
             raise KafkaError("group_metadata() needs a group.id")
-        return self._run_nt(lambda now: self._group_metadata_nt())
+        meta: ConsumerGroupMetadata = self._send(GroupMetadataEvent())
+        return meta
 
     def subscribe(
         self,
@@ -1215,23 +1242,7 @@ class Consumer:
         self._listeners.set_from_subscribe(listener, stacklevel=3)
         if self.membership is None:
             self.membership = self._create_membership()
-        membership = self.membership
-        coordinator = self._coordinator
-        assert coordinator is not None
-
-        def run(now: int) -> None:
-            self._subs.subscribe(subscription)
-            if coordinator.coordinator is not None:
-                membership.on_coordinator(coordinator.coordinator.node_id, now, coordinator.epoch)
-            coordinator.wanted = True
-            membership.subscribe(subscription, now)
-            self._metadata.request_update()
-            if self._metadata.cluster.brokers:
-                membership.on_metadata(self._metadata.cluster, now)
-            if membership not in self._thread.managers:
-                self._thread.managers.insert(2, membership)
-
-        self._run_nt(run)
+        self._send(SubscribeEvent(subscription=subscription))
 
     def unsubscribe(self) -> None:
         """Leave the group (running the revoke callback for everything owned) or drop the assignment."""
@@ -1239,11 +1250,9 @@ class Consumer:
         if self.membership is not None and self._subs.has_auto_assignment:
             self._leave_group(self._default_timeout_ms)
 
-        def run(now: int) -> None:
-            self._subs.unsubscribe()
-            self._collector.drop_partitions(lambda tp: False)
-
-        self._run_nt(run, internal=True)  # pending background errors stay queued for the next call
+        # Pending background errors stay queued for the next call.
+        self._send(UnsubscribeEvent(), internal=True)
+        self._collector.drop_partitions(lambda tp: False)
         self._revoke.clear()
         # As Java: a rebalance callback that failed while leaving makes unsubscribe() raise (once it
         # completed); further ones follow from the next calls.
@@ -1275,19 +1284,18 @@ class Consumer:
         self._run_deferred_callbacks()
         self._complete_revokes(self._revoke.complete_all())
         self._run_deferred_callbacks()
-        self._run_nt(lambda now: membership.leave(now))
+        self._send(LeaveGroupEvent())
         while time.monotonic() < deadline:
             self._drain_background()  # errors stay queued for the application
-            if self._run_nt(lambda now: bool(membership.left)):
+            if self._send(LeaveStatusEvent()):
                 break
             self._thread.wakeup()
             self._buffer.wait(0.05, lambda: not self._background.empty())
 
     def enforce_rebalance(self, reason: str = "") -> None:
         self._ensure_open()
-        membership = self.membership
-        if membership is not None:
-            self._run_nt(lambda now: membership.enforce_rebalance(reason or "enforce_rebalance()", now))
+        if self.membership is not None:
+            self._send(EnforceRebalanceEvent(reason=reason or "enforce_rebalance()"))
 
     # ==================================================================================== close
     def close(self, timeout: float | None = 30.0) -> None:
@@ -1303,16 +1311,16 @@ class Consumer:
             log.debug("error leaving the group on close", exc_info=True)
         if self._commits is not None and self._commits.auto_commit and self._subs.assigned():
             offsets = self._consumed_offsets()
-            owned = self._owned_nt()
+            left = timeout_ms - int((time.monotonic() - start) * 1000)
+            owned: frozenset[TopicPartition] | None = None
+            with contextlib.suppress(Exception):  # the network thread stopped: nothing to commit with
+                owned = self._thread.submit(OwnedPartitionsEvent()).result(max(0, left) / 1000.0)
             if owned is not None:
                 offsets = {tp: o for tp, o in offsets.items() if tp in owned}
-            commits = self._commits
             left = timeout_ms - int((time.monotonic() - start) * 1000)
             if offsets and left > 0:
                 try:
-                    fut = self._thread.call(
-                        lambda now, f: commits.commit(offsets, f, now + left, retry=True, now_ms=now)
-                    )
+                    fut = self._thread.submit(CommitEvent(offsets=offsets, timeout_ms=left, retry=True))
                     fut.result(left / 1000.0)
                 except Exception:
                     log.debug("auto-commit on close failed", exc_info=True)
@@ -1334,9 +1342,8 @@ class Consumer:
         """KIP-714: the terminating push, within what is left of the close timeout."""
         if left_ms <= 0 or not self._telemetry.enabled:
             return
-        telemetry = self._telemetry
         try:
-            self._thread.call(lambda now, f: telemetry.terminate(now, f)).result(left_ms / 1000.0)
+            self._thread.submit(TerminateTelemetryEvent()).result(left_ms / 1000.0)
         except Exception:
             log.debug("terminating telemetry push did not complete", exc_info=True)
 
