@@ -38,7 +38,6 @@ from kafka_handoff.consumer.fetcher import CompletedFetch
 from kafka_handoff.consumer.records import ConsumerRecords
 from kafka_handoff.consumer.subscription import SubscriptionType
 from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
-from kafka_handoff.group.membership import AppThreadTask, CallbackKind
 from kafka_handoff.network.events import ApplicationEvent
 from kafka_handoff.protocol.records import DecodedRecords, decode_batches
 from kafka_handoff.types import (
@@ -178,14 +177,7 @@ class AsyncConsumer:
 
     def _callbacks_runnable(self) -> bool:
         """True when the core has rebalance work that would run user code now."""
-        c = self._c
-        if not c._deferred_callbacks:
-            return False
-        pending = c._revoke.pending_seqs()
-        for event in c._deferred_callbacks:
-            if isinstance(event, AppThreadTask) or event.kind is not CallbackKind.ASSIGN or not pending:
-                return True
-        return False
+        return self._c._dispatch.callbacks_runnable()
 
     # ============================================================================== poll
     async def poll(self, timeout: float | None = 0.0) -> ConsumerRecords:
@@ -221,7 +213,7 @@ class AsyncConsumer:
         # Start of poll (KIP-983 start-of-poll rules): the callbacks step off the loop only when it runs
         # user code; otherwise it is bookkeeping.
         c._poll_start_prepare()
-        if c._revoke.to_be_revoked_partitions() or self._callbacks_runnable():
+        if c._dispatch.revoke.to_be_revoked_partitions() or self._callbacks_runnable():
             await self._run_phase(c._poll_start_callbacks)
         else:
             c._poll_start_callbacks()
@@ -249,8 +241,7 @@ class AsyncConsumer:
             early: bool = await self._run_phase(c._before_collect)
             return early
         c._raise_pending_error()
-        early = c._early_return
-        c._early_return = False
+        early = c._dispatch.take_early_return()
         return early
 
     async def _collect(self) -> dict[TopicPartition, list[ConsumerRecord]]:
