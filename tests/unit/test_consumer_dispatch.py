@@ -9,8 +9,9 @@ arrive outside ``poll()``, and the expiry of the KIP-1306 view.
 
 Not a pure unit test: the real consumer starts its real network thread, hence the ``threads`` marker
 instead of ``unit``.  The dispatch itself (``consumer/dispatch.py``) is unit-tested without threads, with a
-fake host and a fake clock, in ``test_rebalance_dispatch.py``; this file checks the consumer's wiring of it.  Nothing here measures time: a call
-that must return early is a ``poll(600)`` awaited on another thread for at most 30 s.
+fake host and a fake clock, in ``test_rebalance_dispatch.py``; this file checks the consumer's wiring of it.
+Nothing here measures time: a call that must return early is a ``poll(600)`` awaited on another thread for
+at most 30 s.
 """
 
 from __future__ import annotations
