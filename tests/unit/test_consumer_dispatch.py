@@ -7,9 +7,11 @@ injected: the fake records what the consumer reports back (``on_callback_complet
 ordering (an ASSIGN waits for an earlier REVOKE), lost partitions, listener exceptions, callbacks that
 arrive outside ``poll()``, and the expiry of the KIP-1306 view.
 
-Not a pure unit test: the real consumer starts its real network thread (the dispatch is not yet a sans-I/O
-class of its own), hence the ``threads`` marker instead of ``unit``.  Nothing here measures time: a call
-that must return early is a ``poll(600)`` awaited on another thread for at most 30 s.
+Not a pure unit test: the real consumer starts its real network thread, hence the ``threads`` marker
+instead of ``unit``.  The dispatch itself (``consumer/dispatch.py``) is unit-tested without threads, with a
+fake host and a fake clock, in ``test_rebalance_dispatch.py``; this file checks the consumer's wiring of it.
+Nothing here measures time: a call that must return early is a ``poll(600)`` awaited on another thread for
+at most 30 s.
 """
 
 from __future__ import annotations

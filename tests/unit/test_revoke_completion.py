@@ -91,7 +91,7 @@ def test_kip848_without_listener_or_kip983_use_completes_in_the_requesting_poll(
     revoke_t0(h)
     h.consumer.poll(0)
     assert h.completed() == [(1, None)]  # no second trip through poll() needed
-    assert not h.consumer._revoke.revoke_requested_partitions()
+    assert not h.consumer._dispatch.revoke.revoke_requested_partitions()
 
 
 def test_kip848_without_listener_waits_for_the_next_poll_once_the_app_reads_to_be_revoked(

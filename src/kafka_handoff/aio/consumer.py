@@ -28,17 +28,17 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from kafka_handoff.aio._bridge import BlockingWorker, LoopBridge
 from kafka_handoff.aio.listener import LoopListener
 from kafka_handoff.consumer.consumer import Consumer
+from kafka_handoff.consumer.events import AppCallEvent, CommitEvent, FetchCommittedEvent
 from kafka_handoff.consumer.fetcher import CompletedFetch
 from kafka_handoff.consumer.records import ConsumerRecords
 from kafka_handoff.consumer.subscription import SubscriptionType
 from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
-from kafka_handoff.group.membership import AppThreadTask, CallbackKind
+from kafka_handoff.network.events import ApplicationEvent
 from kafka_handoff.protocol.records import DecodedRecords, decode_batches
 from kafka_handoff.types import (
     ConsumerGroupMetadata,
@@ -177,14 +177,7 @@ class AsyncConsumer:
 
     def _callbacks_runnable(self) -> bool:
         """True when the core has rebalance work that would run user code now."""
-        c = self._c
-        if not c._deferred_callbacks:
-            return False
-        pending = c._revoke.pending_seqs()
-        for event in c._deferred_callbacks:
-            if isinstance(event, AppThreadTask) or event.kind is not CallbackKind.ASSIGN or not pending:
-                return True
-        return False
+        return self._c._dispatch.callbacks_runnable()
 
     # ============================================================================== poll
     async def poll(self, timeout: float | None = 0.0) -> ConsumerRecords:
@@ -220,7 +213,7 @@ class AsyncConsumer:
         # Start of poll (KIP-983 start-of-poll rules): the callbacks step off the loop only when it runs
         # user code; otherwise it is bookkeeping.
         c._poll_start_prepare()
-        if c._revoke.to_be_revoked_partitions() or self._callbacks_runnable():
+        if c._dispatch.revoke.to_be_revoked_partitions() or self._callbacks_runnable():
             await self._run_phase(c._poll_start_callbacks)
         else:
             c._poll_start_callbacks()
@@ -237,7 +230,7 @@ class AsyncConsumer:
             now = time.monotonic()
             if c.membership is not None and now - self._refreshed >= self._refresh_s:
                 self._refreshed = now
-                c._thread.call(c._reset_poll_timer_nt)
+                c._send_poll_event()
             c._thread.wakeup()
             await self._wait_for_work(min(remaining, 0.1))
 
@@ -248,8 +241,7 @@ class AsyncConsumer:
             early: bool = await self._run_phase(c._before_collect)
             return early
         c._raise_pending_error()
-        early = c._early_return
-        c._early_return = False
+        early = c._dispatch.take_early_return()
         return early
 
     async def _collect(self) -> dict[TopicPartition, list[ConsumerRecord]]:
@@ -406,19 +398,22 @@ class AsyncConsumer:
     ) -> None:
         """Commit ``offsets`` (default: the consumed positions) and await the broker's answer."""
         c = self._check()
-        commits = c._require_group("commit()")
+        c._require_group("commit()")
         if not self._phase_running():
             # Errors the network thread posted (as Consumer.commit_sync).  Not while a rebalance step runs on
             # the worker: draining the queue there is that step's job (it may run callbacks).
             c._raise_background_errors()
         to_commit = self._consumed_offsets() if offsets is None else c._normalize_offsets(offsets)
         timeout_ms = c._timeout_ms(timeout)
-        only_owned = offsets is None
-
-        def run(now: int, fut: Future[Any]) -> None:
-            commits.commit(to_commit, fut, now + timeout_ms, retry=True, now_ms=now, only_owned=only_owned)
-
-        await self._native(run, timeout_ms, "commit()")
+        event = CommitEvent(
+            offsets=to_commit,
+            timeout_ms=timeout_ms,
+            retry=True,
+            only_owned=offsets is None,
+            deadline_ms=c._deadline_ms(timeout_ms),
+            name="commit()",
+        )
+        await self._native(event, timeout_ms, "commit()")
 
     commit_sync = commit
 
@@ -463,27 +458,29 @@ class AsyncConsumer:
         self, partitions: Iterable[TopicPartition], timeout: float | None = None
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         c = self._check()
-        commits = c._require_group("committed()")
-        parts = {TopicPartition(*p) for p in partitions}
+        c._require_group("committed()")
+        parts = frozenset(TopicPartition(*p) for p in partitions)
         timeout_ms = c._timeout_ms(timeout)
-
-        def run(now: int, fut: Future[Any]) -> None:
-            commits.fetch_committed(parts, fut, now + timeout_ms)
-
+        event = FetchCommittedEvent(
+            partitions=parts,
+            timeout_ms=timeout_ms,
+            deadline_ms=c._deadline_ms(timeout_ms),
+            name="committed()",
+        )
         result: dict[TopicPartition, OffsetAndMetadata | None] = await self._native(
-            run, timeout_ms, "committed()"
+            event, timeout_ms, "committed()"
         )
         return result
 
-    async def _native(self, fn: Callable[[int, Future[Any]], None], timeout_ms: int, what: str) -> Any:
+    async def _native(self, event: ApplicationEvent, timeout_ms: int, what: str) -> Any:
         """A network-thread call awaited through the bridge (the async twin of ``Consumer._call``): the poll
         timer stands still meanwhile; a timeout or cancellation drops the outcome."""
         c = self._c
         membership = c.membership
         if membership is not None:
-            c._thread.call(lambda now, f: f.set_result(membership.on_app_call(True, now)))
+            c._thread.submit(AppCallEvent(inside=True))
         try:
-            fut = c._thread.call(fn, deadline_ms=c._clock.now_ms() + timeout_ms, name=what)
+            fut = c._thread.submit(event)
             try:
                 return await asyncio.wait_for(self._bridge.wrap(fut), timeout_ms / 1000.0 + 0.05)
             except TimeoutError as exc:
@@ -492,7 +489,7 @@ class AsyncConsumer:
                 raise KafkaTimeoutError(f"{what} did not complete within {timeout_ms} ms") from None
         finally:
             if membership is not None and not self._closed:
-                c._thread.call(lambda now, f: f.set_result(membership.on_app_call(False, now)))
+                c._thread.submit(AppCallEvent(inside=False))
 
     # ============================================================================== positions
     async def position(self, partition: TopicPartition, timeout: float | None = None) -> int:

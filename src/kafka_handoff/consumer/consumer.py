@@ -26,6 +26,28 @@ from typing import Any, TypeVar
 from kafka_handoff.config import ConsumerConfig, parse_consumer_config
 from kafka_handoff.consumer.batch import ColumnarRecords
 from kafka_handoff.consumer.collector import Collector
+from kafka_handoff.consumer.dispatch import RebalanceDispatcher
+from kafka_handoff.consumer.events import (
+    AppCallEvent,
+    AppTaskDoneEvent,
+    AssignEvent,
+    CallbackCompletedEvent,
+    CommitEvent,
+    ConsumerEventProcessor,
+    EnforceRebalanceEvent,
+    FetchCommittedEvent,
+    GroupMetadataEvent,
+    LeaveGroupEvent,
+    LeaveStatusEvent,
+    ListOffsetsEvent,
+    MetadataUpdateEvent,
+    OwnedPartitionsEvent,
+    PollEvent,
+    ReleaseMetadataTopicsEvent,
+    SubscribeEvent,
+    TerminateTelemetryEvent,
+    UnsubscribeEvent,
+)
 from kafka_handoff.consumer.fetcher import FetchBuffer, FetchManager
 from kafka_handoff.consumer.listener import (
     AnyRebalanceListener,
@@ -34,7 +56,6 @@ from kafka_handoff.consumer.listener import (
 )
 from kafka_handoff.consumer.offsets import EARLIEST, LATEST, CommitManager, OffsetsManager
 from kafka_handoff.consumer.records import ConsumerRecords
-from kafka_handoff.consumer.revoke import RevokeLists
 from kafka_handoff.consumer.subscription import SubscriptionState, SubscriptionType
 from kafka_handoff.errors import (
     IllegalStateError,
@@ -57,6 +78,7 @@ from kafka_handoff.group.membership import (
 )
 from kafka_handoff.metrics import FetchMetrics, Metrics, RebalanceMetrics
 from kafka_handoff.network.client import NetworkClient
+from kafka_handoff.network.events import ApplicationEvent
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.requests import MonotonicClock, RequestManager
@@ -215,6 +237,19 @@ class Consumer:
             value_deserializer=cfg.get("value.deserializer"),
             on_records=self._on_records_consumed,
         )
+        processor = ConsumerEventProcessor(
+            subs=self._subs,
+            metadata=self._metadata,
+            offsets=self._offsets,
+            telemetry=self._telemetry,
+            coordinator=self._coordinator,
+            commits=self._commits,
+            membership=lambda: self.membership,
+            managers=lambda: self._thread.managers,
+            extra_metadata_topics=self._extra_metadata_topics,
+            group_metadata=self._group_metadata_nt,
+            owned=self._owned_nt,
+        )
         self._thread = NetworkThread(
             client,
             managers,
@@ -222,6 +257,7 @@ class Consumer:
             name=f"kafka-handoff-network-{self.client_id}",
             background_events=self._background,
             on_close=self._on_close_nt,
+            processor=processor,
         )
         self._buffer.on_release = self._thread.wakeup  # the buffer hit its low-water mark: fetch more
         self._group_hooks_init()
@@ -230,21 +266,15 @@ class Consumer:
     # ==================================================================================== helpers
     def _group_hooks_init(self) -> None:
         self._listeners = RebalanceListenerHolder()
-        self._revoke = RevokeLists()
         self._protocol = str(self._config.get("group.protocol"))
-        self._early_return = False
-        # revoke.completion=same-poll: a revoke completes in the poll() that requested it (pre-KIP-983).
-        self._same_poll_revoke = self._config.get("revoke.completion") == "same-poll"
-        # Set once the application shows it follows KIP-983 (reads to_be_revoked_partitions or calls
-        # delay_revoke): only then must a revoke wait for the next poll() without a listener (KIP-848).
-        self._kip983_used = False
-        # Callback errors of a leave (unsubscribe()/close()): raised by that call once it completed.
-        self._leave_errors: list[BaseException] = []
-        self._deferred_callbacks: list[CallbackNeeded | AppThreadTask] = []
-        # Partitions whose revoked/lost callback ran and that were not assigned again since.
-        self._told_gone: set[TopicPartition] = set()
-        self._leaving = False
-        self._collector.excluded = self._revoke.is_revoke_requested
+        self._dispatch = RebalanceDispatcher(
+            _DispatchHost(self),
+            now_ms=lambda: self._clock.now_ms(),
+            max_poll_interval_ms=int(self._config.get("max.poll.interval.ms")),
+            kip848=self._protocol == "consumer",
+            same_poll_revoke=self._config.get("revoke.completion") == "same-poll",
+        )
+        self._collector.excluded = self._dispatch.revoke.is_revoke_requested
         self._thread.add_after_poll(self._drain_membership_nt)
         if self._coordinator is not None:
             coordinator = self._coordinator
@@ -426,11 +456,15 @@ class Consumer:
                 future.cancel()
                 raise KafkaTimeoutError(f"{what} did not complete within {timeout_ms} ms")
 
-    def _call(self, fn: Callable[[int, Future[Any]], None], timeout_ms: int, what: str) -> Any:
+    def _deadline_ms(self, timeout_ms: int) -> int:
+        return self._clock.now_ms() + timeout_ms
+
+    def _call(self, event: ApplicationEvent, timeout_ms: int, what: str) -> Any:
+        """Submit ``event`` (its deadline: now + ``timeout_ms``) and wait for its result, the poll timer
+        standing still meanwhile."""
         self._ensure_open()
-        deadline = self._clock.now_ms() + timeout_ms
         with self._blocking_call():
-            fut = self._thread.call(fn, deadline_ms=deadline, name=what)
+            fut = self._thread.submit(event)
             return self._wait(fut, timeout_ms + 50, what)
 
     @contextlib.contextmanager
@@ -438,24 +472,20 @@ class Consumer:
         """The poll timer (max.poll.interval.ms) stands still while the application waits for us inside."""
         membership = self.membership
         if membership is not None:
-            self._thread.call(lambda now, f: f.set_result(membership.on_app_call(True, now)))
+            self._thread.submit(AppCallEvent(inside=True))
         try:
             yield
         finally:
             if membership is not None:
-                self._thread.call(lambda now, f: f.set_result(membership.on_app_call(False, now)))
+                self._thread.submit(AppCallEvent(inside=False))
 
-    def _run_nt(self, fn: Callable[[int], T], *, internal: bool = False) -> T:
-        """Run a quick state change on the network thread and wait for it (``internal``: see _wait)."""
+    def _send(self, event: ApplicationEvent, *, internal: bool = False) -> Any:
+        """Submit a quick state change or query to the network thread and wait for its result
+        (``internal``: see _wait)."""
         self._ensure_open()
-
-        def run(now: int, fut: Future[Any]) -> None:
-            fut.set_result(fn(now))
-
         # While leaving (unsubscribe/close) pending errors do not abort the leave: they stay queued.
-        internal = internal or self._leaving
-        result: T = self._wait(self._thread.call(run), 30_000, "network thread call", internal=internal)
-        return result
+        internal = internal or self._dispatch.leaving
+        return self._wait(self._thread.submit(event), 30_000, "network thread call", internal=internal)
 
     def _raise_background_errors(self) -> None:
         if self._fatal is not None:
@@ -500,213 +530,13 @@ class Consumer:
         elif isinstance(event, (CallbackNeeded, AppThreadTask)):
             # Rebalance callbacks (and a custom assignor's assign()) run inside poll() (or while leaving),
             # never inside another call, and in the order the membership asked for them.
-            self._deferred_callbacks.append(event)
-            if (self._in_poll or self._leaving) and not self._in_callback:
-                self._run_deferred_callbacks()
+            self._dispatch.on_event(event)
 
     # ==================================================================================== rebalance callbacks
+    # When each callback runs (KIP-983's lists, KIP-429 order) is decided by consumer/dispatch.py; the
+    # _DispatchHost at the end of this module is what it calls back.
     def _record_callback_latency(self, kind: CallbackKind, ms: float) -> None:
         self._rebalance_metrics.record_callback(kind.value, ms)
-
-    def _run_listener(
-        self, kind: CallbackKind, partitions: frozenset[TopicPartition]
-    ) -> BaseException | None:
-        listener = self._listeners.active if self._in_poll else self._listeners.resolve()
-        # A blocking call inside a callback (commit_sync on the view) drains background events: callbacks
-        # arriving meanwhile wait until this one returned, never run nested inside it.
-        self._in_callback = True
-        try:
-            if kind is CallbackKind.ASSIGN:
-                self._told_gone.difference_update(partitions)
-            return invoke_callback(
-                listener, kind, partitions, self, record_latency=self._record_callback_latency
-            )
-        finally:
-            self._in_callback = False
-            if kind is not CallbackKind.ASSIGN:
-                self._told_gone.update(partitions)
-
-    def _note_error(self, error: BaseException | None) -> None:
-        """A rebalance callback raised: queue it for the application (after the step completed).  While
-        leaving the group, unsubscribe()/close() raise it themselves once they completed."""
-        if error is None:
-            return
-        if self._leaving:
-            self._leave_errors.append(error)
-        else:
-            self._errors.append(error)
-
-    def _complete_nt(self, seq: int, error: BaseException | None) -> None:
-        membership = self.membership
-        if membership is None:
-            return
-        self._thread.call(lambda now, f: f.set_result(membership.on_callback_completed(seq, error, now)))
-
-    def _run_deferred_callbacks(self) -> None:
-        """Run queued callbacks in order.  An ASSIGN waits while an earlier REVOKE has not completed, so the
-        listener sees revoked-then-assigned (KIP-429 order) even when the revoke is delayed (KIP-983); a
-        LOST never waits."""
-        queue_ = self._deferred_callbacks
-        i = 0
-        while i < len(queue_):
-            event = queue_[i]
-            if isinstance(event, AppThreadTask):
-                del queue_[i]
-                self._run_app_thread_task(event)
-                i = 0
-                continue
-            if event.kind is CallbackKind.ASSIGN and self._revoke.pending_seqs() and not self._leaving:
-                i += 1
-                continue
-            del queue_[i]
-            self._on_callback_needed(event)
-            i = 0
-
-    def _run_app_thread_task(self, task: AppThreadTask) -> None:
-        """User code the membership needs on this thread (a custom assignor's ``assign``); the outcome goes
-        back to the network thread, where an error becomes a membership error raised from ``poll()``."""
-        result: object = None
-        error: BaseException | None = None
-        self._in_callback = True
-        try:
-            result = task.run()
-        except Exception as exc:
-            error = exc
-        finally:
-            self._in_callback = False
-
-        def report(now: int, fut: Future[Any]) -> None:
-            task.done(result, error, now)
-            fut.set_result(None)
-
-        self._thread.call(report)
-
-    def _on_callback_needed(self, event: CallbackNeeded) -> None:
-        parts = event.partitions
-        if event.kind is CallbackKind.REVOKE:
-            # From the membership's receipt of the revocation (its timer runs from then), not from now: an
-            # application that was slow to get here must not be fenced while delay_revoke() says True.
-            received = event.received_ms if event.received_ms is not None else self._clock.now_ms()
-            deadline = received + int(0.8 * int(self._config.get("max.poll.interval.ms")))
-            self._revoke.on_revoke_requested(parts, event.seq, deadline_ms=deadline)
-            self._collector.drop_partitions(lambda tp: tp not in parts)
-            if self._leaving or self._revoke_completes_at_once():
-                # unsubscribe()/close(): no later poll will complete it; or it completes in this poll.
-                self._complete_revokes(self._revoke.complete_all())
-                return
-            self._early_return = True
-            return
-        if event.kind is CallbackKind.LOST:
-            # The lost callback gets every partition the member owned, also those whose revoke callback
-            # already ran (a delayed revoke that completed before the membership acted on it), as Java does
-            # (KIP-1306); KIP-983's lost_partitions() lists only those the application still held.
-            self._revoke.on_lost(parts - self._told_gone)
-            self._drop_stale_assigns(event)
-            self._collector.drop_partitions(lambda tp: tp not in parts)
-            error = self._run_listener(CallbackKind.LOST, parts) if parts else None
-            self._note_error(error)
-            self._report_completed_revokes()
-            self._complete_nt(event.seq, error)
-            self._early_return = True
-            return
-        # ASSIGN: always invoked, even for an empty set; the classic assignor's on_assignment first (KIP-429:
-        # revoked < onAssignment < assigned).  An error does not stop the rebalance (KIP-1306): the
-        # partitions become fetchable and the error is raised from poll().
-        assignor_error: BaseException | None = None
-        if event.on_assignment is not None:
-            self._in_callback = True
-            try:
-                event.on_assignment()
-            except Exception as exc:
-                assignor_error = exc
-            finally:
-                self._in_callback = False
-        error = self._run_listener(CallbackKind.ASSIGN, parts)
-        self._note_error(assignor_error)
-        self._note_error(error)
-        self._subs.clear_awaiting_callback(parts)
-        self._complete_nt(event.seq, assignor_error or error)
-        self._thread.wakeup()
-
-    def _drop_stale_assigns(self, lost: CallbackNeeded) -> None:
-        """A LOST supersedes ASSIGNs still queued before it (waiting behind a pending revoke): an assigned
-        callback never runs after the lost callback for partitions the member no longer owns.  An ASSIGN
-        all of whose partitions are lost (a generation reset) is dropped (its completion is reported, so
-        the membership does not wait for it); one partly lost runs for the rest."""
-        kept: list[CallbackNeeded | AppThreadTask] = []
-        for queued in self._deferred_callbacks:
-            if (
-                isinstance(queued, CallbackNeeded)
-                and queued.kind is CallbackKind.ASSIGN
-                and queued.seq < lost.seq
-            ):
-                if queued.partitions <= lost.partitions:
-                    log.debug("assign callback (seq %d) dropped: superseded by lost partitions", queued.seq)
-                    self._complete_nt(queued.seq, None)
-                    continue
-                rest = queued.partitions - lost.partitions
-                if rest != queued.partitions:
-                    queued = dataclasses.replace(queued, partitions=rest)
-            kept.append(queued)
-        self._deferred_callbacks[:] = kept
-
-    def _revoke_completes_at_once(self) -> bool:
-        """True when a revoke completes in the poll() that requested it: ``revoke.completion=same-poll``,
-        or (as Java's KIP-848 consumer, which then completes it without the application) under KIP-848
-        with no rebalance listener while the application never used KIP-983's API."""
-        if self._same_poll_revoke:
-            return True
-        listener = self._listeners.active if self._in_poll else self._listeners.resolve()
-        return self._protocol == "consumer" and listener is None and not self._kip983_used
-
-    def _note_kip983_use(self) -> None:
-        self._kip983_used = True
-
-    def _complete_revokes(self, completed: frozenset[TopicPartition]) -> None:
-        """Run the revoke callback for partitions whose revoke completes now, then tell the membership."""
-        if completed:
-            owned = self._subs.assigned()
-            parts = frozenset(tp for tp in completed if tp in owned) or completed
-            if self._commits is not None and self._commits.auto_commit:
-                offsets = {tp: o for tp, o in self._consumed_offsets().items() if tp in parts}
-                if offsets:
-                    self._in_callback = True  # part of the revocation: no other callback runs meanwhile
-                    # Bounded by the rebalance timeout, and while leaving (close/unsubscribe) by what is
-                    # left of the caller's timeout.
-                    timeout_s = int(self._config.get("max.poll.interval.ms")) / 1000
-                    if self._leaving and self._leave_deadline is not None:
-                        timeout_s = min(timeout_s, max(0.0, self._leave_deadline - time.monotonic()))
-                    try:
-                        self._commit_before_revoke(offsets, timeout_s)
-                    except KafkaError as exc:
-                        log.warning("auto-commit before revocation failed: %s", exc)
-                    finally:
-                        self._in_callback = False
-            error = self._run_listener(CallbackKind.REVOKE, parts)
-            if error is not None:
-                self._revoke.note_callback_error(parts, error)
-                self._note_error(error)
-        self._report_completed_revokes()
-
-    def _commit_before_revoke(
-        self, offsets: dict[TopicPartition, OffsetAndMetadata], timeout_s: float
-    ) -> None:
-        """The auto-commit before a revocation: waits for the commit only.  Unrelated background errors
-        and a wakeup() arriving meanwhile stay pending (they are not this commit's failure)."""
-        commits = self._commits
-        assert commits is not None
-        timeout_ms = max(0, int(timeout_s * 1000))
-
-        def run(now: int, fut: Future[Any]) -> None:
-            commits.commit(offsets, fut, now + timeout_ms, retry=True, now_ms=now)
-
-        self._ensure_open()
-        fut = self._thread.call(run, deadline_ms=self._clock.now_ms() + timeout_ms, name="auto-commit")
-        self._wait(fut, timeout_ms + 50, "auto-commit before revocation", internal=True)
-
-    def _report_completed_revokes(self) -> None:
-        for done in self._revoke.take_completed():
-            self._complete_nt(done.seq, done.error)
 
     # ==================================================================================== assign mode
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
@@ -718,18 +548,9 @@ class Consumer:
         if self._subs.has_auto_assignment:
             raise IllegalStateError("assign() cannot be used while subscribed; call unsubscribe() first")
 
-        def run(now: int) -> None:
-            if self._commits is not None and self._commits.auto_commit and self._subs.assigned():
-                # As Java: commit consumed offsets of partitions being unassigned (async, best effort).
-                removed = self._subs.assigned() - set(parts)
-                offsets = {tp: o for tp, o in self._commits.consumed_offsets().items() if tp in removed}
-                if offsets:
-                    self._commits.commit(offsets, Future(), now + 5000, retry=False, now_ms=now)
-            self._subs.assign_from_user(parts)
-            self._collector.drop_partitions(lambda tp: tp in set(parts))
-            self._metadata.request_update()
-
-        self._run_nt(run)
+        self._send(AssignEvent(partitions=tuple(parts)))
+        keep = set(parts)
+        self._collector.drop_partitions(lambda tp: tp in keep)
 
     def assignment(self) -> frozenset[TopicPartition]:
         self._ensure_open()
@@ -777,7 +598,7 @@ class Consumer:
                 return self._make_records({}, columnar)
             if self.membership is not None and time.monotonic() - refreshed >= refresh_s:
                 refreshed = time.monotonic()
-                self._thread.call(self._reset_poll_timer_nt)
+                self._send_poll_event()
             self._thread.wakeup()
             self._buffer.wait(
                 min(remaining, 0.1),
@@ -796,8 +617,6 @@ class Consumer:
                 missing,
             )
 
-    _in_poll = False
-    _in_callback = False
     _leave_deadline: float | None = None
 
     def _on_poll_start(self) -> None:
@@ -814,49 +633,37 @@ class Consumer:
         self._subs.mark_poll_start()
         self._drain_background()  # errors posted before this poll come before those its callbacks raise
         self._listeners.begin_poll()
-        self._early_return = False
+        self._dispatch.start_poll()
 
     def _poll_start_callbacks(self) -> None:
-        self._in_poll = True
-        try:
-            self._complete_revokes(self._revoke.start_of_poll())
-            self._run_deferred_callbacks()
-        finally:
-            self._in_poll = False
+        self._dispatch.start_of_poll_callbacks()
 
     def _poll_start_event(self) -> None:
-        membership = self.membership
-        if membership is not None:
-            self._thread.call(lambda now, f: f.set_result(membership.on_app_poll(now)))
+        self._send_poll_event()
 
-    def _reset_poll_timer_nt(self, now: int, fut: Future[Any]) -> None:
+    def _send_poll_event(self) -> None:
+        """Reset the poll timer (and start joining), without waiting."""
         if self.membership is not None:
-            self.membership.on_app_poll(now)
-        fut.set_result(None)
+            self._thread.submit(PollEvent())
 
     def _before_collect(self) -> bool:
         """Run callbacks the membership asked for; True makes poll() return now (revoke requested or
         partitions lost, so the application learns at once)."""
-        self._in_poll = True
-        try:
-            self._run_deferred_callbacks()
+        with self._dispatch.polling():
+            self._dispatch.run_deferred()
             self._drain_background()
-        finally:
-            self._in_poll = False
         self._raise_pending_error()
-        early = self._early_return
-        self._early_return = False
-        return early
+        return self._dispatch.take_early_return()
 
     def _make_records(self, records: dict[TopicPartition, Any], columnar: bool = False) -> Any:
         kind = ColumnarRecords if columnar else ConsumerRecords
         result = kind(
             records,
-            to_be_revoked=self._revoke.to_be_revoked_partitions(),
-            lost=self._revoke.lost_partitions(),
+            to_be_revoked=self._dispatch.revoke.to_be_revoked_partitions(),
+            lost=self._dispatch.lost_partitions(),
         )
-        if not self._kip983_used:
-            result._on_revoke_seen = self._note_kip983_use
+        if not self._dispatch.kip983_used:
+            result._on_revoke_seen = self._dispatch.note_kip983_use
         return result
 
     # ==================================================================================== KIP-983
@@ -864,13 +671,12 @@ class Consumer:
         """Partitions whose revoke was requested and completes at the start of the next ``poll()`` unless
         :meth:`delay_revoke` is called for them (KIP-983)."""
         self._ensure_open()
-        self._kip983_used = True
-        return self._revoke.to_be_revoked_partitions()
+        return self._dispatch.to_be_revoked_partitions()
 
     def lost_partitions(self) -> frozenset[TopicPartition]:
         """Partitions lost during the last ``poll()`` (KIP-983); their work must be abandoned."""
         self._ensure_open()
-        return self._revoke.lost_partitions()
+        return self._dispatch.lost_partitions()
 
     def delay_revoke(self, partitions: Iterable[TopicPartition]) -> bool:
         """Postpone the revoke of ``partitions`` by one more ``poll()`` (KIP-983).
@@ -881,8 +687,7 @@ class Consumer:
         member is lost; under the classic protocol the follow-up rebalance waits for this member.
         """
         self._ensure_open()
-        self._kip983_used = True
-        return self._revoke.delay_revoke([TopicPartition(*tp) for tp in partitions], self._clock.now_ms())
+        return self._dispatch.delay_revoke([TopicPartition(*tp) for tp in partitions])
 
     def set_rebalance_listener(self, listener: AnyRebalanceListener | None) -> None:
         """Set (or with ``None`` remove) the rebalance listener; it takes effect at the next ``poll()``.
@@ -964,16 +769,15 @@ class Consumer:
         ts = {TopicPartition(*tp): t for tp, t in timestamps.items()}
         if not ts:
             return {}
-        topics = {tp.topic for tp in ts}
-
-        def run(now: int, fut: Future[Any]) -> None:
-            self._extra_metadata_topics.update(topics)
-            self._offsets.lookup(ts, fut, now + timeout_ms)
-
+        topics = frozenset(tp.topic for tp in ts)
+        event = ListOffsetsEvent(
+            timestamps=ts, timeout_ms=timeout_ms, deadline_ms=self._deadline_ms(timeout_ms), name=what
+        )
         try:
-            result: dict[TopicPartition, OffsetAndTimestamp | None] = self._call(run, timeout_ms, what)
+            result: dict[TopicPartition, OffsetAndTimestamp | None] = self._call(event, timeout_ms, what)
         finally:
-            self._extra_metadata_topics.difference_update(topics - {tp.topic for tp in self._subs.assigned()})
+            if not self._closed:
+                self._thread.submit(ReleaseMetadataTopicsEvent(topics=topics))
         return result
 
     def beginning_offsets(
@@ -1054,16 +858,18 @@ class Consumer:
     ) -> None:
         """Commit ``offsets`` (default: the consumed positions of all assigned partitions) and wait."""
         self._ensure_open()
-        commits = self._require_group("commit_sync()")
+        self._require_group("commit_sync()")
         to_commit = self._consumed_offsets() if offsets is None else self._normalize_offsets(offsets)
         timeout_ms = self._timeout_ms(timeout)
-
-        def run(now: int, fut: Future[Any]) -> None:
-            commits.commit(
-                to_commit, fut, now + timeout_ms, retry=True, now_ms=now, only_owned=offsets is None
-            )
-
-        self._call(run, timeout_ms, "commit_sync()")
+        event = CommitEvent(
+            offsets=to_commit,
+            timeout_ms=timeout_ms,
+            retry=True,
+            only_owned=offsets is None,
+            deadline_ms=self._deadline_ms(timeout_ms),
+            name="commit_sync()",
+        )
+        self._call(event, timeout_ms, "commit_sync()")
 
     def commit_async(
         self,
@@ -1074,14 +880,16 @@ class Consumer:
         """Commit without waiting; ``callback(offsets, error)`` runs on the application thread inside a
         later ``poll()`` (or another blocking call), as in Java."""
         self._ensure_open()
-        commits = self._require_group("commit_async()")
+        self._require_group("commit_async()")
         to_commit = self._consumed_offsets() if offsets is None else self._normalize_offsets(offsets)
-        timeout_ms = self._default_timeout_ms
-        fut = self._thread.call(
-            lambda now, f: commits.commit(
-                to_commit, f, now + timeout_ms, retry=False, now_ms=now, only_owned=offsets is None
-            ),
-            name="commit_async()",
+        fut: Future[None] = self._thread.submit(
+            CommitEvent(
+                offsets=to_commit,
+                timeout_ms=self._default_timeout_ms,
+                retry=False,
+                only_owned=offsets is None,
+                name="commit_async()",
+            )
         )
         if callback is not None:
             cb = callback
@@ -1097,14 +905,16 @@ class Consumer:
         self, partitions: Iterable[TopicPartition], timeout: float | None = None
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         self._ensure_open()
-        commits = self._require_group("committed()")
-        parts = {TopicPartition(*p) for p in partitions}
+        self._require_group("committed()")
+        parts = frozenset(TopicPartition(*p) for p in partitions)
         timeout_ms = self._timeout_ms(timeout)
-
-        def run(now: int, fut: Future[Any]) -> None:
-            commits.fetch_committed(parts, fut, now + timeout_ms)
-
-        result: dict[TopicPartition, OffsetAndMetadata | None] = self._call(run, timeout_ms, "committed()")
+        event = FetchCommittedEvent(
+            partitions=parts,
+            timeout_ms=timeout_ms,
+            deadline_ms=self._deadline_ms(timeout_ms),
+            name="committed()",
+        )
+        result: dict[TopicPartition, OffsetAndMetadata | None] = self._call(event, timeout_ms, "committed()")
         return result
 
     # ==================================================================================== metadata
@@ -1112,11 +922,8 @@ class Consumer:
         self, topics: frozenset[str] | None, timeout: float | None, what: str
     ) -> ClusterMetadata:
         timeout_ms = self._timeout_ms(timeout)
-
-        def run(now: int, fut: Future[Any]) -> None:
-            self._metadata.wait_for_update(fut, topics)
-
-        cluster: ClusterMetadata = self._call(run, timeout_ms, what)
+        event = MetadataUpdateEvent(topics=topics, deadline_ms=self._deadline_ms(timeout_ms), name=what)
+        cluster: ClusterMetadata = self._call(event, timeout_ms, what)
         return cluster
 
     def partitions_for(self, topic: str, timeout: float | None = None) -> list[PartitionInfo]:
@@ -1182,7 +989,8 @@ class Consumer:
         self._ensure_open()
         if self.group_id is None:
             raise KafkaError("group_metadata() needs a group.id")
-        return self._run_nt(lambda now: self._group_metadata_nt())
+        meta: ConsumerGroupMetadata = self._send(GroupMetadataEvent())
+        return meta
 
     def _group_metadata_any_thread(self, timeout: float = 30.0) -> ConsumerGroupMetadata:
         """:meth:`group_metadata` for a thread that does not own the consumer (a transactional writer
@@ -1225,23 +1033,7 @@ class Consumer:
         self._listeners.set_from_subscribe(listener, stacklevel=3)
         if self.membership is None:
             self.membership = self._create_membership()
-        membership = self.membership
-        coordinator = self._coordinator
-        assert coordinator is not None
-
-        def run(now: int) -> None:
-            self._subs.subscribe(subscription)
-            if coordinator.coordinator is not None:
-                membership.on_coordinator(coordinator.coordinator.node_id, now, coordinator.epoch)
-            coordinator.wanted = True
-            membership.subscribe(subscription, now)
-            self._metadata.request_update()
-            if self._metadata.cluster.brokers:
-                membership.on_metadata(self._metadata.cluster, now)
-            if membership not in self._thread.managers:
-                self._thread.managers.insert(2, membership)
-
-        self._run_nt(run)
+        self._send(SubscribeEvent(subscription=subscription))
 
     def unsubscribe(self) -> None:
         """Leave the group (running the revoke callback for everything owned) or drop the assignment."""
@@ -1249,15 +1041,13 @@ class Consumer:
         if self.membership is not None and self._subs.has_auto_assignment:
             self._leave_group(self._default_timeout_ms)
 
-        def run(now: int) -> None:
-            self._subs.unsubscribe()
-            self._collector.drop_partitions(lambda tp: False)
-
-        self._run_nt(run, internal=True)  # pending background errors stay queued for the next call
-        self._revoke.clear()
+        # Pending background errors stay queued for the next call.
+        self._send(UnsubscribeEvent(), internal=True)
+        self._collector.drop_partitions(lambda tp: False)
+        self._dispatch.revoke.clear()
         # As Java: a rebalance callback that failed while leaving makes unsubscribe() raise (once it
         # completed); further ones follow from the next calls.
-        errors, self._leave_errors = self._leave_errors, []
+        errors = self._dispatch.take_leave_errors()
         if errors:
             self._errors.extendleft(reversed(errors[1:]))
             raise errors[0]
@@ -1269,35 +1059,31 @@ class Consumer:
             return
         deadline = time.monotonic() + timeout_ms / 1000.0
         self._leave_deadline = deadline
-        self._leaving = True
+        self._dispatch.leaving = True
         try:
             self._leave_group_loop(membership, deadline)
         except BaseException:
             # Aborted: the leave's callback errors are delivered by the next calls instead.
-            self._errors.extend(self._leave_errors)
-            self._leave_errors = []
+            self._errors.extend(self._dispatch.take_leave_errors())
             raise
         finally:
-            self._leaving = False
+            self._dispatch.leaving = False
 
     def _leave_group_loop(self, membership: Any, deadline: float) -> None:
         # Callbacks that arrived between polls, then pending delayed revokes, complete now.
-        self._run_deferred_callbacks()
-        self._complete_revokes(self._revoke.complete_all())
-        self._run_deferred_callbacks()
-        self._run_nt(lambda now: membership.leave(now))
+        self._dispatch.complete_for_leave()
+        self._send(LeaveGroupEvent())
         while time.monotonic() < deadline:
             self._drain_background()  # errors stay queued for the application
-            if self._run_nt(lambda now: bool(membership.left)):
+            if self._send(LeaveStatusEvent()):
                 break
             self._thread.wakeup()
             self._buffer.wait(0.05, lambda: not self._background.empty())
 
     def enforce_rebalance(self, reason: str = "") -> None:
         self._ensure_open()
-        membership = self.membership
-        if membership is not None:
-            self._run_nt(lambda now: membership.enforce_rebalance(reason or "enforce_rebalance()", now))
+        if self.membership is not None:
+            self._send(EnforceRebalanceEvent(reason=reason or "enforce_rebalance()"))
 
     # ==================================================================================== close
     def close(self, timeout: float | None = 30.0) -> None:
@@ -1313,16 +1099,16 @@ class Consumer:
             log.debug("error leaving the group on close", exc_info=True)
         if self._commits is not None and self._commits.auto_commit and self._subs.assigned():
             offsets = self._consumed_offsets()
-            owned = self._owned_nt()
+            left = timeout_ms - int((time.monotonic() - start) * 1000)
+            owned: frozenset[TopicPartition] | None = None
+            with contextlib.suppress(Exception):  # the network thread stopped: nothing to commit with
+                owned = self._thread.submit(OwnedPartitionsEvent()).result(max(0, left) / 1000.0)
             if owned is not None:
                 offsets = {tp: o for tp, o in offsets.items() if tp in owned}
-            commits = self._commits
             left = timeout_ms - int((time.monotonic() - start) * 1000)
             if offsets and left > 0:
                 try:
-                    fut = self._thread.call(
-                        lambda now, f: commits.commit(offsets, f, now + left, retry=True, now_ms=now)
-                    )
+                    fut = self._thread.submit(CommitEvent(offsets=offsets, timeout_ms=left, retry=True))
                     fut.result(left / 1000.0)
                 except Exception:
                     log.debug("auto-commit on close failed", exc_info=True)
@@ -1332,7 +1118,7 @@ class Consumer:
         self._thread.close(max(0, left))
         # As Java: close() completes, then rethrows the first rebalance-callback error of the leave.  Errors
         # nobody will see any more (no call follows close) are logged.
-        errors, self._leave_errors = self._leave_errors, []
+        errors = self._dispatch.take_leave_errors()
         self._drain_background()
         for error in [*errors[1:], *self._errors]:
             log.warning("error not delivered to the application because the consumer closed: %r", error)
@@ -1344,9 +1130,8 @@ class Consumer:
         """KIP-714: the terminating push, within what is left of the close timeout."""
         if left_ms <= 0 or not self._telemetry.enabled:
             return
-        telemetry = self._telemetry
         try:
-            self._thread.call(lambda now, f: telemetry.terminate(now, f)).result(left_ms / 1000.0)
+            self._thread.submit(TerminateTelemetryEvent()).result(left_ms / 1000.0)
         except Exception:
             log.debug("terminating telemetry push did not complete", exc_info=True)
 
@@ -1385,3 +1170,78 @@ class _CommitCallback:
         self.callback = callback
         self.offsets = offsets
         self.error = error
+
+
+class _DispatchHost:
+    """The consumer as the :class:`~kafka_handoff.consumer.dispatch.DispatchHost` of its dispatcher."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self, consumer: Consumer) -> None:
+        self._c = consumer
+
+    def invoke_listener(
+        self, kind: CallbackKind, partitions: frozenset[TopicPartition], in_poll: bool
+    ) -> BaseException | None:
+        c = self._c
+        listener = c._listeners.active if in_poll else c._listeners.resolve()
+        return invoke_callback(listener, kind, partitions, c, record_latency=c._record_callback_latency)
+
+    def has_listener(self, in_poll: bool) -> bool:
+        listeners = self._c._listeners
+        return (listeners.active if in_poll else listeners.resolve()) is not None
+
+    def assigned(self) -> frozenset[TopicPartition]:
+        return self._c._subs.assigned()
+
+    def drop_fetched(self, keep: Callable[[TopicPartition], bool]) -> None:
+        self._c._collector.drop_partitions(keep)
+
+    def clear_awaiting_callback(self, partitions: frozenset[TopicPartition]) -> None:
+        self._c._subs.clear_awaiting_callback(partitions)
+
+    def callback_completed(self, seq: int, error: BaseException | None) -> None:
+        if self._c.membership is None:
+            return
+        self._c._thread.submit(CallbackCompletedEvent(seq=seq, error=error))
+
+    def task_done(self, task: AppThreadTask, result: object, error: BaseException | None) -> None:
+        self._c._thread.submit(AppTaskDoneEvent(task=task, result=result, error=error))
+
+    def report_error(self, error: BaseException) -> None:
+        self._c._errors.append(error)
+
+    def wakeup_network(self) -> None:
+        self._c._thread.wakeup()
+
+    def commit_before_revoke(self, partitions: frozenset[TopicPartition]) -> None:
+        """The auto-commit before a revocation (when auto-commit is on): waits for the commit only.
+        Unrelated background errors and a wakeup() arriving meanwhile stay pending (they are not this
+        commit's failure); a failed commit is logged."""
+        c = self._c
+        commits = c._commits
+        if commits is None or not commits.auto_commit:
+            return
+        offsets = {tp: o for tp, o in c._consumed_offsets().items() if tp in partitions}
+        if not offsets:
+            return
+        # Bounded by the rebalance timeout, and while leaving (close/unsubscribe) by what is left of the
+        # caller's timeout.
+        timeout_s = int(c._config.get("max.poll.interval.ms")) / 1000
+        if c._dispatch.leaving and c._leave_deadline is not None:
+            timeout_s = min(timeout_s, max(0.0, c._leave_deadline - time.monotonic()))
+        timeout_ms = max(0, int(timeout_s * 1000))
+        try:
+            c._ensure_open()
+            fut = c._thread.submit(
+                CommitEvent(
+                    offsets=offsets,
+                    timeout_ms=timeout_ms,
+                    retry=True,
+                    deadline_ms=c._deadline_ms(timeout_ms),
+                    name="auto-commit",
+                )
+            )
+            c._wait(fut, timeout_ms + 50, "auto-commit before revocation", internal=True)
+        except KafkaError as exc:
+            log.warning("auto-commit before revocation failed: %s", exc)

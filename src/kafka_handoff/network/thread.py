@@ -1,10 +1,10 @@
 """The background network thread and the two event queues (seed 002's threading model).
 
-The application thread never touches a socket.  It submits *application events* -- functions to run on
-the network thread, each with a :class:`concurrent.futures.Future` for its result -- and waits on the
-future when the API call blocks.  The network thread loops:
+The application thread never touches a socket.  It submits *application events* -- typed frozen
+dataclasses (:mod:`kafka_handoff.network.events`), each with a :class:`concurrent.futures.Future` for its
+result -- and waits on the future when the API call blocks.  The network thread loops:
 
-1. drain the application event queue (run each event);
+1. drain the application event queue (the :class:`ApplicationEventProcessor` handles each event);
 2. poll every request manager and hand their unsent requests to the :class:`NetworkClient`;
 3. ``select()`` for at most the smallest wait any manager asked for (capped), then read/write and dispatch
    responses to the managers' handlers;
@@ -21,11 +21,12 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kafka_handoff.errors import KafkaError, KafkaTimeoutError
 from kafka_handoff.network.client import NetworkClient
+from kafka_handoff.network.events import ApplicationEvent, ApplicationEventProcessor, RunClosure
 from kafka_handoff.protocol.requests import MAX_POLL_WAIT_MS, Clock, RequestManager
 
 __all__ = ["ApplicationEvent", "BackgroundError", "NetworkThread"]
@@ -35,16 +36,6 @@ log = logging.getLogger(__name__)
 _AUTH_LOG_INTERVAL_MS = 30_000
 
 T = TypeVar("T")
-
-
-@dataclass(slots=True)
-class ApplicationEvent:
-    """Work for the network thread.  ``run(now_ms, future)`` must complete ``future`` now or later."""
-
-    run: Callable[[int, Future[Any]], None]
-    future: Future[Any] = field(default_factory=Future)
-    deadline_ms: int | None = None
-    name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +56,13 @@ class NetworkThread:
         name: str = "kafka-handoff-network",
         background_events: queue.SimpleQueue[Any] | None = None,
         on_close: Callable[[int], bool] | None = None,
+        processor: ApplicationEventProcessor | None = None,
     ) -> None:
         self.client = client
         self.managers = list(managers)
         self.clock = clock
         self.background_events: queue.SimpleQueue[Any] = background_events or queue.SimpleQueue()
+        self.processor = processor or ApplicationEventProcessor()
         self._events: queue.SimpleQueue[ApplicationEvent] = queue.SimpleQueue()
         self._pending: list[ApplicationEvent] = []
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -104,7 +97,8 @@ class NetworkThread:
         deadline_ms: int | None = None,
         name: str = "",
     ) -> Future[Any]:
-        return self.submit(ApplicationEvent(fn, deadline_ms=deadline_ms, name=name))
+        """An untyped event (:class:`RunClosure`): for clients without typed events yet, and tests."""
+        return self.submit(RunClosure(fn=fn, deadline_ms=deadline_ms, name=name))
 
     def call_sync(self, fn: Callable[[int], T], timeout_s: float | None = None) -> T:
         """Run ``fn(now_ms)`` on the network thread and return its result (for quick state reads/writes)."""
@@ -206,7 +200,7 @@ class NetworkThread:
             if event.future.done():
                 continue
             try:
-                event.run(now, event.future)
+                self.processor.process(event, now)
             except BaseException as exc:
                 if not event.future.done():
                     event.future.set_exception(exc)
@@ -222,7 +216,9 @@ class NetworkThread:
             if event.future.done():
                 continue
             if event.deadline_ms is not None and event.deadline_ms <= now:
-                event.future.set_exception(KafkaTimeoutError(f"{event.name or 'operation'} timed out"))
+                event.future.set_exception(
+                    KafkaTimeoutError(f"{event.name or type(event).__name__} timed out")
+                )
                 continue
             keep.append(event)
         self._pending = keep

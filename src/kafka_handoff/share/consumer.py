@@ -43,12 +43,22 @@ from kafka_handoff.group.membership import CoordinatorNeeded, MembershipError, M
 from kafka_handoff.group.share_membership import ShareAssignmentChanged, ShareMembership
 from kafka_handoff.metrics import Avg, Max, Metrics
 from kafka_handoff.network.client import NetworkClient
+from kafka_handoff.network.events import ApplicationEvent
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.records import decode_batches_columnar
 from kafka_handoff.protocol.requests import MonotonicClock, RequestManager
 from kafka_handoff.security import build_security
 from kafka_handoff.share.config import ShareConsumerConfig, parse_share_consumer_config
+from kafka_handoff.share.events import (
+    ShareAssignmentEvent,
+    ShareCloseEvent,
+    ShareCommitEvent,
+    ShareEventProcessor,
+    SharePollEvent,
+    ShareSubscribeEvent,
+    ShareUnsubscribeEvent,
+)
 from kafka_handoff.share.fetcher import (
     GAP,
     AcknowledgeType,
@@ -199,6 +209,9 @@ class ShareConsumer:
             name=f"kafka-handoff-share-{self.client_id}",
             background_events=self._background,
             on_close=self._on_close_nt,
+            processor=ShareEventProcessor(
+                membership=self.membership, fetcher=self._fetcher, metadata=self._metadata
+            ),
         )
         self._thread.add_after_poll(self._drain_membership_nt)
         self._thread.start()
@@ -377,23 +390,10 @@ class ShareConsumer:
             if remaining <= 0:
                 raise KafkaTimeoutError(f"{what} did not complete within {timeout_ms} ms")
 
-    def _post(self, fn: Callable[[int], None]) -> Future[Any]:
-        """Run ``fn(now_ms)`` on the network thread, without waiting (events run in order)."""
-
-        def run(now: int, fut: Future[Any]) -> None:
-            fn(now)
-            fut.set_result(None)
-
-        return self._thread.call(run)
-
-    def _run_nt(self, fn: Callable[[int], T]) -> T:
+    def _send(self, event: ApplicationEvent) -> Any:
+        """Submit ``event`` to the network thread and wait for its result."""
         self._ensure_open()
-
-        def run(now: int, fut: Future[Any]) -> None:
-            fut.set_result(fn(now))
-
-        result: T = self._wait(self._thread.call(run), 30_000, "network thread call")
-        return result
+        return self._wait(self._thread.submit(event), 30_000, "network thread call")
 
     # ==================================================================================== subscription
     def subscribe(self, topics: Iterable[str]) -> None:
@@ -406,25 +406,21 @@ class ShareConsumer:
         if bad:
             raise ValueError(f"topic names must be non-empty strings, got {bad[0]!r}")
         self._subscription = names
-
-        def run(now: int) -> None:
-            self._metadata.request_update()
-            self.membership.subscribe(names, now)
-
-        self._run_nt(run)
+        self._send(ShareSubscribeEvent(topics=names))
 
     def unsubscribe(self) -> None:
         """Acknowledge what is due, and leave the share group."""
         self._ensure_open()
         self._subscription = frozenset()
-        self._run_nt(lambda now: self.membership.unsubscribe(now))
+        self._send(ShareUnsubscribeEvent())
 
     def subscription(self) -> frozenset[str]:
         return self._subscription
 
     def assignment(self) -> frozenset[TopicPartition]:
         """The partitions the share group currently lets this member fetch from."""
-        return self._run_nt(lambda now: self._fetcher.assignment)
+        assignment: frozenset[TopicPartition] = self._send(ShareAssignmentEvent())
+        return assignment
 
     @property
     def member_id(self) -> str:
@@ -517,12 +513,7 @@ class ShareConsumer:
         self._raise_background_errors()
         acks = self._collect_acks(implicit_type=None if self._explicit else int(AcknowledgeType.ACCEPT))
         fut: Future[AckResults] = Future()
-
-        def run(now: int, call: Future[Any]) -> None:
-            self._fetcher.commit(acks, fut.set_result)
-            call.set_result(None)
-
-        self._thread.call(run)
+        self._thread.submit(ShareCommitEvent(acks=acks, results=fut))
         return fut
 
     def commit_sync(self, timeout: float | None = None) -> AckResults:
@@ -575,15 +566,7 @@ class ShareConsumer:
         # KIP-1222: records renewed since the last poll() are returned again (and acknowledged again).
         renewed = list(self._renewed.values())
         self._renewed.clear()
-        fetcher, membership = self._fetcher, self.membership
-
-        def on_poll(now: int) -> None:
-            membership.on_app_poll(now)
-            if acks:
-                fetcher.queue_acks(acks)
-            fetcher.request_fetch()
-
-        self._post(on_poll)
+        self._thread.submit(SharePollEvent(acks=acks))
         deadline = time.monotonic() + self._timeout_ms(timeout) / 1000.0
         while True:
             out = renewed + self._collect(self._max_poll_records - len(renewed))
@@ -755,7 +738,7 @@ class ShareConsumer:
                     offsets[offset] = release
         done: Future[AckResults] = Future()
         try:
-            self._post(lambda now: self._fetcher.close(final, done.set_result))
+            self._thread.submit(ShareCloseEvent(final_acks=final, results=done))
             done.result(max(0.0, timeout_ms / 1000.0 - (time.monotonic() - start)))
         except Exception:
             log.debug(

@@ -1,0 +1,121 @@
+"""Typed application events and the processor's dispatch table (network/events.py), without a thread."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+from concurrent.futures import Future
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import kafka_handoff.consumer.events as consumer_events
+import kafka_handoff.share.events as share_events
+from kafka_handoff.network.events import ApplicationEvent, ApplicationEventProcessor, RunClosure
+
+pytestmark = pytest.mark.unit
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Double(ApplicationEvent):
+    value: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Unhandled(ApplicationEvent):
+    pass
+
+
+def test_each_event_type_goes_to_its_own_handler_which_completes_the_future() -> None:
+    processor = ApplicationEventProcessor()
+    seen: list[int] = []
+
+    def double(event: Double, now: int) -> int:
+        seen.append(now)
+        return event.value * 2
+
+    processor.register_result(Double, double)
+    event = Double(value=21)
+    processor.process(event, 5)
+    assert event.future.result(0) == 42
+    assert seen == [5]
+
+
+def test_an_event_without_a_handler_is_an_error_naming_its_type() -> None:
+    processor = ApplicationEventProcessor()
+    with pytest.raises(TypeError, match="Unhandled"):
+        processor.process(Unhandled(), 0)
+
+
+def test_a_second_handler_for_one_type_is_refused() -> None:
+    processor = ApplicationEventProcessor()
+    processor.register_result(Double, lambda e, now: None)
+    with pytest.raises(ValueError, match="Double"):
+        processor.register_result(Double, lambda e, now: None)
+
+
+def test_events_are_frozen() -> None:
+    event = Double(value=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        event.value = 2  # type: ignore[misc]
+
+
+def test_run_closure_is_still_handled_by_every_processor() -> None:
+    processor = ApplicationEventProcessor()
+    ran: list[int] = []
+
+    def fn(now: int, fut: Future[Any]) -> None:
+        ran.append(now)
+        fut.set_result("done")
+
+    event = RunClosure(fn=fn)
+    processor.process(event, 7)
+    assert ran == [7] and event.future.result(0) == "done"
+
+
+def _event_types(module: ModuleType) -> list[type[ApplicationEvent]]:
+    return [
+        obj
+        for _, obj in inspect.getmembers(module, inspect.isclass)
+        if issubclass(obj, ApplicationEvent)
+        and obj is not ApplicationEvent
+        and obj.__module__ == module.__name__
+    ]
+
+
+def _consumer_processor() -> ApplicationEventProcessor:
+    none: Any = None
+    return consumer_events.ConsumerEventProcessor(
+        subs=none,
+        metadata=none,
+        offsets=none,
+        telemetry=none,
+        coordinator=None,
+        commits=None,
+        membership=lambda: None,
+        managers=lambda: [],
+        extra_metadata_topics=set(),
+        group_metadata=none,
+        owned=lambda: None,
+    )
+
+
+def _share_processor() -> ApplicationEventProcessor:
+    none: Any = None
+    return share_events.ShareEventProcessor(membership=none, fetcher=none, metadata=none)
+
+
+@pytest.mark.parametrize(
+    ("module", "make"), [(consumer_events, _consumer_processor), (share_events, _share_processor)]
+)
+def test_every_event_type_of_a_client_is_frozen_and_has_a_handler(
+    module: ModuleType, make: Callable[[], ApplicationEventProcessor]
+) -> None:
+    types = _event_types(module)
+    assert len(types) >= 6
+    processor = make()
+    for event_type in types:
+        assert event_type.__dataclass_params__.frozen, event_type  # type: ignore[attr-defined]
+        assert processor.handles(event_type), f"{event_type.__name__} has no handler"
