@@ -999,7 +999,7 @@ class Consumer:
         self._ensure_open()
         if self.group_id is None:
             raise KafkaError("group_metadata() needs a group.id")
-        meta: ConsumerGroupMetadata = self._thread.call_sync(lambda now: self._group_metadata_nt(), timeout)
+        meta: ConsumerGroupMetadata = self._thread.submit(GroupMetadataEvent()).result(timeout)
         return meta
 
     def subscribe(
