@@ -152,6 +152,7 @@ from kafka_handoff.group.protocol_data import (
 from kafka_handoff.group.validate import validate_cooperative_assignment
 from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.requests import COORDINATOR, MAX_POLL_WAIT_MS, PollResult, UnsentRequest
+from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import ClusterMetadata, ConsumerGroupMetadata, TopicPartition
 
 __all__ = [
@@ -160,11 +161,6 @@ __all__ = [
     "Generation",
     "MemberState",
 ]
-
-JOIN_GROUP = 11
-HEARTBEAT = 12
-LEAVE_GROUP = 13
-SYNC_GROUP = 14
 
 PROTOCOL_TYPE = "consumer"
 JOIN_GROUP_TIMEOUT_LAPSE_MS = 5000
@@ -749,7 +745,7 @@ class ClassicMembership:
 
         self._outbox.append(
             UnsentRequest(
-                api_key=JOIN_GROUP,
+                api_key=ApiKey.JOIN_GROUP,
                 node=COORDINATOR,
                 values=values,
                 on_response=on_response,
@@ -1012,7 +1008,7 @@ class ClassicMembership:
 
         self._outbox.append(
             UnsentRequest(
-                api_key=SYNC_GROUP,
+                api_key=ApiKey.SYNC_GROUP,
                 node=COORDINATOR,
                 values=values,
                 on_response=on_response,
@@ -1158,7 +1154,7 @@ class ClassicMembership:
 
         self._outbox.append(
             UnsentRequest(
-                api_key=HEARTBEAT,
+                api_key=ApiKey.HEARTBEAT,
                 node=COORDINATOR,
                 values=values,
                 on_response=on_response,
@@ -1300,7 +1296,7 @@ class ClassicMembership:
 
         self._outbox.append(
             UnsentRequest(
-                api_key=LEAVE_GROUP,
+                api_key=ApiKey.LEAVE_GROUP,
                 node=COORDINATOR,
                 values={
                     "group_id": self.group_id,
@@ -1468,7 +1464,7 @@ class ClassicMembership:
             for t in md.topics()
             if pattern.fullmatch(t) is not None
             and not (self._exclude_internal and t in md.internal_topics)
-            and md.topic_errors.get(t, 0) != _E.unknown_topic_or_partition
+            and md.topic_errors.get(t, _E.none) != _E.unknown_topic_or_partition
         )
 
     def _set_subscribed_topics(self, topics: frozenset[str], reason: str) -> None:
@@ -1491,7 +1487,7 @@ class ClassicMembership:
         if md is None:
             return out
         for topic in topics:
-            if md.topic_errors.get(topic, 0) == _E.unknown_topic_or_partition:
+            if md.topic_errors.get(topic, _E.none) == _E.unknown_topic_or_partition:
                 out[topic] = None
             else:
                 parts = md.partitions.get(topic)
@@ -1513,7 +1509,7 @@ class ClassicMembership:
         for tp in self.owned:
             if tp.topic not in self._subscribed_topics:
                 continue
-            if md.topic_errors.get(tp.topic, 0) == _E.unknown_topic_or_partition:
+            if md.topic_errors.get(tp.topic, _E.none) == _E.unknown_topic_or_partition:
                 gone.add(tp)
                 continue
             parts = md.partitions.get(tp.topic)

@@ -70,6 +70,7 @@ from kafka_handoff.group.membership import (
     Subscription,
 )
 from kafka_handoff.protocol.requests import COORDINATOR, MAX_POLL_WAIT_MS, PollResult, UnsentRequest
+from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import ClusterMetadata, ConsumerGroupMetadata, TopicPartition
 
 __all__ = [
@@ -84,7 +85,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-CONSUMER_GROUP_HEARTBEAT = 68
+CONSUMER_GROUP_HEARTBEAT = ApiKey.CONSUMER_GROUP_HEARTBEAT
 LEAVE_GROUP_EPOCH = -1
 LEAVE_GROUP_STATIC_EPOCH = -2
 DEFAULT_HEARTBEAT_INTERVAL_MS = 5000
@@ -596,7 +597,7 @@ class ConsumerMembership:
         if sent.incarnation != self._incarnation:
             log.debug("ignoring a heartbeat response from before the member rejoined or left")
             return
-        if code != 0:
+        if code != ErrorCode.none:
             self._on_error_code(code, response.error_message, now_ms, sent.coordinator_epoch)
             return
         self._on_success(response, api_version, now_ms)
@@ -707,7 +708,7 @@ class ConsumerMembership:
         return GroupProtocolUnsupportedError(f"{msg} ({detail})" if detail else msg)
 
     def _on_leave_answered(self, code: int, now_ms: int) -> None:
-        if code != 0:
+        if code != ErrorCode.none:
             log.debug("leave heartbeat answered with error code %d; leave completes anyway", code)
         self._leave_pending = False
 
