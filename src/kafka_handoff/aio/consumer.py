@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from kafka_handoff.aio._bridge import BlockingWorker, LoopBridge
 from kafka_handoff.aio.listener import LoopListener
-from kafka_handoff.consumer.consumer import Consumer
+from kafka_handoff.consumer.consumer import Consumer, membership_input
 from kafka_handoff.consumer.fetcher import CompletedFetch
 from kafka_handoff.consumer.records import ConsumerRecords
 from kafka_handoff.consumer.subscription import SubscriptionType
@@ -481,7 +481,7 @@ class AsyncConsumer:
         c = self._c
         membership = c.membership
         if membership is not None:
-            c._thread.call(lambda now, f: f.set_result(membership.on_app_call(True, now)))
+            c._thread.call(membership_input(lambda now: membership.on_app_call(True, now)))
         try:
             fut = c._thread.call(fn, deadline_ms=c._clock.now_ms() + timeout_ms, name=what)
             try:
@@ -492,7 +492,7 @@ class AsyncConsumer:
                 raise KafkaTimeoutError(f"{what} did not complete within {timeout_ms} ms") from None
         finally:
             if membership is not None and not self._closed:
-                c._thread.call(lambda now, f: f.set_result(membership.on_app_call(False, now)))
+                c._thread.call(membership_input(lambda now: membership.on_app_call(False, now)))
 
     # ============================================================================== positions
     async def position(self, partition: TopicPartition, timeout: float | None = None) -> int:

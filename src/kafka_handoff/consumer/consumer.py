@@ -51,6 +51,7 @@ from kafka_handoff.group.membership import (
     CallbackKind,
     CallbackNeeded,
     CoordinatorNeeded,
+    Membership,
     MembershipError,
     MetadataNeeded,
     Subscription,
@@ -76,6 +77,18 @@ __all__ = ["Consumer"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def membership_input(action: Callable[[int], None]) -> Callable[[int, Future[Any]], None]:
+    """A network-thread call delivering an input to the membership: ``action(now)``, then the future is
+    done (the application thread does not wait for it)."""
+
+    def call(now: int, fut: Future[Any]) -> None:
+        action(now)
+        fut.set_result(None)
+
+    return call
+
 
 _client_ids = itertools.count(1)
 
@@ -138,7 +151,7 @@ class Consumer:
 
         self._coordinator: CoordinatorManager | None = None
         self._commits: CommitManager | None = None
-        self.membership: Any = None
+        self.membership: Membership | None = None
         managers: list[RequestManager] = [self._metadata]
         if self.group_id is not None:
             self._coordinator = CoordinatorManager(
@@ -263,7 +276,7 @@ class Consumer:
 
             self._metadata.listeners.append(on_metadata)
 
-    def _create_membership(self) -> Any:
+    def _create_membership(self) -> Membership:
         """The membership implementation ``group.protocol`` selects (the rest of the consumer does not know
         which one runs)."""
         cfg = self._config
@@ -349,16 +362,13 @@ class Consumer:
         """``None`` while a classic rebalance is in progress (commits wait for it: issue 5 part 5)."""
         membership = self.membership
         if membership is not None and self._subs.has_auto_assignment:
-            stable = getattr(membership, "generation_if_stable", None)
-            if stable is not None:
-                meta: ConsumerGroupMetadata | None = stable()
-                return meta
+            return membership.generation_if_stable()
         return self._group_metadata_nt()
 
     def _on_commit_group_error_nt(self, code: int, sent: ConsumerGroupMetadata, now: int) -> None:
-        handler = getattr(self.membership, "on_commit_error", None)
-        if handler is not None and self._subs.has_auto_assignment:
-            handler(code, sent, now)
+        membership = self.membership
+        if membership is not None and self._subs.has_auto_assignment:
+            membership.on_commit_error(code, sent, now)
 
     def _owned_nt(self) -> frozenset[TopicPartition] | None:
         if self.membership is not None and self._subs.has_auto_assignment:
@@ -438,12 +448,12 @@ class Consumer:
         """The poll timer (max.poll.interval.ms) stands still while the application waits for us inside."""
         membership = self.membership
         if membership is not None:
-            self._thread.call(lambda now, f: f.set_result(membership.on_app_call(True, now)))
+            self._thread.call(membership_input(lambda now: membership.on_app_call(True, now)))
         try:
             yield
         finally:
             if membership is not None:
-                self._thread.call(lambda now, f: f.set_result(membership.on_app_call(False, now)))
+                self._thread.call(membership_input(lambda now: membership.on_app_call(False, now)))
 
     def _run_nt(self, fn: Callable[[int], T], *, internal: bool = False) -> T:
         """Run a quick state change on the network thread and wait for it (``internal``: see _wait)."""
@@ -540,7 +550,7 @@ class Consumer:
         membership = self.membership
         if membership is None:
             return
-        self._thread.call(lambda now, f: f.set_result(membership.on_callback_completed(seq, error, now)))
+        self._thread.call(membership_input(lambda now: membership.on_callback_completed(seq, error, now)))
 
     def _run_deferred_callbacks(self) -> None:
         """Run queued callbacks in order.  An ASSIGN waits while an earlier REVOKE has not completed, so the
@@ -827,7 +837,7 @@ class Consumer:
     def _poll_start_event(self) -> None:
         membership = self.membership
         if membership is not None:
-            self._thread.call(lambda now, f: f.set_result(membership.on_app_poll(now)))
+            self._thread.call(membership_input(lambda now: membership.on_app_poll(now)))
 
     def _reset_poll_timer_nt(self, now: int, fut: Future[Any]) -> None:
         if self.membership is not None:
@@ -1270,7 +1280,7 @@ class Consumer:
         finally:
             self._leaving = False
 
-    def _leave_group_loop(self, membership: Any, deadline: float) -> None:
+    def _leave_group_loop(self, membership: Membership, deadline: float) -> None:
         # Callbacks that arrived between polls, then pending delayed revokes, complete now.
         self._run_deferred_callbacks()
         self._complete_revokes(self._revoke.complete_all())

@@ -342,6 +342,13 @@ class ConsumerMembership(MembershipCore[MemberState]):
             return ConsumerGroupMetadata(self.group_id, self._epoch, self._member_id, self.group_instance_id)
         return ConsumerGroupMetadata(self.group_id, -1, "", self.group_instance_id)
 
+    def generation_if_stable(self) -> ConsumerGroupMetadata:
+        """Commits never wait for a KIP-848 reconciliation: the member epoch is always usable."""
+        return self.group_metadata()
+
+    def on_commit_error(self, error_code: int, sent: ConsumerGroupMetadata, now_ms: int) -> None:
+        """Nothing to do: a fenced or unknown member learns it from its next heartbeat (as Java)."""
+
     # ------------------------------------------------------------------------------------- inputs
     def subscribe(self, subscription: Subscription, now_ms: int) -> None:
         if subscription.is_empty:

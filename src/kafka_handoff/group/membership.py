@@ -215,6 +215,14 @@ class Membership(Protocol):
     def group_metadata(self) -> ConsumerGroupMetadata:
         """Member id, generation (classic) or member epoch (consumer) and instance id, for commits."""
 
+    def generation_if_stable(self) -> ConsumerGroupMetadata | None:
+        """The group metadata for commits, or ``None`` while commits must wait for a rebalance to complete
+        (classic: Java's ``generationIfStable``; the KIP-848 member always answers ``group_metadata()``)."""
+
+    def on_commit_error(self, error_code: int, sent: ConsumerGroupMetadata, now_ms: int) -> None:
+        """An OffsetCommit failed with a group error; ``sent`` is the group metadata it carried (classic
+        reacts: rejoin, generation reset or fatal; the KIP-848 member learns of fencing by heartbeat)."""
+
     def owns(self, partitions: Iterable[TopicPartition]) -> bool: ...
 
 
