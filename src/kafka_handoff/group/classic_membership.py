@@ -573,14 +573,8 @@ class ClassicMembership(MembershipCore[MemberState]):
             if self._hb_token is None:
                 candidates.append(self._hb_next_ms - now_ms)
             candidates.append(self._session_deadline_ms - now_ms)
-        poll_remaining = self._poll_timer.remaining_ms(now_ms)
-        if (
-            in_group
-            and self._leave is _Leave.NONE
-            and self._coordinator is not None
-            and not self._poll_timer.paused
-            and poll_remaining is not None
-        ):
+        poll_remaining = self._poll_timer_wait_ms(now_ms)
+        if in_group and self._leave is _Leave.NONE and poll_remaining is not None:
             candidates.append(poll_remaining)
         if self._join_backoff_until_ms > now_ms:
             candidates.append(self._join_backoff_until_ms - now_ms)
@@ -598,11 +592,7 @@ class ClassicMembership(MembershipCore[MemberState]):
             return
         if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
             return
-        if self._coordinator is None or self._poll_timer.paused:
-            # As Java's heartbeat thread: decided once the coordinator is known again.  The timer stands
-            # still while the application thread is inside one of our blocking calls.
-            return
-        if not self._poll_timer.expired(now_ms):
+        if not self._poll_timer_expired(now_ms):
             return
         self._stats.values["poll_timeouts"] += 1
         self._maybe_send_leave_group("consumer poll timeout has expired.", now_ms, for_leave=False)

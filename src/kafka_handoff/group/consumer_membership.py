@@ -433,13 +433,8 @@ class ConsumerMembership(MembershipCore[MemberState]):
     def _time_to_next(self, now_ms: int) -> int:
         wait = MAX_POLL_WAIT_MS
         st = self._state
-        poll_remaining = self._poll_timer.remaining_ms(now_ms)
-        if (
-            st in _IN_GROUP
-            and poll_remaining is not None
-            and self._coordinator is not None
-            and not self._poll_timer.paused
-        ):
+        poll_remaining = self._poll_timer_wait_ms(now_ms)
+        if st in _IN_GROUP and poll_remaining is not None:
             wait = min(wait, max(0, poll_remaining))
         if st not in _NO_HEARTBEAT and self._coordinator is not None and self._inflight is None:
             if st is _S.LEAVING:
@@ -805,14 +800,7 @@ class ConsumerMembership(MembershipCore[MemberState]):
         self._leave_pending = False
 
     def _maybe_expire_poll_timer(self, now_ms: int, unsent: list[UnsentRequest]) -> None:
-        if self._state not in _IN_GROUP or self._poll_timer.last_poll_ms is None:
-            return
-        if self._coordinator is None or self._poll_timer.paused:
-            # As Java's heartbeat manager: nothing is decided while the coordinator is unknown; an expired
-            # timer makes the member leave once a coordinator is known again.  The timer stands still
-            # while the application thread is inside one of our blocking calls.
-            return
-        if not self._poll_timer.expired(now_ms):
+        if self._state not in _IN_GROUP or not self._poll_timer_expired(now_ms):
             return
         log.warning(
             "member %s: no poll() within max.poll.interval.ms=%d; leaving the group (partitions lost), "

@@ -156,15 +156,6 @@ class RebalanceMetricsSink(Protocol):
     def rebalance_failed(self, now_ms: int) -> None: ...
 
 
-@dataclass(slots=True)
-class _Seq:
-    value: int = field(default=0)
-
-    def next(self) -> int:
-        self.value += 1
-        return self.value
-
-
 class Membership(Protocol):
     """What the network thread and the consumer need from a group membership."""
 

@@ -190,6 +190,19 @@ class MembershipCore(Generic[StateT]):
     def on_app_call(self, inside: bool, now_ms: int) -> None:
         self._poll_timer.app_call(inside, now_ms)
 
+    def _poll_timer_running(self) -> bool:
+        """As Java's heartbeat thread: the timer is only decided on while the coordinator is known (an
+        expiry meanwhile is acted on once it is known again), and it stands still while the application
+        thread is inside one of the client's blocking calls."""
+        return self._coordinator is not None and not self._poll_timer.paused
+
+    def _poll_timer_expired(self, now_ms: int) -> bool:
+        return self._poll_timer_running() and self._poll_timer.expired(now_ms)
+
+    def _poll_timer_wait_ms(self, now_ms: int) -> int | None:
+        """Until the poll timer expires (negative: overdue); ``None`` when it is not running or started."""
+        return self._poll_timer.remaining_ms(now_ms) if self._poll_timer_running() else None
+
     # ------------------------------------------------------------------------------ rebalance metrics
     def _rebalance_started(self, now_ms: int) -> None:
         self._rebalance_open = True
