@@ -25,7 +25,10 @@ Outputs besides requests are drained with :meth:`Membership.drain_events`:
   NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / a disconnect): (re)discover it and report the result
   with :meth:`Membership.on_coordinator`.
 
-The rest of the consumer never knows which implementation runs.
+The rest of the consumer never knows which implementation runs.  Both implementations derive from
+:class:`~kafka_handoff.group.membership_core.MembershipCore`, which holds the machinery they share (state
+transition table, event queue and callback sequence numbers, coordinator latch, poll timer, rebalance
+metrics, backoff).
 """
 
 from __future__ import annotations
