@@ -17,7 +17,7 @@ at most 30 s.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import pytest
@@ -143,10 +143,36 @@ class FakeMembership:
     def group_metadata(self) -> ConsumerGroupMetadata:
         return ConsumerGroupMetadata("g", 1, "member-1", None)
 
-    def on_coordinator(self, node_id: int | None, now_ms: int) -> None:
+    def on_coordinator(self, node_id: int | None, now_ms: int, epoch: int | None = None) -> None:
         pass
 
     def on_metadata(self, metadata: Any, now_ms: int) -> None:
+        pass
+
+    # --- the rest of the Membership interface (not exercised by these tests)
+    def subscribe(self, subscription: Subscription, now_ms: int) -> None:
+        pass
+
+    def unsubscribe(self, now_ms: int) -> None:
+        pass
+
+    def on_app_call(self, inside: bool, now_ms: int) -> None:
+        pass
+
+    def enforce_rebalance(self, reason: str, now_ms: int) -> None:
+        pass
+
+    @property
+    def state_name(self) -> str:
+        return "FAKE"
+
+    def owns(self, partitions: Iterable[TopicPartition]) -> bool:
+        return all(tp in self.owned for tp in partitions)
+
+    def generation_if_stable(self) -> ConsumerGroupMetadata | None:
+        return self.group_metadata()
+
+    def on_commit_error(self, error_code: int, sent: ConsumerGroupMetadata, now_ms: int) -> None:
         pass
 
 

@@ -9,7 +9,7 @@ the timer while it waits for records, as Java's consumer sends a PollEvent per i
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -65,6 +65,29 @@ class FakeMembership:
         pass
 
     def on_metadata(self, metadata: Any, now_ms: int) -> None:
+        pass
+
+    # --- the rest of the Membership interface (not exercised by these tests)
+    def subscribe(self, subscription: Subscription, now_ms: int) -> None:
+        pass
+
+    def unsubscribe(self, now_ms: int) -> None:
+        pass
+
+    def enforce_rebalance(self, reason: str, now_ms: int) -> None:
+        pass
+
+    @property
+    def state_name(self) -> str:
+        return "FAKE"
+
+    def owns(self, partitions: Iterable[TopicPartition]) -> bool:
+        return all(tp in self.owned for tp in partitions)
+
+    def generation_if_stable(self) -> ConsumerGroupMetadata | None:
+        return self.group_metadata()
+
+    def on_commit_error(self, error_code: int, sent: ConsumerGroupMetadata, now_ms: int) -> None:
         pass
 
 

@@ -72,6 +72,7 @@ from kafka_handoff.group.membership import (
     CallbackKind,
     CallbackNeeded,
     CoordinatorNeeded,
+    Membership,
     MembershipError,
     MetadataNeeded,
     Subscription,
@@ -98,6 +99,7 @@ __all__ = ["Consumer"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
 
 _client_ids = itertools.count(1)
 
@@ -160,7 +162,7 @@ class Consumer:
 
         self._coordinator: CoordinatorManager | None = None
         self._commits: CommitManager | None = None
-        self.membership: Any = None
+        self.membership: Membership | None = None
         managers: list[RequestManager] = [self._metadata]
         if self.group_id is not None:
             self._coordinator = CoordinatorManager(
@@ -293,7 +295,7 @@ class Consumer:
 
             self._metadata.listeners.append(on_metadata)
 
-    def _create_membership(self) -> Any:
+    def _create_membership(self) -> Membership:
         """The membership implementation ``group.protocol`` selects (the rest of the consumer does not know
         which one runs)."""
         cfg = self._config
@@ -379,16 +381,13 @@ class Consumer:
         """``None`` while a classic rebalance is in progress (commits wait for it: issue 5 part 5)."""
         membership = self.membership
         if membership is not None and self._subs.has_auto_assignment:
-            stable = getattr(membership, "generation_if_stable", None)
-            if stable is not None:
-                meta: ConsumerGroupMetadata | None = stable()
-                return meta
+            return membership.generation_if_stable()
         return self._group_metadata_nt()
 
     def _on_commit_group_error_nt(self, code: int, sent: ConsumerGroupMetadata, now: int) -> None:
-        handler = getattr(self.membership, "on_commit_error", None)
-        if handler is not None and self._subs.has_auto_assignment:
-            handler(code, sent, now)
+        membership = self.membership
+        if membership is not None and self._subs.has_auto_assignment:
+            membership.on_commit_error(code, sent, now)
 
     def _owned_nt(self) -> frozenset[TopicPartition] | None:
         if self.membership is not None and self._subs.has_auto_assignment:
@@ -1069,7 +1068,7 @@ class Consumer:
         finally:
             self._dispatch.leaving = False
 
-    def _leave_group_loop(self, membership: Any, deadline: float) -> None:
+    def _leave_group_loop(self, membership: Membership, deadline: float) -> None:
         # Callbacks that arrived between polls, then pending delayed revokes, complete now.
         self._dispatch.complete_for_leave()
         self._send(LeaveGroupEvent())

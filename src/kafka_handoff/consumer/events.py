@@ -13,12 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
 
 from kafka_handoff.consumer.offsets import CommitManager, OffsetsManager
 from kafka_handoff.consumer.subscription import SubscriptionState
 from kafka_handoff.group.coordinator import CoordinatorManager
-from kafka_handoff.group.membership import AppThreadTask, Subscription
+from kafka_handoff.group.membership import AppThreadTask, Membership, Subscription
 from kafka_handoff.network.events import ApplicationEvent, ApplicationEventProcessor
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.requests import RequestManager
@@ -180,7 +179,7 @@ class ConsumerEventProcessor(ApplicationEventProcessor):
         telemetry: TelemetryManager,
         coordinator: CoordinatorManager | None,
         commits: CommitManager | None,
-        membership: Callable[[], Any],
+        membership: Callable[[], Membership | None],
         managers: Callable[[], list[RequestManager]],
         extra_metadata_topics: set[str],
         group_metadata: Callable[[], ConsumerGroupMetadata],

@@ -130,18 +130,15 @@ from kafka_handoff.group.assignors.base import (
     RebalanceProtocol,
 )
 from kafka_handoff.group.membership import (
-    AppCallPause,
     AppThreadTask,
     AssignmentChanged,
     CallbackKind,
-    CallbackNeeded,
-    CoordinatorNeeded,
-    GroupEvent,
     MembershipError,
     MetadataNeeded,
     RebalanceMetricsSink,
     Subscription,
 )
+from kafka_handoff.group.membership_core import MembershipCore
 from kafka_handoff.group.protocol_data import (
     ConsumerProtocolError,
     decode_assignment,
@@ -151,20 +148,17 @@ from kafka_handoff.group.protocol_data import (
 )
 from kafka_handoff.group.validate import validate_cooperative_assignment
 from kafka_handoff.protocol.backoff import ExponentialBackoff
-from kafka_handoff.protocol.requests import COORDINATOR, MAX_POLL_WAIT_MS, PollResult, UnsentRequest
+from kafka_handoff.protocol.requests import MAX_POLL_WAIT_MS, PollResult, UnsentRequest
+from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import ClusterMetadata, ConsumerGroupMetadata, TopicPartition
 
 __all__ = [
     "NO_GENERATION",
+    "VALID_PREVIOUS_STATES",
     "ClassicMembership",
     "Generation",
     "MemberState",
 ]
-
-JOIN_GROUP = 11
-HEARTBEAT = 12
-LEAVE_GROUP = 13
-SYNC_GROUP = 14
 
 PROTOCOL_TYPE = "consumer"
 JOIN_GROUP_TIMEOUT_LAPSE_MS = 5000
@@ -180,6 +174,23 @@ class MemberState(enum.Enum):
     PREPARING_REBALANCE = "PREPARING_REBALANCE"
     COMPLETING_REBALANCE = "COMPLETING_REBALANCE"
     STABLE = "STABLE"
+
+
+_S = MemberState
+
+VALID_PREVIOUS_STATES: Mapping[MemberState, frozenset[MemberState]] = {
+    # generation reset, leave, fatal error: from anywhere
+    _S.UNJOINED: frozenset(_S),
+    # JoinGroup sent (first join, rejoin from STABLE, retry) or a failed attempt of this rebalance
+    _S.PREPARING_REBALANCE: frozenset(
+        {_S.UNJOINED, _S.PREPARING_REBALANCE, _S.COMPLETING_REBALANCE, _S.STABLE}
+    ),
+    # JoinGroup answered: SyncGroup (after the leader's assignment) pending
+    _S.COMPLETING_REBALANCE: frozenset({_S.PREPARING_REBALANCE}),
+    # SyncGroup answered
+    _S.STABLE: frozenset({_S.COMPLETING_REBALANCE}),
+}
+"""Allowed predecessors of each classic member state; any other transition raises ``IllegalStateError``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +247,7 @@ class _Stats:
         self.values[f"{prefix}_time_ms_max"] = max(self.values[f"{prefix}_time_ms_max"], ms)
 
 
-class ClassicMembership:
+class ClassicMembership(MembershipCore[MemberState]):
     """The classic consumer group membership; see the module docstring for the behaviour."""
 
     def __init__(
@@ -271,18 +282,23 @@ class ClassicMembership:
         names = [a.name for a in assignors]
         if len(set(names)) != len(names):
             raise ConfigError(f"partition.assignment.strategy: duplicate assignor names in {names}")
-        self.group_id = group_id
-        self.group_instance_id = group_instance_id or None
+        super().__init__(
+            group_id,
+            initial_state=MemberState.UNJOINED,
+            transitions=VALID_PREVIOUS_STATES,
+            group_instance_id=group_instance_id,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            backoff=ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms, jitter=0),
+            metrics=metrics,
+            poll_timer_started_ms=0,
+        )
         self.protocol = select_protocol(assignors)
         self._assignors: tuple[PartitionAssignor, ...] = tuple(assignors)
         self._session_timeout_ms = session_timeout_ms
         self._rebalance_timeout_ms = rebalance_timeout_ms
         self._heartbeat_interval_ms = heartbeat_interval_ms
         self._rack_id = rack_id or None
-        self._retry_backoff_ms = max(0, retry_backoff_ms)
-        self._retry_backoff_max_ms = max(self._retry_backoff_ms, retry_backoff_max_ms)
         self._request_timeout_ms = request_timeout_ms
-        self._metrics = metrics
         self._exclude_internal = exclude_internal_topics
         self._deadline_margin_ms = (
             rebalance_timeout_ms // 10 if revoke_deadline_margin_ms is None else revoke_deadline_margin_ms
@@ -297,12 +313,8 @@ class ClassicMembership:
         self._snapshot: dict[str, int | None] = {}
 
         # membership
-        self._state = MemberState.UNJOINED
         self._generation = NO_GENERATION
         self._is_leader = False
-        self._coordinator: int | None = None
-        self._coordinator_epoch = 0
-        self._coordinator_requested = False
         self._rejoin_needed = True
         self._rejoin_reason = "initial join"
         self._needs_join_prepare = True
@@ -325,14 +337,9 @@ class ClassicMembership:
         self._followup: set[int] = set()
         self._waiting: set[int] = set()
         self._assign_seq: int | None = None
-        self._seq = 0
-        self._events: list[GroupEvent] = []
         self._outbox: list[UnsentRequest] = []
-        self._rebalance_open = False
 
-        # timers
-        self._last_app_poll_ms = 0
-        self._app_call = AppCallPause()
+        # timers (the poll timer is the base's)
         self._session_deadline_ms = 0
         self._hb_next_ms = 0
         self._hb_attempts = 0
@@ -373,14 +380,6 @@ class ClassicMembership:
         for parts in self._revoking.values():
             out |= parts
         return frozenset(out)
-
-    @property
-    def state(self) -> MemberState:
-        return self._state
-
-    @property
-    def state_name(self) -> str:
-        return self._state.value
 
     @property
     def generation(self) -> Generation:
@@ -432,14 +431,6 @@ class ClassicMembership:
             return None
         return self.group_metadata()
 
-    def owns(self, partitions: Iterable[TopicPartition]) -> bool:
-        owned = self.owned
-        return all(tp in owned for tp in partitions)
-
-    def drain_events(self) -> list[GroupEvent]:
-        events, self._events = self._events, []
-        return events
-
     # ------------------------------------------------------------------------------------------------
     # inputs
 
@@ -474,11 +465,8 @@ class ClassicMembership:
         self._start_leave(now_ms, "the consumer is being closed", clear_subscription=False)
 
     def on_app_poll(self, now_ms: int) -> None:
-        self._last_app_poll_ms = now_ms
+        self._poll_timer.polled(now_ms)
         self._awaiting_app_poll = False
-
-    def on_app_call(self, inside: bool, now_ms: int) -> None:
-        self._last_app_poll_ms += self._app_call.update(inside, now_ms)  # the timer stood still meanwhile
 
     def enforce_rebalance(self, reason: str, now_ms: int) -> None:
         """Request a rebalance; a no-op while one is already in progress (as ``enforceRebalance``)."""
@@ -491,11 +479,12 @@ class ClassicMembership:
     def on_coordinator(self, node_id: int | None, now_ms: int, epoch: int | None = None) -> None:
         if node_id is not None and node_id == self._coordinator and epoch == self._coordinator_epoch:
             return  # the same coordinator announced again: nothing changes (not even the session timer)
-        self._coordinator = node_id
-        self._coordinator_requested = False
-        if node_id is not None:
-            self._coordinator_epoch = epoch if epoch is not None else self._coordinator_epoch + 1
-            self._session_deadline_ms = now_ms + self._session_timeout_ms
+        if node_id is None:
+            self._coordinator = None
+            self._coordinator_requested = False
+            return
+        self._coordinator_found(node_id, epoch)
+        self._session_deadline_ms = now_ms + self._session_timeout_ms
 
     def on_callback_completed(self, seq: int, error: BaseException | None, now_ms: int) -> None:
         if error is not None:
@@ -511,9 +500,7 @@ class ClassicMembership:
         if seq == self._assign_seq:
             self._assign_seq = None
             if self._rebalance_open:
-                self._rebalance_open = False
-                if self._metrics is not None:
-                    self._metrics.rebalance_completed(now_ms)
+                self._rebalance_completed(now_ms)
 
     def on_metadata(self, metadata: ClusterMetadata, now_ms: int) -> None:
         self._metadata = metadata
@@ -586,13 +573,9 @@ class ClassicMembership:
             if self._hb_token is None:
                 candidates.append(self._hb_next_ms - now_ms)
             candidates.append(self._session_deadline_ms - now_ms)
-        if (
-            in_group
-            and self._leave is _Leave.NONE
-            and self._coordinator is not None
-            and not self._app_call.active
-        ):
-            candidates.append(self._last_app_poll_ms + self._rebalance_timeout_ms - now_ms)
+        poll_remaining = self._poll_timer_wait_ms(now_ms)
+        if in_group and self._leave is _Leave.NONE and poll_remaining is not None:
+            candidates.append(poll_remaining)
         if self._join_backoff_until_ms > now_ms:
             candidates.append(self._join_backoff_until_ms - now_ms)
         if self._join_deadline_ms is not None and self._waiting:
@@ -609,11 +592,7 @@ class ClassicMembership:
             return
         if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
             return
-        if self._coordinator is None or self._app_call.active:
-            # As Java's heartbeat thread: decided once the coordinator is known again.  The timer stands
-            # still while the application thread is inside one of our blocking calls.
-            return
-        if now_ms - self._last_app_poll_ms < self._rebalance_timeout_ms:
+        if not self._poll_timer_expired(now_ms):
             return
         self._stats.values["poll_timeouts"] += 1
         self._maybe_send_leave_group("consumer poll timeout has expired.", now_ms, for_leave=False)
@@ -645,11 +624,6 @@ class ClassicMembership:
         deadline = self._stable_evidence_ms + self._rebalance_timeout_ms - self._deadline_margin_ms
         if self._join_deadline_ms is None or deadline < self._join_deadline_ms:
             self._join_deadline_ms = deadline
-
-    def _backoff_ms(self, attempts: int) -> int:
-        return ExponentialBackoff(self._retry_backoff_ms, self._retry_backoff_max_ms, jitter=0).backoff_ms(
-            attempts
-        )
 
     # ------------------------------------------------------------------------------------------------
     # joining
@@ -713,20 +687,16 @@ class ClassicMembership:
             self._fail_visible(KafkaError(f"cannot build the JoinGroup subscription: {exc!r}"), now_ms)
             return
         reason = self._rejoin_reason
-        self._state = MemberState.PREPARING_REBALANCE
+        self._set_state(MemberState.PREPARING_REBALANCE)
         self._rejoin_needed = False
         self._rejoin_reason = ""
         self._join_deadline_ms = None
         self._joined_topics = self._subscribed_topics
         self._snapshot = self._partition_counts(self._subscribed_topics)
         if not self._rebalance_open:
-            self._rebalance_open = True
-            if self._metrics is not None:
-                self._metrics.rebalance_started(now_ms)
+            self._rebalance_started(now_ms)
         token = object()
         self._join_token = token
-        sent_generation = self._generation
-        epoch = self._coordinator_epoch
         values = {
             "group_id": self.group_id,
             "session_timeout": self._session_timeout_ms,
@@ -737,30 +707,66 @@ class ClassicMembership:
             "protocols": protocols,
             "reason": reason[:_MAX_REASON] or None,
         }
+        self._send_to_coordinator(
+            ApiKey.JOIN_GROUP,
+            values,
+            now_ms,
+            token=token,
+            on_answer=self._on_join_response,
+            on_error=self._on_join_failure,
+            static_min_version=5,
+            timeout_ms=max(
+                self._request_timeout_ms, self._rebalance_timeout_ms + JOIN_GROUP_TIMEOUT_LAPSE_MS
+            ),
+        )
+
+    def _send_to_coordinator(
+        self,
+        api_key: int,
+        values: dict[str, Any],
+        now_ms: int,
+        *,
+        token: object,
+        on_answer: Callable[[object, Generation, int, Any, int, int], None],
+        on_error: Callable[[object, BaseException, int, int], None],
+        static_min_version: int,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Queue a JoinGroup, SyncGroup or Heartbeat: its answer goes to ``on_answer(token, generation sent
+        in, sent_ms, response, now_ms, coordinator epoch)``, a failure to ``on_error(token, error, now_ms,
+        coordinator epoch)``.  A static member needs at least ``static_min_version`` (the instance id)."""
+        generation = self._generation
+        epoch = self._coordinator_epoch
 
         def on_response(resp: Any, version: int, t: int) -> None:
-            self._on_join_response(token, sent_generation, now_ms, resp, t, epoch)
+            on_answer(token, generation, now_ms, resp, t, epoch)
 
         def on_failure(exc: BaseException, t: int) -> None:
-            if token is not self._join_token:
-                return
-            self._join_token = None
-            self._request_failed("JoinGroup", exc, t, epoch)
+            on_error(token, exc, t, epoch)
 
         self._outbox.append(
-            UnsentRequest(
-                api_key=JOIN_GROUP,
-                node=COORDINATOR,
-                values=values,
-                on_response=on_response,
-                on_failure=on_failure,
-                timeout_ms=max(
-                    self._request_timeout_ms, self._rebalance_timeout_ms + JOIN_GROUP_TIMEOUT_LAPSE_MS
-                ),
-                min_version=5 if self.group_instance_id is not None else 0,
-                created_ms=now_ms,
+            self._coordinator_request(
+                api_key,
+                values,
+                now_ms,
+                on_response,
+                on_failure,
+                min_version=static_min_version if self.group_instance_id is not None else 0,
+                timeout_ms=timeout_ms,
             )
         )
+
+    def _on_join_failure(self, token: object, exc: BaseException, now_ms: int, epoch: int) -> None:
+        if token is not self._join_token:
+            return
+        self._join_token = None
+        self._request_failed("JoinGroup", exc, now_ms, epoch)
+
+    def _on_sync_failure(self, token: object, exc: BaseException, now_ms: int, epoch: int) -> None:
+        if token is not self._sync_token:
+            return
+        self._sync_token = None
+        self._request_failed("SyncGroup", exc, now_ms, epoch)
 
     def _on_join_response(
         self, token: object, sent: Generation, sent_ms: int, resp: Any, now_ms: int, epoch: int
@@ -785,13 +791,14 @@ class ClassicMembership:
                 )
                 return
             self._generation = Generation(int(resp.generation_id), str(resp.member_id), str(protocol_name))
-            self._state = MemberState.COMPLETING_REBALANCE
+            self._set_state(MemberState.COMPLETING_REBALANCE)
             self._assign_task = None
             # Java's heartbeat.resetTimeouts(): session, heartbeat and poll timers restart.
             self._session_deadline_ms = now_ms + self._session_timeout_ms
             self._hb_next_ms = now_ms + self._heartbeat_interval_ms
             self._hb_attempts = 0
-            self._last_app_poll_ms = max(self._last_app_poll_ms, now_ms)
+            last_poll = self._poll_timer.last_poll_ms
+            self._poll_timer.polled(now_ms if last_poll is None else max(last_poll, now_ms))
             # The coordinator processed our JoinGroup after we sent it: lower bounds for when it last saw
             # us and for when any later rebalance began.
             self._stable_evidence_ms = max(self._stable_evidence_ms, sent_ms)
@@ -841,10 +848,9 @@ class ClassicMembership:
 
     def _join_retry(self, now_ms: int, *, backoff: bool, reason: str = "") -> None:
         """A failed JoinGroup/SyncGroup attempt: the same rebalance is retried."""
-        if self._metrics is not None:
-            self._metrics.rebalance_failed(now_ms)
+        self._rebalance_failed(now_ms, ends=False)
         if self._state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
-            self._state = MemberState.PREPARING_REBALANCE
+            self._set_state(MemberState.PREPARING_REBALANCE)
         self._leader_job = None
         self._request_rejoin(reason or "rebalance failed")
         if backoff:
@@ -990,7 +996,6 @@ class ClassicMembership:
         token = object()
         self._sync_token = token
         gen = self._generation
-        epoch = self._coordinator_epoch
         values = {
             "group_id": self.group_id,
             "generation_id": gen.generation_id,
@@ -1000,26 +1005,14 @@ class ClassicMembership:
             "protocol_name": gen.protocol_name,
             "assignments": assignments,
         }
-
-        def on_response(resp: Any, version: int, t: int) -> None:
-            self._on_sync_response(token, gen, now_ms, resp, t, epoch)
-
-        def on_failure(exc: BaseException, t: int) -> None:
-            if token is not self._sync_token:
-                return
-            self._sync_token = None
-            self._request_failed("SyncGroup", exc, t, epoch)
-
-        self._outbox.append(
-            UnsentRequest(
-                api_key=SYNC_GROUP,
-                node=COORDINATOR,
-                values=values,
-                on_response=on_response,
-                on_failure=on_failure,
-                min_version=3 if self.group_instance_id is not None else 0,
-                created_ms=now_ms,
-            )
+        self._send_to_coordinator(
+            ApiKey.SYNC_GROUP,
+            values,
+            now_ms,
+            token=token,
+            on_answer=self._on_sync_response,
+            on_error=self._on_sync_failure,
+            static_min_version=3,
         )
 
     def _on_sync_response(
@@ -1046,7 +1039,7 @@ class ClassicMembership:
                     error_for_code(_E.inconsistent_group_protocol, f"protocol name {protocol_name!r}"), now_ms
                 )
                 return
-            self._state = MemberState.STABLE
+            self._set_state(MemberState.STABLE)
             self._join_attempts = 0
             self._join_backoff_until_ms = 0
             self._stable_evidence_ms = max(self._stable_evidence_ms, sent_ms)
@@ -1135,7 +1128,6 @@ class ClassicMembership:
         token = object()
         self._hb_token = token
         gen = self._generation
-        epoch = self._coordinator_epoch
         self._hb_next_ms = now_ms + self._heartbeat_interval_ms
         self._stats.values["last_heartbeat_send_ms"] = now_ms
         values = {
@@ -1144,29 +1136,23 @@ class ClassicMembership:
             "member_id": gen.member_id,
             "group_instance_id": self.group_instance_id,
         }
-
-        def on_response(resp: Any, version: int, t: int) -> None:
-            self._on_heartbeat_response(token, gen, now_ms, resp, t, epoch)
-
-        def on_failure(exc: BaseException, t: int) -> None:
-            if token is not self._hb_token:
-                return
-            self._hb_token = None
-            if not isinstance(exc, UnsupportedVersionError):
-                self._mark_coordinator_unknown(f"Heartbeat request failed: {exc}", epoch)
-            self._heartbeat_failed(t)
-
-        self._outbox.append(
-            UnsentRequest(
-                api_key=HEARTBEAT,
-                node=COORDINATOR,
-                values=values,
-                on_response=on_response,
-                on_failure=on_failure,
-                min_version=3 if self.group_instance_id is not None else 0,
-                created_ms=now_ms,
-            )
+        self._send_to_coordinator(
+            ApiKey.HEARTBEAT,
+            values,
+            now_ms,
+            token=token,
+            on_answer=self._on_heartbeat_response,
+            on_error=self._on_heartbeat_failure,
+            static_min_version=3,
         )
+
+    def _on_heartbeat_failure(self, token: object, exc: BaseException, now_ms: int, epoch: int) -> None:
+        if token is not self._hb_token:
+            return
+        self._hb_token = None
+        if not isinstance(exc, UnsupportedVersionError):
+            self._mark_coordinator_unknown(f"Heartbeat request failed: {exc}", epoch)
+        self._heartbeat_failed(now_ms)
 
     def _heartbeat_failed(self, now_ms: int) -> None:
         self._hb_next_ms = now_ms + self._backoff_ms(self._hb_attempts)
@@ -1258,7 +1244,7 @@ class ClassicMembership:
         if self._fatal is None:
             sent = self._maybe_send_leave_group(self._leave_reason, now_ms, for_leave=True)
         self._generation = NO_GENERATION
-        self._state = MemberState.UNJOINED
+        self._set_state(MemberState.UNJOINED)
         self._needs_join_prepare = True
         self._rejoin_needed = True
         self._join_deadline_ms = None
@@ -1298,22 +1284,12 @@ class ClassicMembership:
             if for_leave and token is self._leave_token and self._leave is _Leave.SENDING:
                 self._finish_leave()
 
-        self._outbox.append(
-            UnsentRequest(
-                api_key=LEAVE_GROUP,
-                node=COORDINATOR,
-                values={
-                    "group_id": self.group_id,
-                    "member_id": member_id,
-                    "members": [
-                        {"member_id": member_id, "group_instance_id": None, "reason": reason[:_MAX_REASON]}
-                    ],
-                },
-                on_response=done,
-                on_failure=done,
-                created_ms=now_ms,
-            )
-        )
+        values = {
+            "group_id": self.group_id,
+            "member_id": member_id,
+            "members": [{"member_id": member_id, "group_instance_id": None, "reason": reason[:_MAX_REASON]}],
+        }
+        self._outbox.append(self._coordinator_request(ApiKey.LEAVE_GROUP, values, now_ms, done, done))
         return True
 
     # ------------------------------------------------------------------------------------------------
@@ -1326,9 +1302,7 @@ class ClassicMembership:
         reason: str,
         on_assignment: Callable[[], None] | None = None,
     ) -> int:
-        self._seq += 1
-        self._events.append(CallbackNeeded(kind, partitions, self._seq, reason, on_assignment))
-        return self._seq
+        return self._new_callback(kind, partitions, reason, on_assignment).seq
 
     def _revoke(self, partitions: Iterable[TopicPartition], reason: str, *, followup: bool = False) -> None:
         parts = frozenset(partitions) & self._assigned
@@ -1371,9 +1345,7 @@ class ClassicMembership:
             # The rebalance's ASSIGN is superseded: that rebalance did not complete for this member.
             self._assign_seq = None
             if self._rebalance_open:
-                self._rebalance_open = False
-                if self._metrics is not None:
-                    self._metrics.rebalance_failed(now_ms)
+                self._rebalance_failed(now_ms, ends=True)
         self._events.append(AssignmentChanged(owned=frozenset()))
         seq = self._emit_callback(CallbackKind.LOST, parts, reason)
         self._waiting.add(seq)
@@ -1397,7 +1369,7 @@ class ClassicMembership:
         """Java's ``resetStateAndRejoin``; the owned partitions are LOST at once (see module docstring)."""
         member_id = "" if reset_member_id else self._generation.member_id
         self._generation = Generation(-1, member_id, None)
-        self._state = MemberState.UNJOINED
+        self._set_state(MemberState.UNJOINED)
         self._join_token = None
         self._sync_token = None
         self._leader_job = None
@@ -1415,11 +1387,10 @@ class ClassicMembership:
         self._awaiting_app_poll = True
 
     def _fail_fatal(self, error: BaseException, now_ms: int) -> None:
-        if self._metrics is not None and self._rebalance_open:
-            self._metrics.rebalance_failed(now_ms)
-            self._rebalance_open = False
+        if self._rebalance_open:
+            self._rebalance_failed(now_ms, ends=True)
         self._generation = NO_GENERATION
-        self._state = MemberState.UNJOINED
+        self._set_state(MemberState.UNJOINED)
         self._join_token = self._sync_token = self._hb_token = None
         self._leader_job = None
         self._lose_all("the member was fenced", now_ms)
@@ -1438,22 +1409,13 @@ class ClassicMembership:
     # ------------------------------------------------------------------------------------------------
     # coordinator
 
-    def _need_coordinator(self, reason: str) -> None:
-        if not self._coordinator_requested:
-            self._coordinator_requested = True
-            self._events.append(CoordinatorNeeded(reason))
-
     def _mark_coordinator_unknown(self, reason: str, epoch: int) -> None:
-        """A request to the coordinator of discovery ``epoch`` failed: forget that coordinator (not a newer
-        one found since) and ask for it to be marked unknown and rediscovered."""
-        if epoch != self._coordinator_epoch:
-            return  # about an older coordinator: the current one is not in question
-        if self._coordinator is None:
+        """As the base's; a failure reported against the current discovery epoch while the coordinator is
+        already unknown asks for it (once) instead of being ignored."""
+        if epoch == self._coordinator_epoch and self._coordinator is None:
             self._need_coordinator(reason)
             return
-        self._coordinator = None
-        self._coordinator_requested = True
-        self._events.append(CoordinatorNeeded(reason, epoch=epoch))
+        super()._mark_coordinator_unknown(reason, epoch)
 
     # ------------------------------------------------------------------------------------------------
     # metadata and subscription
@@ -1468,7 +1430,7 @@ class ClassicMembership:
             for t in md.topics()
             if pattern.fullmatch(t) is not None
             and not (self._exclude_internal and t in md.internal_topics)
-            and md.topic_errors.get(t, 0) != _E.unknown_topic_or_partition
+            and md.topic_errors.get(t, _E.none) != _E.unknown_topic_or_partition
         )
 
     def _set_subscribed_topics(self, topics: frozenset[str], reason: str) -> None:
@@ -1491,7 +1453,7 @@ class ClassicMembership:
         if md is None:
             return out
         for topic in topics:
-            if md.topic_errors.get(topic, 0) == _E.unknown_topic_or_partition:
+            if md.topic_errors.get(topic, _E.none) == _E.unknown_topic_or_partition:
                 out[topic] = None
             else:
                 parts = md.partitions.get(topic)
@@ -1513,7 +1475,7 @@ class ClassicMembership:
         for tp in self.owned:
             if tp.topic not in self._subscribed_topics:
                 continue
-            if md.topic_errors.get(tp.topic, 0) == _E.unknown_topic_or_partition:
+            if md.topic_errors.get(tp.topic, _E.none) == _E.unknown_topic_or_partition:
                 gone.add(tp)
                 continue
             parts = md.partitions.get(tp.topic)

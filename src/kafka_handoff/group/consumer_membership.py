@@ -37,7 +37,7 @@ import base64
 import enum
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +47,6 @@ from kafka_handoff.errors import (
     BrokerResponseError,
     ConfigError,
     GroupProtocolUnsupportedError,
-    IllegalStateError,
     error_for_code,
 )
 from kafka_handoff.group.heartbeat_state import (
@@ -58,18 +57,17 @@ from kafka_handoff.group.heartbeat_state import (
     LocalAssignment,
 )
 from kafka_handoff.group.membership import (
-    AppCallPause,
     AssignmentChanged,
     CallbackKind,
     CallbackNeeded,
-    CoordinatorNeeded,
-    GroupEvent,
     MembershipError,
     MetadataNeeded,
     RebalanceMetricsSink,
     Subscription,
 )
-from kafka_handoff.protocol.requests import COORDINATOR, MAX_POLL_WAIT_MS, PollResult, UnsentRequest
+from kafka_handoff.group.membership_core import MembershipCore
+from kafka_handoff.protocol.requests import MAX_POLL_WAIT_MS, PollResult, UnsentRequest
+from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import ClusterMetadata, ConsumerGroupMetadata, TopicPartition
 
 __all__ = [
@@ -84,7 +82,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-CONSUMER_GROUP_HEARTBEAT = 68
+CONSUMER_GROUP_HEARTBEAT = ApiKey.CONSUMER_GROUP_HEARTBEAT
 LEAVE_GROUP_EPOCH = -1
 LEAVE_GROUP_STATIC_EPOCH = -2
 DEFAULT_HEARTBEAT_INTERVAL_MS = 5000
@@ -217,7 +215,7 @@ def _interval_ms(value: Any) -> int | None:
     return int(value)
 
 
-class ConsumerMembership:
+class ConsumerMembership(MembershipCore[MemberState]):
     """KIP-848 membership: heartbeats, reconciliation, fencing, leaving, poll timer.
 
     ``member_id`` is generated once (Java style) unless given, and kept for the object's lifetime,
@@ -249,22 +247,28 @@ class ConsumerMembership:
             raise ConfigError("retry.backoff.ms and retry.backoff.max.ms must be >= 0")
         if server_assignor is not None and not server_assignor:
             raise ConfigError("group.remote.assignor must be a non-empty assignor name (e.g. uniform, range)")
-        self.group_id = group_id
-        self._member_id = member_id or generate_member_id()
-        self.group_instance_id = group_instance_id or None
-        self.rack_id = rack_id or None
-        self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.server_assignor = server_assignor
-        self._metrics = metrics
         backoff = (
             ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms, rand=jitter)
             if jitter is not None
             else ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
         )
+        super().__init__(
+            group_id,
+            initial_state=MemberState.UNSUBSCRIBED,
+            transitions=VALID_PREVIOUS_STATES,
+            group_instance_id=group_instance_id,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            backoff=backoff,
+            metrics=metrics,
+            poll_timer_started_ms=None,  # started when the member first joins
+        )
+        self._member_id = member_id or generate_member_id()
+        self.rack_id = rack_id or None
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.server_assignor = server_assignor
         self._timer = HeartbeatTimer(backoff, default_heartbeat_interval_ms)
         self._fields = HeartbeatFields()
 
-        self._state = MemberState.UNSUBSCRIBED
         self._epoch = 0
         self._incarnation = 0
         self._subscription: Subscription | None = None
@@ -272,9 +276,6 @@ class ConsumerMembership:
         self._hb_subscription: Subscription | None = None
         """What the heartbeats carry (kept while leaving, replaced on join and subscribe)."""
 
-        self._coordinator: int | None = None
-        self._coordinator_epoch = 0
-        self._coordinator_requested = False
         self._inflight: _SentHeartbeat | None = None
         self._joined_in_incarnation = False
 
@@ -290,25 +291,12 @@ class ConsumerMembership:
         self._retry_after_app_poll = False
 
         self._pending: dict[int, _PendingCallback] = {}
-        self._seq = 0
-        self._events: list[GroupEvent] = []
 
-        self._last_app_poll_ms: int | None = None
-        self._app_call = AppCallPause()
         self._leave_pending = False
         self._stale_released = True
         self._stale_rejoin_requested = False
-        self._rebalance_in_progress = False
 
     # ------------------------------------------------------------------------------------ queries
-    @property
-    def state(self) -> MemberState:
-        return self._state
-
-    @property
-    def state_name(self) -> str:
-        return self._state.value
-
     @property
     def member_id(self) -> str:
         return self._member_id
@@ -341,10 +329,6 @@ class ConsumerMembership:
         return self._timer.interval_ms
 
     @property
-    def coordinator_id(self) -> int | None:
-        return self._coordinator
-
-    @property
     def reconciliation_in_progress(self) -> bool:
         return self._reconciliation is not None
 
@@ -358,12 +342,12 @@ class ConsumerMembership:
             return ConsumerGroupMetadata(self.group_id, self._epoch, self._member_id, self.group_instance_id)
         return ConsumerGroupMetadata(self.group_id, -1, "", self.group_instance_id)
 
-    def owns(self, partitions: Iterable[TopicPartition]) -> bool:
-        return all(tp in self._owned for tp in partitions)
+    def generation_if_stable(self) -> ConsumerGroupMetadata:
+        """Commits never wait for a KIP-848 reconciliation: the member epoch is always usable."""
+        return self.group_metadata()
 
-    def drain_events(self) -> list[GroupEvent]:
-        events, self._events = self._events, []
-        return events
+    def on_commit_error(self, error_code: int, sent: ConsumerGroupMetadata, now_ms: int) -> None:
+        """Nothing to do: a fenced or unknown member learns it from its next heartbeat (as Java)."""
 
     # ------------------------------------------------------------------------------------- inputs
     def subscribe(self, subscription: Subscription, now_ms: int) -> None:
@@ -386,7 +370,7 @@ class ConsumerMembership:
         self._start_leave(now_ms)
 
     def on_app_poll(self, now_ms: int) -> None:
-        self._last_app_poll_ms = now_ms
+        self._poll_timer.polled(now_ms)
         self._retry_after_app_poll = False
         if self._subscription is None:
             return
@@ -397,11 +381,6 @@ class ConsumerMembership:
             if self._stale_released:
                 self._transition_to_joining(now_ms)
         self._maybe_reconcile(now_ms)
-
-    def on_app_call(self, inside: bool, now_ms: int) -> None:
-        paused = self._app_call.update(inside, now_ms)
-        if paused and self._last_app_poll_ms is not None:
-            self._last_app_poll_ms += paused  # the timer stood still meanwhile
 
     def on_callback_completed(self, seq: int, error: BaseException | None, now_ms: int) -> None:
         pending = self._pending.pop(seq, None)
@@ -432,10 +411,10 @@ class ConsumerMembership:
         self._maybe_reconcile(now_ms)
 
     def on_coordinator(self, node_id: int | None, now_ms: int, epoch: int | None = None) -> None:
-        self._coordinator = node_id
         if node_id is not None:
-            self._coordinator_requested = False
-            self._coordinator_epoch = epoch if epoch is not None else self._coordinator_epoch + 1
+            self._coordinator_found(node_id, epoch)
+        else:
+            self._coordinator = None
 
     def enforce_rebalance(self, reason: str, now_ms: int) -> None:
         # The broker drives KIP-848 rebalances; Java's consumer ignores enforceRebalance too.
@@ -454,13 +433,9 @@ class ConsumerMembership:
     def _time_to_next(self, now_ms: int) -> int:
         wait = MAX_POLL_WAIT_MS
         st = self._state
-        if (
-            st in _IN_GROUP
-            and self._last_app_poll_ms is not None
-            and self._coordinator is not None
-            and not self._app_call.active
-        ):
-            wait = min(wait, max(0, self._last_app_poll_ms + self.rebalance_timeout_ms - now_ms))
+        poll_remaining = self._poll_timer_wait_ms(now_ms)
+        if st in _IN_GROUP and poll_remaining is not None:
+            wait = min(wait, max(0, poll_remaining))
         if st not in _NO_HEARTBEAT and self._coordinator is not None and self._inflight is None:
             if st is _S.LEAVING:
                 return 0
@@ -486,7 +461,7 @@ class ConsumerMembership:
                 log.info("coordinator unknown: member %s leaves without a leave heartbeat", self._member_id)
                 self._finish_leaving_without_heartbeat(now_ms)
             else:
-                self._request_coordinator("coordinator unknown")
+                self._need_coordinator("coordinator unknown")
             return None
         if self._inflight is not None:
             return None
@@ -556,34 +531,12 @@ class ConsumerMembership:
         def on_failure(error: BaseException, at_ms: int) -> None:
             self._on_failure(sent, error, at_ms)
 
-        return UnsentRequest(
-            api_key=CONSUMER_GROUP_HEARTBEAT,
-            node=COORDINATOR,
-            values=values,
-            on_response=on_response,
-            on_failure=on_failure,
-            min_version=min_version,
-            created_ms=now_ms,
+        return self._coordinator_request(
+            CONSUMER_GROUP_HEARTBEAT, values, now_ms, on_response, on_failure, min_version=min_version
         )
 
     def _leave_epoch(self) -> int:
         return LEAVE_GROUP_STATIC_EPOCH if self.group_instance_id is not None else LEAVE_GROUP_EPOCH
-
-    def _request_coordinator(self, reason: str) -> None:
-        if not self._coordinator_requested:
-            self._coordinator_requested = True
-            self._events.append(CoordinatorNeeded(reason))
-
-    def _mark_coordinator_unknown(self, reason: str, coordinator_epoch: int) -> None:
-        """A request to the coordinator of discovery ``coordinator_epoch`` failed: forget that coordinator
-        (not a newer one found since) and ask the manager to mark it unknown and rediscover."""
-        if self._coordinator is None or coordinator_epoch != self._coordinator_epoch:
-            log.debug("member %s: stale coordinator failure ignored (%s)", self._member_id, reason)
-            return
-        log.info("member %s: %s; rediscovering the coordinator", self._member_id, reason)
-        self._coordinator = None
-        self._coordinator_requested = True
-        self._events.append(CoordinatorNeeded(reason, epoch=coordinator_epoch))
 
     # ------------------------------------------------------------------------------- responses
     def _on_response(self, sent: _SentHeartbeat, response: Any, api_version: int, now_ms: int) -> None:
@@ -596,7 +549,7 @@ class ConsumerMembership:
         if sent.incarnation != self._incarnation:
             log.debug("ignoring a heartbeat response from before the member rejoined or left")
             return
-        if code != 0:
+        if code != ErrorCode.none:
             self._on_error_code(code, response.error_message, now_ms, sent.coordinator_epoch)
             return
         self._on_success(response, api_version, now_ms)
@@ -707,29 +660,22 @@ class ConsumerMembership:
         return GroupProtocolUnsupportedError(f"{msg} ({detail})" if detail else msg)
 
     def _on_leave_answered(self, code: int, now_ms: int) -> None:
-        if code != 0:
+        if code != ErrorCode.none:
             log.debug("leave heartbeat answered with error code %d; leave completes anyway", code)
         self._leave_pending = False
 
     def _record_failed_rebalance(self, now_ms: int) -> None:
-        if self._rebalance_in_progress and self._metrics is not None:
-            self._metrics.rebalance_failed(now_ms)
+        if self._rebalance_open:
+            self._rebalance_failed(now_ms, ends=False)
 
     # --------------------------------------------------------------------------------- transitions
     def _transition(self, new: MemberState, now_ms: int) -> None:
-        old = self._state
-        if old not in VALID_PREVIOUS_STATES[new]:
-            raise IllegalStateError(f"invalid member state transition {old.value} -> {new.value}")
+        old = self._set_state(new)
         if old is _S.RECONCILING and new in (_S.STABLE, _S.ACKNOWLEDGING):
-            self._rebalance_in_progress = False
-            if self._metrics is not None:
-                self._metrics.rebalance_completed(now_ms)
+            self._rebalance_completed(now_ms)
         if old is not _S.RECONCILING and new is _S.RECONCILING:
-            self._rebalance_in_progress = True
-            if self._metrics is not None:
-                self._metrics.rebalance_started(now_ms)
+            self._rebalance_started(now_ms)
         log.debug("member %s epoch %d: %s -> %s", self._member_id, self._epoch, old.value, new.value)
-        self._state = new
 
     def _transition_to_joining(self, now_ms: int) -> None:
         self._transition(_S.JOINING, now_ms)
@@ -746,8 +692,8 @@ class ConsumerMembership:
         self._stale_rejoin_requested = False
         self._fields.reset()
         self._fields.forget_regex()
-        if self._last_app_poll_ms is None:
-            self._last_app_poll_ms = now_ms
+        if self._poll_timer.last_poll_ms is None:
+            self._poll_timer.polled(now_ms)
 
     def _clear_assignment(self) -> frozenset[TopicPartition]:
         """Forget every assignment; returns what was owned (emits AssignmentChanged when it changes)."""
@@ -770,10 +716,8 @@ class ConsumerMembership:
         reason: str,
         reconciliation: _Reconciliation | None = None,
     ) -> CallbackNeeded:
-        self._seq += 1
-        event = CallbackNeeded(kind, partitions, self._seq, reason)
-        self._pending[self._seq] = _PendingCallback(purpose, event, reconciliation)
-        self._events.append(event)
+        event = self._new_callback(kind, partitions, reason)
+        self._pending[event.seq] = _PendingCallback(purpose, event, reconciliation)
         return event
 
     def _release_as_lost(self, purpose: _Purpose, reason: str) -> bool:
@@ -856,14 +800,7 @@ class ConsumerMembership:
         self._leave_pending = False
 
     def _maybe_expire_poll_timer(self, now_ms: int, unsent: list[UnsentRequest]) -> None:
-        if self._state not in _IN_GROUP or self._last_app_poll_ms is None:
-            return
-        if self._coordinator is None or self._app_call.active:
-            # As Java's heartbeat manager: nothing is decided while the coordinator is unknown; an expired
-            # timer makes the member leave once a coordinator is known again.  The timer stands still
-            # while the application thread is inside one of our blocking calls.
-            return
-        if now_ms < self._last_app_poll_ms + self.rebalance_timeout_ms:
+        if self._state not in _IN_GROUP or not self._poll_timer_expired(now_ms):
             return
         log.warning(
             "member %s: no poll() within max.poll.interval.ms=%d; leaving the group (partitions lost), "

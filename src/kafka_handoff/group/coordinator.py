@@ -15,6 +15,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kafka_handoff.errors import (
     CoordinatorNotAvailableError,
     GroupAuthorizationFailedError,
@@ -72,7 +74,7 @@ def parse_find_coordinator(group_id: str, response: Any, version: int) -> Broker
             int(response.port),
         )
         message = getattr(response, "error_message", None)
-    if code != 0:
+    if code != ErrorCode.none:
         error = error_for_code(code, message)
         if isinstance(error, GroupAuthorizationFailedError):
             detail = f": {message}" if message else ""

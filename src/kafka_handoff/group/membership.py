@@ -25,7 +25,10 @@ Outputs besides requests are drained with :meth:`Membership.drain_events`:
   NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / a disconnect): (re)discover it and report the result
   with :meth:`Membership.on_coordinator`.
 
-The rest of the consumer never knows which implementation runs.
+The rest of the consumer never knows which implementation runs.  Both implementations derive from
+:class:`~kafka_handoff.group.membership_core.MembershipCore`, which holds the machinery they share (state
+transition table, event queue and callback sequence numbers, coordinator latch, poll timer, rebalance
+metrics, backoff).
 """
 
 from __future__ import annotations
@@ -156,15 +159,6 @@ class RebalanceMetricsSink(Protocol):
     def rebalance_failed(self, now_ms: int) -> None: ...
 
 
-@dataclass(slots=True)
-class _Seq:
-    value: int = field(default=0)
-
-    def next(self) -> int:
-        self.value += 1
-        return self.value
-
-
 class Membership(Protocol):
     """What the network thread and the consumer need from a group membership."""
 
@@ -214,6 +208,14 @@ class Membership(Protocol):
 
     def group_metadata(self) -> ConsumerGroupMetadata:
         """Member id, generation (classic) or member epoch (consumer) and instance id, for commits."""
+
+    def generation_if_stable(self) -> ConsumerGroupMetadata | None:
+        """The group metadata for commits, or ``None`` while commits must wait for a rebalance to complete
+        (classic: Java's ``generationIfStable``; the KIP-848 member always answers ``group_metadata()``)."""
+
+    def on_commit_error(self, error_code: int, sent: ConsumerGroupMetadata, now_ms: int) -> None:
+        """An OffsetCommit failed with a group error; ``sent`` is the group metadata it carried (classic
+        reacts: rejoin, generation reset or fatal; the KIP-848 member learns of fencing by heartbeat)."""
 
     def owns(self, partitions: Iterable[TopicPartition]) -> bool: ...
 
