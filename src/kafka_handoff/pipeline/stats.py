@@ -212,6 +212,8 @@ def format_batch_line(report: BatchReport) -> str:
     ]
     if report.malformed:
         parts.append(f"{report.malformed:,} malformed")
+    if report.target:
+        parts.append(f"target {report.target:,} ({report.cut_reason})")
     parts.append(f"spark {report.spark_s:5.2f}s sink {report.sink_s:5.2f}s total {report.total_s:5.2f}s")
     parts.append(f"{rate:>9,.0f} rec/s")
     if report.version is not None:
