@@ -678,39 +678,53 @@ class Worker:
                 if batch.cancelled.is_set():
                     return self._finish(report, t0)
                 raise TransformError(f"transform {fn} failed on {desc}: {exc}", batch.first_last()) from exc
+            cached = result.rejected is not None and _persist(df)
             try:
-                rejected = result.rejected.toArrow() if result.rejected is not None else None
-                output = result.output.toArrow() if self._sink.kind == "delta" else result.output
-            except Exception as exc:
-                if batch.cancelled.is_set():
-                    return self._finish(report, t0)
-                raise TransformError(
-                    f"transform {fn} failed while Spark computed {desc}: {exc}", batch.first_last()
-                ) from exc
-            t2 = time.monotonic()
-            report.spark_s = t2 - t1
-            if rejected is not None and rejected.num_rows:
-                report.malformed = int(rejected.num_rows)
-                report.dead_lettered = self._dead.handle(rejected, batch.first_last(), desc)
+                return self._compute_and_commit(batch, report, table, origins, result, t0, t1)
+            finally:
+                if cached:
+                    _unpersist(df)
+
+    def _compute_and_commit(
+        self, batch: Batch, report: BatchReport, table: Any, origins: Any, result: Any, t0: float, t1: float
+    ) -> _Outcome:
+        assert self._sink is not None and self._dead is not None
+        fn = self.config.transform.function
+        desc = batch.describe()
+        # (still inside _process's job tag: same thread)
+        try:
+            rejected = result.rejected.toArrow() if result.rejected is not None else None
+            output = result.output.toArrow() if self._sink.kind == "delta" else result.output
+        except Exception as exc:
             if batch.cancelled.is_set():
                 return self._finish(report, t0)
-            updates = {tp: MarkUpdate(r.expected, r.last + 1) for tp, r in batch.ranges.items()}
-            try:
-                info = self._sink.commit(output, updates)
-            except MarkConflictError as exc:
-                report.status = "conflict"
-                report.detail = str(exc)
-                return self._finish(report, t0, conflicts=exc.conflicts)
-            except Exception as exc:
-                if batch.cancelled.is_set():
-                    return self._finish(report, t0)
-                if self._sink.kind == "parquet" and _is_spark_error(exc):
-                    raise TransformError(
-                        f"Spark failed computing or writing {desc} (transform {fn}): {exc}",
-                        batch.first_last(),
-                    ) from exc
-                raise SinkError(f"writing {desc} to the {self._sink.describe()} failed: {exc}",
-                                batch.first_last()) from exc  # fmt: skip
+            raise TransformError(
+                f"transform {fn} failed while Spark computed {desc}: {exc}", batch.first_last()
+            ) from exc
+        t2 = time.monotonic()
+        report.spark_s = t2 - t1
+        if rejected is not None and rejected.num_rows:
+            report.malformed = int(rejected.num_rows)
+            report.dead_lettered = self._dead.handle(rejected, batch.first_last(), desc)
+        if batch.cancelled.is_set():
+            return self._finish(report, t0)
+        updates = {tp: MarkUpdate(r.expected, r.last + 1) for tp, r in batch.ranges.items()}
+        try:
+            info = self._sink.commit(output, updates)
+        except MarkConflictError as exc:
+            report.status = "conflict"
+            report.detail = str(exc)
+            return self._finish(report, t0, conflicts=exc.conflicts)
+        except Exception as exc:
+            if batch.cancelled.is_set():
+                return self._finish(report, t0)
+            if self._sink.kind == "parquet" and _is_spark_error(exc):
+                raise TransformError(
+                    f"Spark failed computing or writing {desc} (transform {fn}): {exc}",
+                    batch.first_last(),
+                ) from exc
+            raise SinkError(f"writing {desc} to the {self._sink.describe()} failed: {exc}",
+                            batch.first_last()) from exc  # fmt: skip
         commit_ms = time.time() * 1000.0
         self._sink_commits += 1
         if self._crash_after is not None and self._sink_commits >= self._crash_after:
@@ -784,6 +798,26 @@ class Worker:
         for tp in partitions:
             self._marks.pop(tp, None)
         self._drop_accumulated(partitions)
+
+
+def _persist(df: Any) -> bool:
+    """Cache the batch's input in memory for the batch: the rejected records and the output are two Spark
+    jobs, and without it each re-reads (re-converts) the input from the Arrow table."""
+    try:
+        from pyspark import StorageLevel
+
+        df.persist(StorageLevel.MEMORY_ONLY)
+        return True
+    except Exception:
+        log.debug("could not cache the batch's input", exc_info=True)
+        return False
+
+
+def _unpersist(df: Any) -> None:
+    try:
+        df.unpersist(blocking=False)
+    except Exception:
+        log.debug("could not release the batch's cached input", exc_info=True)
 
 
 def _is_spark_error(exc: BaseException) -> bool:
