@@ -48,6 +48,15 @@ def test_grows_to_the_lag_up_to_max_records_while_there_is_a_backlog() -> None:
     assert s.target == 500_000  # still lagging: stays large
 
 
+def test_the_target_counts_what_is_already_accumulated() -> None:
+    s = sizer()
+    s.observe_lag(10_000, accumulated=10_000)  # 20,000 available: one batch of 20,000, not two of 10,000
+    assert s.target == 20_000
+    assert s.should_cut(10_000, age_ms=5, spark_free=True).cut is False
+    s.observe_lag(0, accumulated=20_000)
+    assert s.should_cut(20_000, age_ms=5, spark_free=True).reason == "full"
+
+
 def test_the_byte_bound_caps_the_batch() -> None:
     s = sizer(max_bytes=10 * MB)
     s.observe_batch(records=10_000, nbytes=10_000 * 200, process_s=0.5)  # 200 B per record
@@ -70,7 +79,7 @@ def test_caught_up_the_target_shrinks_to_meet_the_latency_target() -> None:
         s.observe_batch(records=n, nbytes=n * 250, process_s=0.4 + n * 2e-6)
     fixed, per_record = s.cost_model() or (0.0, 0.0)
     assert fixed == pytest.approx(0.4) and per_record == pytest.approx(2e-6)
-    s.observe_lag(3_000)  # caught up
+    s.observe_lag(900)  # caught up: at most min_records wait
     assert s.batch_cut() == 300_000  # (1.0 s - 0.4 s) / 2 us
     assert s.mode == "caught-up"
     # caught up and Spark free: cut at once, whatever has accumulated
@@ -81,14 +90,17 @@ def test_caught_up_the_target_shrinks_to_meet_the_latency_target() -> None:
     assert s.should_cut(5, age_ms=clock.ms, spark_free=False).reason == "interval"
 
 
-def test_a_lag_left_after_a_cut_that_exceeds_the_latency_size_is_taken_whole() -> None:
+def test_a_backlog_left_after_a_cut_keeps_the_large_target() -> None:
     s = sizer()
     s.observe_batch(records=50_000, nbytes=50_000 * 250, process_s=2.0)  # 40 us/record -> 25,000 in 1 s
     s.observe_lag(40_000)
     assert s.mode == "backlog" and s.target == 40_000
     s.observe_lag(39_000)
     s.batch_cut()
-    assert s.target == 39_000
+    assert s.target == 40_000 and s.mode == "backlog"
+    s.observe_lag(10)
+    s.batch_cut()
+    assert s.target == pytest.approx(25_000, abs=1) and s.mode == "caught-up"
 
 
 def test_never_below_min_records_even_when_spark_is_slow() -> None:

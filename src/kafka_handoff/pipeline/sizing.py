@@ -4,12 +4,13 @@ A pure policy (no I/O, no clock of its own: callers pass ``now_ms`` and what the
 unit-tested with a fake clock.  The worker asks it after every poll.
 
 * **Backlog** (the consumer's lag -- records on the broker not yet fetched for the owned partitions -- is
-  above the target): the target grows to the lag, up to the *cap*.  Bigger batches spread Spark's fixed
-  per-batch cost (job scheduling, planning, the sink commit) over more records.
-* **Caught up** (when a batch is cut and the lag left is below the target): the target shrinks to the records
+  above ``batch.min_records``): the target grows to what is available (accumulated + lag), up to the
+  *cap*, and a batch is cut when it reaches its target.  Bigger batches spread Spark's fixed per-batch cost
+  (job scheduling, planning, the sink commit) over more records.
+* **Caught up** (lag at most ``batch.min_records``): when a batch is cut, the target shrinks to the records
   Spark is expected to process within ``batch.target_latency_ms`` (from a cost model
-  ``seconds = fixed + per_record * records`` fitted to the last batches), or to the lag left if that is
-  more; and a batch is cut as soon as Spark is free -- waiting for more records would only add latency.
+  ``seconds = fixed + per_record * records`` fitted to the last batches); and a batch is cut as soon as
+  Spark is free -- waiting for more records would only add latency.
 * **Cap** = min(``batch.max_records``, ``batch.max_bytes`` / bytes per record of the recent batches' Arrow
   tables); never below ``batch.min_records``.
 * A batch is also cut once its oldest record has waited ``batch.max_interval_ms``.
@@ -80,12 +81,13 @@ class BatchSizer:
             self._bytes_per_record = _ALPHA * bpr + (1 - _ALPHA) * self._bytes_per_record
         self._history.append((records, max(0.0, process_s)))
 
-    def observe_lag(self, lag: int | None) -> None:
-        """Records on the broker not yet fetched for the owned partitions (None: unknown).  A lag above
-        the target grows the target (up to the cap)."""
+    def observe_lag(self, lag: int | None, accumulated: int = 0) -> None:
+        """Records on the broker not yet fetched for the owned partitions (None: unknown), and records
+        accumulated for the next batch.  A backlog -- more available than the target -- grows the target
+        to what is available (up to the cap)."""
         self.lag = lag
-        if self.adaptive and lag is not None and lag > self._target:
-            self._target = max(self._target, min(self.cap, lag))
+        if self.adaptive and lag is not None and lag > 0 and accumulated + lag > self._target:
+            self._target = max(self._target, min(self.cap, accumulated + lag))
             self.mode = "backlog"
 
     # ------------------------------------------------------------------------------------- model
@@ -141,7 +143,8 @@ class BatchSizer:
 
     @property
     def backlog(self) -> bool:
-        return self.lag is not None and self.lag >= self.target
+        """More than ``min_records`` records wait on the broker (as of the last observed lag)."""
+        return self.lag is not None and self.lag > self.min_records
 
     def should_cut(self, accumulated: int, age_ms: float, spark_free: bool) -> CutDecision:
         """Whether to close the accumulating batch now (``age_ms``: since its first record arrived;
@@ -162,5 +165,5 @@ class BatchSizer:
             return self.max_records
         if not self.backlog:
             self.mode = "caught-up"
-            self._target = max(self.latency_records(), min(self.lag or 0, self.cap))
+            self._target = self.latency_records()
         return self.target

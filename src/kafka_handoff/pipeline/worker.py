@@ -411,7 +411,7 @@ class Worker:
             self._check_inflight()
             self._delay_revokes(records.to_be_revoked_partitions)
             if not stopping:
-                self.sizer.observe_lag(self._lag())
+                self.sizer.observe_lag(self._lag(), self._acc_count)
                 self._maybe_cut()
                 self._maybe_submit(executor)
 
