@@ -254,7 +254,9 @@ def _run_handoff(
             t = (time.monotonic() - start) * 1000.0
             commits.append((t, report.records))
             batches.append({"t_s": round(t / 1000, 3), "records": report.records, "target": report.target,
-                            "reason": report.cut_reason, "total_s": round(report.total_s, 3)})  # fmt: skip
+                            "reason": report.cut_reason, "total_s": round(report.total_s, 3),
+                            "build_s": round(report.build_s, 3), "spark_s": round(report.spark_s, 3),
+                            "sink_s": round(report.sink_s, 3)})  # fmt: skip
 
     worker = Worker(
         config,

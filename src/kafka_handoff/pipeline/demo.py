@@ -50,7 +50,9 @@ def produce_events(
             failures.append(exc)
 
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "compression.type": "lz4", "linger.ms": 10, "batch.size": 65536}
+        # a generous delivery timeout: on a busy machine the broker can fall minutes behind a fast producer
+        {"bootstrap.servers": bootstrap, "compression.type": "lz4", "linger.ms": 10, "batch.size": 65536,
+         "delivery.timeout.ms": 600_000}
     )
     sent = malformed = 0
     try:

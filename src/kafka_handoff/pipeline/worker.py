@@ -678,12 +678,9 @@ class Worker:
                 if batch.cancelled.is_set():
                     return self._finish(report, t0)
                 raise TransformError(f"transform {fn} failed on {desc}: {exc}", batch.first_last()) from exc
-            cached = result.rejected is not None and _persist(df)
-            try:
-                return self._compute_and_commit(batch, report, table, origins, result, t0, t1)
-            finally:
-                if cached:
-                    _unpersist(df)
+            # Not cached: caching the input for the rejected-records job and the output job measured 3x
+            # slower on a 200,000-record batch (docs/benchmarks.md, section 3).
+            return self._compute_and_commit(batch, report, table, origins, result, t0, t1)
 
     def _compute_and_commit(
         self, batch: Batch, report: BatchReport, table: Any, origins: Any, result: Any, t0: float, t1: float
@@ -798,26 +795,6 @@ class Worker:
         for tp in partitions:
             self._marks.pop(tp, None)
         self._drop_accumulated(partitions)
-
-
-def _persist(df: Any) -> bool:
-    """Cache the batch's input in memory for the batch: the rejected records and the output are two Spark
-    jobs, and without it each re-reads (re-converts) the input from the Arrow table."""
-    try:
-        from pyspark import StorageLevel
-
-        df.persist(StorageLevel.MEMORY_ONLY)
-        return True
-    except Exception:
-        log.debug("could not cache the batch's input", exc_info=True)
-        return False
-
-
-def _unpersist(df: Any) -> None:
-    try:
-        df.unpersist(blocking=False)
-    except Exception:
-        log.debug("could not release the batch's cached input", exc_info=True)
 
 
 def _is_spark_error(exc: BaseException) -> bool:
