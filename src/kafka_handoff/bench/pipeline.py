@@ -115,7 +115,8 @@ class LiveProducer:
                     self.failures.append(exc)
 
             producer = Producer({"bootstrap.servers": self.bootstrap, "compression.type": "lz4",
-                                 "linger.ms": 5, "batch.size": 65536})  # fmt: skip
+                                 "linger.ms": 5, "batch.size": 65536,
+                                 "delivery.timeout.ms": 600_000})  # fmt: skip
             began = self.started_at = time.monotonic()
             try:
                 events = iter_events(total, 1, 0.01, start_ms=int(time.time() * 1000))
