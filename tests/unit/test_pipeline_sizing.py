@@ -148,3 +148,16 @@ def test_batch_config_defaults_and_validation() -> None:
         with pytest.raises(ConfigError) as info:
             parse_config({**BASE, "batch": batch})
         assert needle in str(info.value)
+
+
+def test_a_live_streams_lag_below_the_latency_size_is_not_a_backlog() -> None:
+    s = sizer(target_latency_ms=1_000)
+    s.observe_lag(5_000)
+    assert s.backlog  # before any batch: anything above min_records
+    s.observe_batch(records=100_000, nbytes=1, process_s=2.0)  # 20 us/record: 50,000 within 1 s
+    s.observe_lag(20_000, accumulated=30_000)  # 1 s of a 20k/s stream between fetches
+    assert not s.backlog and s.backlog_threshold == 50_000
+    s.batch_cut()
+    assert s.mode == "caught-up" and s.target == 50_000
+    s.observe_lag(60_000)
+    assert s.backlog and s.target == 60_000

@@ -4,10 +4,11 @@ A pure policy (no I/O, no clock of its own: callers pass ``now_ms`` and what the
 unit-tested with a fake clock.  The worker asks it after every poll.
 
 * **Backlog** (the consumer's lag -- records on the broker not yet fetched for the owned partitions -- is
-  above ``batch.min_records``): the target grows to what is available (accumulated + lag), up to the
+  above ``batch.min_records``, and above the records Spark processes within the latency target once a batch
+  has been measured): the target grows to what is available (accumulated + lag), up to the
   *cap*, and a batch is cut when it reaches its target.  Bigger batches spread Spark's fixed per-batch cost
   (job scheduling, planning, the sink commit) over more records.
-* **Caught up** (lag at most ``batch.min_records``): when a batch is cut, the target shrinks to the records
+* **Caught up** (lag at most that): when a batch is cut, the target shrinks to the records
   Spark is expected to process within ``batch.target_latency_ms`` (from a cost model
   ``seconds = fixed + per_record * records`` fitted to the last batches); and a batch is cut as soon as
   Spark is free -- waiting for more records would only add latency.
@@ -86,7 +87,7 @@ class BatchSizer:
         accumulated for the next batch.  A backlog -- more available than the target -- grows the target
         to what is available (up to the cap)."""
         self.lag = lag
-        if self.adaptive and lag is not None and lag > 0 and accumulated + lag > self._target:
+        if self.adaptive and self.backlog and lag is not None and accumulated + lag > self._target:
             self._target = max(self._target, min(self.cap, accumulated + lag))
             self.mode = "backlog"
 
@@ -131,7 +132,7 @@ class BatchSizer:
         budget = self.target_latency_ms / 1000.0 - fixed
         if per_record <= 0:
             return self.cap
-        return int(max(0.0, budget) / per_record)
+        return int(max(0.0, budget) / per_record + 1e-6)  # (1e-6: float noise, not a record)
 
     # ------------------------------------------------------------------------------------- decisions
     @property
@@ -142,9 +143,18 @@ class BatchSizer:
         return max(self.min_records, min(self._target, self.cap))
 
     @property
+    def backlog_threshold(self) -> int:
+        """Lag above which the group is behind: ``min_records`` before the first batch, then the records
+        Spark processes within the latency target (at least ``min_records``) -- a live stream's lag between
+        two fetches is not a backlog."""
+        if not self._history:
+            return self.min_records
+        return max(self.min_records, self.latency_records())
+
+    @property
     def backlog(self) -> bool:
-        """More than ``min_records`` records wait on the broker (as of the last observed lag)."""
-        return self.lag is not None and self.lag > self.min_records
+        """More than :attr:`backlog_threshold` records wait on the broker (as of the last observed lag)."""
+        return self.lag is not None and self.lag > self.backlog_threshold
 
     def should_cut(self, accumulated: int, age_ms: float, spark_free: bool) -> CutDecision:
         """Whether to close the accumulating batch now (``age_ms``: since its first record arrived;
