@@ -264,6 +264,8 @@ def test_produce_sample_cli_writes_the_generated_events(
         "11",
         "--malformed-share",
         "0.05",
+        "--start-ms",
+        "1700000000000",
         "--no-progress",
     ]
     assert main(argv) == 0

@@ -33,7 +33,7 @@ def test_defaults() -> None:
     assert cfg.consumer["enable.auto.commit"] is False
     assert cfg.consumer["auto.offset.reset"] == "earliest"
     assert cfg.consumer["max.poll.records"] == 10000
-    assert cfg.batch.max_records == 50_000 and cfg.batch.max_interval_ms == 2000
+    assert cfg.batch.max_records == 500_000 and cfg.batch.max_interval_ms == 2000
     assert cfg.spark.master == "local[2]" and cfg.spark.remote is None
     assert cfg.sink.format == "delta" and cfg.sink.app_id == "g"
     assert cfg.errors.malformed == "skip"

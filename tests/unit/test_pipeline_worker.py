@@ -34,6 +34,7 @@ class FakeConsumer:
         self.delayed: list[frozenset[TopicPartition]] = []
         self.paused_set: set[TopicPartition] = set()
         self.allow_delay = True
+        self.lag: dict[TopicPartition, int] = {}
 
     def assignment(self) -> frozenset[TopicPartition]:
         return frozenset(self.assigned)
@@ -52,6 +53,9 @@ class FakeConsumer:
     def delay_revoke(self, parts: Iterable[TopicPartition]) -> bool:
         self.delayed.append(frozenset(parts))
         return self.allow_delay
+
+    def current_lag(self, tp: TopicPartition) -> int | None:
+        return self.lag.get(tp)
 
     def paused(self) -> frozenset[TopicPartition]:
         return frozenset(self.paused_set)
@@ -112,26 +116,33 @@ def test_assignment_resumes_at_the_larger_of_committed_offset_and_sink_mark(tmp_
     assert consumer.commits == [{P1: OffsetAndMetadata(30)}]
 
 
+class Executor:
+    """Runs nothing: records what was submitted."""
+
+    def __init__(self) -> None:
+        self.submitted: list[Batch] = []
+
+    def submit(self, fn: Any, batch: Batch) -> concurrent.futures.Future[_Outcome]:
+        self.submitted.append(batch)
+        return concurrent.futures.Future()
+
+
 def test_records_below_the_mark_are_dropped_and_a_batch_carries_the_expected_marks(tmp_path: Path) -> None:
     consumer = FakeConsumer(assigned={P0, P1})
-    worker = make_worker(tmp_path, consumer)
+    worker = make_worker(tmp_path, consumer, adaptive=False)
     write_marks(worker, {P0: 12})
     worker._on_assigned(frozenset({P0, P1}), consumer)
     worker._accumulate({P0: chunk(P0, 10, 11, 12, 13), P1: chunk(P1, 0, 1)})
     assert worker._acc_count == 4  # 10 and 11 are already in the sink
-    submitted: list[Batch] = []
-
-    class Executor:
-        def submit(self, fn: Any, batch: Batch) -> concurrent.futures.Future[_Outcome]:
-            submitted.append(batch)
-            return concurrent.futures.Future()
-
-    worker._maybe_submit(Executor())  # type: ignore[arg-type]
-    assert len(submitted) == 0  # 4 < max_records and the interval has not passed
+    executor = Executor()
+    worker._maybe_cut()
+    worker._maybe_submit(executor)  # type: ignore[arg-type]
+    assert len(executor.submitted) == 0  # 4 < max_records and the interval has not passed
     worker._accumulate({P1: chunk(P1, 2)})
     worker._marks[P0] = 13  # e.g. a batch of an earlier owner committed meanwhile
-    worker._maybe_submit(Executor())  # type: ignore[arg-type]
-    (batch,) = submitted
+    worker._maybe_cut()
+    worker._maybe_submit(executor)  # type: ignore[arg-type]
+    (batch,) = executor.submitted
     assert batch.ranges == {P0: PartitionRange(13, 13, 13, 1), P1: PartitionRange(None, 0, 2, 3)}
     assert describe_ranges(batch.ranges) == "ev-0 offsets 13..13, ev-1 offsets 0..2"
     assert worker._acc_count == 0
@@ -212,14 +223,104 @@ def test_a_failed_batch_raises_and_commits_nothing(tmp_path: Path) -> None:
     assert consumer.commits == [] and worker.stats.batches_discarded == 1
 
 
-def test_backpressure_pauses_owned_partitions_while_the_next_batch_is_full(tmp_path: Path) -> None:
+def test_a_batch_waits_while_spark_runs_and_backpressure_pauses_until_it_is_submitted(
+    tmp_path: Path,
+) -> None:
     consumer = FakeConsumer(assigned={P0, P1})
     worker = make_worker(tmp_path, consumer, max_records=3)
+    worker._on_assigned(frozenset({P0, P1}), consumer)
+    running = Batch(1, [], {P1: PartitionRange(None, 0, 4, 5)}, 5, "t")
+    worker._inflight = (running, concurrent.futures.Future())
+    worker._accumulate({P0: chunk(P0, 0, 1, 2)})
+    worker._maybe_cut()  # full while Spark runs: cut, waiting (overlap)
+    assert worker._ready is not None and worker._ready.ranges == {P0: PartitionRange(None, 0, 2, 3)}
+    assert worker._acc_count == 0
+    worker._accumulate({P0: chunk(P0, 3)})
+    worker._maybe_cut()  # at most one batch waits
+    assert worker._ready.id == 1 and worker._acc_count == 1
+    worker._reconcile_pause(stopping=False)
+    assert consumer.paused_set == {P0, P1}
+    executor = Executor()
+    worker._maybe_submit(executor)  # type: ignore[arg-type]
+    assert executor.submitted == []  # Spark still busy
+    worker._inflight = None
+    worker._marks[P0] = 0  # as if the running batch had moved it
+    worker._maybe_submit(executor)  # type: ignore[arg-type]
+    (batch,) = executor.submitted
+    assert batch.ranges == {P0: PartitionRange(0, 0, 2, 3)}  # expected mark taken at submit time
+    assert worker._ready is None
+    worker._reconcile_pause(stopping=False)
+    assert consumer.paused_set == set()
+
+
+def test_without_overlap_nothing_is_cut_while_spark_runs(tmp_path: Path) -> None:
+    consumer = FakeConsumer(assigned={P0})
+    worker = make_worker(tmp_path, consumer, max_records=3, overlap=False)
+    worker._on_assigned(frozenset({P0}), consumer)
+    worker._inflight = (Batch(1, [], {}, 0, "t"), concurrent.futures.Future())
+    worker._accumulate({P0: chunk(P0, 0, 1, 2)})
+    worker._maybe_cut()
+    assert worker._ready is None and worker._acc_count == 3
+
+
+def test_revoked_and_rewound_partitions_leave_the_waiting_batch(tmp_path: Path) -> None:
+    consumer = FakeConsumer(assigned={P0, P1, P2})
+    worker = make_worker(tmp_path, consumer, max_records=4)
+    worker._on_assigned(frozenset({P0, P1, P2}), consumer)
+    running = Batch(1, [], {P2: PartitionRange(None, 0, 9, 10)}, 10, "t")
+    worker._inflight = (running, concurrent.futures.Future())
+    worker._accumulate({P0: chunk(P0, 0, 1), P1: chunk(P1, 0, 1), P2: chunk(P2, 10)})
+    worker._maybe_cut()
+    ready = worker._ready
+    assert ready is not None and set(ready.ranges) == {P0, P1, P2} and ready.records == 5
+    worker._delay_revokes(frozenset({P1}))
+    assert set(ready.ranges) == {P0, P2} and ready.dropped == {P1} and ready.records == 3
+    # The running batch is discarded: its partition P2 is re-read from the mark, so the waiting batch's
+    # later P2 records must go too.
+    done: concurrent.futures.Future[_Outcome] = concurrent.futures.Future()
+    done.set_result(_Outcome(BatchReport(1, "conflict", 10, 1), conflicts={P2: (None, 3)}))
+    worker._inflight = (running, done)
+    worker._check_inflight()
+    assert set(ready.ranges) == {P0} and ready.dropped == {P1, P2}
+    assert (P2, 0) in consumer.seeks
+
+
+def test_without_partitions_filters_the_table() -> None:
+    from kafka_handoff.pipeline.arrow import chunks_to_table
+    from kafka_handoff.pipeline.worker import without_partitions
+
+    table = chunks_to_table([chunk(P0, 0, 1), chunk(P1, 5), chunk(P2, 7, 8)])
+    left = without_partitions(table, {P1, P2})
+    assert left.column("partition").to_pylist() == [0, 0]
+    assert without_partitions(table, set()).num_rows == 5
+
+
+def test_latency_origins_use_the_timestamp_only_when_it_is_plausible() -> None:
+    from kafka_handoff.pipeline.arrow import chunks_to_table
+    from kafka_handoff.pipeline.worker import latency_origins
+
+    start = 1_000_000.0
+    c0 = ColumnChunk("ev", 0, [0, 1, 2, 3], [1_000_500, 5, 1_000_900, 9_999_999], [None] * 4, [b"x"] * 4,
+                     [()] * 4)  # fmt: skip
+    c1 = ColumnChunk("ev", 1, [7], [1_000_100], [None], [b"x"], [()])
+    table = chunks_to_table([c0, c1])
+    segments = {P0: [(0, 1_000_600.0), (2, 1_001_000.0)], P1: [(7, 1_000_200.0)]}
+    origins = latency_origins(table, segments, start).tolist()
+    # 0: live record (timestamp used); 1: synthetic old time -> fetch time of its segment; 2: live, second
+    # segment; 3: a timestamp in the future -> fetch time; P1: live.
+    assert origins == [1_000_500, 1_000_600, 1_000_900, 1_001_000, 1_000_100]
+
+
+def test_backpressure_pauses_owned_partitions_while_the_next_batch_is_full(tmp_path: Path) -> None:
+    consumer = FakeConsumer(assigned={P0, P1})
+    worker = make_worker(tmp_path, consumer, max_records=3, overlap=False)
     worker._on_assigned(frozenset({P0, P1}), consumer)
     worker._inflight = (Batch(1, [], {}, 0, "t"), concurrent.futures.Future())
     worker._accumulate({P0: chunk(P0, 0, 1, 2)})
     worker._reconcile_pause(stopping=False)
     assert consumer.paused_set == {P0, P1}
     worker._inflight = None
+    worker._maybe_cut()
+    worker._maybe_submit(Executor())  # type: ignore[arg-type]
     worker._reconcile_pause(stopping=False)
     assert consumer.paused_set == set()

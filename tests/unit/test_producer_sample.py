@@ -97,3 +97,14 @@ def test_cli_registers_produce_sample() -> None:
         9,
     )
     assert callable(args.func)
+
+
+def test_default_event_times_end_about_now_and_now_starts_now() -> None:
+    from kafka_handoff.cli.produce_sample import default_start_ms
+
+    now = 1_800_000_000_000
+    start = default_start_ms(100_000, now_ms=now)
+    assert start == now - 2_500_000  # 25 ms mean spacing: the 100,000 events end about now
+    times = [e.timestamp for e in iter_events(100_000, 0, 0.0, start_ms=start)]
+    assert abs(times[-1] - now) < 60_000  # within a minute of now: retention keeps them, none far ahead
+    assert default_start_ms(100_000, now=True, now_ms=now) == now

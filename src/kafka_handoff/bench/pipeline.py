@@ -1,23 +1,32 @@
 """``handoff bench pipeline``: the kafka-handoff pipeline worker beside Spark's built-in Kafka source.
 
-One topic holds N clickstream events (``handoff produce-sample``'s generator, produced once).  Both
-engines then read the whole topic in one shared local SparkSession, apply the same transform
-(``examples/clickstream.py``: parse JSON, count page views per page per minute; malformed records to a
-dead-letter output) and write the result:
+Both engines run in one shared local SparkSession, apply the same transform (``examples/clickstream.py``:
+parse JSON, count page views per page per minute; malformed records to a dead-letter output) and write the
+result:
 
-* **kafka-handoff**: one pipeline worker (``examples/clickstream.toml``, a new consumer group, Delta sink
-  in a temporary directory by default) until the topic is drained;
+* **kafka-handoff**: one pipeline worker (``examples/clickstream.toml``: adaptive batches and overlap at
+  their defaults, a new consumer group, Delta sink in a temporary directory by default);
 * **spark-kafka**: Structured Streaming, ``readStream.format("kafka")`` (``spark-sql-kafka-0-10`` resolved
   from Maven Central through Ivy, cached under ``~/.cache/kafka-handoff/ivy``), ``startingOffsets``
-  earliest, ``maxOffsetsPerTrigger`` = the pipeline's ``batch.max_records``, the transform applied in
-  ``foreachBatch``, Parquet output, a checkpoint, ``trigger(availableNow=True)``.
+  earliest, ``maxOffsetsPerTrigger`` = the pipeline's ``batch.max_records`` unless ``--spark-max-offsets``
+  lists values to try (one run each), the transform applied in ``foreachBatch``, Parquet output, a
+  checkpoint.
 
-Figures, per engine, with the clock started once the SparkSession exists (its start-up is excluded):
+``--mode backlog`` (default): one topic holds N clickstream events (``handoff produce-sample``'s
+generator, produced once); each engine drains it (Spark: ``trigger(availableNow=True)``).  Figures, with
+the clock started once the SparkSession exists (its start-up is excluded):
 
 * ``records/s``: records read / (time of the last output commit - start);
 * ``latency p50/p99``: over records, the time from the start to the output commit that made the record
-  visible (a backlog catch-up latency, since every record was produced before the start; it mostly
-  reflects throughput and batch size, not steady-state latency).
+  visible (a backlog catch-up latency: it mostly reflects throughput and batch size).
+
+``--mode live``: per engine, a fresh topic; the engine is started and, once it is up, a rate-limited
+producer writes ``--rate`` events/s for ``--duration`` s with record timestamps = the time of the send.
+Latency p50/p99 = over records, output commit time - record timestamp (produce -> output commit).
+Spark's query runs with the default trigger (the next micro-batch as soon as the last one ends).
+
+Both modes write ``pipeline.json`` and ``pipeline-<mode>.png`` (records committed over time, and the batch
+sizes each engine chose) to ``--out``.
 """
 
 from __future__ import annotations
@@ -54,6 +63,82 @@ class EngineResult:
     latency_p99_ms: float | None
     detail: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    """Per output commit: ``t_s`` (since the start), ``records``, and for kafka-handoff ``target``,
+    ``reason``, ``total_s``."""
+
+
+class LiveProducer:
+    """Writes clickstream events at a fixed rate from a thread, each record's timestamp = its send time."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        rate: float,
+        duration_s: float,
+        on_done: Callable[[int], None] | None = None,
+    ) -> None:
+        self.bootstrap, self.topic, self.rate, self.duration_s = bootstrap, topic, rate, duration_s
+        self.on_done = on_done
+        self.sent = 0
+        self.failures: list[BaseException] = []
+        self.done = threading.Event()
+        self.started_at: float | None = None
+        self.elapsed_s = 0.0
+        self.max_behind_s = 0.0
+        self._thread: threading.Thread | None = None
+
+    def start_when(self, ready: Callable[[], bool], timeout: float = 180.0) -> None:
+        """Start producing (in a thread) once ``ready()`` is true (or after ``timeout`` s)."""
+        self._thread = threading.Thread(target=self._run, args=(ready, timeout), daemon=True,
+                                        name="bench-live-producer")  # fmt: skip
+        self._thread.start()
+
+    def join(self, timeout: float = 180.0) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self, ready: Callable[[], bool], timeout: float) -> None:
+        from kafka_handoff.cli.produce_sample import iter_events
+        from kafka_handoff.producer import Producer
+
+        try:
+            deadline = time.monotonic() + timeout
+            while not ready() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(1.0)  # let the engine settle into its poll loop
+            total = int(self.rate * self.duration_s)
+
+            def on_delivery(_md: Any, exc: BaseException | None) -> None:
+                if exc is not None:
+                    self.failures.append(exc)
+
+            producer = Producer({"bootstrap.servers": self.bootstrap, "compression.type": "lz4",
+                                 "linger.ms": 5, "batch.size": 65536,
+                                 "delivery.timeout.ms": 600_000})  # fmt: skip
+            began = self.started_at = time.monotonic()
+            try:
+                events = iter_events(total, 1, 0.01, start_ms=int(time.time() * 1000))
+                for i, event in enumerate(events):
+                    ahead = began + i / self.rate - time.monotonic()
+                    if ahead > 0.002:
+                        time.sleep(ahead)
+                    elif ahead < 0:
+                        self.max_behind_s = max(self.max_behind_s, -ahead)
+                    producer.send(self.topic, event.value, key=event.key,
+                                  timestamp=time.time_ns() // 1_000_000, callback=on_delivery)  # fmt: skip
+                    self.sent += 1
+                producer.flush(120)
+            finally:
+                producer.close(30)
+            self.elapsed_s = time.monotonic() - began
+        except BaseException as exc:  # reported in the results, never silent
+            self.failures.append(exc)
+        finally:
+            self.done.set()
+            if self.on_done is not None:
+                self.on_done(self.sent)
 
 
 def _percentiles(commits: list[tuple[float, int]]) -> tuple[float | None, float | None]:
@@ -132,7 +217,16 @@ def spark_kafka_jars(progress: Callable[[str], None] = lambda _m: None) -> dict[
 
 
 def _run_handoff(
-    spark: Any, config_path: Path, bootstrap: str, topic: str, work: Path, sink: str, records: int
+    spark: Any,
+    config_path: Path,
+    bootstrap: str,
+    topic: str,
+    work: Path,
+    sink: str,
+    records: int,
+    *,
+    live: LiveProducer | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> EngineResult:
     from kafka_handoff.pipeline import load_config
     from kafka_handoff.pipeline.stats import BatchReport
@@ -146,22 +240,46 @@ def _run_handoff(
             "kafka.bootstrap.servers": bootstrap,
             "kafka.group.id": group,
             "sink.format": sink,
-            "sink.path": str(work / "handoff-out"),
+            "sink.path": str(work / f"handoff-out-{group}"),
             "errors.malformed": "dead-letter-table",
-            "errors.dead_letter_path": str(work / "handoff-dead-letter"),
+            "errors.dead_letter_path": str(work / f"handoff-dead-letter-{group}"),
+            **(overrides or {}),
         },
     )
     commits: list[tuple[float, int]] = []
+    batches: list[dict[str, Any]] = []
     start = time.monotonic()
 
     def on_batch(report: BatchReport) -> None:
         if report.status == "committed":
-            commits.append(((time.monotonic() - start) * 1000.0, report.records))
+            t = (time.monotonic() - start) * 1000.0
+            commits.append((t, report.records))
+            batches.append({"t_s": round(t / 1000, 3), "records": report.records, "target": report.target,
+                            "reason": report.cut_reason, "total_s": round(report.total_s, 3),
+                            "build_s": round(report.build_s, 3), "spark_s": round(report.spark_s, 3),
+                            "sink_s": round(report.sink_s, 3)})  # fmt: skip
 
-    worker = Worker(config, until_idle_s=5.0, max_records=records, spark=spark, on_batch=on_batch)
+    worker = Worker(
+        config,
+        until_idle_s=5.0 if live is None else 30.0,
+        max_records=records if live is None else None,
+        spark=spark,
+        on_batch=on_batch,
+    )
+    if live is not None:
+
+        def produced(sent: int) -> None:
+            worker.max_records = sent  # stop once everything produced is committed
+
+        live.on_done = produced
+        live.start_when(lambda: worker.stats.assigned > 0)
     summary = worker.run()
+    if live is not None:
+        live.join()
     wall = commits[-1][0] / 1000.0 if commits else time.monotonic() - start
     p50, p99 = _percentiles(commits)
+    if live is not None:  # produce -> sink commit, from the worker's own histogram (timestamps = send time)
+        p50, p99 = summary.latency_p50_ms, summary.latency_p99_ms
     return EngineResult(
         engine="kafka-handoff",
         records=summary.records_committed,
@@ -177,38 +295,70 @@ def _run_handoff(
             "malformed": summary.malformed,
             "output_rows": summary.output_rows,
             "summary_records_per_s": summary.records_per_s,
+            "batch_max_records": config.batch.max_records,
+            "adaptive": config.batch.adaptive,
+            "overlap": config.batch.overlap,
         },
         error=summary.error,
+        batches=batches,
     )
 
 
 def _run_spark(
-    spark: Any, transform_fn: Callable[[Any], Any], bootstrap: str, topic: str, work: Path, max_records: int
+    spark: Any,
+    transform_fn: Callable[[Any], Any],
+    bootstrap: str,
+    topic: str,
+    work: Path,
+    max_records: int,
+    *,
+    live: LiveProducer | None = None,
 ) -> EngineResult:
+    from pyspark.sql import functions as F
+
+    from kafka_handoff.pipeline.stats import LatencyHistogram
     from kafka_handoff.pipeline.transform import normalize_result
 
     commits: list[tuple[float, int]] = []
-    counts = {"malformed": 0, "output_rows": 0}
+    batches: list[dict[str, Any]] = []
+    counts = {"malformed": 0, "output_rows": 0, "records": 0}
     lock = threading.Lock()
-    out, dead = str(work / "spark-out"), str(work / "spark-dead-letter")
+    run = f"{int(time.time() * 1000)}-{max_records}"
+    out, dead = str(work / f"spark-out-{run}"), str(work / f"spark-dead-letter-{run}")
+    latency = LatencyHistogram()
 
     def each_batch(df: Any, batch_id: int) -> None:
+        t0 = time.monotonic()
         df = df.select("topic", "partition", "offset", "timestamp", "key", "value").persist()
         try:
-            n = df.count()
+            # One job counts the batch and (live) buckets its timestamps to 10 ms, as today's count did.
+            buckets = (
+                df.groupBy(F.floor(F.unix_millis("timestamp") / 10).alias("b")).count().collect()
+                if live is not None
+                else None
+            )
+            n = sum(int(r["count"]) for r in buckets) if buckets is not None else df.count()
             result = normalize_result(transform_fn(df), "clickstream:transform")
             result.output.write.mode("append").parquet(out)
             rejected = result.rejected.count() if result.rejected is not None else 0
             if rejected:
                 result.rejected.write.mode("append").parquet(dead)
+            now_ms = time.time() * 1000.0
+            if buckets:
+                ts = np.array([int(r["b"]) * 10 + 5 for r in buckets], dtype=np.float64)
+                latency.add(np.repeat(now_ms - ts, [int(r["count"]) for r in buckets]))
             with lock:
-                commits.append(((time.monotonic() - start) * 1000.0, n))
+                t = (time.monotonic() - start) * 1000.0
+                commits.append((t, n))
+                batches.append({"t_s": round(t / 1000, 3), "records": n,
+                                "total_s": round(time.monotonic() - t0, 3)})  # fmt: skip
                 counts["malformed"] += rejected
+                counts["records"] += n
         finally:
             df.unpersist()
 
     start = time.monotonic()
-    query = (
+    writer = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
@@ -217,14 +367,30 @@ def _run_spark(
         .option("failOnDataLoss", "true")
         .load()
         .writeStream.foreachBatch(each_batch)
-        .option("checkpointLocation", str(work / "spark-checkpoint"))
-        .trigger(availableNow=True)
-        .start()
+        .option("checkpointLocation", str(work / f"spark-checkpoint-{run}"))
     )
-    query.awaitTermination()
+    if live is None:
+        query = writer.trigger(availableNow=True).start()
+        query.awaitTermination()
+    else:
+        query = writer.start()
+        live.start_when(lambda: query.lastProgress is not None)
+        deadline = None
+        while query.isActive:
+            time.sleep(0.2)
+            if live.done.is_set():
+                deadline = deadline or time.monotonic() + 120
+                with lock:
+                    caught_up = counts["records"] >= live.sent
+                if caught_up or time.monotonic() > deadline:
+                    break
+        query.stop()
+        live.join()
     total = sum(n for _, n in commits)
     wall = commits[-1][0] / 1000.0 if commits else time.monotonic() - start
     p50, p99 = _percentiles(commits)
+    if live is not None:
+        p50, p99 = latency.percentile(50), latency.percentile(99)
     return EngineResult(
         engine="spark-kafka",
         records=total,
@@ -238,6 +404,7 @@ def _run_spark(
             "malformed": counts["malformed"],
             "max_offsets_per_trigger": max_records,
         },
+        batches=batches,
     )
 
 
@@ -247,9 +414,15 @@ def run_benchmark(
     events: int,
     partitions: int = 4,
     sink: str = "delta",
+    mode: str = "backlog",
+    rate: float = 20_000,
+    duration_s: float = 60.0,
+    spark_max_offsets: list[int] | None = None,
+    engines: tuple[str, ...] = ("kafka-handoff", "spark-kafka"),
     progress: Callable[[str], None] = lambda _m: None,
 ) -> dict[str, Any]:
-    """Produce ``events`` once, run both engines on the topic; a JSON-ready dict of the results."""
+    """Run both engines (backlog: on ``events`` produced once; live: at ``rate`` for ``duration_s`` each);
+    a JSON-ready dict of the results."""
     from pyspark.sql import SparkSession
 
     from kafka_handoff.bench.throughput import create_topic
@@ -260,46 +433,120 @@ def run_benchmark(
     config_path = find_example_config()
     base = load_config(config_path, {"kafka.bootstrap.servers": bootstrap})
     load_start = os.getloadavg()
-    topic = create_topic(bootstrap, partitions, prefix="bench-pipeline")
-    progress(f"producing {events:,} clickstream events to {topic} ({partitions} partitions) ...")
-    sent, malformed = produce_events(bootstrap, topic, events)
+    sent = malformed = 0
+    topic = ""
+    if mode == "backlog":
+        topic = create_topic(bootstrap, partitions, prefix="bench-pipeline")
+        progress(f"producing {events:,} clickstream events to {topic} ({partitions} partitions) ...")
+        sent, malformed = produce_events(bootstrap, topic, events)
     conf = spark_kafka_jars(progress)
     progress("starting the SparkSession (resolving the Kafka source through Ivy) ...")
     builder = SparkSession.builder.master(base.spark.master or "local[2]").appName("handoff-bench-pipeline")
-    quiet = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
-    settings = {**base.spark.conf, **conf, **quiet, "spark.sql.shuffle.partitions": "4"}
+    from kafka_handoff.pipeline.spark import default_conf
+
+    # The pipeline's own Spark defaults for both engines (shuffle partitions, Arrow batch size, ...).
+    settings = {**default_conf(base.spark), **base.spark.conf, **conf}
     for key, value in settings.items():
         builder = builder.config(key, str(value))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     work = Path(tempfile.mkdtemp(prefix="handoff-bench-pipeline-"))
     results: list[EngineResult] = []
+    limits = spark_max_offsets or [base.batch.max_records]
+    transform_fn = load_transform(base.transform)
+    lives: list[dict[str, Any]] = []
+
+    def live_producer(engine: str) -> tuple[str, LiveProducer]:
+        t = create_topic(bootstrap, partitions, prefix=f"bench-live-{engine}")
+        producer = LiveProducer(bootstrap, t, rate, duration_s)
+        progress(f"  {engine}: {rate:,.0f} events/s for {duration_s:.0f} s to {t} once it is up ...")
+        return t, producer
+
+    def note_live(engine: str, producer: LiveProducer) -> None:
+        elapsed = producer.elapsed_s
+        lives.append({"engine": engine, "sent": producer.sent, "elapsed_s": round(elapsed, 2),
+                      "achieved_rate": round(producer.sent / elapsed, 1) if elapsed else 0.0,
+                      "max_behind_s": round(producer.max_behind_s, 3),
+                      "failures": [str(f) for f in producer.failures[:3]]})  # fmt: skip
+
     try:
         # warm the JVM/Python workers with a tiny job so neither engine pays first-job costs alone
         spark.sql("SELECT id % 7 AS k, count(*) FROM range(1000) GROUP BY k").collect()
-        progress("kafka-handoff pipeline worker ...")
-        results.append(_run_handoff(spark, config_path, bootstrap, topic, work, sink, sent))
-        progress(f"  {results[-1].records:,} records, {results[-1].records_per_s:,.0f}/s")
-        progress("Spark Structured Streaming, built-in Kafka source ...")
-        transform_fn = load_transform(base.transform)
-        results.append(_run_spark(spark, transform_fn, bootstrap, topic, work, base.batch.max_records))
-        progress(f"  {results[-1].records:,} records, {results[-1].records_per_s:,.0f}/s")
+        if "kafka-handoff" in engines:
+            progress("kafka-handoff pipeline worker ...")
+            if mode == "backlog":
+                results.append(_run_handoff(spark, config_path, bootstrap, topic, work, sink, sent))
+            else:
+                t, producer = live_producer("kafka-handoff")
+                results.append(_run_handoff(spark, config_path, bootstrap, t, work, sink, 0, live=producer))
+                note_live("kafka-handoff", producer)
+            progress(f"  {results[-1].records:,} records, {results[-1].records_per_s:,.0f}/s")
+        if "spark-kafka" in engines:
+            for limit in limits:
+                progress(f"Spark Structured Streaming's Kafka source, maxOffsetsPerTrigger {limit:,} ...")
+                if mode == "backlog":
+                    results.append(_run_spark(spark, transform_fn, bootstrap, topic, work, limit))
+                else:
+                    t, producer = live_producer("spark-kafka")
+                    results.append(_run_spark(spark, transform_fn, bootstrap, t, work, limit, live=producer))
+                    note_live("spark-kafka", producer)
+                progress(f"  {results[-1].records:,} records, {results[-1].records_per_s:,.0f}/s")
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     return {
+        "mode": mode,
         "events": sent,
         "malformed_produced": malformed,
         "topic": topic,
         "partitions": partitions,
+        "rate": rate if mode == "live" else None,
+        "duration_s": duration_s if mode == "live" else None,
+        "live_producers": lives,
         "spark_master": base.spark.master or "local[2]",
         "spark_packages": conf.get("spark.jars.packages"),
+        "spark_settings": {k: v for k, v in settings.items() if not k.startswith("spark.jars")},
         "batch_max_records": base.batch.max_records,
         "cpus": os.cpu_count(),
         "load_avg_start": load_start,
         "load_avg_end": os.getloadavg(),
         "results": [asdict(r) for r in results],
     }
+
+
+def plot_pipeline(data: dict[str, Any], path: Path) -> None:
+    """Records committed over time and the batch size of each commit, per engine run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    for r in data["results"]:
+        label = r["engine"]
+        if r["engine"] == "spark-kafka":
+            label += f" (maxOffsetsPerTrigger {r['detail']['max_offsets_per_trigger']:,})"
+        ts = [0.0] + [b["t_s"] for b in r["batches"]]
+        cum = np.cumsum([0] + [b["records"] for b in r["batches"]])
+        top.step(ts, cum, where="post", label=label)
+        bottom.plot(ts[1:], [b["records"] for b in r["batches"]], marker="o", ms=3, label=label)
+        if r["engine"] == "kafka-handoff":
+            bottom.plot(ts[1:], [b["target"] for b in r["batches"]], ls=":", color="grey",
+                        label="kafka-handoff target (sizer)")  # fmt: skip
+    top.set_ylabel("records committed")
+    mode = data["mode"]
+    what = (f"{data['events']:,} events backlog" if mode == "backlog"
+            else f"live {data['rate']:,.0f} events/s for {data['duration_s']:.0f} s")  # fmt: skip
+    top.set_title(f"handoff bench pipeline --mode {mode}: {what}, {data['partitions']} partitions; load "
+                  f"{data['load_avg_start'][0]:.1f}-{data['load_avg_end'][0]:.1f}")  # fmt: skip
+    top.legend(fontsize=8)
+    bottom.set_ylabel("records per batch")
+    bottom.set_xlabel("seconds since the engine started")
+    bottom.set_yscale("log")
+    bottom.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 def results_table(data: dict[str, Any], title: str) -> Any:
@@ -313,8 +560,11 @@ def results_table(data: dict[str, Any], title: str) -> Any:
         return "-" if v is None else f"{v / 1000:.2f} s"
 
     for r in data["results"]:
+        name = r["engine"]
+        if name == "spark-kafka":
+            name += f" (maxOffsetsPerTrigger {r['detail']['max_offsets_per_trigger']:,})"
         table.add_row(
-            r["engine"],
+            name,
             f"{r['records']:,}",
             str(r["output_commits"]),
             f"{r['wall_s']:.2f}",
@@ -337,19 +587,44 @@ def cli(args: Any) -> int:
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
+    limits = [int(x) for x in (args.spark_max_offsets or "").split(",") if x.strip()] or None
+    engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
     with _broker(args.bootstrap_servers) as bootstrap:
         data = run_benchmark(
-            bootstrap, events=args.events, partitions=args.partitions, sink=args.sink, progress=_progress
+            bootstrap,
+            events=args.events,
+            partitions=args.partitions,
+            sink=args.sink,
+            mode=args.mode,
+            rate=args.rate,
+            duration_s=args.duration,
+            spark_max_offsets=limits,
+            engines=engines,
+            progress=_progress,
         )
     json_path = out / "pipeline.json"
     json_path.write_text(to_json(data) + "\n", encoding="utf-8")
+    if data["mode"] == "backlog":
+        what = f"{data['events']:,} clickstream events"
+    else:
+        what = f"live: {data['rate']:,.0f} events/s for {data['duration_s']:.0f} s"
     title = (
-        f"{data['events']:,} clickstream events, {data['partitions']} partitions, "
-        f"Spark {data['spark_master']}, "
-        f"batches of {data['batch_max_records']:,}; {data['cpus']} CPUs, load "
+        f"{what}, {data['partitions']} partitions, Spark {data['spark_master']}, "
+        f"batch.max_records {data['batch_max_records']:,}; {data['cpus']} CPUs, load "
         f"{data['load_avg_start'][0]:.1f}-{data['load_avg_end'][0]:.1f}"
     )
     Console(width=160).print(results_table(data, title))
-    print(f"wrote {json_path}", flush=True)
-    ok = len(data["results"]) == 2 and all(r["records"] == data["events"] for r in data["results"])
+    try:
+        png = out / f"pipeline-{data['mode']}.png"
+        plot_pipeline(data, png)
+        print(f"wrote {json_path} and {png}", flush=True)
+    except ImportError:
+        print(f"wrote {json_path} (no plot: matplotlib is not installed)", flush=True)
+    if data["mode"] == "backlog":
+        ok = bool(data["results"]) and all(r["records"] == data["events"] for r in data["results"])
+    else:
+        sent = {p["engine"]: p["sent"] for p in data["live_producers"]}
+        ok = bool(data["results"]) and all(
+            r["records"] == sent.get(r["engine"], -1) and not r["error"] for r in data["results"]
+        )
     return 0 if ok else 1

@@ -108,6 +108,19 @@ def register(subparsers: Any) -> None:
     pl.add_argument("--events", type=int, default=200_000)
     pl.add_argument("--partitions", type=int, default=4)
     pl.add_argument("--sink", choices=("delta", "parquet"), default="delta", help="the pipeline's sink")
+    pl.add_argument("--mode", choices=("backlog", "live"), default="backlog",
+                    help="backlog: drain --events produced first; live: a rate-limited producer")  # fmt: skip
+    pl.add_argument("--rate", type=float, default=20_000, help="live: events per second (default 20000)")
+    pl.add_argument("--duration", type=float, default=60.0, help="live: seconds of producing (default 60)")
+    pl.add_argument(
+        "--spark-max-offsets",
+        default=None,
+        metavar="N[,N...]",
+        help="Spark's maxOffsetsPerTrigger values to run (one run each; default: batch.max_records)",
+    )
+    pl.add_argument(
+        "--engines", default="kafka-handoff,spark-kafka", help="comma-separated: kafka-handoff, spark-kafka"
+    )
     _common(pl)
     pl.set_defaults(func=lambda a: __import__("kafka_handoff.bench.pipeline", fromlist=["cli"]).cli(a))
 

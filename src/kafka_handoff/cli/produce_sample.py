@@ -7,8 +7,13 @@ partition), with the event time as the record timestamp::
      "action": "view", "timestamp": 1700000001234}
 
 A configurable share of records is *malformed*, as real feeds are: either not valid JSON (cut short) or
-valid JSON with a required field missing.  Everything is derived from ``--seed`` (and ``--start-ms``), so a
-run is reproducible; :func:`generate_events` gives tests the same events, with the ground truth attached.
+valid JSON with a required field missing.  Everything is derived from ``--seed`` and ``--start-ms``, so a
+run with both given is reproducible; :func:`generate_events` gives tests the same events, with the ground
+truth attached.
+
+Event times (also the record timestamps) end about now by default (``--start-ms`` = now - 25 ms x count, the
+mean spacing), so the broker's time-based retention (7 days by default) keeps the sample and its
+``log.message.timestamp.after.max.ms`` (an hour) accepts it; ``--now`` starts them now instead.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ __all__ = [
     "DEFAULT_START_MS",
     "REQUIRED_FIELDS",
     "SampleEvent",
+    "default_start_ms",
     "generate_events",
     "iter_events",
     "register",
@@ -147,6 +153,17 @@ def generate_events(
 # command line
 
 
+#: Mean spacing of event times (0-49 ms per event).
+MEAN_SPACING_MS: Final = 25
+
+
+def default_start_ms(count: int, *, now: bool = False, now_ms: int | None = None) -> int:
+    """The first event time when ``--start-ms`` is not given: ``count`` events then end about now (``now``:
+    they start now)."""
+    current = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    return current if now else current - MEAN_SPACING_MS * count
+
+
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "produce-sample",
@@ -181,7 +198,8 @@ def register(subparsers: Any) -> None:
         "--start-ms",
         type=int,
         default=None,
-        help=f"event time of the first event (default {DEFAULT_START_MS}; 'now' with --now)",
+        help="event time of the first event, ms since the epoch (default: so that the events end about now; "
+        f"the tests' fixed time is {DEFAULT_START_MS})",
     )
     parser.add_argument("--now", action="store_true", help="start event times at the current time")
     parser.add_argument("--users", type=int, default=1000, help="number of distinct users (default 1000)")
@@ -225,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0.0 <= args.malformed_share <= 1.0:
         console.print("[red]--malformed-share must be within 0..1[/red]")
         return 2
-    start_ms = time.time_ns() // 1_000_000 if args.now else (args.start_ms or DEFAULT_START_MS)
+    start_ms = default_start_ms(args.count, now=args.now) if args.start_ms is None else args.start_ms
     try:
         connection = _connection(args)
         if args.partitions is not None:

@@ -9,8 +9,13 @@ Layout (every section but ``[kafka]``, ``[transform]`` and ``[sink]`` is optiona
     "group.protocol" = "consumer"          # KIP-848 (default here); "classic" selectable
 
     [batch]
-    max_records = 50000         # a micro-batch closes at this many records ...
-    max_interval_ms = 2000      # ... or this long after its first record
+    adaptive = true             # size batches from the consumer lag and a latency target (sizing.py)
+    max_records = 500000        # cap of a micro-batch (with adaptive = false: every batch's size)
+    min_records = 1000          # adaptive batches never target fewer records
+    max_bytes = 134217728       # adaptive cap in bytes of the batch's Arrow table (128 MiB)
+    target_latency_ms = 1000    # caught up: size batches so Spark processes one within this
+    max_interval_ms = 2000      # a batch closes at most this long after its first record
+    overlap = true              # build the next batch (Arrow table) while Spark runs the current one
     poll_timeout_ms = 100
 
     [spark]
@@ -74,6 +79,16 @@ __all__ = [
 
 SINK_FORMATS = ("delta", "parquet", "kafka")
 MALFORMED_POLICIES = ("dead-letter-table", "dead-letter-topic", "skip", "fail")
+BATCH_KEYS = (
+    "adaptive",
+    "max_records",
+    "min_records",
+    "max_bytes",
+    "target_latency_ms",
+    "max_interval_ms",
+    "overlap",
+    "poll_timeout_ms",
+)
 SECTIONS = ("pipeline", "kafka", "batch", "spark", "transform", "sink", "errors", "show")
 
 #: Consumer settings the pipeline uses unless the config sets them.
@@ -89,9 +104,14 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 @dataclass(frozen=True)
 class BatchConfig:
-    max_records: int = 50_000
+    max_records: int = 500_000
     max_interval_ms: int = 2_000
     poll_timeout_ms: int = 100
+    adaptive: bool = True
+    min_records: int = 1_000
+    max_bytes: int = 128 * 1024 * 1024
+    target_latency_ms: int = 1_000
+    overlap: bool = True
 
 
 @dataclass(frozen=True)
@@ -255,6 +275,15 @@ def _strings(section: str, table: Mapping[str, Any], key: str) -> tuple[str, ...
     return tuple(value)
 
 
+def _bool(section: str, table: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = table.get(key, default)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ConfigError(f"{section}.{key}: {value!r} is not allowed (allowed: true, false)")
+
+
 def _choice(section: str, table: Mapping[str, Any], key: str, allowed: Sequence[str], default: str) -> str:
     value = table.get(key, default)
     if value not in allowed:
@@ -300,12 +329,23 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
         raise ConfigError(f"[kafka] {exc}") from None
 
     b = _section(raw, "batch")
-    _unknown("batch", b, ("max_records", "max_interval_ms", "poll_timeout_ms"))
+    _unknown("batch", b, BATCH_KEYS)
+    max_records = _int("batch", b, "max_records", BatchConfig.max_records)
     batch = BatchConfig(
-        max_records=_int("batch", b, "max_records", BatchConfig.max_records),
+        max_records=max_records,
         max_interval_ms=_int("batch", b, "max_interval_ms", BatchConfig.max_interval_ms),
         poll_timeout_ms=_int("batch", b, "poll_timeout_ms", BatchConfig.poll_timeout_ms),
+        adaptive=_bool("batch", b, "adaptive", BatchConfig.adaptive),
+        min_records=_int("batch", b, "min_records", min(BatchConfig.min_records, max_records)),
+        max_bytes=_int("batch", b, "max_bytes", BatchConfig.max_bytes, minimum=1024 * 1024),
+        target_latency_ms=_int("batch", b, "target_latency_ms", BatchConfig.target_latency_ms),
+        overlap=_bool("batch", b, "overlap", BatchConfig.overlap),
     )
+    if batch.min_records > batch.max_records:
+        raise ConfigError(
+            f"batch.min_records: expected an integer <= batch.max_records ({batch.max_records}), "
+            f"got {batch.min_records}"
+        )
     if "max.poll.records" not in kafka:
         # One poll should not overshoot a small batch by much.
         consumer["max.poll.records"] = min(int(CONSUMER_DEFAULTS["max.poll.records"]), batch.max_records)

@@ -39,10 +39,10 @@ def produce_events(
     timestamps more than an hour ahead (``log.message.timestamp.after.max.ms``) and deletes segments older
     than its retention, so neither "starting now" nor the generator's fixed 2023 default works for large
     counts."""
-    from kafka_handoff.cli.produce_sample import iter_events
+    from kafka_handoff.cli.produce_sample import default_start_ms, iter_events
     from kafka_handoff.producer import Producer
 
-    start_ms = time.time_ns() // 1_000_000 - 25 * count
+    start_ms = default_start_ms(count)
     failures: list[BaseException] = []
 
     def on_delivery(_md: Any, exc: BaseException | None) -> None:
@@ -50,7 +50,9 @@ def produce_events(
             failures.append(exc)
 
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "compression.type": "lz4", "linger.ms": 10, "batch.size": 65536}
+        # a generous delivery timeout: on a busy machine the broker can fall minutes behind a fast producer
+        {"bootstrap.servers": bootstrap, "compression.type": "lz4", "linger.ms": 10, "batch.size": 65536,
+         "delivery.timeout.ms": 600_000}
     )
     sent = malformed = 0
     try:

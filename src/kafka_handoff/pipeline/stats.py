@@ -1,8 +1,10 @@
 """Worker statistics: per-batch progress lines (rich), the summary at exit, latency percentiles.
 
-End-to-end latency of a record = wall-clock time of the sink commit that made it visible minus the
-record's Kafka timestamp (CreateTime: when the producer created it).  Kept in a log-spaced histogram
-(~1.5 % resolution from 1 ms to ~28 h) so p50/p99 cost nothing per record.
+End-to-end latency of a record = wall-clock time of the sink commit that made it visible minus when the
+record reached the pipeline's view: its Kafka timestamp when that is plausible as the append time (between
+the worker's start and the record's first fetch), else the time the worker first fetched it (backlogs and
+synthetic event times, see :func:`kafka_handoff.pipeline.worker.latency_origins`).  Kept in a log-spaced
+histogram (~1.5 % resolution from 1 ms to ~28 h) so p50/p99 cost nothing per record.
 """
 
 from __future__ import annotations
@@ -65,6 +67,12 @@ class BatchReport:
     total_s: float = 0.0
     version: int | None = None
     detail: str = ""
+    target: int = 0
+    """The record count the sizer aimed at when the batch was cut."""
+    cut_reason: str = ""
+    """Why it was cut: full, caught-up, interval (see :class:`~kafka_handoff.pipeline.sizing.CutDecision`)."""
+    bytes: int = 0
+    """Size of the batch's Arrow table."""
 
 
 @dataclass
@@ -204,6 +212,8 @@ def format_batch_line(report: BatchReport) -> str:
     ]
     if report.malformed:
         parts.append(f"{report.malformed:,} malformed")
+    if report.target:
+        parts.append(f"target {report.target:,} ({report.cut_reason})")
     parts.append(f"spark {report.spark_s:5.2f}s sink {report.sink_s:5.2f}s total {report.total_s:5.2f}s")
     parts.append(f"{rate:>9,.0f} rec/s")
     if report.version is not None:

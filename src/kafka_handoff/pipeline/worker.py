@@ -5,13 +5,18 @@ Threads
 * **main thread** -- owns the :class:`~kafka_handoff.consumer.Consumer` (it is not thread-safe): polls
   continuously (records as columns, :func:`~kafka_handoff.consumer.batch.poll_columns`), runs the rebalance
   callbacks, accumulates the next batch, decides KIP-983 delays, commits offsets to Kafka.
-* **spark thread** (one) -- runs one batch at a time: Arrow table -> ``createDataFrame`` -> transform ->
-  dead-letter handling -> conditional sink commit.
+* **build thread** (one) -- turns a cut batch's columns into its Arrow table
+  (:func:`~kafka_handoff.pipeline.arrow.chunks_to_table`).
+* **spark thread** (one) -- runs one batch at a time: ``createDataFrame`` -> transform -> dead-letter
+  handling -> conditional sink commit.
 
 ``poll()`` never stops while Spark works, so the member keeps heartbeating and reacting to rebalances (under
-KIP-848 not polling for ``max.poll.interval.ms`` fences it).  While one batch runs the next one accumulates;
-once it is full the owned partitions are paused (poll keeps running, nothing is fetched) until it can be
-submitted.
+KIP-848 not polling for ``max.poll.interval.ms`` fences it).  Overlap (``batch.overlap``, default on): while
+Spark runs one batch the next one accumulates, is cut when it reaches its target size and its Arrow table is
+built meanwhile; at most one batch waits (cut, not yet in Spark) -- while it waits the owned partitions are
+paused (poll keeps running, nothing is fetched), so at most two batches are in memory.  Batch sizes come from
+:class:`~kafka_handoff.pipeline.sizing.BatchSizer` (``batch.adaptive``): grown while the consumer lags,
+sized to ``batch.target_latency_ms`` and cut as soon as Spark is free once caught up.
 
 Exactly-once
 ------------
@@ -24,7 +29,8 @@ cut).  The Kafka commit after the sink commit is an optimisation (restart positi
 Rebalances
 ----------
 * revoke requested for partitions of the running batch -> ``delay_revoke`` on every poll until the batch
-  is committed (and its Kafka offsets with it); accumulated records of revoked partitions are dropped.
+  is committed (and its Kafka offsets with it); accumulated records of revoked partitions are dropped, and
+  so are they from the waiting batch (its Arrow table is filtered before Spark sees it).
 * partitions lost -> the running batch's Spark jobs are cancelled (job tag) and its output discarded; its
   other partitions are re-read from their marks.  Everything else keeps flowing.
 * a mark conflict (another member wrote first) -> the batch is discarded, its partitions resume from the
@@ -34,6 +40,10 @@ Errors: a transform that raises, a wrong config, a sink failure or malformed rec
 ``errors.malformed = "fail"`` stop the worker with an error naming the batch's partitions and offsets;
 nothing is committed for that batch (neither to the sink nor to Kafka).
 
+Latency (record -> sink commit) is measured from the record's timestamp only when that is plausible as
+its append time (not older than the worker's start, not later than the fetch); otherwise -- backlogs,
+synthetic event times -- from the time the worker first fetched the record.
+
 Test hook: ``HANDOFF_PIPELINE_CRASH_AFTER_SINK=N`` makes the process ``os._exit(86)`` right after its
 N-th sink commit, before the Kafka commit.
 """
@@ -41,6 +51,7 @@ N-th sink commit, before the Kafka commit.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import signal
@@ -51,6 +62,10 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from kafka_handoff.consumer.batch import ColumnChunk, poll_columns
 from kafka_handoff.errors import KafkaError
@@ -64,6 +79,7 @@ from kafka_handoff.pipeline.errors import (
     TransformError,
 )
 from kafka_handoff.pipeline.sinks import MarkUpdate, Sink, make_sink
+from kafka_handoff.pipeline.sizing import BatchSizer
 from kafka_handoff.pipeline.spark import JobControl, build_session
 from kafka_handoff.pipeline.stats import BatchReport, WorkerStats, WorkerSummary, format_batch_line
 from kafka_handoff.pipeline.transform import load_transform, normalize_result
@@ -96,6 +112,10 @@ def describe_ranges(ranges: Mapping[TopicPartition, Any]) -> str:
     return ", ".join(parts)
 
 
+#: Per partition: (first offset, wall-clock ms) of each polled chunk -- when its records were first fetched.
+Segments = dict[TopicPartition, list[tuple[int, float]]]
+
+
 @dataclass
 class Batch:
     id: int
@@ -105,12 +125,70 @@ class Batch:
     tag: str
     cut_at: float = field(default_factory=time.monotonic)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    segments: Segments = field(default_factory=dict)
+    table: concurrent.futures.Future[Any] | None = None
+    """The Arrow table, built by the build thread (None: build it in the spark thread)."""
+    dropped: set[TopicPartition] = field(default_factory=set)
+    """Partitions taken out after the cut (revoked, rewound): filtered from the table before Spark."""
+    target: int = 0
+    reason: str = ""
 
     def describe(self) -> str:
         return f"batch {self.id} ({describe_ranges(self.ranges)})"
 
     def first_last(self) -> dict[TopicPartition, tuple[int, int]]:
         return {tp: (r.first, r.last) for tp, r in self.ranges.items()}
+
+    def drop(self, partitions: Collection[TopicPartition]) -> None:
+        """Take ``partitions`` out of a batch that is not running yet."""
+        for tp in partitions:
+            r = self.ranges.pop(tp, None)
+            if r is not None:
+                self.records -= r.count
+                self.dropped.add(tp)
+                self.segments.pop(tp, None)
+
+
+def build_table(batch: Batch) -> Any:
+    """The batch's Arrow table (run in the build thread); frees the Python columns."""
+    table = chunks_to_table(batch.chunks)
+    batch.chunks = []
+    return table
+
+
+def without_partitions(table: Any, partitions: Collection[TopicPartition]) -> Any:
+    """``table`` minus the rows of ``partitions``."""
+    drop = None
+    for tp in partitions:
+        cond = pc.and_(pc.equal(table["topic"], tp.topic), pc.equal(table["partition"], tp.partition))
+        drop = cond if drop is None else pc.or_(drop, cond)
+    return table if drop is None else table.filter(pc.invert(drop))
+
+
+def latency_origins(table: Any, segments: Segments, run_start_ms: float) -> Any:
+    """Per row of ``table``: when the record entered the pipeline's view, in ms since the epoch -- its
+    timestamp if that lies between the worker's start and the record's first fetch (CreateTime of a live
+    producer, or LogAppendTime), else the first fetch (a backlog, or synthetic event times)."""
+    ts = table.column("timestamp").cast(pa.int64()).to_numpy().astype(np.float64)
+    fetched = np.full(len(ts), time.time() * 1000.0)
+    if segments and len(ts):
+        offsets = table.column("offset").to_numpy()
+        for tp, segs in segments.items():
+            if not segs:
+                continue
+            if len(segments) == 1:
+                mask = np.ones(len(ts), dtype=bool)
+            else:
+                mask = np.asarray(
+                    pc.and_(pc.equal(table["topic"], tp.topic), pc.equal(table["partition"], tp.partition)),
+                    dtype=bool,
+                )
+            firsts = np.array([f for f, _ in segs], dtype=np.int64)
+            times = np.array([t for _, t in segs], dtype=np.float64)
+            idx = np.clip(np.searchsorted(firsts, offsets[mask], side="right") - 1, 0, None)
+            fetched[mask] = times[idx]
+    honest = (ts >= run_start_ms) & (ts <= fetched)
+    return np.where(honest, ts, fetched)
 
 
 @dataclass
@@ -181,9 +259,22 @@ class Worker:
         self._owned: set[TopicPartition] = set()
         self._marks: dict[TopicPartition, int | None] = {}
         self._acc: dict[TopicPartition, ColumnChunk] = {}
+        self._acc_segments: Segments = {}
         self._acc_count = 0
         self._acc_started: float | None = None
+        self._ready: Batch | None = None
         self._inflight: tuple[Batch, concurrent.futures.Future[_Outcome]] | None = None
+        self._builder: concurrent.futures.ThreadPoolExecutor | None = None
+        self._run_start_ms = time.time() * 1000.0
+        b = config.batch
+        self.sizer = BatchSizer(
+            max_records=b.max_records,
+            min_records=b.min_records,
+            max_bytes=b.max_bytes,
+            target_latency_ms=b.target_latency_ms,
+            max_interval_ms=b.max_interval_ms,
+            adaptive=b.adaptive,
+        )
         self._batch_ids = 0
         self._last_activity = time.monotonic()
         self._consumer: Any = None
@@ -227,6 +318,8 @@ class Worker:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 installed.append((sig, signal.signal(sig, self._on_signal)))
         executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="handoff-spark")
+        self._builder = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="handoff-build")
+        self._run_start_ms = time.time() * 1000.0
         status, error_text = "stopped", None
         failure: BaseException | None = None
         try:
@@ -278,7 +371,10 @@ class Worker:
             except BaseException:
                 pass
             self._inflight = None
+        self._ready = None
         executor.shutdown(wait=True)
+        if self._builder is not None:
+            self._builder.shutdown(wait=True, cancel_futures=True)
         if self._consumer is not None:
             try:
                 self._consumer.close(timeout=30)
@@ -303,6 +399,9 @@ class Worker:
             stopping = self._stop.is_set() or self._done_by_count()
             if stopping and self._acc_count:
                 self._drop_accumulated(set(self._acc))
+            if stopping and self._ready is not None:
+                # Cut but never run: nothing of it was committed; a restart or the next owner re-reads it.
+                self._ready = None
             if stopping and self._inflight is None:
                 return "stopped" if self._stop.is_set() else "max-records"
             if self._idle():
@@ -318,18 +417,40 @@ class Worker:
             self._check_inflight()
             self._delay_revokes(records.to_be_revoked_partitions)
             if not stopping:
+                self.sizer.observe_lag(self._lag(), self._acc_count)
+                self._maybe_cut()
                 self._maybe_submit(executor)
 
     def _done_by_count(self) -> bool:
         return self.max_records is not None and self.stats.records_committed >= self.max_records
 
     def _idle(self) -> bool:
-        if self.until_idle_s is None or self._inflight is not None or self._acc_count:
+        if self.until_idle_s is None or self._acc_count:
+            return False
+        if self._inflight is not None or self._ready is not None:
             return False
         return time.monotonic() - self._last_activity >= self.until_idle_s
 
     def _backpressure(self) -> bool:
-        return self._inflight is not None and self._acc_count >= self.config.batch.max_records
+        """Stop fetching: a batch is waiting for Spark, or the accumulating one is full."""
+        return self._ready is not None or self._acc_count >= self.sizer.target
+
+    def _lag(self) -> int | None:
+        """Records on the broker not yet fetched, over the owned partitions (from the last fetch
+        responses; None if unknown for all)."""
+        lag_of = getattr(self._consumer, "current_lag", None)
+        if lag_of is None:
+            return None
+        total, known = 0, False
+        for tp in self._owned:
+            try:
+                lag = lag_of(tp)
+            except Exception:  # e.g. not assigned any more
+                lag = None
+            if lag is not None:
+                total += lag
+                known = True
+        return total if known else None
 
     def _reconcile_pause(self, stopping: bool) -> None:
         consumer = self._consumer
@@ -342,6 +463,7 @@ class Worker:
             consumer.resume((current - want) & assigned)
 
     def _accumulate(self, chunks: Mapping[TopicPartition, ColumnChunk]) -> None:
+        fetched_ms = time.time() * 1000.0
         for tp, chunk in chunks.items():
             n = len(chunk)
             self.stats.saw_records(n)
@@ -353,6 +475,7 @@ class Worker:
             if not n:
                 continue
             acc = self._acc.get(tp)
+            self._acc_segments.setdefault(tp, []).append((chunk.offsets[0], fetched_ms))
             if acc is None:
                 self._acc[tp] = chunk
             else:
@@ -364,8 +487,12 @@ class Worker:
     def _drop_accumulated(self, partitions: Collection[TopicPartition]) -> None:
         for tp in partitions:
             chunk = self._acc.pop(tp, None)
+            self._acc_segments.pop(tp, None)
             if chunk is not None:
                 self._acc_count -= len(chunk)
+        if self._ready is not None:
+            # The waiting batch holds records before the accumulated ones: they go together.
+            self._ready.drop(partitions)
         if not self._acc:
             self._acc_count = 0
             self._acc_started = None
@@ -379,7 +506,7 @@ class Worker:
         if not to_be_revoked:
             return
         # Not-yet-submitted records of partitions on their way out: the next owner re-reads them.
-        self._drop_accumulated(to_be_revoked & set(self._acc))
+        self._drop_accumulated(to_be_revoked)
         busy = to_be_revoked & self._inflight_partitions()
         if busy:
             if self._consumer.delay_revoke(busy):
@@ -394,16 +521,22 @@ class Worker:
                 )
 
     # ------------------------------------------------------------------------------------------- batches
-    def _maybe_submit(self, executor: concurrent.futures.ThreadPoolExecutor) -> None:
-        if self._inflight is not None or not self._acc_count:
+    def _maybe_cut(self) -> None:
+        """Close the accumulating batch when the sizer says so (at most one batch waits for Spark); its
+        Arrow table is built in the build thread meanwhile."""
+        if self._ready is not None or not self._acc_count:
             return
-        full = self._acc_count >= self.config.batch.max_records
+        spark_free = self._inflight is None
+        if not spark_free and not self.config.batch.overlap:
+            return
         started = self._acc_started or time.monotonic()
-        due = (time.monotonic() - started) * 1000 >= self.config.batch.max_interval_ms
-        if not (full or due):
+        decision = self.sizer.should_cut(self._acc_count, (time.monotonic() - started) * 1000, spark_free)
+        if not decision.cut:
             return
+        target = self.sizer.target
         chunks: list[ColumnChunk] = []
         ranges: dict[TopicPartition, PartitionRange] = {}
+        segments: Segments = {}
         for tp, chunk in self._acc.items():
             if tp not in self._owned:
                 continue
@@ -413,8 +546,11 @@ class Worker:
             if not len(chunk):
                 continue
             chunks.append(chunk)
+            # ``expected`` is filled in when the batch is submitted: the running batch may move the mark.
             ranges[tp] = PartitionRange(mark, chunk.offsets[0], chunk.offsets[-1], len(chunk))
+            segments[tp] = self._acc_segments.get(tp, [])
         self._acc.clear()
+        self._acc_segments.clear()
         self._acc_count = 0
         self._acc_started = None
         if not chunks:
@@ -426,7 +562,38 @@ class Worker:
             ranges=ranges,
             records=sum(len(c) for c in chunks),
             tag=f"handoff-{self.config.name}-{self.member}-batch-{self._batch_ids}",
+            segments=segments,
+            target=target,
+            reason=decision.reason,
         )
+        if self._builder is not None:
+            batch.table = self._builder.submit(build_table, batch)
+        self._ready = batch
+        self.sizer.batch_cut()
+
+    def _maybe_submit(self, executor: concurrent.futures.ThreadPoolExecutor) -> None:
+        """Hand the waiting batch to Spark once the running one is done, with the marks as they are now."""
+        if self._inflight is not None or self._ready is None:
+            return
+        batch, self._ready = self._ready, None
+        for tp, r in list(batch.ranges.items()):
+            mark = self._marks.get(tp)
+            if tp not in self._owned:
+                batch.drop([tp])
+            elif mark is not None and mark > r.first:
+                # Should not happen (the mark moves only by this member's commits, which end before the
+                # batch); if it does, the safe course: re-read the partition from its mark.
+                log.warning("%s: sink mark %d is past the waiting batch's first offset %d; re-reading",
+                            tp, mark, r.first)  # fmt: skip
+                batch.drop([tp])
+                self._drop_accumulated([tp])
+                self._consumer.seek(tp, mark)
+            else:
+                batch.ranges[tp] = dataclasses.replace(r, expected=mark)
+        if not batch.ranges:
+            if batch.table is not None:
+                batch.table.cancel()
+            return
         self._inflight = (batch, executor.submit(self._process, batch))
 
     def _check_inflight(self) -> None:
@@ -446,6 +613,7 @@ class Worker:
             raise
         report = outcome.report
         if report.status == "committed":
+            self.sizer.observe_batch(report.records, report.bytes, report.total_s)
             self._after_commit(batch, outcome)
         else:
             self._rewind(batch, outcome)
@@ -480,7 +648,7 @@ class Worker:
         if not owned:
             return
         fresh = self._sink.read_marks(owned) if self._sink is not None else {}
-        self._drop_accumulated(owned)
+        self._drop_accumulated(owned)  # and from the waiting batch: everything after is re-read
         for tp in owned:
             mark = fresh.get(tp)
             resume = batch.ranges[tp].first if mark is None else max(batch.ranges[tp].first, mark)
@@ -496,11 +664,15 @@ class Worker:
         fn = self.config.transform.function
         t0 = time.monotonic()
         report = BatchReport(batch.id, "cancelled", batch.records, len(batch.ranges))
+        report.target, report.cut_reason = batch.target, batch.reason
         if batch.cancelled.is_set():
             return _Outcome(report)
-        table = chunks_to_table(batch.chunks)
-        batch.chunks = []
-        timestamps = table.column("timestamp").cast("int64").to_numpy()
+        table = batch.table.result() if batch.table is not None else build_table(batch)
+        batch.table = None
+        if batch.dropped:
+            table = without_partitions(table, batch.dropped)
+        report.bytes = int(table.nbytes)
+        origins = latency_origins(table, batch.segments, self._run_start_ms)
         t1 = time.monotonic()
         report.build_s = t1 - t0
         desc = batch.describe()
@@ -512,45 +684,56 @@ class Worker:
                 if batch.cancelled.is_set():
                     return self._finish(report, t0)
                 raise TransformError(f"transform {fn} failed on {desc}: {exc}", batch.first_last()) from exc
-            try:
-                rejected = result.rejected.toArrow() if result.rejected is not None else None
-                output = result.output.toArrow() if self._sink.kind in ("delta", "kafka") else result.output
-            except Exception as exc:
-                if batch.cancelled.is_set():
-                    return self._finish(report, t0)
-                raise TransformError(
-                    f"transform {fn} failed while Spark computed {desc}: {exc}", batch.first_last()
-                ) from exc
-            t2 = time.monotonic()
-            report.spark_s = t2 - t1
-            if rejected is not None and rejected.num_rows:
-                report.malformed = int(rejected.num_rows)
-                report.dead_lettered = self._dead.handle(rejected, batch.first_last(), desc)
+            # Not cached: caching the input for the rejected-records job and the output job measured 3x
+            # slower on a 200,000-record batch (docs/benchmarks.md, section 3).
+            return self._compute_and_commit(batch, report, table, origins, result, t0, t1)
+
+    def _compute_and_commit(
+        self, batch: Batch, report: BatchReport, table: Any, origins: Any, result: Any, t0: float, t1: float
+    ) -> _Outcome:
+        assert self._sink is not None and self._dead is not None
+        fn = self.config.transform.function
+        desc = batch.describe()
+        # (still inside _process's job tag: same thread)
+        try:
+            rejected = result.rejected.toArrow() if result.rejected is not None else None
+            output = result.output.toArrow() if self._sink.kind in ("delta", "kafka") else result.output
+        except Exception as exc:
             if batch.cancelled.is_set():
                 return self._finish(report, t0)
-            updates = {tp: MarkUpdate(r.expected, r.last + 1) for tp, r in batch.ranges.items()}
-            try:
-                info = self._sink.commit(output, updates)
-            except MarkConflictError as exc:
-                report.status = "conflict"
-                report.detail = str(exc)
-                return self._finish(report, t0, conflicts=exc.conflicts)
-            except Exception as exc:
-                if batch.cancelled.is_set():
-                    return self._finish(report, t0)
-                if self._sink.kind == "parquet" and _is_spark_error(exc):
-                    raise TransformError(
-                        f"Spark failed computing or writing {desc} (transform {fn}): {exc}",
-                        batch.first_last(),
-                    ) from exc
-                raise SinkError(f"writing {desc} to the {self._sink.describe()} failed: {exc}",
-                                batch.first_last()) from exc  # fmt: skip
+            raise TransformError(
+                f"transform {fn} failed while Spark computed {desc}: {exc}", batch.first_last()
+            ) from exc
+        t2 = time.monotonic()
+        report.spark_s = t2 - t1
+        if rejected is not None and rejected.num_rows:
+            report.malformed = int(rejected.num_rows)
+            report.dead_lettered = self._dead.handle(rejected, batch.first_last(), desc)
+        if batch.cancelled.is_set():
+            return self._finish(report, t0)
+        updates = {tp: MarkUpdate(r.expected, r.last + 1) for tp, r in batch.ranges.items()}
+        try:
+            info = self._sink.commit(output, updates)
+        except MarkConflictError as exc:
+            report.status = "conflict"
+            report.detail = str(exc)
+            return self._finish(report, t0, conflicts=exc.conflicts)
+        except Exception as exc:
+            if batch.cancelled.is_set():
+                return self._finish(report, t0)
+            if self._sink.kind == "parquet" and _is_spark_error(exc):
+                raise TransformError(
+                    f"Spark failed computing or writing {desc} (transform {fn}): {exc}",
+                    batch.first_last(),
+                ) from exc
+            raise SinkError(f"writing {desc} to the {self._sink.describe()} failed: {exc}",
+                            batch.first_last()) from exc  # fmt: skip
         commit_ms = time.time() * 1000.0
         self._sink_commits += 1
         if self._crash_after is not None and self._sink_commits >= self._crash_after:
             os.write(2, f"{CRASH_ENV}: exiting after sink commit {info.version} of {desc}\n".encode())
             os._exit(CRASH_EXIT_CODE)
-        self.stats.latency.add(commit_ms - timestamps)
+        self.stats.latency.add(commit_ms - origins)
         report.status = "committed"
         report.output_rows = info.rows
         report.version = info.version
@@ -617,7 +800,7 @@ class Worker:
         self._owned.difference_update(partitions)
         for tp in partitions:
             self._marks.pop(tp, None)
-        self._drop_accumulated(partitions & set(self._acc))
+        self._drop_accumulated(partitions)
 
 
 def _is_spark_error(exc: BaseException) -> bool:
