@@ -21,6 +21,8 @@ from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kafka_handoff.admin.calls import (
     AdminCall,
     AdminCallManager,
@@ -84,9 +86,6 @@ _CONFIG_SOURCES = {
     8: "GROUP_CONFIG",
 }
 _TOPIC_RESOURCE = 2
-_GROUP_ID_NOT_FOUND = 69
-_TOPIC_ALREADY_EXISTS = 36
-_UNKNOWN_TOPIC = 3
 
 
 class OffsetSpec:
@@ -297,7 +296,7 @@ class AdminClient(ShareAdminMixin):
     def _cluster(self, topics: Sequence[str] | None, deadline_ms: int) -> ClusterMetadata:
         def check(cluster: ClusterMetadata) -> None:
             for topic, code in cluster.topic_errors.items():
-                if code != _UNKNOWN_TOPIC and error_for_code(code).retriable:
+                if code != ErrorCode.unknown_topic_or_partition and error_for_code(code).retriable:
                     raise error_for_code(code, f"topic {topic!r}")  # e.g. LEADER_NOT_AVAILABLE: retry
 
         result: ClusterMetadata = self._run_one(self._metadata_call(topics, deadline_ms, check=check))
@@ -312,7 +311,7 @@ class AdminClient(ShareAdminMixin):
 
         def handle(response: Any, version: int, node: int) -> ClusterDescription:
             code = int(response.error_code)
-            if code != 0:
+            if code != ErrorCode.none:
                 raise error_for_code(code, response.error_message)
             brokers = tuple(
                 sorted(
@@ -360,7 +359,11 @@ class AdminClient(ShareAdminMixin):
         for name in topics:
             code = cluster.topic_errors.get(name)
             if code is not None:
-                detail = "it does not exist" if code == _UNKNOWN_TOPIC else "the broker returned an error"
+                detail = (
+                    "it does not exist"
+                    if code == ErrorCode.unknown_topic_or_partition
+                    else "the broker returned an error"
+                )
                 errors.append(error_for_code(code, f"cannot describe topic {name!r}: {detail}"))
                 continue
             parts = cluster.partitions.get(name)
@@ -451,9 +454,9 @@ class AdminClient(ShareAdminMixin):
         def handle(response: Any, version: int, node: int) -> CreateTopicResult:
             (entry,) = [t for t in response.topics if t.name == name] or list(response.topics)
             code = int(entry.error_code)
-            if code == _TOPIC_ALREADY_EXISTS and timed_out[0]:
+            if code == ErrorCode.topic_already_exists and timed_out[0]:
                 code = 0  # our earlier attempt timed out on the broker but did create the topic
-            if code != 0:
+            if code != ErrorCode.none:
                 error = error_for_code(
                     code, f"cannot create topic {name!r}: {entry.error_message or ''}".strip()
                 )
@@ -562,10 +565,10 @@ class AdminClient(ShareAdminMixin):
         def handle(response: Any, version: int, node: int) -> None:
             (entry,) = [r for r in response.responses if r.name == name] or list(response.responses)
             code = int(entry.error_code)
-            if code == 0 or (code == _UNKNOWN_TOPIC and timed_out[0]):
+            if code == ErrorCode.none or (code == ErrorCode.unknown_topic_or_partition and timed_out[0]):
                 return
             message = getattr(entry, "error_message", None) or ""
-            if code == _UNKNOWN_TOPIC:
+            if code == ErrorCode.unknown_topic_or_partition:
                 raise NoRetry(
                     UnknownTopicOrPartitionError(f"cannot delete topic {name!r}: it does not exist")
                 )
@@ -604,12 +607,12 @@ class AdminClient(ShareAdminMixin):
         def handle(response: Any, version: int, node: int) -> None:
             (entry,) = [r for r in response.results if r.name == name] or list(response.results)
             code = int(entry.error_code)
-            if code == 0:
+            if code == ErrorCode.none:
                 return
             error = error_for_code(
                 code, f"cannot grow topic {name!r} to {count} partitions: {entry.error_message or ''}".strip()
             )
-            if code == _UNKNOWN_TOPIC:
+            if code == ErrorCode.unknown_topic_or_partition:
                 raise NoRetry(error)
             raise error if error.retriable else NoRetry(error)
 
@@ -638,8 +641,12 @@ class AdminClient(ShareAdminMixin):
             out: dict[str, Any] = {}
             for r in response.results:
                 code = int(r.error_code)
-                if code != 0:
-                    detail = "it does not exist" if code == _UNKNOWN_TOPIC else (r.error_message or "")
+                if code != ErrorCode.none:
+                    detail = (
+                        "it does not exist"
+                        if code == ErrorCode.unknown_topic_or_partition
+                        else (r.error_message or "")
+                    )
                     out[r.resource_name] = error_for_code(
                         code, f"cannot describe the configs of topic {r.resource_name!r}: {detail}".strip()
                     )
@@ -780,7 +787,7 @@ class AdminClient(ShareAdminMixin):
 
         def handle(response: Any, version: int, node: int) -> list[GroupListing]:
             code = int(response.error_code)
-            if code != 0:
+            if code != ErrorCode.none:
                 error = error_for_code(code, f"listing the groups of broker {node}")
                 raise error if error.retriable else NoRetry(error)
             return [
@@ -850,9 +857,9 @@ class AdminClient(ShareAdminMixin):
         def handle(response: Any, version: int, node: int) -> _PendingDescription | None:
             (g,) = [x for x in response.groups if x.group_id == group_id] or list(response.groups)
             code = int(g.error_code)
-            if code == _GROUP_ID_NOT_FOUND:
+            if code == ErrorCode.group_id_not_found:
                 return None  # not a consumer-protocol group (or none at all): try DescribeGroups
-            if code != 0:
+            if code != ErrorCode.none:
                 error = error_for_code(
                     code, f"cannot describe group {group_id!r}: {g.error_message or ''}".strip()
                 )
@@ -893,10 +900,10 @@ class AdminClient(ShareAdminMixin):
         def handle(response: Any, version: int, node: int) -> _PendingDescription:
             (g,) = [x for x in response.groups if x.group_id == group_id] or list(response.groups)
             code = int(g.error_code)
-            if code != 0:
+            if code != ErrorCode.none:
                 message = getattr(g, "error_message", None) or ""
                 error = error_for_code(code, f"cannot describe group {group_id!r}: {message}".strip())
-                if code == _GROUP_ID_NOT_FOUND:
+                if code == ErrorCode.group_id_not_found:
                     error = GroupIdNotFoundError(f"group {group_id!r} does not exist")
                 raise error if error.retriable else NoRetry(error)
             if str(g.group_state) == "Dead":
@@ -950,7 +957,7 @@ class AdminClient(ShareAdminMixin):
                 code, entries = int(group.error_code), group.topics
             else:
                 code, entries = int(getattr(response, "error_code", 0)), response.topics
-            if code != 0:
+            if code != ErrorCode.none:
                 error = error_for_code(code, f"cannot fetch the offsets of group {group_id!r}")
                 raise error if error.retriable else NoRetry(error)
             out: dict[TopicPartition, OffsetAndMetadata | None] = {}
@@ -958,10 +965,10 @@ class AdminClient(ShareAdminMixin):
                 for p in t.partitions:
                     tp = TopicPartition(str(t.name), int(p.partition_index))
                     pcode = int(p.error_code)
-                    if pcode == _UNKNOWN_TOPIC:
+                    if pcode == ErrorCode.unknown_topic_or_partition:
                         out[tp] = None
                         continue
-                    if pcode != 0:
+                    if pcode != ErrorCode.none:
                         error = error_for_code(
                             pcode, f"cannot fetch the offset of {tp} for group {group_id!r}"
                         )
@@ -1000,11 +1007,11 @@ class AdminClient(ShareAdminMixin):
             def handle(response: Any, version: int, node: int) -> None:
                 (r,) = [x for x in response.results if x.group_id == group_id] or list(response.results)
                 code = int(r.error_code)
-                if code == 0:
+                if code == ErrorCode.none:
                     return
                 details = {
                     68: "it still has active members",
-                    _GROUP_ID_NOT_FOUND: "it does not exist",
+                    ErrorCode.group_id_not_found: "it does not exist",
                 }
                 error = error_for_code(
                     code, f"cannot delete group {group_id!r}: {details.get(code, '')}".strip()

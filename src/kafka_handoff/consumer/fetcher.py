@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kafka_handoff.consumer.fetch_session import (
     FETCH_SESSION_ID_NOT_FOUND,
     INVALID_FETCH_SESSION_EPOCH,
@@ -517,7 +519,7 @@ class FetchManager:
                         continue  # not asked for, or moved to another broker meanwhile: stale
                     fetch_offset, pepoch, epoch = sent[tp]
                     code = int(p.error_code)
-                    if code == 0:
+                    if code == ErrorCode.none:
                         if tp in self._retry:
                             del self._retry[tp]
                         if tp in self.stalls:
@@ -544,7 +546,7 @@ class FetchManager:
                                     aborted,
                                 )
                             )
-                    elif code == 1:  # OFFSET_OUT_OF_RANGE
+                    elif code == ErrorCode.offset_out_of_range:
                         self._on_out_of_range(tp, fetch_offset, pepoch, completed)
                     elif code in _METADATA_ERRORS or code in _RETRY_ERRORS:
                         # The leader moved (or is not ready): refresh metadata and back this partition off

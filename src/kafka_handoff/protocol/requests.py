@@ -57,6 +57,9 @@ class UnsentRequest:
     max_version: int | None = None
     expect_response: bool = True
     created_ms: int = 0
+    ignorable: frozenset[str] = frozenset()
+    """Fields an older version may lack that are dropped for it even with a non-default value (Java's
+    "ignorable" fields); any other such field raises ``UnsupportedVersionError`` (see ``build_request``)."""
 
     def body(self, version: int) -> Mapping[str, Any]:
         if self.build is not None:

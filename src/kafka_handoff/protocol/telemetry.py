@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kafka_handoff.errors import UnsupportedVersionError
 from kafka_handoff.metrics import MetricName, Metrics
 from kafka_handoff.protocol.backoff import ExponentialBackoff
@@ -137,7 +139,7 @@ class TelemetryManager:
     def _get_subscriptions(self) -> UnsentRequest:
         def on_response(response: Any, version: int, now: int) -> None:
             code = int(response.error_code)
-            if code != 0:
+            if code != ErrorCode.none:
                 self._retry_subscription(now, f"error code {code}")
                 return
             self._failures = 0
@@ -243,7 +245,7 @@ class TelemetryManager:
 
         def on_response(response: Any, version: int, now: int) -> None:
             code = int(response.error_code)
-            if code == 0:
+            if code == ErrorCode.none:
                 self.pushes += 1
                 self._after_push(now, terminating)
             elif code in (_UNKNOWN_SUBSCRIPTION_ID, _UNSUPPORTED_COMPRESSION_TYPE):
