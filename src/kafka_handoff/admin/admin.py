@@ -59,6 +59,7 @@ from kafka_handoff.errors import (
 from kafka_handoff.group.protocol_data import ConsumerProtocolError, decode_assignment, decode_subscription
 from kafka_handoff.network.client import NetworkClient
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
+from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.metadata import MetadataManager, parse_metadata
 from kafka_handoff.protocol.requests import ANY_NODE, MonotonicClock
 from kafka_handoff.protocol.versions import ApiKey
@@ -683,6 +684,9 @@ class AdminClient(ShareAdminMixin):
         deadline = self._deadline(timeout)
         result: dict[TopicPartition, int] = {}
         attempts = 0
+        retry_backoff = ExponentialBackoff(
+            int(self._config.retry_backoff_ms), int(self._config.retry_backoff_max_ms)
+        )
         while wanted:
             attempts += 1
             cluster = self._cluster(sorted({tp.topic for tp in wanted}), deadline)
@@ -729,7 +733,7 @@ class AdminClient(ShareAdminMixin):
                 left_ms = deadline - self._clock.now_ms()
                 if left_ms <= 0:
                     raise KafkaTimeoutError(f"listing offsets of {[str(tp) for tp in wanted]} timed out")
-                time.sleep(min(left_ms, 50 * attempts, int(self._config.retry_backoff_max_ms)) / 1000.0)
+                time.sleep(min(left_ms, retry_backoff.after_failures(attempts)) / 1000.0)
         return dict(sorted(result.items()))
 
     def _list_offsets_call(
