@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -671,7 +670,3 @@ class FetchManager:
 
     def forget(self, node: int) -> None:
         self._release(node, self._in_flight.get(node, set()))
-
-
-def _uuid_or_none(value: Any) -> uuid.UUID | None:
-    return value if isinstance(value, uuid.UUID) else None

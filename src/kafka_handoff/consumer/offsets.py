@@ -473,9 +473,6 @@ class CommitManager:
         self._coordinator.wanted = True
         self._fetches.append(_Fetch(set(partitions), future, deadline_ms))
 
-    def reset_auto_commit_timer(self, now_ms: int) -> None:
-        self._next_auto_ms = now_ms + self._interval
-
     def consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
         return {
             tp: OffsetAndMetadata(pos.offset, "", pos.leader_epoch)
