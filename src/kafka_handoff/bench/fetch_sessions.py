@@ -63,7 +63,7 @@ class _Counter:
             return data
 
         def counting_decode(api_key: int, version: int, frame: bytes | memoryview) -> Any:
-            if api_key == 1:
+            if api_key == ApiKey.FETCH:
                 with self.lock:
                     self.response_bytes += len(frame) + 4
             return decode(api_key, version, frame)

@@ -48,9 +48,17 @@ _METADATA_ERRORS = {
     103,
 }  # unknown topic/partition, leader n/a, not leader, fenced/unknown
 # leader epoch, unknown topic id, inconsistent topic id
-_RETRY_ERRORS = {7, 13, 56, 9}  # request timed out, network exception, kafka storage error, replica n/a
+_RETRY_ERRORS = {
+    ErrorCode.request_timed_out,
+    ErrorCode.network_exception,
+    ErrorCode.kafka_storage_error,
+    ErrorCode.replica_not_available,
+}
 _SESSION_CLOSE_TIMEOUT_MS = 1000
-_LEADER_HINT_ERRORS = {6, 74}  # NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH: KIP-951 names the new leader
+_LEADER_HINT_ERRORS = {
+    ErrorCode.not_leader_or_follower,
+    ErrorCode.fenced_leader_epoch,
+}  # KIP-951 names the new leader
 
 
 @dataclass(slots=True)

@@ -43,7 +43,19 @@ STALL_WARNING_MS = 30_000
 again at most once per this interval while it lasts."""
 
 # Errors after which the leader in our metadata is probably not the leader any more.
-_LEADER_ERRORS = frozenset({3, 5, 6, 9, 56, 74, 75, 100, 103})
+_LEADER_ERRORS = frozenset(
+    {
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.leader_not_available,
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.replica_not_available,
+        ErrorCode.kafka_storage_error,
+        ErrorCode.fenced_leader_epoch,
+        ErrorCode.unknown_leader_epoch,
+        ErrorCode.unknown_topic_id,
+        ErrorCode.inconsistent_topic_id,
+    }
+)
 
 
 class StallTracker:

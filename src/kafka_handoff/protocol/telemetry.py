@@ -41,11 +41,11 @@ __all__ = ["TelemetryManager", "client_instance_id", "telemetry_name"]
 log = logging.getLogger(__name__)
 
 _ZERO = uuid.UUID(int=0)
-_UNKNOWN_SUBSCRIPTION_ID = 117
-_TELEMETRY_TOO_LARGE = 118
-_UNSUPPORTED_COMPRESSION_TYPE = 76
-_INVALID_REQUEST = 42
-_INVALID_RECORD = 87
+_UNKNOWN_SUBSCRIPTION_ID = ErrorCode.unknown_subscription_id
+_TELEMETRY_TOO_LARGE = ErrorCode.telemetry_too_large
+_UNSUPPORTED_COMPRESSION_TYPE = ErrorCode.unsupported_compression_type
+_INVALID_REQUEST = ErrorCode.invalid_request
+_INVALID_RECORD = ErrorCode.invalid_record
 _PREFERRED = (CompressionType.ZSTD, CompressionType.LZ4, CompressionType.SNAPPY, CompressionType.GZIP)
 
 SUBSCRIPTION_NEEDED = "subscription-needed"
