@@ -207,7 +207,7 @@ def _is_default(value: Any, tp: Any, default: Any) -> bool:
 # whatever their value (the older broker just does not get the hint).  Keyed by API, then entity path.
 _IGNORABLE: dict[int, frozenset[tuple[_Path, str]]] = {
     1: frozenset({((), "rack_id"), (("topics", "partitions"), "current_leader_epoch")}),  # Fetch
-    2: frozenset({((), "timeout")}),  # ListOffsets
+    2: frozenset({((), "timeout"), (("topics", "partitions"), "current_leader_epoch")}),  # ListOffsets
     8: frozenset({(("topics", "partitions"), "committed_leader_epoch")}),  # OffsetCommit
     11: frozenset({((), "reason"), ((), "rebalance_timeout")}),  # JoinGroup
     13: frozenset({(("members",), "reason")}),  # LeaveGroup
