@@ -193,3 +193,18 @@ def test_negotiation_picks_highest_common_version() -> None:
         pick_version(chosen, ApiKey.PRODUCE)
     with pytest.raises(UnsupportedVersionError, match="needs version"):
         pick_version({ApiKey.FETCH: 10}, ApiKey.FETCH, min_version=13)
+
+
+def test_clocks_give_monotonic_and_wall_time() -> None:
+    import time
+
+    from kafka_handoff.protocol.requests import FakeClock, MonotonicClock
+
+    fake = FakeClock(start_ms=5_000, wall_start_ms=1_700_000_000_000)
+    assert (fake.now_ms(), fake.wall_ms()) == (5_000, 1_700_000_000_000)
+    fake.advance(250)
+    assert (fake.now_ms(), fake.wall_ms()) == (5_250, 1_700_000_000_250)
+    real = MonotonicClock()
+    first = real.now_ms()
+    assert real.now_ms() >= first
+    assert abs(real.wall_ms() - time.time() * 1000) < 5_000
