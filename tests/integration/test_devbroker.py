@@ -19,7 +19,7 @@ import pytest
 
 from kafka_handoff import devbroker
 from kafka_handoff.devbroker import cds, config
-from kafka_handoff.devbroker.cluster import _pid_alive
+from kafka_handoff.devbroker.cluster import _pid_alive, ensure_cds_archive
 from kafka_handoff.devbroker.probe import ProbeConnection, parse_bootstrap
 
 pytestmark = pytest.mark.integration
@@ -206,7 +206,7 @@ def test_a_broken_cds_archive_is_discarded_and_the_broker_starts_without_it(
 ) -> None:
     real = devbroker.ensure_jars()
     java = config.java_executable()
-    trained = cds.ensure_archive(real, java)
+    trained = ensure_cds_archive(real, java)
     if trained is None:
         pytest.skip("no class-data-sharing archive on this JDK")
     # A private cache holding the real jars and a truncated archive (what a crash mid-write would leave).

@@ -188,7 +188,7 @@ def test_commit_body_carries_group_metadata(version: int) -> None:
         {A0: OffsetAndMetadata(10, "meta", 3), B0: OffsetAndMetadata(4)}, fut, h.clock.now_ms() + 10_000
     )
     (req,) = h.requests()
-    entity = wire.build_request(COMMIT, version, req.body(version))
+    entity = wire.build_request(COMMIT, version, req.body(version), ignorable=req.ignorable)
     assert entity.group_id == GROUP
     assert entity.generation_id_or_member_epoch == 5
     assert entity.member_id == "member-1"
@@ -622,6 +622,7 @@ def test_commit_timeout_names_the_last_failure() -> None:
     error = fut.exception(0)
     assert isinstance(error, KafkaTimeoutError) and error.retriable
     assert "connection to node 7 refused" in str(error)
+
 
 def test_a_response_after_the_deadline_passed_in_flight_is_ignored() -> None:
     """An auto-commit's deadline is its interval (100 ms in some setups): the response may come later.  It

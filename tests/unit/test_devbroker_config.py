@@ -189,4 +189,4 @@ def test_cds_archive_is_used_only_when_present_and_enabled(
     assert cds.jvm_opts(resolved, "/usr/bin/java") == [f"-XX:SharedArchiveFile={archive}"]
     monkeypatch.setenv("HANDOFF_CDS", "0")
     assert cds.jvm_opts(resolved, "/usr/bin/java") == []
-    assert cds.ensure_archive(resolved, "/usr/bin/java") is None
+    assert cds.ensure_archive(resolved, "/usr/bin/java", lambda _opts: None) is None

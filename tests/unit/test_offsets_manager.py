@@ -234,7 +234,7 @@ def test_one_list_offsets_per_leader() -> None:
     assert timestamps(reqs[2]) == {A1: LATEST}
     lo, hi = CLIENT_VERSIONS[LIST_OFFSETS]
     for version in range(max(lo, reqs[1].min_version), hi + 1):
-        entity = wire.build_request(LIST_OFFSETS, version, reqs[1].body(version))
+        entity = wire.build_request(LIST_OFFSETS, version, reqs[1].body(version), ignorable=reqs[1].ignorable)
         assert entity.replica_id == -1
         if version >= 2:
             assert int(entity.isolation_level) == 1

@@ -58,10 +58,74 @@ def test_build_request_drops_fields_absent_in_version_and_converts_values() -> N
     v0 = wire.build_request(
         ApiKey.CONSUMER_GROUP_HEARTBEAT,
         0,
-        {"group_id": "g", "member_id": "m", "member_epoch": 3, "subscribed_topic_regex": "a.*"},
+        {"group_id": "g", "member_id": "m", "member_epoch": 3, "subscribed_topic_regex": ""},
     )
-    assert not hasattr(v0, "subscribed_topic_regex")
+    assert not hasattr(v0, "subscribed_topic_regex")  # an empty value is dropped: nothing is lost
     assert v0.topic_partitions is None  # missing nullable field becomes None
+
+
+def test_build_request_rejects_a_key_no_version_of_the_schema_has() -> None:
+    values = {"group_id": "g", "generation_id": 1, "member_id": "m", "group_instnce_id": "x"}
+    with pytest.raises(TypeError, match=r"'group_instnce_id' for heartbeat v4 request"):
+        wire.build_request(ApiKey.HEARTBEAT, 4, values)
+    nested = {
+        "replica_id": -1,
+        "isolation_level": 0,
+        "topics": [{"name": "t", "partitions": [{"partition_index": 0, "timestamp": -1, "leader_epok": 3}]}],
+    }
+    with pytest.raises(
+        TypeError, match=r"'leader_epok' for list_offsets v7 request \(in topics.partitions\)"
+    ):
+        wire.build_request(ApiKey.LIST_OFFSETS, 7, nested)
+
+
+def test_build_request_refuses_to_drop_a_non_default_value_the_version_lacks() -> None:
+    values = {"group_id": "g", "generation_id": 1, "member_id": "m", "group_instance_id": "static-1"}
+    assert wire.build_request(ApiKey.HEARTBEAT, 3, values).group_instance_id == "static-1"
+    with pytest.raises(
+        UnsupportedVersionError, match=r"heartbeat v2 request has no field 'group_instance_id'"
+    ):
+        wire.build_request(ApiKey.HEARTBEAT, 2, values)
+    with pytest.raises(UnsupportedVersionError, match="subscribed_topic_regex"):
+        wire.build_request(
+            ApiKey.CONSUMER_GROUP_HEARTBEAT,
+            0,
+            {"group_id": "g", "member_id": "m", "member_epoch": 3, "subscribed_topic_regex": "a.*"},
+        )
+    # The caller may accept the loss explicitly.
+    dropped = wire.build_request(ApiKey.HEARTBEAT, 2, values, ignorable=frozenset({"group_instance_id"}))
+    assert not hasattr(dropped, "group_instance_id")
+
+
+def test_build_request_drops_default_values_and_ignorable_fields_the_version_lacks() -> None:
+    hb = {"group_id": "g", "generation_id": 1, "member_id": "m", "group_instance_id": None}
+    assert not hasattr(wire.build_request(ApiKey.HEARTBEAT, 2, hb), "group_instance_id")
+    # An undeclared bool default is Kafka's false; -1 as kio declares it.
+    meta = wire.build_request(
+        ApiKey.METADATA, 1, {"topics": None, "include_topic_authorized_operations": False}
+    )
+    assert not hasattr(meta, "include_topic_authorized_operations")
+    commit = {
+        "group_id": "g",
+        "generation_id_or_member_epoch": 1,
+        "member_id": "m",
+        "retention_time": -1,
+        "topics": [],
+    }
+    assert not hasattr(wire.build_request(ApiKey.OFFSET_COMMIT, 5, commit), "retention_time")
+    with pytest.raises(UnsupportedVersionError, match="retention_time"):
+        wire.build_request(ApiKey.OFFSET_COMMIT, 5, {**commit, "retention_time": 60_000})
+    # Kafka marks JoinGroup's reason "ignorable": an older broker just does not get it.
+    join = {
+        "group_id": "g",
+        "session_timeout": 10_000,
+        "member_id": "",
+        "protocol_type": "consumer",
+        "protocols": [],
+        "reason": "rejoin",
+    }
+    assert wire.build_request(ApiKey.JOIN_GROUP, 8, join).reason == "rejoin"
+    assert not hasattr(wire.build_request(ApiKey.JOIN_GROUP, 7, join), "reason")
 
 
 def test_build_request_rejects_missing_required_field() -> None:
@@ -129,3 +193,18 @@ def test_negotiation_picks_highest_common_version() -> None:
         pick_version(chosen, ApiKey.PRODUCE)
     with pytest.raises(UnsupportedVersionError, match="needs version"):
         pick_version({ApiKey.FETCH: 10}, ApiKey.FETCH, min_version=13)
+
+
+def test_clocks_give_monotonic_and_wall_time() -> None:
+    import time
+
+    from kafka_handoff.protocol.requests import FakeClock, MonotonicClock
+
+    fake = FakeClock(start_ms=5_000, wall_start_ms=1_700_000_000_000)
+    assert (fake.now_ms(), fake.wall_ms()) == (5_000, 1_700_000_000_000)
+    fake.advance(250)
+    assert (fake.now_ms(), fake.wall_ms()) == (5_250, 1_700_000_000_250)
+    real = MonotonicClock()
+    first = real.now_ms()
+    assert real.now_ms() >= first
+    assert abs(real.wall_ms() - time.time() * 1000) < 5_000

@@ -14,7 +14,7 @@ raising anything else fails it.  Everything here runs on the network thread; tim
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
@@ -294,3 +294,13 @@ def set_exception(future: Future[Any], error: BaseException) -> None:
         future.set_exception(error)
     except InvalidStateError:
         pass
+
+
+def raise_first(errors: Sequence[BaseException]) -> None:
+    """Raise the first of per-entity errors, the others attached as notes (nothing when there are none)."""
+    if not errors:
+        return
+    first = errors[0]
+    for other in errors[1:]:
+        first.add_note(f"also: {other}")
+    raise first

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from kafka_handoff.admin.calls import AdminCall, GroupCoordinator, NoRetry
 from kafka_handoff.admin.results import GroupListing
 from kafka_handoff.errors import GroupIdNotFoundError, error_for_code
@@ -34,7 +36,6 @@ __all__ = [
 GROUP_RESOURCE = 32
 """ConfigResource.Type.GROUP."""
 _SET, _DELETE = 0, 1
-_GROUP_ID_NOT_FOUND = 69
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +94,7 @@ class ShareAdminMixin:
 
         def handle(response: Any, version: int, node: int) -> list[GroupListing]:
             code = int(response.error_code)
-            if code != 0:
+            if code != ErrorCode.none:
                 error = error_for_code(code, f"listing the share groups of broker {node}")
                 raise error if error.retriable else NoRetry(error)
             return [
@@ -140,9 +141,9 @@ class ShareAdminMixin:
             def handle(response: Any, version: int, node: int) -> ShareGroupDescription:
                 (g,) = [x for x in response.groups if x.group_id == group_id] or list(response.groups)
                 code = int(g.error_code)
-                if code == _GROUP_ID_NOT_FOUND:
+                if code == ErrorCode.group_id_not_found:
                     raise NoRetry(GroupIdNotFoundError(f"share group {group_id!r} does not exist"))
-                if code != 0:
+                if code != ErrorCode.none:
                     error = error_for_code(
                         code, f"cannot describe share group {group_id!r}: {g.error_message or ''}"
                     )
@@ -205,9 +206,9 @@ class ShareAdminMixin:
         def handle(response: Any, version: int, node: int) -> dict[TopicPartition, SharePartitionOffset]:
             (g,) = [x for x in response.groups if x.group_id == group_id] or list(response.groups)
             code = int(g.error_code)
-            if code != 0:
+            if code != ErrorCode.none:
                 error = error_for_code(code, f"cannot describe the offsets of share group {group_id!r}")
-                if code == _GROUP_ID_NOT_FOUND:
+                if code == ErrorCode.group_id_not_found:
                     error = GroupIdNotFoundError(f"share group {group_id!r} does not exist")
                 raise error if error.retriable else NoRetry(error)
             out: dict[TopicPartition, SharePartitionOffset] = {}
@@ -215,7 +216,7 @@ class ShareAdminMixin:
                 for p in t.partitions:
                     pcode = int(p.error_code)
                     tp = TopicPartition(str(t.topic_name), int(p.partition_index))
-                    if pcode != 0:
+                    if pcode != ErrorCode.none:
                         error = error_for_code(
                             pcode, f"cannot describe the share offset of {tp} in {group_id!r}"
                         )
@@ -261,7 +262,7 @@ class ShareAdminMixin:
 
         def handle(response: Any, version: int, node: int) -> None:
             code = int(response.error_code)
-            if code != 0:
+            if code != ErrorCode.none:
                 error = error_for_code(
                     code,
                     f"cannot alter the offsets of share group {group_id!r}: {response.error_message or ''}",
@@ -269,7 +270,7 @@ class ShareAdminMixin:
                 raise error if error.retriable else NoRetry(error)
             for t in response.responses:
                 for p in t.partitions:
-                    if int(p.error_code) != 0:
+                    if int(p.error_code) != ErrorCode.none:
                         tp = TopicPartition(str(t.topic_name), int(p.partition_index))
                         raise NoRetry(
                             error_for_code(
@@ -302,7 +303,7 @@ class ShareAdminMixin:
 
         def handle(response: Any, version: int, node: int) -> None:
             code = int(response.error_code)
-            if code != 0:
+            if code != ErrorCode.none:
                 error = error_for_code(
                     code,
                     f"cannot delete the offsets of share group {group_id!r}: {response.error_message or ''}",
@@ -313,7 +314,7 @@ class ShareAdminMixin:
                     int(t.error_code), f"cannot delete the offsets of {t.topic_name} in {group_id!r}"
                 )
                 for t in response.responses
-                if int(t.error_code) != 0
+                if int(t.error_code) != ErrorCode.none
             ]
             if errors:
                 raise NoRetry(errors[0])
@@ -357,7 +358,7 @@ class ShareAdminMixin:
         def handle(response: Any, version: int, node: int) -> None:
             for r in response.responses:
                 code = int(r.error_code)
-                if code != 0:
+                if code != ErrorCode.none:
                     error = error_for_code(
                         code,
                         f"cannot alter the configs of group {group_id!r}: {r.error_message or ''}".strip(),

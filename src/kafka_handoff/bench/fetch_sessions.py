@@ -21,6 +21,8 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from kafka_handoff.protocol.versions import ApiKey
+
 __all__ = ["Result", "main", "measure", "request_sizes"]
 
 
@@ -61,7 +63,7 @@ class _Counter:
             return data
 
         def counting_decode(api_key: int, version: int, frame: bytes | memoryview) -> Any:
-            if api_key == 1:
+            if api_key == ApiKey.FETCH:
                 with self.lock:
                     self.response_bytes += len(frame) + 4
             return decode(api_key, version, frame)
@@ -186,9 +188,13 @@ def request_sizes(partitions: int, changed: int = 10, version: int = 17) -> dict
 
     def one_fetch(session_id: int) -> int:
         (req,) = fm.poll(0).unsent
-        size = len(wire.encode_request(wire.build_request(1, version, req.body(version)), 1, "bench"))
+        size = len(
+            wire.encode_request(wire.build_request(ApiKey.FETCH, version, req.body(version)), 1, "bench")
+        )
         response = wire.build_response(
-            1, version, {"throttle_time": 0, "error_code": 0, "session_id": session_id, "responses": []}
+            ApiKey.FETCH,
+            version,
+            {"throttle_time": 0, "error_code": 0, "session_id": session_id, "responses": []},
         )
         assert req.on_response is not None
         req.on_response(response, version, 0)

@@ -126,12 +126,13 @@ def cmd_fetch_jars(args: argparse.Namespace) -> int:
     how = "resolved with Maven" if jars.resolved_now else "already cached"
     print(f"Kafka {jars.version} jars {how} in {jars.seconds:.1f}s: {jars.libs}")
     from kafka_handoff.devbroker import cds, config
+    from kafka_handoff.devbroker.cluster import ensure_cds_archive
 
     java = config.java_executable()
     if cds.archive_path(jars, java).is_file():
         return 0
     started = time.monotonic()
-    archive = cds.ensure_archive(jars, java)
+    archive = ensure_cds_archive(jars, java)
     if archive is not None:
         print(f"broker class-data-sharing archive trained in {time.monotonic() - started:.1f}s: {archive}")
     else:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kio.schema.errors import ErrorCode
+
 from kafka_handoff.types import TopicPartition
 
 __all__ = ["FINAL_EPOCH", "INITIAL_EPOCH", "FetchSession", "PartitionFetch", "SessionRequest"]
@@ -93,7 +95,7 @@ class FetchSession:
         """Apply a Fetch response's top-level outcome."""
         if error_code == FETCH_SESSION_ID_NOT_FOUND:
             self._new_session()
-        elif error_code != 0:
+        elif error_code != ErrorCode.none:
             # INVALID_FETCH_SESSION_EPOCH or anything else: close this session, start a new one.
             self.reset()
         elif response_session_id == INVALID_SESSION_ID:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from kafka_handoff.consumer.fetch_session import (
     FETCH_SESSION_ID_NOT_FOUND,
@@ -47,9 +48,17 @@ _METADATA_ERRORS = {
     103,
 }  # unknown topic/partition, leader n/a, not leader, fenced/unknown
 # leader epoch, unknown topic id, inconsistent topic id
-_RETRY_ERRORS = {7, 13, 56, 9}  # request timed out, network exception, kafka storage error, replica n/a
+_RETRY_ERRORS = {
+    ErrorCode.request_timed_out,
+    ErrorCode.network_exception,
+    ErrorCode.kafka_storage_error,
+    ErrorCode.replica_not_available,
+}
 _SESSION_CLOSE_TIMEOUT_MS = 1000
-_LEADER_HINT_ERRORS = {6, 74}  # NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH: KIP-951 names the new leader
+_LEADER_HINT_ERRORS = {
+    ErrorCode.not_leader_or_follower,
+    ErrorCode.fenced_leader_epoch,
+}  # KIP-951 names the new leader
 
 
 @dataclass(slots=True)
@@ -517,7 +526,7 @@ class FetchManager:
                         continue  # not asked for, or moved to another broker meanwhile: stale
                     fetch_offset, pepoch, epoch = sent[tp]
                     code = int(p.error_code)
-                    if code == 0:
+                    if code == ErrorCode.none:
                         if tp in self._retry:
                             del self._retry[tp]
                         if tp in self.stalls:
@@ -544,7 +553,7 @@ class FetchManager:
                                     aborted,
                                 )
                             )
-                    elif code == 1:  # OFFSET_OUT_OF_RANGE
+                    elif code == ErrorCode.offset_out_of_range:
                         self._on_out_of_range(tp, fetch_offset, pepoch, completed)
                     elif code in _METADATA_ERRORS or code in _RETRY_ERRORS:
                         # The leader moved (or is not ready): refresh metadata and back this partition off
@@ -669,7 +678,3 @@ class FetchManager:
 
     def forget(self, node: int) -> None:
         self._release(node, self._in_flight.get(node, set()))
-
-
-def _uuid_or_none(value: Any) -> uuid.UUID | None:
-    return value if isinstance(value, uuid.UUID) else None

@@ -19,6 +19,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kafka_handoff.consumer.subscription import SubscriptionState
 from kafka_handoff.errors import (
     CommitFailedError,
@@ -29,7 +31,7 @@ from kafka_handoff.errors import (
 from kafka_handoff.group.coordinator import CoordinatorManager
 from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.metadata import MetadataManager
-from kafka_handoff.protocol.requests import COORDINATOR, PollResult, UnsentRequest
+from kafka_handoff.protocol.requests import COORDINATOR, MonotonicClock, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import ConsumerGroupMetadata, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
@@ -40,9 +42,24 @@ log = logging.getLogger(__name__)
 EARLIEST = -2
 LATEST = -1
 
-_COORDINATOR_ERRORS = {14, 15, 16}  # load in progress, not available, not coordinator
-_FENCED_ERRORS = {25, 22, 82, 110}  # unknown member id, illegal generation, fenced instance id, fenced epoch
-_STALE_EPOCH = 113
+_COORDINATOR_ERRORS = {
+    ErrorCode.coordinator_load_in_progress,
+    ErrorCode.coordinator_not_available,
+    ErrorCode.not_coordinator,
+}
+_LEADER_ERRORS = (
+    ErrorCode.unknown_topic_or_partition,
+    ErrorCode.leader_not_available,
+    ErrorCode.not_leader_or_follower,
+    ErrorCode.fenced_leader_epoch,
+    ErrorCode.unknown_leader_epoch,
+)
+_FENCED_ERRORS = {
+    ErrorCode.unknown_member_id,
+    ErrorCode.illegal_generation,
+    ErrorCode.fenced_instance_id,
+    ErrorCode.fenced_member_epoch,
+}
 
 
 def _strategy_timestamp(strategy: str, wall_ms: int) -> int:
@@ -87,15 +104,13 @@ class OffsetsManager:
         wall_clock_ms: Callable[[], int] | None = None,
         on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
-        import time
-
         self._subs = subscriptions
         self._metadata = metadata
         self._isolation = isolation_level
         self._backoff = retry_backoff_ms
         self._lookup_backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
         self._committed_lookup = committed_lookup
-        self._wall = wall_clock_ms or (lambda: int(time.time() * 1000))
+        self._wall = wall_clock_ms or MonotonicClock().wall_ms
         self._on_error = on_error
         self._lookups: list[_Lookup] = []
         self._resetting: set[TopicPartition] = set()
@@ -263,6 +278,8 @@ class OffsetsManager:
             on_response=on_response,
             on_failure=on_failure,
             min_version=1,
+            # v1 has no isolation level: an old broker answers read_uncommitted offsets (as before).
+            ignorable=frozenset({"isolation_level"}),
         )
 
     def _list_offsets_for_resets(
@@ -277,7 +294,7 @@ class OffsetsManager:
             def on_result(tp: TopicPartition, code: int, offset: int, _ts: int, _le: int, now: int) -> None:
                 self._resetting.discard(tp)
                 _ts_unused, strategy, pepoch = resets[tp]
-                if code == 0 and offset < 0 and strategy.startswith("by_duration:"):
+                if code == ErrorCode.none and offset < 0 and strategy.startswith("by_duration:"):
                     # No record at or after now - duration: reset to the end, as Java does (retrying would
                     # ask the same question forever).
                     st = self._subs.get(tp)
@@ -285,8 +302,8 @@ class OffsetsManager:
                         log.debug("%s: no record newer than %s, resetting to the end", tp, strategy)
                         self._subs.request_reset(tp, "latest")
                     return
-                if code != 0 or offset < 0:
-                    if code in (3, 5, 6, 74, 75):
+                if code != ErrorCode.none or offset < 0:
+                    if code in _LEADER_ERRORS:
                         self._metadata.request_update()
                     self._next_reset_ms[tp] = (pepoch, now + self._backoff)
                     return
@@ -314,11 +331,11 @@ class OffsetsManager:
                 lookup.in_flight.discard(tp)
                 if lookup.future.done():  # failed (another partition's error) or timed out already
                     return
-                if code == 0:
+                if code == ErrorCode.none:
                     lookup.results[tp] = (
                         OffsetAndTimestamp(offset, ts, le if le >= 0 else None) if offset >= 0 else None
                     )
-                elif code in (3, 5, 6, 74, 75):
+                elif code in _LEADER_ERRORS:
                     # The leader moved: ask again after a backoff (and fresh metadata), not at once.
                     self._metadata.request_update()
                     self._retry_lookup(lookup, {tp}, now)
@@ -456,9 +473,6 @@ class CommitManager:
         self._coordinator.wanted = True
         self._fetches.append(_Fetch(set(partitions), future, deadline_ms))
 
-    def reset_auto_commit_timer(self, now_ms: int) -> None:
-        self._next_auto_ms = now_ms + self._interval
-
     def consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
         return {
             tp: OffsetAndMetadata(pos.offset, "", pos.leader_epoch)
@@ -590,7 +604,6 @@ class CommitManager:
         values = {
             "group_id": self.group_id,
             "generation_id_or_member_epoch": meta.generation_id,
-            "generation_id": meta.generation_id,
             "member_id": meta.member_id,
             "group_instance_id": meta.group_instance_id,
             "retention_time": -1,
@@ -665,7 +678,13 @@ class CommitManager:
                 return
             retriable = all(
                 code in _COORDINATOR_ERRORS
-                or code in (7, 13, 27, _STALE_EPOCH)
+                or code
+                in (
+                    ErrorCode.request_timed_out,
+                    ErrorCode.network_exception,
+                    ErrorCode.rebalance_in_progress,
+                    ErrorCode.stale_member_epoch,
+                )
                 or error_for_code(code).retriable
                 for code in codes
             )
@@ -697,6 +716,8 @@ class CommitManager:
             on_response=on_response,
             on_failure=on_failure,
             min_version=2,
+            # before v7 a static member commits with its member id alone (the instance id is dropped).
+            ignorable=frozenset({"group_instance_id"}),
         )
 
     def _fetch_request(self, f: _Fetch) -> UnsentRequest:
@@ -715,7 +736,10 @@ class CommitManager:
                     group["member_id"] = meta.member_id or None
                     group["member_epoch"] = meta.generation_id
                 return {"groups": [group], "require_stable": self._require_stable}
-            return {"group_id": self.group_id, "topics": topics, "require_stable": self._require_stable}
+            values: dict[str, Any] = {"group_id": self.group_id, "topics": topics}
+            if version >= 7:  # older brokers cannot wait for stable offsets: asked without it (as Java)
+                values["require_stable"] = self._require_stable
+            return values
 
         def on_response(response: Any, version: int, now: int) -> None:
             f.in_flight = False
@@ -727,9 +751,12 @@ class CommitManager:
                 top_code = int(getattr(response, "error_code", 0))
                 topics_resp = response.topics
             if top_code:
-                if top_code in _COORDINATOR_ERRORS or top_code in (_STALE_EPOCH, 27):
+                if top_code in _COORDINATOR_ERRORS or top_code in (
+                    ErrorCode.stale_member_epoch,
+                    ErrorCode.rebalance_in_progress,
+                ):
                     f.last_error = error_for_code(top_code, "fetching committed offsets")
-                    if top_code in (15, 16):
+                    if top_code in (ErrorCode.coordinator_not_available, ErrorCode.not_coordinator):
                         self._coordinator.mark_unknown(
                             now, f"OffsetFetch failed with {f.last_error}", epoch=coordinator_epoch
                         )
@@ -742,9 +769,9 @@ class CommitManager:
                 for p in t.partitions:
                     code = int(p.error_code)
                     tp = TopicPartition(t.name, int(p.partition_index))
-                    if code in (14, 15, 16) or code == 88:  # UNSTABLE_OFFSET_COMMIT: retry
+                    if code in _COORDINATOR_ERRORS or code == ErrorCode.unstable_offset_commit:  # retried
                         f.last_error = error_for_code(code, f"fetching committed offset of {tp}")
-                        if code in (15, 16):
+                        if code in (ErrorCode.coordinator_not_available, ErrorCode.not_coordinator):
                             self._coordinator.mark_unknown(
                                 now, f"OffsetFetch failed with {f.last_error}", epoch=coordinator_epoch
                             )

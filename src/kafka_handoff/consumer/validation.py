@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from kafka_handoff.consumer.subscription import FetchPosition, SubscriptionState
 from kafka_handoff.errors import LogTruncationError, UnsupportedVersionError, error_for_code
 from kafka_handoff.protocol.backoff import ExponentialBackoff
@@ -41,8 +43,19 @@ STALL_WARNING_MS = 30_000
 again at most once per this interval while it lasts."""
 
 # Errors after which the leader in our metadata is probably not the leader any more.
-_LEADER_ERRORS = frozenset({3, 5, 6, 9, 56, 74, 75, 100, 103})
-_TOPIC_AUTHORIZATION_FAILED = 29
+_LEADER_ERRORS = frozenset(
+    {
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.leader_not_available,
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.replica_not_available,
+        ErrorCode.kafka_storage_error,
+        ErrorCode.fenced_leader_epoch,
+        ErrorCode.unknown_leader_epoch,
+        ErrorCode.unknown_topic_id,
+        ErrorCode.inconsistent_topic_id,
+    }
+)
 
 
 class StallTracker:
@@ -216,7 +229,7 @@ class PositionValidator:
                     answered.add(tp)
                     pos, pepoch, epoch = info
                     code = int(p.error_code)
-                    if code == 0:
+                    if code == ErrorCode.none:
                         error = self._validated(
                             tp, pos, pepoch, epoch, int(p.end_offset), int(p.leader_epoch)
                         )
@@ -227,7 +240,7 @@ class PositionValidator:
                             self._stalls.ok(tp, now)
                         continue
                     name = error_for_code(code).code.name.upper()
-                    if code == _TOPIC_AUTHORIZATION_FAILED:
+                    if code == ErrorCode.topic_authorization_failed:
                         errors.append(
                             _error_fetch(
                                 tp, pos, pepoch, error_for_code(code, f"validating the position of {tp}")

@@ -22,6 +22,7 @@ import logging
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from kafka_handoff.devbroker.jars import ResolvedJars
@@ -57,9 +58,16 @@ def jvm_opts(jars: ResolvedJars, java: str) -> list[str]:
     return [f"-XX:SharedArchiveFile={archive}"] if archive.is_file() else []
 
 
-def ensure_archive(jars: ResolvedJars, java: str, *, wait: bool = True) -> Path | None:
-    """Train the archive if there is none yet; None when disabled, failed before, or (``wait=False``)
-    someone else is training it right now."""
+TrainingRun = Callable[[list[str]], None]
+"""Runs a short broker workload in a JVM started with the given extra options (``cluster`` supplies it, so
+this module does not import ``cluster``, which imports it)."""
+
+
+def ensure_archive(
+    jars: ResolvedJars, java: str, training_run: TrainingRun, *, wait: bool = True
+) -> Path | None:
+    """Train the archive (with ``training_run``) if there is none yet; None when disabled, failed before, or
+    (``wait=False``) someone else is training it right now."""
     if not _enabled():
         return None
     archive = archive_path(jars, java)
@@ -78,7 +86,7 @@ def ensure_archive(jars: ResolvedJars, java: str, *, wait: bool = True) -> Path 
                 return archive
             if failed.exists():
                 return None
-            return _train(jars, archive, failed)
+            return _train(jars, archive, failed, training_run)
         finally:
             fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
 
@@ -116,20 +124,14 @@ def discard(jars: ResolvedJars, java: str, why: str) -> None:
     log.warning("discarded the broker's class-data-sharing archive: %s", why)
 
 
-def _train(jars: ResolvedJars, archive: Path, failed: Path) -> Path | None:
-    from kafka_handoff.devbroker.cluster import start  # cluster uses this module: import late
-
+def _train(jars: ResolvedJars, archive: Path, failed: Path, training_run: TrainingRun) -> Path | None:
     started = time.monotonic()
     tmp = archive.with_name(f"{archive.name}.tmp-{os.getpid()}")
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
     reason = ""
     try:
-        cluster = start(1, jvm_opts=[f"-XX:ArchiveClassesAtExit={tmp}"], use_cds=False)
-        try:
-            cluster.create_topic("cds-training", partitions=2)
-        finally:
-            cluster.stop(timeout=120.0)  # the JVM writes the archive while it exits
+        training_run([f"-XX:ArchiveClassesAtExit={tmp}"])
     except Exception as exc:  # training is an optimisation; never fail a start because of it
         reason = f"training run failed: {exc}"
     if not reason and (not tmp.is_file() or tmp.stat().st_size == 0):

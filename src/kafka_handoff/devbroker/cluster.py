@@ -56,7 +56,7 @@ from kafka_handoff.devbroker.config import (
     render_properties,
     server_command,
 )
-from kafka_handoff.devbroker.jars import KAFKA_VERSION, ensure_jars
+from kafka_handoff.devbroker.jars import KAFKA_VERSION, ResolvedJars, ensure_jars
 from kafka_handoff.devbroker.probe import ProbeConnection, create_topic, fetch_metadata
 from kafka_handoff.errors import ConfigError, KafkaError, KafkaTimeoutError
 from kafka_handoff.protocol.wire import ProtocolError
@@ -719,6 +719,20 @@ def _format_all(
         raise _FormatFailedError("formatting Kafka storage failed:\n" + "\n".join(failures))
 
 
+def _cds_training_run(jvm_opts: list[str]) -> None:
+    """The workload the class-data-sharing archive is trained on: a 1-node broker creating a topic."""
+    cluster = start(1, jvm_opts=jvm_opts, use_cds=False)
+    try:
+        cluster.create_topic("cds-training", partitions=2)
+    finally:
+        cluster.stop(timeout=120.0)  # the JVM writes the archive while it exits
+
+
+def ensure_cds_archive(jars: ResolvedJars, java: str, *, wait: bool = True) -> Path | None:
+    """:func:`.cds.ensure_archive`, trained on a short broker run."""
+    return cds.ensure_archive(jars, java, _cds_training_run, wait=wait)
+
+
 def start(
     nodes: int = 1,
     data_dir: str | os.PathLike[str] | None = None,
@@ -755,7 +769,7 @@ def start(
     java = java_executable()
     cds_opts: list[str] = []
     if use_cds:
-        cds.ensure_archive(jars, java)
+        ensure_cds_archive(jars, java)
         cds_opts = cds.jvm_opts(jars, java)
     jvm_opts = [*cds_opts, *jvm_opts]
     ephemeral = data_dir is None

@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from kafka_handoff.errors import KafkaTimeoutError, raise_for_code
 from kafka_handoff.protocol.metadata import parse_metadata
+from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.protocol.wire import (
     FrameDecoder,
     ProtocolError,
@@ -40,9 +41,9 @@ __all__ = [
     "wait_for_topic",
 ]
 
-API_VERSIONS = 18
-METADATA = 3
-CREATE_TOPICS = 19
+API_VERSIONS = ApiKey.API_VERSIONS
+METADATA = ApiKey.METADATA
+CREATE_TOPICS = ApiKey.CREATE_TOPICS
 _API_VERSIONS_PROBE_VERSION = 3  # flexible; every 2.4+ broker answers it
 _CLIENT_ID = "kafka-handoff-devbroker"
 
@@ -188,7 +189,7 @@ def _topic_ready(meta: ClusterMetadata, name: str, partitions: int | None) -> bo
     parts = meta.partitions_for(name)
     if not parts or (partitions is not None and len(parts) != partitions):
         return False
-    return all(p.leader >= 0 and p.error_code == 0 for p in parts)
+    return all(p.leader >= 0 and p.error_code == ErrorCode.none for p in parts)
 
 
 def wait_for_topic(

@@ -147,9 +147,6 @@ class NetworkClient:
             return conn.finalized_features.get(name, 0), version
         return None
 
-    def known_nodes(self) -> list[int]:
-        return list(self._brokers) or list(self._bootstrap)
-
     def _address(self, conn_id: int) -> tuple[str, int] | None:
         if conn_id <= _BOOTSTRAP_BASE:
             return self._bootstrap.get(conn_id)
@@ -177,10 +174,6 @@ class NetworkClient:
             self._wake_w.send(b"\0")
         except (BlockingIOError, OSError):
             pass
-
-    def is_ready(self, node_id: int) -> bool:
-        conn = self._conns.get(node_id)
-        return conn is not None and conn.ready
 
     def in_flight_count(self, node_id: int) -> int:
         conn = self._conns.get(node_id)

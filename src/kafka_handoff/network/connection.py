@@ -17,6 +17,8 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kio.schema.errors import ErrorCode
+
 from kafka_handoff.errors import (
     AuthenticationError,
     ConnectionError_,
@@ -426,7 +428,9 @@ class BrokerConnection:
         if request.encode is not None:
             payload: Any = request.encode(version)
         else:
-            payload = wire.build_request(request.api_key, version, request.body(version))
+            payload = wire.build_request(
+                request.api_key, version, request.body(version), ignorable=request.ignorable
+            )
         self._enqueue(payload, request.api_key, version, request, now_ms, timeout_ms)
 
     def _enqueue(
@@ -541,7 +545,7 @@ class BrokerConnection:
 
     def _on_api_versions(self, response: Any, now_ms: int, request_timeout_ms: int) -> None:
         code = int(response.error_code)
-        if code == 35 and self._api_versions_version > 0:  # UNSUPPORTED_VERSION: retry with v0
+        if code == ErrorCode.unsupported_version and self._api_versions_version > 0:  # retry with v0
             broker_max = max(
                 (int(k.max_version) for k in response.api_keys if int(k.api_key) == ApiKey.API_VERSIONS),
                 default=0,
@@ -549,7 +553,7 @@ class BrokerConnection:
             self._api_versions_version = min(broker_max, self._api_versions_version - 1)
             self._send_api_versions(now_ms, request_timeout_ms)
             return
-        if code != 0:
+        if code != ErrorCode.none:
             raise error_for_code(code, f"ApiVersions from {self.host}:{self.port}")
         broker = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
         self.versions = negotiate(broker)

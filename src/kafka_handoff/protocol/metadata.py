@@ -12,12 +12,16 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.requests import ANY_NODE, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import BrokerNode, ClusterMetadata, PartitionInfo, TopicPartition
 
 __all__ = ["MetadataManager", "keep_newer_leaders", "parse_metadata"]
+
+_MISSING_LEADER = (ErrorCode.unknown_topic_or_partition, ErrorCode.leader_not_available)
 
 
 def parse_metadata(response: Any) -> ClusterMetadata:
@@ -33,7 +37,7 @@ def parse_metadata(response: Any) -> ClusterMetadata:
         if name is None:
             continue
         code = int(t.error_code)
-        if code != 0:
+        if code != ErrorCode.none:
             errors[name] = code
             continue
         tid = getattr(t, "topic_id", None)
@@ -179,7 +183,7 @@ class MetadataManager:
             self._last_refresh_ms = now
             self._attempts = 0
             self.updates += 1
-            if any(code in (3, 5) for code in cluster.topic_errors.values()) or any(
+            if any(code in _MISSING_LEADER for code in cluster.topic_errors.values()) or any(
                 p.leader < 0 for parts in cluster.partitions.values() for p in parts
             ):
                 # Topic being created or leader election: refresh again soon.

@@ -10,6 +10,7 @@ drive managers with a fake clock.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -63,6 +64,9 @@ class UnsentRequest:
     encode: Callable[[int], EncodedBody] | None = None
     """A hot-path shortcut: the body already encoded for a version (the network client uses it instead of
     :meth:`body`, which must describe the same request; the producer's Produce requests)."""
+    ignorable: frozenset[str] = frozenset()
+    """Fields an older version may lack that are dropped for it even with a non-default value (Java's
+    "ignorable" fields); any other such field raises ``UnsupportedVersionError`` (see ``build_request``)."""
 
     def body(self, version: int) -> Mapping[str, Any]:
         if self.build is not None:
@@ -93,11 +97,16 @@ class Clock(Protocol):
 class FakeClock:
     """A clock for sans-I/O tests: time moves only when the test says so."""
 
-    def __init__(self, start_ms: int = 1_000_000) -> None:
+    def __init__(self, start_ms: int = 1_000_000, wall_start_ms: int = 1_700_000_000_000) -> None:
         self._now = start_ms
+        self._wall_offset = wall_start_ms - start_ms
 
     def now_ms(self) -> int:
         return self._now
+
+    def wall_ms(self) -> int:
+        """Wall-clock (epoch) milliseconds; moves with :meth:`advance`."""
+        return self._now + self._wall_offset
 
     def advance(self, ms: int) -> int:
         self._now += ms
@@ -105,7 +114,13 @@ class FakeClock:
 
 
 class MonotonicClock:
-    def now_ms(self) -> int:
-        import time
+    """The real clock: ``now_ms`` is monotonic (for deadlines and timers), ``wall_ms`` is epoch time (for
+    timestamps sent to brokers, such as a ``by_duration`` offset reset)."""
 
+    __slots__ = ()
+
+    def now_ms(self) -> int:
         return time.monotonic_ns() // 1_000_000
+
+    def wall_ms(self) -> int:
+        return time.time_ns() // 1_000_000

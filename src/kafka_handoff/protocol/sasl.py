@@ -24,7 +24,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kio.schema.errors import ErrorCode
+
 from kafka_handoff.errors import AuthenticationError, ConfigError
+from kafka_handoff.protocol.versions import ApiKey
 
 __all__ = [
     "MECHANISMS",
@@ -38,14 +41,14 @@ __all__ = [
     "parse_jaas_config",
 ]
 
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
+SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
+SASL_AUTHENTICATE = ApiKey.SASL_AUTHENTICATE
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
-_UNSUPPORTED_SASL_MECHANISM = 33
-_ILLEGAL_SASL_STATE = 34
-_SASL_AUTHENTICATION_FAILED = 58
+_UNSUPPORTED_SASL_MECHANISM = ErrorCode.unsupported_sasl_mechanism
+_ILLEGAL_SASL_STATE = ErrorCode.illegal_sasl_state
+_SASL_AUTHENTICATION_FAILED = ErrorCode.sasl_authentication_failed
 
 
 class SaslMechanism(Protocol):
@@ -300,7 +303,7 @@ class SaslAuthenticator:
                     f"the broker does not enable mechanism {self.mechanism_name} (UNSUPPORTED_SASL_MECHANISM;"
                     f" enabled: {enabled})"
                 )
-            if code != 0:
+            if code != ErrorCode.none:
                 raise self._error(f"SaslHandshake returned error code {code}")
             try:
                 self._mechanism = self._factory()
@@ -311,7 +314,7 @@ class SaslAuthenticator:
         if api_key != SASL_AUTHENTICATE or self._state != "authenticate":
             raise self._error(f"unexpected response (api key {api_key})")
         assert self._mechanism is not None
-        if code != 0:
+        if code != ErrorCode.none:
             message = str(response.error_message or "") or "no message"
             server_error = getattr(self._mechanism, "server_error", None)
             if server_error:

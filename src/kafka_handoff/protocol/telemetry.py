@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kafka_handoff.errors import UnsupportedVersionError
 from kafka_handoff.metrics import MetricName, Metrics
 from kafka_handoff.protocol.backoff import ExponentialBackoff
@@ -39,11 +41,11 @@ __all__ = ["TelemetryManager", "client_instance_id", "telemetry_name"]
 log = logging.getLogger(__name__)
 
 _ZERO = uuid.UUID(int=0)
-_UNKNOWN_SUBSCRIPTION_ID = 117
-_TELEMETRY_TOO_LARGE = 118
-_UNSUPPORTED_COMPRESSION_TYPE = 76
-_INVALID_REQUEST = 42
-_INVALID_RECORD = 87
+_UNKNOWN_SUBSCRIPTION_ID = ErrorCode.unknown_subscription_id
+_TELEMETRY_TOO_LARGE = ErrorCode.telemetry_too_large
+_UNSUPPORTED_COMPRESSION_TYPE = ErrorCode.unsupported_compression_type
+_INVALID_REQUEST = ErrorCode.invalid_request
+_INVALID_RECORD = ErrorCode.invalid_record
 _PREFERRED = (CompressionType.ZSTD, CompressionType.LZ4, CompressionType.SNAPPY, CompressionType.GZIP)
 
 SUBSCRIPTION_NEEDED = "subscription-needed"
@@ -137,7 +139,7 @@ class TelemetryManager:
     def _get_subscriptions(self) -> UnsentRequest:
         def on_response(response: Any, version: int, now: int) -> None:
             code = int(response.error_code)
-            if code != 0:
+            if code != ErrorCode.none:
                 self._retry_subscription(now, f"error code {code}")
                 return
             self._failures = 0
@@ -243,7 +245,7 @@ class TelemetryManager:
 
         def on_response(response: Any, version: int, now: int) -> None:
             code = int(response.error_code)
-            if code == 0:
+            if code == ErrorCode.none:
                 self.pushes += 1
                 self._after_push(now, terminating)
             elif code in (_UNKNOWN_SUBSCRIPTION_ID, _UNSUPPORTED_COMPRESSION_TYPE):

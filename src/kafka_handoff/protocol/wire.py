@@ -7,7 +7,10 @@ knows what the broker speaks.
 
 Request managers describe what they want with :func:`build_request`, which takes plain Python values
 (dicts for nested entities, ints for millisecond durations) and builds the kio entity of the negotiated
-version, dropping fields that version does not have.  That keeps the managers independent of versions.
+version.  That keeps the managers independent of versions, and the building is checked: a key that no
+version of the schema has is a ``TypeError``, and a field the negotiated version lacks is dropped only
+when nothing is lost (its default, or a field Kafka marks "ignorable"); otherwise the request fails with
+``UnsupportedVersionError``.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import i32Timedelta, i64Timedelta
 
-from kafka_handoff.errors import KafkaError
+from kafka_handoff.errors import KafkaError, UnsupportedVersionError
 
 __all__ = [
     "API_KEYS",
@@ -127,31 +130,140 @@ def _payload_class(module: types.ModuleType, suffix: str) -> type[Any]:
 
 
 @_type_cache
-def _field_plan(cls: type[Any]) -> dict[str, tuple[Any, bool]]:
-    """Map each field name to (its type, whether it has a default)."""
-    plan: dict[str, tuple[Any, bool]] = {}
+def _field_plan(cls: type[Any]) -> dict[str, tuple[Any, bool, bool]]:
+    """Map each field name to (its type, whether it has a default, whether it holds entities)."""
+    plan: dict[str, tuple[Any, bool, bool]] = {}
     for f in fields(cls):
         has_default = f.default is not MISSING or f.default_factory is not MISSING
-        plan[f.name] = (f.type, has_default)
+        plan[f.name] = (f.type, has_default, _entity_type(f.type) is not None)
     return plan
 
 
-def _convert(value: Any, tp: Any) -> Any:
+class _NoDefault:
+    def __repr__(self) -> str:
+        return "<no default>"
+
+
+_NO_DEFAULT: Any = _NoDefault()
+
+_Path = tuple[str, ...]
+# Per entity path (field names from the top-level entity): field name -> (type, default) taken from a
+# version that has the field.
+_SchemaFields = dict[_Path, dict[str, tuple[Any, Any]]]
+
+
+def _entity_type(tp: Any) -> type[Any] | None:
+    """The nested entity class of a field type (``X``, ``X | None``, ``tuple[X, ...]``), else None."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType, tuple):
+        for arg in typing.get_args(tp):
+            if arg is not type(None) and arg is not Ellipsis:
+                found = _entity_type(arg)
+                if found is not None:
+                    return found
+        return None
+    return tp if isinstance(tp, type) and is_dataclass(tp) else None
+
+
+_ZERO: dict[str, Any] = {
+    "bool": False, "int8": 0, "int16": 0, "int32": 0, "int64": 0, "uint16": 0, "uint32": 0, "uint64": 0,
+    "float64": 0.0, "string": "", "bytes": b"",
+}  # fmt: skip
+
+
+def _declared_default(f: Any) -> Any:
+    """A field's default as kio declares it; else Kafka's implicit one (null, empty, zero)."""
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    if type(None) in typing.get_args(f.type):
+        return None
+    if typing.get_origin(f.type) is tuple:
+        return ()
+    return _ZERO.get(f.metadata.get("kafka_type", ""), _NO_DEFAULT)
+
+
+def _collect(cls: type[Any], path: _Path, out: _SchemaFields) -> None:
+    known = out.setdefault(path, {})
+    for f in fields(cls):
+        default = _declared_default(f)
+        if f.name not in known or (known[f.name][1] is _NO_DEFAULT and default is not _NO_DEFAULT):
+            known[f.name] = (f.type, default)
+        nested = _entity_type(f.type)
+        if nested is not None:
+            _collect(nested, (*path, f.name), out)
+
+
+@cache
+def _schema_fields(api_key: int, request: bool) -> _SchemaFields:
+    """The union, over every version kio has of an API's request (or response), of the field names at each
+    nested entity path."""
+    out: _SchemaFields = {}
+    low, high = kio_version_range(api_key)
+    for version in range(low, high + 1):
+        cls = request_class(api_key, version) if request else response_class(api_key, version)
+        _collect(cls, (), out)
+    return out
+
+
+def _is_default(value: Any, tp: Any, default: Any) -> bool:
+    """Whether ``value`` given for a field equals the field's default (so dropping it loses nothing):
+    ``None``, an empty string or sequence for a field whose default is null or empty, or the default."""
+    if value is None:
+        return True
+    if isinstance(value, (str, bytes, list, tuple, Mapping)) and not value:
+        return default is None or not default
+    if default is _NO_DEFAULT or _entity_type(tp) is not None or isinstance(value, (list, tuple, Mapping)):
+        return False
+    try:
+        return bool(_convert(value, tp) == default)
+    except (TypeError, ValueError):
+        return False
+
+
+# Fields Kafka's message schemas mark "ignorable": a sender drops them for a version that lacks them,
+# whatever their value (the older broker just does not get the hint).  Keyed by API, then entity path.
+_IGNORABLE: dict[int, frozenset[tuple[_Path, str]]] = {
+    1: frozenset({((), "rack_id"), (("topics", "partitions"), "current_leader_epoch")}),  # Fetch
+    2: frozenset({((), "timeout"), (("topics", "partitions"), "current_leader_epoch")}),  # ListOffsets
+    8: frozenset({(("topics", "partitions"), "committed_leader_epoch")}),  # OffsetCommit
+    11: frozenset({((), "reason"), ((), "rebalance_timeout")}),  # JoinGroup
+    13: frozenset({(("members",), "reason")}),  # LeaveGroup
+    14: frozenset({((), "protocol_type"), ((), "protocol_name")}),  # SyncGroup
+}
+
+# Callers that still send both sides of a version split and rely on the builder to drop the side the
+# version lacks (to be made explicit by their owners, then removed): LeaveGroup's ``member_id`` (v0-2) and
+# ``members`` (v3+) from group/classic_membership.py.
+_VERSION_SPLIT: dict[int, frozenset[tuple[_Path, str]]] = {
+    13: frozenset({((), "member_id"), ((), "members")}),
+}
+
+
+class _Ctx(typing.NamedTuple):
+    api_key: int
+    version: int
+    request: bool
+    ignorable: frozenset[str]
+
+
+def _convert(value: Any, tp: Any, ctx: _Ctx | None = None, path: _Path = ()) -> Any:
     if value is None:
         return None
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _convert(value, args[0]) if len(args) == 1 else value
+        return _convert(value, args[0], ctx, path) if len(args) == 1 else value
     if origin is tuple:
         (inner, *_rest) = typing.get_args(tp)
-        return tuple(_convert(v, inner) for v in value)
+        return tuple(_convert(v, inner, ctx, path) for v in value)
     if isinstance(tp, type):
         if is_dataclass(tp):
             if isinstance(value, tp):
                 return value
             if isinstance(value, Mapping):
-                return _build(tp, value)
+                return _build(tp, value, ctx, path)
             raise TypeError(f"expected a mapping for {tp.__name__}, got {type(value).__name__}")
         if issubclass(tp, ErrorCode):
             return value if isinstance(value, ErrorCode) else ErrorCode(int(value))
@@ -162,15 +274,43 @@ def _convert(value: Any, tp: Any) -> Any:
     return value
 
 
-def _build(cls: type[Any], values: Mapping[str, Any]) -> Any:
+def _where(ctx: _Ctx, path: _Path) -> str:
+    kind = "request" if ctx.request else "response"
+    at = f" (in {'.'.join(path)})" if path else ""
+    return f"{API_NAMES.get(ctx.api_key, ctx.api_key)} v{ctx.version} {kind}{at}"
+
+
+def _absent_field(name: str, value: Any, ctx: _Ctx | None, path: _Path, cls: type[Any]) -> None:
+    """A key the entity of this version lacks: an error unless dropping it loses nothing."""
+    if ctx is None:  # an entity built outside build_request/build_response
+        raise TypeError(f"{cls.__qualname__} has no field {name!r}")
+    entry = _schema_fields(ctx.api_key, ctx.request).get(path, {}).get(name)
+    if entry is None:
+        raise TypeError(f"unknown field {name!r} for {_where(ctx, path)}: no version of the schema has it")
+    if (
+        not ctx.request  # responses are built by tests and tools for several versions at once
+        or name in ctx.ignorable
+        or (path, name) in _IGNORABLE.get(ctx.api_key, ())
+        or (path, name) in _VERSION_SPLIT.get(ctx.api_key, ())
+        or _is_default(value, *entry)
+    ):
+        return
+    raise UnsupportedVersionError(
+        f"{_where(ctx, path)} has no field {name!r}, and its value is not the default: "
+        f"the broker would not receive it"
+    )
+
+
+def _build(cls: type[Any], values: Mapping[str, Any], ctx: _Ctx | None = None, path: _Path = ()) -> Any:
     plan = _field_plan(cls)
     kwargs: dict[str, Any] = {}
     for name, value in values.items():
         entry = plan.get(name)
         if entry is None:
-            continue  # field absent in this version: dropped on purpose
-        kwargs[name] = _convert(value, entry[0])
-    missing = [n for n, (_t, has_default) in plan.items() if not has_default and n not in kwargs]
+            _absent_field(name, value, ctx, path, cls)
+            continue
+        kwargs[name] = _convert(value, entry[0], ctx, (*path, name) if entry[2] else path)
+    missing = [n for n, (_t, has_default, _e) in plan.items() if not has_default and n not in kwargs]
     for name in missing:
         tp = plan[name][0]
         # Nullable fields without default become None; required scalars are a programming error.
@@ -183,19 +323,26 @@ def _build(cls: type[Any], values: Mapping[str, Any]) -> Any:
     return cls(**kwargs)
 
 
-def build_request(api_key: int, version: int, values: Mapping[str, Any]) -> Any:
+def build_request(
+    api_key: int, version: int, values: Mapping[str, Any], *, ignorable: frozenset[str] = frozenset()
+) -> Any:
     """Build the kio request entity of ``version`` from plain values.
 
     Nested entities are given as mappings, lists become tuples, ints given for ``timedelta`` fields are
-    milliseconds.  Fields that the version lacks are dropped; missing nullable fields become ``None``.
+    milliseconds; missing nullable fields become ``None``.  Typed at build time:
+
+    * a key that no version of the API's schema has (at its nesting level) is a :class:`TypeError`;
+    * a key that this version lacks is dropped when its value is the field's default (or ``None``, or
+      empty), or when it is named in ``ignorable`` (Java's "ignorable" fields: the caller accepts that an
+      older broker does not receive it); any other value raises :class:`UnsupportedVersionError`.
     """
-    return _build(request_class(api_key, version), values)
+    return _build(request_class(api_key, version), values, _Ctx(api_key, version, True, ignorable))
 
 
 def build_response(api_key: int, version: int, values: Mapping[str, Any]) -> Any:
     """Build a kio response entity from plain values (tests and tools; same rules as
     :func:`build_request`)."""
-    return _build(response_class(api_key, version), values)
+    return _build(response_class(api_key, version), values, _Ctx(api_key, version, False, frozenset()))
 
 
 def encode_response(response: Any, correlation_id: int) -> bytes:
@@ -233,7 +380,7 @@ def _response_reader(cls: type[Any]) -> Any:
     return entity_reader(cls)
 
 
-_API_VERSIONS_KEY = 18
+_API_VERSIONS_KEY = API_KEYS["api_versions"]
 
 
 def encode_request(payload: Any, correlation_id: int, client_id: str | None) -> bytes:

@@ -516,11 +516,9 @@ class ShareFetchManager:
             "topics": [
                 {
                     "topic_id": tid,
-                    "partition_max_bytes": self._partition_max_bytes,
                     "partitions": [
                         {
                             "partition_index": p,
-                            "partition_max_bytes": self._partition_max_bytes,
                             "acknowledgement_batches": batches,
                         }
                         for p, batches in sorted(parts.items())

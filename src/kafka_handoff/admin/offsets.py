@@ -1,0 +1,157 @@
+"""Offset queries: list the offsets of partitions (ListOffsets to each leader)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from kafka_handoff.admin.calls import (
+    AdminCall,
+    is_retriable,
+)
+from kafka_handoff.config import AdminConfig
+from kafka_handoff.errors import (
+    KafkaTimeoutError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from kafka_handoff.protocol.backoff import ExponentialBackoff
+from kafka_handoff.protocol.requests import MonotonicClock
+from kafka_handoff.protocol.versions import ApiKey
+from kafka_handoff.types import ClusterMetadata, TopicPartition
+
+
+class OffsetSpec:
+    """Which offset :meth:`AdminClient.list_offsets` asks for (or give a timestamp in ms)."""
+
+    LATEST = -1
+    EARLIEST = -2
+    MAX_TIMESTAMP = -3
+
+
+class OffsetAdminMixin:
+    """Offset queries: mixed into :class:`~kafka_handoff.admin.AdminClient` (uses its call
+    plumbing)."""
+
+    if TYPE_CHECKING:
+        _clock: MonotonicClock
+
+        def _cluster(self, topics: Sequence[str] | None, deadline_ms: int) -> ClusterMetadata: ...
+
+        _config: AdminConfig
+
+        def _deadline(self, timeout: float | None) -> int: ...
+        @staticmethod
+        def _raise_first(errors: Sequence[BaseException]) -> None: ...
+        def _run(self, calls: Sequence[AdminCall], deadline_ms: int) -> list[Any]: ...
+
+    def list_offsets(
+        self,
+        partitions: Iterable[TopicPartition],
+        spec: int = OffsetSpec.LATEST,
+        *,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, int]:
+        """The offset of each partition for ``spec``: ``OffsetSpec.LATEST`` (the log end offset),
+        ``OffsetSpec.EARLIEST``, ``OffsetSpec.MAX_TIMESTAMP``, or a timestamp in ms (the first offset
+        at or after it; -1 when there is none).  Asked of each partition's leader."""
+        wanted = sorted({TopicPartition(*tp) for tp in partitions})
+        deadline = self._deadline(timeout)
+        result: dict[TopicPartition, int] = {}
+        attempts = 0
+        retry_backoff = ExponentialBackoff(
+            int(self._config.retry_backoff_ms), int(self._config.retry_backoff_max_ms)
+        )
+        while wanted:
+            attempts += 1
+            cluster = self._cluster(sorted({tp.topic for tp in wanted}), deadline)
+            by_leader: dict[int, list[TopicPartition]] = {}
+            retry: list[TopicPartition] = []
+            errors: list[BaseException] = []
+            for tp in wanted:
+                if tp.topic in cluster.topic_errors or tp.topic not in cluster.partitions:
+                    errors.append(UnknownTopicOrPartitionError(f"cannot list offsets of {tp}: no such topic"))
+                    continue
+                if cluster.partition_count(tp.topic) is not None and tp.partition >= len(
+                    cluster.partitions[tp.topic]
+                ):
+                    errors.append(
+                        UnknownTopicOrPartitionError(f"cannot list offsets of {tp}: no such partition")
+                    )
+                    continue
+                leader = cluster.leader_for(tp)
+                if leader is None:
+                    retry.append(tp)
+                else:
+                    by_leader.setdefault(leader, []).append(tp)
+            self._raise_first(errors)
+            calls = [
+                self._list_offsets_call(leader, tps, spec, deadline) for leader, tps in by_leader.items()
+            ]
+            for tps, outcome in zip(by_leader.values(), self._run(calls, deadline), strict=True):
+                if isinstance(outcome, BaseException):
+                    if not is_retriable(outcome):
+                        raise outcome
+                    retry.extend(tps)  # the leader is unreachable: ask the metadata for the new one
+                    continue
+                for tp, value in outcome.items():
+                    if isinstance(value, BaseException):
+                        if getattr(value, "retriable", False):
+                            retry.append(tp)
+                        else:
+                            errors.append(value)
+                    else:
+                        result[tp] = value
+            self._raise_first(errors)
+            wanted = sorted(retry)
+            if wanted:
+                left_ms = deadline - self._clock.now_ms()
+                if left_ms <= 0:
+                    raise KafkaTimeoutError(f"listing offsets of {[str(tp) for tp in wanted]} timed out")
+                time.sleep(min(left_ms, retry_backoff.after_failures(attempts)) / 1000.0)
+        return dict(sorted(result.items()))
+
+    def _list_offsets_call(
+        self, leader: int, tps: Sequence[TopicPartition], spec: int, deadline: int
+    ) -> AdminCall:
+        by_topic: dict[str, list[int]] = {}
+        for tp in tps:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+
+        def build(version: int, timeout_ms: int) -> dict[str, Any]:
+            return {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "name": topic,
+                        "partitions": [
+                            {"partition_index": p, "current_leader_epoch": -1, "timestamp": spec}
+                            for p in parts
+                        ],
+                    }
+                    for topic, parts in by_topic.items()
+                ],
+                "timeout": timeout_ms,
+            }
+
+        def handle(response: Any, version: int, node: int) -> dict[TopicPartition, Any]:
+            out: dict[TopicPartition, Any] = {}
+            for t in response.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(str(t.name), int(p.partition_index))
+                    code = int(p.error_code)
+                    out[tp] = error_for_code(code, f"listing offsets of {tp}") if code else int(p.offset)
+            return out
+
+        return AdminCall(
+            f"ListOffsets(broker {leader})",
+            ApiKey.LIST_OFFSETS,
+            leader,
+            build,
+            handle,
+            deadline,
+            min_version=1,
+            reroute=True,
+        )
