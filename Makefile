@@ -40,6 +40,7 @@ docs: $(STAMP)
 
 test: setup docs
 	$(VENV)/bin/ruff check src tests examples
+	$(VENV)/bin/ruff format --check src tests examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -p no:cacheprovider tests
 

@@ -597,6 +597,7 @@ def resolve_aliases(props: Mapping[str, Any]) -> dict[str, Any]:
         out[canonical] = value
     return out
 
+
 _ACKS_ALLOWED = "all, -1, 0, 1"
 
 

@@ -141,8 +141,11 @@ def test_a_killed_member_s_unprocessed_batch_is_delivered_again(
             proc.wait(10)
 
     config: dict[str, Any] = {
-        "bootstrap.servers": bootstrap, "group.id": group, "group.protocol": protocol,
-        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "group.protocol": protocol,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
     }
     with Consumer(config) as consumer:
         consumer.subscribe([topic])

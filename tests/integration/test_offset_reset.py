@@ -31,7 +31,9 @@ def test_no_offset_is_raised_by_every_poll_until_the_application_seeks(
     _produce(broker.bootstrap_servers, topic, 10)
     tp = TopicPartition(topic, 0)
     config = {
-        "bootstrap.servers": broker.bootstrap_servers, "auto.offset.reset": "none", "group.id": f"g-{topic}"
+        "bootstrap.servers": broker.bootstrap_servers,
+        "auto.offset.reset": "none",
+        "group.id": f"g-{topic}",
     }
     with Consumer(config) as consumer:
         consumer.assign([tp])

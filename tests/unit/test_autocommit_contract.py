@@ -39,8 +39,9 @@ class Pipeline:
         self.subs.assign_from_user([A0])
         self.subs.seek(A0, 0)
         self.buffer = FetchBuffer()
-        self.collector = Collector(self.subs, self.buffer, max_poll_records=200, check_crcs=True,
-                                   read_committed=False)
+        self.collector = Collector(
+            self.subs, self.buffer, max_poll_records=200, check_crcs=True, read_committed=False
+        )
         self.h.requests()  # arms the timer
         self.committed: list[int] = []
 
@@ -139,8 +140,15 @@ def test_commit_sync_without_offsets_still_commits_everything_returned(ah: Confi
     assert c._commits is not None
     original = c._commits.commit
 
-    def capture(offsets: Mapping[TopicPartition, OffsetAndMetadata], future: Future[None], deadline_ms: int,
-                *, retry: bool = True, now_ms: int = 0, only_owned: bool = False) -> None:
+    def capture(
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        future: Future[None],
+        deadline_ms: int,
+        *,
+        retry: bool = True,
+        now_ms: int = 0,
+        only_owned: bool = False,
+    ) -> None:
         sent.append(dict(offsets))
         future.set_result(None)
 

@@ -97,8 +97,15 @@ def test_an_unrelated_background_error_during_the_pre_revoke_auto_commit_reaches
     assert commits is not None
     sent: list[dict[TopicPartition, OffsetAndMetadata]] = []
 
-    def commit(offsets: Mapping[TopicPartition, OffsetAndMetadata], future: Future[None], deadline_ms: int,
-               *, retry: bool = True, now_ms: int = 0, only_owned: bool = False) -> None:
+    def commit(
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        future: Future[None],
+        deadline_ms: int,
+        *,
+        retry: bool = True,
+        now_ms: int = 0,
+        only_owned: bool = False,
+    ) -> None:
         # Network thread: while the commit is under way, an unrelated error is posted; the commit succeeds
         # a little later (its response arrives after the error).
         sent.append(dict(offsets))

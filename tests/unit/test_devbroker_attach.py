@@ -15,13 +15,28 @@ pytestmark = pytest.mark.unit
 def write_state(data_dir: Path, *, supervised: bool, owner_pid: int) -> None:
     data_dir.mkdir(parents=True, exist_ok=True)
     nodes = [
-        {"node_id": i, "host": "127.0.0.1", "port": 40000 + i, "controller_port": 41000 + i,
-         "node_dir": str(data_dir / f"node-{i}"), "pid": None, "supervisor_pid": None}
+        {
+            "node_id": i,
+            "host": "127.0.0.1",
+            "port": 40000 + i,
+            "controller_port": 41000 + i,
+            "node_dir": str(data_dir / f"node-{i}"),
+            "pid": None,
+            "supervisor_pid": None,
+        }
         for i in (1, 2, 3)
     ]
-    state = {"format": 1, "cluster_id": "AAAAAAAAAAAAAAAAAAAAAA", "supervised": supervised,
-             "ephemeral": False, "owner_pid": owner_pid, "started_at": 0.0, "overrides": {},
-             "jvm_opts": ["-Xshare:auto"], "nodes": nodes}
+    state = {
+        "format": 1,
+        "cluster_id": "AAAAAAAAAAAAAAAAAAAAAA",
+        "supervised": supervised,
+        "ephemeral": False,
+        "owner_pid": owner_pid,
+        "started_at": 0.0,
+        "overrides": {},
+        "jvm_opts": ["-Xshare:auto"],
+        "nodes": nodes,
+    }
     (data_dir / "state.json").write_text(json.dumps(state))
 
 

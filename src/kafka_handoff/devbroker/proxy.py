@@ -276,9 +276,7 @@ class FaultProxy:
         self.host = host
         self.routes: dict[int, Route] = {}
 
-    def add_route(
-        self, node_id: int, upstream: tuple[str, int] | None = None, listen_port: int = 0
-    ) -> Route:
+    def add_route(self, node_id: int, upstream: tuple[str, int] | None = None, listen_port: int = 0) -> Route:
         """Listen on ``listen_port`` (0: a free one) and forward to ``upstream`` (settable later)."""
         if node_id in self.routes:
             raise ValueError(f"node_id: a route for node {node_id} exists already")

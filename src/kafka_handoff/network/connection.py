@@ -379,11 +379,7 @@ class BrokerConnection:
         if self.state is ConnState.AUTHENTICATING and self._auth is None:
             if self._waiting_token or not self.in_flight:
                 self._start_auth(now_ms, request_timeout_ms)
-        elif (
-            self.state is ConnState.READY
-            and self.reauth_at_ms is not None
-            and self.reauth_at_ms <= now_ms
-        ):
+        elif self.state is ConnState.READY and self.reauth_at_ms is not None and self.reauth_at_ms <= now_ms:
             self.reauth_at_ms = None
             self.state = ConnState.AUTHENTICATING
             if not self.in_flight:

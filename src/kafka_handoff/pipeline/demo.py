@@ -51,8 +51,13 @@ def produce_events(
 
     producer = Producer(
         # a generous delivery timeout: on a busy machine the broker can fall minutes behind a fast producer
-        {"bootstrap.servers": bootstrap, "compression.type": "lz4", "linger.ms": 10, "batch.size": 65536,
-         "delivery.timeout.ms": 600_000}
+        {
+            "bootstrap.servers": bootstrap,
+            "compression.type": "lz4",
+            "linger.ms": 10,
+            "batch.size": 65536,
+            "delivery.timeout.ms": 600_000,
+        }
     )
     sent = malformed = 0
     try:
