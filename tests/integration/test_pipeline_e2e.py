@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from oracle_helpers import read_confluent
 
 from kafka_handoff.cli.produce_sample import generate_events
 from kafka_handoff.consumer import Consumer
@@ -339,41 +340,6 @@ def test_pipeline_errors_are_pipeline_errors() -> None:
 
 
 # ------------------------------------------------------------------------------------------------ Kafka sink
-def _read_committed_values(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[bytes]:
-    """Everything in ``topic`` up to its end (the last stable offset for read_committed), via librdkafka."""
-    confluent_kafka = pytest.importorskip("confluent_kafka")
-    consumer = confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"oracle-{time.monotonic_ns()}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "isolation.level": isolation,
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.subscribe([topic])
-    parts = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-    values: list[bytes] = []
-    eof: set[int] = set()
-    deadline = time.monotonic() + 30
-    try:
-        while len(eof) < parts and time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                if msg.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
-                    eof.add(msg.partition())
-                    continue
-                raise AssertionError(msg.error())
-            eof.discard(msg.partition())
-            values.append(msg.value())
-    finally:
-        consumer.close()
-    return values
-
-
 def test_kafka_sink_and_dead_letter_topic_are_exactly_once_across_a_crash_mid_transaction(
     broker: Any, topic_factory: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -420,12 +386,12 @@ def test_kafka_sink_and_dead_letter_topic_are_exactly_once_across_a_crash_mid_tr
     summary = Worker(config, spark=spark, member="w1", until_idle_s=2).run()
     assert summary.batches_committed >= 1
 
-    written = _read_committed_values(bootstrap, out_topic, "read_uncommitted")
-    output = Counter(json.loads(v)["event_id"] for v in _read_committed_values(bootstrap, out_topic))
+    written = read_confluent(bootstrap, out_topic, "read_uncommitted")
+    output = Counter(json.loads(v)["event_id"] for v in read_confluent(bootstrap, out_topic))
     assert pt.exactly_once_report(pt.valid_event_ids(events), output) == ""
     shown = read_output(config)  # the sink's own reader: read_committed up to the last stable offsets
     assert pt.exactly_once_report(pt.valid_event_ids(events), pt.output_event_ids(shown)) == ""
     assert len(written) > sum(output.values()), "the aborted transaction's output was on the log"
     malformed = Counter(e.value for e in events if e.malformed)
-    assert Counter(_read_committed_values(bootstrap, dead_topic)) == malformed
+    assert Counter(read_confluent(bootstrap, dead_topic)) == malformed
     assert committed(bootstrap, f"g-{topic}", topic, 2) == end_offsets(bootstrap, topic, 2)

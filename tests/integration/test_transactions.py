@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 import pytest
+from oracle_helpers import read_confluent
 
 from kafka_handoff import Consumer, Producer
 from kafka_handoff.errors import IllegalStateError, InvalidProducerEpochError, ProducerFencedError
@@ -15,48 +16,10 @@ from kafka_handoff.types import OffsetAndMetadata, TopicPartition
 
 pytestmark = pytest.mark.integration
 
-confluent_kafka = pytest.importorskip("confluent_kafka")
 
 
 def _txn_producer(bootstrap: str, txn_id: str, **extra: Any) -> Producer:
     return Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 2, **extra})
-
-
-def read_confluent(
-    bootstrap: str, topic: str, isolation: str, expected: int, timeout: float = 30
-) -> list[bytes]:
-    """Every value in ``topic`` as librdkafka's consumer sees it: reads until the end offsets (LSO for
-    read_committed) are reached and at least ``expected`` values arrived."""
-    consumer = confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"oracle-{uuid.uuid4().hex[:8]}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "isolation.level": isolation,
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    eof: set[int] = set()
-    parts = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline and (len(values) < expected or len(eof) < parts):
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                if msg.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
-                    eof.add(msg.partition())
-                    continue
-                raise AssertionError(msg.error())
-            eof.discard(msg.partition())
-            values.append(msg.value())
-    finally:
-        consumer.close()
-    return values
 
 
 def read_ours(bootstrap: str, topic: str, expected: int, timeout: float = 30) -> list[bytes]:
