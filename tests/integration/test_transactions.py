@@ -17,7 +17,6 @@ from kafka_handoff.types import OffsetAndMetadata, TopicPartition
 pytestmark = pytest.mark.integration
 
 
-
 def _txn_producer(bootstrap: str, txn_id: str, **extra: Any) -> Producer:
     return Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 2, **extra})
 
