@@ -848,3 +848,29 @@ def test_abort_all_fails_queued_and_in_flight() -> None:
     assert h.sender.abort_all(error, h.clock.now_ms()) == 2
     assert in_flight.exception(0) is error and queued.exception(0) is error
     assert not h.sender.has_pending()
+
+
+def test_later_batch_written_before_earlier_ones_is_not_a_silent_stall() -> None:
+    # A fresh partition: the broker's metadata already names its leader, but the leader does not host the
+    # partition yet (KRaft publishes the metadata image before the replica manager makes the partition),
+    # so the first requests are answered NOT_LEADER_OR_FOLLOWER and a later pipelined one is written --
+    # at its sequence, since the broker has no state for this producer and accepts any first sequence.
+    # The earlier batches' retries then get OUT_OF_ORDER_SEQUENCE_NUMBER for ever (their sequences are
+    # behind the acknowledged one): without an epoch bump they stall until delivery.timeout.ms.
+    h = Harness(batch_size=100, retry_backoff_ms=10, retry_backoff_max_ms=50)
+    h.init()
+    data = values(30)
+    futures = [h.send(v) for v in data]
+    requests = h.poll()
+    assert len(requests) >= 3
+    h.actions.append(lambda tp, d: (NOT_LEADER, -1))
+    h.answer(requests[0])
+    h.answer(requests[1])
+    h.actions.clear()
+    h.answer(requests[2])  # the partition is ready now: written at its sequence
+    h.run(max_steps=2000)  # 20 s of fake time, far below the delivery timeout
+    assert all(f.done() for f in futures)
+    assert all(f.exception(0) is None for f in futures)
+    log = h.broker.logs[TopicPartition("t", 0)]
+    assert sorted(log, key=lambda v: int((v or b"v")[1:])) == data  # each record once, the early ones last
+    assert h.idem is not None and h.idem.epoch == 1  # the gap was closed by an epoch bump

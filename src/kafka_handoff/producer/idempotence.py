@@ -296,12 +296,43 @@ class IdempotenceManager:
             if not unresolved and (
                 batch.sequence_reset or not self._is_next_sequence(tp, batch.base_sequence)
             ):
-                # Not the batch right after the last acknowledged one: an earlier batch is being retried.
+                if self._is_unfillable_gap(batch):
+                    # No earlier batch is left to fill the gap (e.g. a later batch was written while this
+                    # one was answered NOT_LEADER_OR_FOLLOWER by a fresh partition's leader): the broker
+                    # would refuse this sequence for ever.  Renumber under a new epoch and resend.
+                    entry = self._partitions[tp]
+                    log.warning(
+                        "%s: the broker refuses sequence %d (OUT_OF_ORDER_SEQUENCE_NUMBER) after "
+                        "acknowledging up to %d, and no earlier batch is pending: bumping the epoch to resend"
+                        " %d record(s), which now follow records sent after them",
+                        tp,
+                        batch.base_sequence,
+                        entry.last_acked_sequence,
+                        sum(len(b.entries) for b in entry.in_flight),
+                    )
+                    self.request_epoch_bump(tp)
+                # Else not the batch right after the last acknowledged one: an earlier batch is being retried.
                 return True
             if not unresolved or self._unresolved.get(tp) == batch.base_sequence:
                 self.request_epoch_bump(tp)
             return True
         return retriable
+
+    def _is_unfillable_gap(self, batch: ProducerBatch) -> bool:
+        """Whether ``batch`` is its partition's first unacknowledged batch under the current producer id
+        and epoch while the broker acknowledged a sequence that does not lead to it: no retry of an
+        earlier batch can close that gap."""
+        entry = self._partitions.get(batch.tp)
+        return (
+            entry is not None
+            and not self._is_stale(entry)
+            and batch.producer_id == entry.producer_id
+            and batch.producer_epoch == entry.epoch
+            and entry.last_acked_sequence != NO_SEQUENCE
+            and bool(entry.in_flight)
+            and entry.in_flight[0] is batch
+            and not self._is_next_sequence(batch.tp, batch.base_sequence)
+        )
 
     def _is_next_sequence(self, tp: TopicPartition, sequence: int) -> bool:
         entry = self._partitions.get(tp)
