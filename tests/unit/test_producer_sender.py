@@ -874,3 +874,40 @@ def test_later_batch_written_before_earlier_ones_is_not_a_silent_stall() -> None
     log = h.broker.logs[TopicPartition("t", 0)]
     assert sorted(log, key=lambda v: int((v or b"v")[1:])) == data  # each record once, the early ones last
     assert h.idem is not None and h.idem.epoch == 1  # the gap was closed by an epoch bump
+
+
+def test_records_stalled_longer_than_request_timeout_are_warned_about_with_the_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    h = Harness(partitions=2, leaders={0: 1})  # partition 1 has no leader
+    h.init()
+    h.send(b"a", partition=0)
+    stuck = h.send(b"b", partition=1)
+    h.actions.append(lambda tp, d: (NOT_ENOUGH_REPLICAS, -1) if tp.partition == 0 else None)
+    with caplog.at_level("INFO", logger="kafka_handoff.producer.sender"):
+        for _ in range(300):  # 30 s of fake time: nothing is warned about before request.timeout.ms
+            h.poll()
+            while h.in_flight:
+                h.answer()
+            h.clock.advance(100)
+        assert h.sender.stall_warnings == 0
+        for _ in range(20):
+            h.poll()
+            while h.in_flight:
+                h.answer()
+            h.clock.advance(100)
+        assert h.sender.stall_warnings == 1  # one line for both partitions, not one per poll
+        (line,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert "t-0: 1 record(s)" in line and "attempt(s) failed, the last with" in line
+        assert "t-1: 1 record(s)" in line and "no leader in metadata" in line
+        assert not stuck.done()
+        # The partition gets a leader and the broker recovers: delivered, and said so.
+        h.actions.clear()
+        h.set_leaders({0: 1, 1: 1})
+        h.clock.advance(2000)
+        h.run()
+        h.clock.advance(1000)
+        h.poll()
+        assert stuck.result(0).offset == 0
+        infos = [m for r in caplog.records if r.levelname == "INFO" and "again" in (m := r.getMessage())]
+        assert sorted(infos) == ["records for t-0 are delivered again", "records for t-1 are delivered again"]

@@ -210,19 +210,30 @@ class IdempotenceManager:
     def may_drain(self, batch: ProducerBatch) -> bool:
         """Whether ``batch`` (the first queued batch of its partition) may be sent now
         (the negation of Java's ``shouldStopDrainBatchesForPartition``)."""
+        return self.drain_veto(batch) is None
+
+    def drain_veto(self, batch: ProducerBatch) -> str | None:
+        """Why ``batch`` (the first queued batch of its partition) may not be sent now, or None."""
         if not self.has_producer_id:
-            return False
+            return "the idempotent producer has no producer id yet (InitProducerId)"
         tp = batch.tp
         entry = self._partitions.get(tp)
         if batch.base_sequence == NO_SEQUENCE:
             if entry is not None and entry.in_flight and self._is_stale(entry):
                 # Earlier batches still carry the old epoch: a new batch at sequence 0 of the new epoch
                 # could overtake them.
-                return False
-            return tp not in self._unresolved
+                return f"{len(entry.in_flight)} earlier batch(es) of the previous producer epoch are pending"
+            if tp in self._unresolved:
+                return (
+                    f"sequence {self._unresolved[tp]} is unresolved (a batch expired in flight) until the "
+                    "partition's requests are answered"
+                )
+            return None
         first = entry.first_in_flight_sequence() if entry is not None else NO_SEQUENCE
         # A retried batch goes only when it is the partition's first unacknowledged batch.
-        return first == NO_SEQUENCE or batch.base_sequence == first
+        if first == NO_SEQUENCE or batch.base_sequence == first:
+            return None
+        return f"its retry (sequence {batch.base_sequence}) waits for the batch at sequence {first}"
 
     def assign_sequence(self, batch: ProducerBatch) -> None:
         """Give a newly drained batch the producer id, epoch and the partition's next sequence."""
