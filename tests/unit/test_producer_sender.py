@@ -780,6 +780,8 @@ def test_kip951_hint_moves_every_in_flight_batch_of_the_partition_in_order() -> 
     h = Harness(batch_size=100, retry_backoff_ms=1000)
     _with_epoch(h, leader=1, epoch=3)
     h.init()
+    h.send(b"first")
+    h.run()  # the broker knows the producer now: the partition's batches are pipelined
     data = values(30)
     futures = [h.send(v) for v in data]
     requests = h.poll()
@@ -791,8 +793,8 @@ def test_kip951_hint_moves_every_in_flight_batch_of_the_partition_in_order() -> 
     start = h.clock.now_ms()
     h.run()
     assert h.clock.now_ms() - start < 1000  # no retry waited for its backoff
-    assert h.broker.logs[TopicPartition("t", 0)] == data  # once each, in order
-    assert [f.result(0).offset for f in futures] == list(range(30))
+    assert h.broker.logs[TopicPartition("t", 0)] == [b"first", *data]  # once each, in order
+    assert [f.result(0).offset for f in futures] == list(range(1, 31))
     assert h.idem is not None and h.idem.epoch == 0
 
 
@@ -850,15 +852,47 @@ def test_abort_all_fails_queued_and_in_flight() -> None:
     assert not h.sender.has_pending()
 
 
-def test_later_batch_written_before_earlier_ones_is_not_a_silent_stall() -> None:
+def test_first_batch_of_a_fresh_partition_is_acknowledged_before_more_are_sent() -> None:
     # A fresh partition: the broker's metadata already names its leader, but the leader does not host the
-    # partition yet (KRaft publishes the metadata image before the replica manager makes the partition),
-    # so the first requests are answered NOT_LEADER_OR_FOLLOWER and a later pipelined one is written --
-    # at its sequence, since the broker has no state for this producer and accepts any first sequence.
-    # The earlier batches' retries then get OUT_OF_ORDER_SEQUENCE_NUMBER for ever (their sequences are
-    # behind the acknowledged one): without an epoch bump they stall until delivery.timeout.ms.
+    # partition yet (KRaft publishes the metadata image before the replica manager creates the partition),
+    # so it answers NOT_LEADER_OR_FOLLOWER for a while.  Had a later pipelined batch been written then --
+    # at its sequence: the broker accepts any first sequence from a producer it has no state for -- the
+    # first batches would be refused for ever (OUT_OF_ORDER_SEQUENCE_NUMBER), a silent stall until
+    # delivery.timeout.ms.  So the partition gets one batch until the broker acknowledged one.
     h = Harness(batch_size=100, retry_backoff_ms=10, retry_backoff_max_ms=50)
     h.init()
+    data = values(30)
+    futures = [h.send(v) for v in data]
+    (first,) = h.poll()
+    assert h.poll() == []
+    h.actions.append(lambda tp, d: (NOT_LEADER, -1))
+    h.answer(first)
+    h.clock.advance(20)
+    (retry,) = h.poll()
+    assert h.header(h.batches_of(retry)[0][1]).base_sequence == 0
+    h.answer(retry)  # still not hosted
+    h.actions.clear()
+    h.clock.advance(60)
+    (retry,) = h.poll()
+    h.answer(retry)  # hosted now: sequence 0 written
+    requests = h.poll()
+    assert len(requests) == 5  # pipelined from now on
+    h.run()
+    assert h.broker.logs[TopicPartition("t", 0)] == data  # once each, in order
+    assert [f.result(0).offset for f in futures] == list(range(30))
+    assert h.idem is not None and h.idem.epoch == 0
+
+
+def test_out_of_order_behind_the_acknowledged_sequence_bumps_the_epoch_instead_of_stalling() -> None:
+    # The broker lost this producer's state for the partition (it accepts any sequence again); while the
+    # first pipelined batches are answered NOT_LEADER_OR_FOLLOWER a later one is written.  The earlier
+    # batches' sequences are behind the acknowledged one and no earlier batch can fill the gap: without an
+    # epoch bump their retries get OUT_OF_ORDER_SEQUENCE_NUMBER until delivery.timeout.ms.
+    h = Harness(batch_size=100, retry_backoff_ms=10, retry_backoff_max_ms=50)
+    h.init()
+    h.send(b"v-1")
+    h.run()
+    h.broker.producers.clear()
     data = values(30)
     futures = [h.send(v) for v in data]
     requests = h.poll()
@@ -867,12 +901,11 @@ def test_later_batch_written_before_earlier_ones_is_not_a_silent_stall() -> None
     h.answer(requests[0])
     h.answer(requests[1])
     h.actions.clear()
-    h.answer(requests[2])  # the partition is ready now: written at its sequence
+    h.answer(requests[2])  # written at its sequence
     h.run(max_steps=2000)  # 20 s of fake time, far below the delivery timeout
-    assert all(f.done() for f in futures)
     assert all(f.exception(0) is None for f in futures)
     log = h.broker.logs[TopicPartition("t", 0)]
-    assert sorted(log, key=lambda v: int((v or b"v")[1:])) == data  # each record once, the early ones last
+    assert sorted(log, key=lambda v: int((v or b"v")[1:])) == [b"v-1", *data]  # each record once
     assert h.idem is not None and h.idem.epoch == 1  # the gap was closed by an epoch bump
 
 

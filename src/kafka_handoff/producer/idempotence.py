@@ -10,6 +10,14 @@ Behaviour follows the Java client's ``TransactionManager`` for a non-transaction
 * Up to five requests per connection may be in flight.  Order is kept because a batch that is retried
   goes back into its queue in sequence order, and a retried batch is only sent again when it is the
   partition's *first* unacknowledged batch: retries flow one at a time until the partition has caught up.
+* A partition's first batch under a producer id/epoch goes alone, and the next ones once it is
+  acknowledged: the broker accepts any first sequence from a producer it has no state for, so a later batch
+  written while the first one is refused with a retriable error (a fresh partition's leader answers
+  ``NOT_LEADER_OR_FOLLOWER`` until it hosts the partition) would leave a gap before it that no retry can
+  fill.  Should such a gap appear anyway (the broker lost the producer's state mid-stream), the batch
+  whose ``OUT_OF_ORDER_SEQUENCE_NUMBER`` proves it -- the first unacknowledged one, behind the acknowledged
+  sequence -- gets an epoch bump (with a WARNING: its records land after later ones) instead of being
+  retried until ``delivery.timeout.ms``.
 * A batch that failed for good after getting a sequence leaves a gap the broker would reject
   (``OUT_OF_ORDER_SEQUENCE_NUMBER``).  The fix is an *epoch bump*: the epoch is incremented locally and the
   partition's unacknowledged batches are renumbered from sequence 0 under the new epoch, which the broker
@@ -228,6 +236,13 @@ class IdempotenceManager:
                     f"sequence {self._unresolved[tp]} is unresolved (a batch expired in flight) until the "
                     "partition's requests are answered"
                 )
+            if entry is not None and entry.in_flight and entry.last_acked_sequence == NO_SEQUENCE:
+                # The broker accepts any first sequence from a producer it has no state for: were a later
+                # batch written while the first one is answered with a retriable error (a fresh
+                # partition's leader answers NOT_LEADER_OR_FOLLOWER until it hosts the partition), the
+                # first one would be refused for ever (OUT_OF_ORDER_SEQUENCE_NUMBER).  So nothing more is
+                # sent to the partition until the broker acknowledged a batch of this producer id/epoch.
+                return "the partition's first batch of this producer id/epoch is not acknowledged yet"
             return None
         first = entry.first_in_flight_sequence() if entry is not None else NO_SEQUENCE
         # A retried batch goes only when it is the partition's first unacknowledged batch.
