@@ -780,6 +780,8 @@ def test_kip951_hint_moves_every_in_flight_batch_of_the_partition_in_order() -> 
     h = Harness(batch_size=100, retry_backoff_ms=1000)
     _with_epoch(h, leader=1, epoch=3)
     h.init()
+    h.send(b"first")
+    h.run()  # the broker knows the producer now: the partition's batches are pipelined
     data = values(30)
     futures = [h.send(v) for v in data]
     requests = h.poll()
@@ -791,8 +793,8 @@ def test_kip951_hint_moves_every_in_flight_batch_of_the_partition_in_order() -> 
     start = h.clock.now_ms()
     h.run()
     assert h.clock.now_ms() - start < 1000  # no retry waited for its backoff
-    assert h.broker.logs[TopicPartition("t", 0)] == data  # once each, in order
-    assert [f.result(0).offset for f in futures] == list(range(30))
+    assert h.broker.logs[TopicPartition("t", 0)] == [b"first", *data]  # once each, in order
+    assert [f.result(0).offset for f in futures] == list(range(1, 31))
     assert h.idem is not None and h.idem.epoch == 0
 
 
@@ -848,3 +850,97 @@ def test_abort_all_fails_queued_and_in_flight() -> None:
     assert h.sender.abort_all(error, h.clock.now_ms()) == 2
     assert in_flight.exception(0) is error and queued.exception(0) is error
     assert not h.sender.has_pending()
+
+
+def test_first_batch_of_a_fresh_partition_is_acknowledged_before_more_are_sent() -> None:
+    # A fresh partition: the broker's metadata already names its leader, but the leader does not host the
+    # partition yet (KRaft publishes the metadata image before the replica manager creates the partition),
+    # so it answers NOT_LEADER_OR_FOLLOWER for a while.  Had a later pipelined batch been written then --
+    # at its sequence: the broker accepts any first sequence from a producer it has no state for -- the
+    # first batches would be refused for ever (OUT_OF_ORDER_SEQUENCE_NUMBER), a silent stall until
+    # delivery.timeout.ms.  So the partition gets one batch until the broker acknowledged one.
+    h = Harness(batch_size=100, retry_backoff_ms=10, retry_backoff_max_ms=50)
+    h.init()
+    data = values(30)
+    futures = [h.send(v) for v in data]
+    (first,) = h.poll()
+    assert h.poll() == []
+    h.actions.append(lambda tp, d: (NOT_LEADER, -1))
+    h.answer(first)
+    h.clock.advance(20)
+    (retry,) = h.poll()
+    assert h.header(h.batches_of(retry)[0][1]).base_sequence == 0
+    h.answer(retry)  # still not hosted
+    h.actions.clear()
+    h.clock.advance(60)
+    (retry,) = h.poll()
+    h.answer(retry)  # hosted now: sequence 0 written
+    requests = h.poll()
+    assert len(requests) == 5  # pipelined from now on
+    h.run()
+    assert h.broker.logs[TopicPartition("t", 0)] == data  # once each, in order
+    assert [f.result(0).offset for f in futures] == list(range(30))
+    assert h.idem is not None and h.idem.epoch == 0
+
+
+def test_out_of_order_behind_the_acknowledged_sequence_bumps_the_epoch_instead_of_stalling() -> None:
+    # The broker lost this producer's state for the partition (it accepts any sequence again); while the
+    # first pipelined batches are answered NOT_LEADER_OR_FOLLOWER a later one is written.  The earlier
+    # batches' sequences are behind the acknowledged one and no earlier batch can fill the gap: without an
+    # epoch bump their retries get OUT_OF_ORDER_SEQUENCE_NUMBER until delivery.timeout.ms.
+    h = Harness(batch_size=100, retry_backoff_ms=10, retry_backoff_max_ms=50)
+    h.init()
+    h.send(b"v-1")
+    h.run()
+    h.broker.producers.clear()
+    data = values(30)
+    futures = [h.send(v) for v in data]
+    requests = h.poll()
+    assert len(requests) >= 3
+    h.actions.append(lambda tp, d: (NOT_LEADER, -1))
+    h.answer(requests[0])
+    h.answer(requests[1])
+    h.actions.clear()
+    h.answer(requests[2])  # written at its sequence
+    h.run(max_steps=2000)  # 20 s of fake time, far below the delivery timeout
+    assert all(f.exception(0) is None for f in futures)
+    log = h.broker.logs[TopicPartition("t", 0)]
+    assert sorted(log, key=lambda v: int((v or b"v")[1:])) == [b"v-1", *data]  # each record once
+    assert h.idem is not None and h.idem.epoch == 1  # the gap was closed by an epoch bump
+
+
+def test_records_stalled_longer_than_request_timeout_are_warned_about_with_the_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    h = Harness(partitions=2, leaders={0: 1})  # partition 1 has no leader
+    h.init()
+    h.send(b"a", partition=0)
+    stuck = h.send(b"b", partition=1)
+    h.actions.append(lambda tp, d: (NOT_ENOUGH_REPLICAS, -1) if tp.partition == 0 else None)
+    with caplog.at_level("INFO", logger="kafka_handoff.producer.sender"):
+        for _ in range(300):  # 30 s of fake time: nothing is warned about before request.timeout.ms
+            h.poll()
+            while h.in_flight:
+                h.answer()
+            h.clock.advance(100)
+        assert h.sender.stall_warnings == 0
+        for _ in range(20):
+            h.poll()
+            while h.in_flight:
+                h.answer()
+            h.clock.advance(100)
+        assert h.sender.stall_warnings == 1  # one line for both partitions, not one per poll
+        (line,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert "t-0: 1 record(s)" in line and "attempt(s) failed, the last with" in line
+        assert "t-1: 1 record(s)" in line and "no leader in metadata" in line
+        assert not stuck.done()
+        # The partition gets a leader and the broker recovers: delivered, and said so.
+        h.actions.clear()
+        h.set_leaders({0: 1, 1: 1})
+        h.clock.advance(2000)
+        h.run()
+        h.clock.advance(1000)
+        h.poll()
+        assert stuck.result(0).offset == 0
+        infos = [m for r in caplog.records if r.levelname == "INFO" and "again" in (m := r.getMessage())]
+        assert sorted(infos) == ["records for t-0 are delivered again", "records for t-1 are delivered again"]

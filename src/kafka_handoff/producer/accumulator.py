@@ -588,6 +588,11 @@ class RecordAccumulator:
     def waiting_threads(self) -> int:
         return self._waiting
 
+    def queue_heads(self) -> list[tuple[ProducerBatch, int]]:
+        """The first queued batch of every partition that has one, with the number of queued records."""
+        with self._lock:
+            return [(dq[0], sum(len(b.entries) for b in dq)) for dq in self._batches.values() if dq]
+
     def queued_batches(self, tp: TopicPartition) -> list[ProducerBatch]:
         with self._lock:
             return list(self._batches.get(tp, ()))

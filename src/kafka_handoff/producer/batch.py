@@ -241,6 +241,7 @@ class ProducerBatch:
         "expired",
         "in_flight",
         "last_attempt_ms",
+        "last_error",
         "limit",
         "max_timestamp",
         "memory",
@@ -272,6 +273,8 @@ class ProducerBatch:
         self.created_ms = created_ms
         self.last_attempt_ms = created_ms
         self.attempts = 0
+        self.last_error: BaseException | None = None
+        """Why the last attempt failed (a retried batch), for the stall warning."""
         self.retry_at_ms = 0
         self.sent_to = -1
         """The broker the last attempt went to: a retry to another (new) leader skips the backoff."""

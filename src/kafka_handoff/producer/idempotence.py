@@ -10,6 +10,14 @@ Behaviour follows the Java client's ``TransactionManager`` for a non-transaction
 * Up to five requests per connection may be in flight.  Order is kept because a batch that is retried
   goes back into its queue in sequence order, and a retried batch is only sent again when it is the
   partition's *first* unacknowledged batch: retries flow one at a time until the partition has caught up.
+* A partition's first batch under a producer id/epoch goes alone, and the next ones once it is
+  acknowledged: the broker accepts any first sequence from a producer it has no state for, so a later batch
+  written while the first one is refused with a retriable error (a fresh partition's leader answers
+  ``NOT_LEADER_OR_FOLLOWER`` until it hosts the partition) would leave a gap before it that no retry can
+  fill.  Should such a gap appear anyway (the broker lost the producer's state mid-stream), the batch
+  whose ``OUT_OF_ORDER_SEQUENCE_NUMBER`` proves it -- the first unacknowledged one, behind the acknowledged
+  sequence -- gets an epoch bump (with a WARNING: its records land after later ones) instead of being
+  retried until ``delivery.timeout.ms``.
 * A batch that failed for good after getting a sequence leaves a gap the broker would reject
   (``OUT_OF_ORDER_SEQUENCE_NUMBER``).  The fix is an *epoch bump*: the epoch is incremented locally and the
   partition's unacknowledged batches are renumbered from sequence 0 under the new epoch, which the broker
@@ -210,19 +218,37 @@ class IdempotenceManager:
     def may_drain(self, batch: ProducerBatch) -> bool:
         """Whether ``batch`` (the first queued batch of its partition) may be sent now
         (the negation of Java's ``shouldStopDrainBatchesForPartition``)."""
+        return self.drain_veto(batch) is None
+
+    def drain_veto(self, batch: ProducerBatch) -> str | None:
+        """Why ``batch`` (the first queued batch of its partition) may not be sent now, or None."""
         if not self.has_producer_id:
-            return False
+            return "the idempotent producer has no producer id yet (InitProducerId)"
         tp = batch.tp
         entry = self._partitions.get(tp)
         if batch.base_sequence == NO_SEQUENCE:
             if entry is not None and entry.in_flight and self._is_stale(entry):
                 # Earlier batches still carry the old epoch: a new batch at sequence 0 of the new epoch
                 # could overtake them.
-                return False
-            return tp not in self._unresolved
+                return f"{len(entry.in_flight)} earlier batch(es) of the previous producer epoch are pending"
+            if tp in self._unresolved:
+                return (
+                    f"sequence {self._unresolved[tp]} is unresolved (a batch expired in flight) until the "
+                    "partition's requests are answered"
+                )
+            if entry is not None and entry.in_flight and entry.last_acked_sequence == NO_SEQUENCE:
+                # The broker accepts any first sequence from a producer it has no state for: were a later
+                # batch written while the first one is answered with a retriable error (a fresh
+                # partition's leader answers NOT_LEADER_OR_FOLLOWER until it hosts the partition), the
+                # first one would be refused for ever (OUT_OF_ORDER_SEQUENCE_NUMBER).  So nothing more is
+                # sent to the partition until the broker acknowledged a batch of this producer id/epoch.
+                return "the partition's first batch of this producer id/epoch is not acknowledged yet"
+            return None
         first = entry.first_in_flight_sequence() if entry is not None else NO_SEQUENCE
         # A retried batch goes only when it is the partition's first unacknowledged batch.
-        return first == NO_SEQUENCE or batch.base_sequence == first
+        if first == NO_SEQUENCE or batch.base_sequence == first:
+            return None
+        return f"its retry (sequence {batch.base_sequence}) waits for the batch at sequence {first}"
 
     def assign_sequence(self, batch: ProducerBatch) -> None:
         """Give a newly drained batch the producer id, epoch and the partition's next sequence."""
@@ -296,12 +322,43 @@ class IdempotenceManager:
             if not unresolved and (
                 batch.sequence_reset or not self._is_next_sequence(tp, batch.base_sequence)
             ):
-                # Not the batch right after the last acknowledged one: an earlier batch is being retried.
+                if self._is_unfillable_gap(batch):
+                    # No earlier batch is left to fill the gap (e.g. a later batch was written while this
+                    # one was answered NOT_LEADER_OR_FOLLOWER by a fresh partition's leader): the broker
+                    # would refuse this sequence for ever.  Renumber under a new epoch and resend.
+                    entry = self._partitions[tp]
+                    log.warning(
+                        "%s: the broker refuses sequence %d (OUT_OF_ORDER_SEQUENCE_NUMBER) after "
+                        "acknowledging up to %d, and no earlier batch is pending: bumping the epoch to resend"
+                        " %d record(s), which now follow records sent after them",
+                        tp,
+                        batch.base_sequence,
+                        entry.last_acked_sequence,
+                        sum(len(b.entries) for b in entry.in_flight),
+                    )
+                    self.request_epoch_bump(tp)
+                # Else not the batch right after the last acknowledged one: an earlier batch is being retried.
                 return True
             if not unresolved or self._unresolved.get(tp) == batch.base_sequence:
                 self.request_epoch_bump(tp)
             return True
         return retriable
+
+    def _is_unfillable_gap(self, batch: ProducerBatch) -> bool:
+        """Whether ``batch`` is its partition's first unacknowledged batch under the current producer id
+        and epoch while the broker acknowledged a sequence that does not lead to it: no retry of an
+        earlier batch can close that gap."""
+        entry = self._partitions.get(batch.tp)
+        return (
+            entry is not None
+            and not self._is_stale(entry)
+            and batch.producer_id == entry.producer_id
+            and batch.producer_epoch == entry.epoch
+            and entry.last_acked_sequence != NO_SEQUENCE
+            and bool(entry.in_flight)
+            and entry.in_flight[0] is batch
+            and not self._is_next_sequence(batch.tp, batch.base_sequence)
+        )
 
     def _is_next_sequence(self, tp: TopicPartition, sequence: int) -> bool:
         entry = self._partitions.get(tp)

@@ -140,6 +140,11 @@ class Sender:
         self._leaders: dict[TopicPartition, int] = {}
         self._by_node: dict[int, list[TopicPartition]] = {}
         self.requests_sent = 0
+        # Partitions whose records wait longer than request.timeout.ms: when each was last warned about.
+        self._stall_warned: dict[TopicPartition, int] = {}
+        self._next_stall_check_ms = 0
+        self.stall_warnings = 0
+        """How many stall WARNING lines were logged (for tests)."""
         self.transactions = transactions
         self._transactional_id: str | None = None
         if transactions is not None:
@@ -223,6 +228,7 @@ class Sender:
                 break
             for node, batches in drained.items():
                 unsent.append(self._produce_request(node, batches, now_ms))
+        self._check_stalls(now_ms, leaders)
         if check.next_ready_ms < (1 << 62):
             wait = min(wait, check.next_ready_ms - now_ms)
         if check.next_expiry_ms < (1 << 62):
@@ -233,6 +239,89 @@ class Sender:
         if self.accumulator.finish_poll(now_ms + wait):
             wait = 0
         return PollResult(unsent, wait)
+
+    def _check_stalls(self, now_ms: int, leaders: Mapping[TopicPartition, int]) -> None:
+        """Once a second: one WARNING naming the partitions whose oldest undelivered batch is older than
+        ``request.timeout.ms``, and why it is not delivered (each partition at most once per
+        ``request.timeout.ms``), as the consumer warns about partitions it cannot fetch.  A partition that
+        delivers again is logged at INFO."""
+        if now_ms < self._next_stall_check_ms:
+            return
+        self._next_stall_check_ms = now_ms + 1000
+        oldest: dict[TopicPartition, tuple[ProducerBatch, int]] = {
+            batch.tp: (batch, queued) for batch, queued in self.accumulator.queue_heads()
+        }
+        for batch in self._in_flight_batches:
+            if batch.done:
+                continue
+            known = oldest.get(batch.tp)
+            if known is None:
+                oldest[batch.tp] = (batch, len(batch.entries))
+            else:
+                first, count = known
+                oldest[batch.tp] = (
+                    batch if batch.created_ms < first.created_ms else first,
+                    count + len(batch.entries),
+                )
+        threshold = self.request_timeout_ms
+        for tp in list(self._stall_warned):
+            known = oldest.get(tp)
+            if known is None or now_ms - known[0].created_ms < threshold:
+                del self._stall_warned[tp]
+                log.info("records for %s are delivered again", tp)
+        due: list[str] = []
+        for tp, (batch, count) in sorted(oldest.items(), key=lambda item: str(item[0])):
+            age = now_ms - batch.created_ms
+            if age < threshold:
+                continue
+            warned = self._stall_warned.get(tp)
+            if warned is not None and now_ms - warned < threshold:
+                continue
+            self._stall_warned[tp] = now_ms
+            due.append(
+                f"{tp}: {count} record(s), the oldest waiting for {age / 1000.0:.0f} s "
+                f"({self._stall_reason(batch, leaders, now_ms)})"
+            )
+        if due:
+            self.stall_warnings += 1
+            more = f"; and {len(due) - 10} more partition(s)" if len(due) > 10 else ""
+            log.warning(
+                "records not delivered for longer than request.timeout.ms (%d ms), delivery.timeout.ms is "
+                "%d ms: %s%s",
+                threshold,
+                self.delivery_timeout_ms,
+                "; ".join(due[:10]),
+                more,
+            )
+
+    def _stall_reason(self, batch: ProducerBatch, leaders: Mapping[TopicPartition, int], now_ms: int) -> str:
+        """Why ``batch`` (a partition's oldest undelivered batch) is not delivered yet."""
+        if batch.in_flight:
+            reason = f"attempt {batch.attempts + 1} awaits the answer of broker {batch.sent_to}"
+        else:
+            idem = self.idempotence
+            leader = leaders.get(batch.tp, -1)
+            veto: str | None = None
+            if idem is not None and idem.state is ProducerState.FATAL:
+                veto = f"the idempotent producer failed: {idem.fatal_error}"
+            elif leader < 0:
+                veto = "no leader in metadata"
+            elif idem is not None:
+                veto = idem.drain_veto(batch)
+            txn = self.transactions
+            if veto is None and txn is not None and batch.tp not in txn.partitions_in_txn:
+                veto = "the partition is not yet added to the transaction"
+            if veto is None and batch.attempts > 0 and batch.retry_at_ms > now_ms:
+                veto = f"retry backoff until {batch.retry_at_ms - now_ms} ms from now"
+            if veto is None and self._in_flight.get(leader, 0) >= self.max_in_flight:
+                veto = (
+                    f"{self._in_flight[leader]} requests to broker {leader} await answers "
+                    "(max.in.flight.requests.per.connection)"
+                )
+            reason = f"queued: {veto}" if veto is not None else "queued, sendable"
+        if batch.attempts > 0 and batch.last_error is not None:
+            reason += f"; {batch.attempts} attempt(s) failed, the last with: {batch.last_error}"
+        return reason
 
     def _may_drain_txn(self, batch: ProducerBatch) -> bool:
         """A transactional batch goes once its partition is in the transaction (AddPartitionsToTxn)."""
@@ -505,6 +594,7 @@ class Sender:
         retriable = bool(error.retriable)
         timed_out = now_ms >= batch.created_ms + self.delivery_timeout_ms
         if self._can_retry(batch, code, retriable, log_start_offset, timed_out):
+            batch.last_error = error
             log.debug("retrying %s after %s (attempt %d)", batch, error, batch.attempts + 1)
             self._in_flight_batches.discard(batch)
             self.accumulator.reenqueue(batch, now_ms, in_sequence_order=self.idempotence is not None)
