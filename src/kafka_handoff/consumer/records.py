@@ -99,7 +99,7 @@ class ColumnChunk:
     object per record) and :func:`~kafka_handoff.pipeline.arrow.chunks_to_table` wraps them without a copy.
     The list attributes still work: reading one builds that column's Python list once (it then is the
     column: changes to it count); :meth:`first_offset`, :meth:`last_offset`, :meth:`drop_below`,
-    :meth:`extend`, :meth:`value_bytes` and ``len()`` build no list.  Chunks made from lists
+    ``extend()``, ``value_bytes()`` and ``len()`` build no list.  Chunks made from lists
     (``ColumnChunk(topic, partition, offsets, ...)``) are plain lists throughout.
     """
 
