@@ -23,7 +23,8 @@ from kafka_handoff.types import ClusterMetadata, TopicPartition
 
 
 class OffsetSpec:
-    """Which offset :meth:`~kafka_handoff.admin.AdminClient.list_offsets` asks for (or give a timestamp in ms)."""
+    """Which offset :meth:`~kafka_handoff.admin.AdminClient.list_offsets` asks for (or give a timestamp
+    in ms)."""
 
     LATEST = -1
     EARLIEST = -2
