@@ -429,3 +429,88 @@ def test_async_callback_error_is_raised_from_poll_once(dead_port: int) -> None:
             await consumer.close(timeout=1)
 
     asyncio.run(main())
+
+
+# ============================================================================ calls completed natively
+def test_converted_consumer_calls_never_start_the_worker_thread(dead_port: int) -> None:
+    """assign/subscribe/unsubscribe (assign mode), position, the offset and metadata lookups,
+    group_metadata and enforce_rebalance are network-thread events awaited through the bridge: a session
+    using only them never starts the client's worker thread, and they keep the synchronous checks."""
+
+    async def main() -> None:
+        consumer = AsyncConsumer(
+            {"bootstrap.servers": f"127.0.0.1:{dead_port}", "group.id": "g", "default.api.timeout.ms": 300}
+        )
+        tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+        try:
+            with pytest.raises(ValueError, match="non-empty"):
+                await consumer.assign([TopicPartition(" ", 0)])
+            await consumer.assign([tp0, tp1])
+            assert consumer.assignment() == {tp0, tp1}
+            with pytest.raises(IllegalStateError, match="after assign"):
+                await consumer.subscribe(["t"])
+            with pytest.raises(IllegalStateError, match="not assigned"):
+                await consumer.position(TopicPartition("other", 0))
+            consumer.seek(tp0, 7)
+            assert await consumer.position(tp0) == 7
+            # Unreachable brokers: each lookup fails on its own timeout, from the network thread's deadline.
+            with pytest.raises(KafkaTimeoutError):
+                await consumer.position(tp1, timeout=0.2)
+            with pytest.raises(KafkaTimeoutError):
+                await consumer.end_offsets([tp0], timeout=0.2)
+            with pytest.raises(KafkaTimeoutError):
+                await consumer.beginning_offsets([tp0], timeout=0.2)
+            with pytest.raises(ValueError, match="negative"):
+                await consumer.offsets_for_times({tp0: -5})
+            with pytest.raises(KafkaTimeoutError):
+                await consumer.offsets_for_times({tp0: 1000}, timeout=0.2)
+            assert await consumer.end_offsets([]) == {}
+            with pytest.raises(KafkaTimeoutError):
+                await consumer.list_topics(timeout=0.2)
+            with pytest.raises(KafkaTimeoutError):
+                await consumer.partitions_for("t", timeout=0.2)
+            await consumer.unsubscribe()
+            assert consumer.assignment() == frozenset()
+            await consumer.subscribe(["t", "u"])
+            assert consumer.subscription() == {"t", "u"}
+            meta = await consumer.group_metadata()
+            assert meta.group_id == "g"
+            await consumer.enforce_rebalance("test")
+            assert consumer._worker._thread is None, "a converted call ran on the worker thread"
+        finally:
+            await consumer.close(timeout=1)
+
+    asyncio.run(main())
+
+
+def test_cancelled_converted_calls_leave_the_consumer_usable(dead_port: int) -> None:
+    async def main() -> None:
+        consumer = AsyncConsumer({"bootstrap.servers": f"127.0.0.1:{dead_port}", "group.id": "g"})
+        tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+        try:
+            await consumer.assign([tp0])
+            # A lookup pending on unreachable brokers, cancelled: its outcome is dropped.
+            task = asyncio.create_task(consumer.end_offsets([tp0], timeout=30))
+            await asyncio.sleep(0.2)
+            assert not task.done(), "the brokers are unreachable: the lookup must still be pending"
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # An assign cancelled while its event is in flight still completes its application-side step
+            # before the next call goes on: the consumer is consistent afterwards.
+            assign = asyncio.create_task(consumer.assign([tp1]))
+            await asyncio.sleep(0)  # the event is submitted; the task awaits it
+            assign.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await assign
+            assert len(await consumer.poll(0.05)) == 0
+            assert consumer.assignment() == {tp1}
+            with pytest.raises(KafkaTimeoutError):
+                await consumer.end_offsets([tp1], timeout=0.2)
+            await consumer.assign([tp0, tp1])
+            assert consumer.assignment() == {tp0, tp1}
+            assert consumer._worker._thread is None
+        finally:
+            await consumer.close(timeout=1)
+
+    asyncio.run(main())

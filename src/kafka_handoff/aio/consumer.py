@@ -33,14 +33,27 @@ from typing import Any, TypeVar
 from kafka_handoff.aio._bridge import BlockingWorker, LoopBridge
 from kafka_handoff.aio.listener import LoopListener
 from kafka_handoff.consumer.consumer import Consumer
-from kafka_handoff.consumer.events import AppCallEvent, CommitEvent, FetchCommittedEvent
+from kafka_handoff.consumer.events import (
+    AppCallEvent,
+    AssignEvent,
+    CommitEvent,
+    EnforceRebalanceEvent,
+    FetchCommittedEvent,
+    GroupMetadataEvent,
+    MetadataUpdateEvent,
+    ReleaseMetadataTopicsEvent,
+    SubscribeEvent,
+    UnsubscribeEvent,
+)
 from kafka_handoff.consumer.fetcher import CompletedFetch
+from kafka_handoff.consumer.offsets import EARLIEST, LATEST
 from kafka_handoff.consumer.records import ConsumerRecords
 from kafka_handoff.consumer.subscription import SubscriptionType
-from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
+from kafka_handoff.errors import IllegalStateError, KafkaError, KafkaTimeoutError
 from kafka_handoff.network.events import ApplicationEvent
 from kafka_handoff.protocol.records import DecodedRecords, decode_batches
 from kafka_handoff.types import (
+    ClusterMetadata,
     ConsumerGroupMetadata,
     ConsumerRecord,
     OffsetAndMetadata,
@@ -58,6 +71,8 @@ T = TypeVar("T")
 _SLICE_RECORDS = 1024
 _SLICE_RECORDS_DESERIALIZING = 128
 _DECODE_CHUNK_BYTES = 64 * 1024  # a large fetched partition is decoded in pieces of about this size
+_SEND_TIMEOUT_S = 30.0  # a quick network-thread call (as Consumer._send)
+_POSITION_RECHECK_S = 0.02  # position(): how often an initialising position is looked at again
 
 
 class AsyncConsumer:
@@ -364,17 +379,37 @@ class AsyncConsumer:
         if listener is not None:
             self.set_rebalance_listener(listener)
         topics_ = topics if isinstance(topics, (str, re.Pattern)) else list(topics)
-        await self._blocking(lambda: c.subscribe(topics_))
+        await self._settle()
+        subscription = c._subscribe_prepare(topics_, None, stacklevel=4)
+        if subscription is None:  # an empty topic list: as the synchronous subscribe(), unsubscribe
+            await self._unsubscribe()
+            return
+        await self._native_step(SubscribeEvent(subscription=subscription))
 
     async def unsubscribe(self) -> None:
-        c = self._check()
+        self._check()
+        await self._settle()
+        await self._unsubscribe()
+
+    async def _unsubscribe(self) -> None:
+        c = self._c
         self._rewind_iterator()
-        await self._blocking(c.unsubscribe)
+        if c.membership is not None and c._subs.has_auto_assignment:
+            # Leaving the group runs the revoke callbacks (and the auto-commit before them): on the worker.
+            await self._run_phase(c.unsubscribe)
+            return
+        await self._native_step(UnsubscribeEvent(), internal=True, then=lambda _: c._unsubscribe_done())
+        # As the synchronous unsubscribe(): a callback error of the leave is raised once it completed.
+        errors = c._dispatch.take_leave_errors()
+        if errors:
+            c._errors.extendleft(reversed(errors[1:]))
+            raise errors[0]
 
     async def assign(self, partitions: Iterable[TopicPartition]) -> None:
         c = self._check()
-        parts = list(partitions)
-        await self._blocking(lambda: c.assign(parts))
+        await self._settle()
+        parts = c._assign_prepare(partitions)
+        await self._native_step(AssignEvent(partitions=tuple(parts)), then=lambda _: c._assign_done(parts))
 
     def assignment(self) -> frozenset[TopicPartition]:
         return self._check().assignment()
@@ -384,11 +419,17 @@ class AsyncConsumer:
 
     async def enforce_rebalance(self, reason: str = "") -> None:
         c = self._check()
-        await self._blocking(lambda: c.enforce_rebalance(reason))
+        await self._settle()
+        if c.membership is not None:
+            await self._native_step(EnforceRebalanceEvent(reason=reason or "enforce_rebalance()"))
 
     async def group_metadata(self) -> ConsumerGroupMetadata:
         c = self._check()
-        return await self._blocking(c.group_metadata)
+        await self._settle()
+        if c.group_id is None:
+            raise KafkaError("group_metadata() needs a group.id")
+        meta: ConsumerGroupMetadata = await self._native_step(GroupMetadataEvent())
+        return meta
 
     # ============================================================================== commits
     async def commit(
@@ -491,14 +532,99 @@ class AsyncConsumer:
             if membership is not None and not self._closed:
                 c._thread.submit(AppCallEvent(inside=False))
 
+    async def _native_step(
+        self,
+        event: ApplicationEvent,
+        *,
+        internal: bool = False,
+        then: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """A quick state change or query on the network thread, awaited through the bridge (the async twin
+        of ``Consumer._send``).  ``then(result)`` is the facade's application-thread step once the event
+        completed; it runs on the loop even if the awaiting task was cancelled meanwhile, and the next call
+        waits for it (as for a rebalance step of a cancelled ``poll()``)."""
+        c = self._c
+        # While leaving, pending errors do not abort the call: they stay queued (as Consumer._send).
+        if internal or c._dispatch.leaving:
+            c._drain_background()
+        else:
+            c._raise_background_errors()
+        source = self._bridge.wrap(c._thread.submit(event))
+        step: asyncio.Future[Any] = self._bridge.loop.create_future()
+
+        def finish(done: asyncio.Future[Any]) -> None:
+            if step.done():
+                return
+            if done.cancelled():
+                step.cancel()
+                return
+            error = done.exception()
+            if error is not None:
+                step.set_exception(error)
+                return
+            try:
+                result = done.result() if then is None else then(done.result())
+            except Exception as exc:
+                step.set_exception(exc)
+            else:
+                step.set_result(result)
+
+        source.add_done_callback(finish)
+        self._phase = step
+        try:
+            result = await asyncio.wait_for(asyncio.shield(step), _SEND_TIMEOUT_S)
+        except TimeoutError as exc:
+            if isinstance(exc, KafkaTimeoutError):
+                raise
+            if self._phase is step:
+                self._phase = None
+            step.cancel()
+            raise KafkaTimeoutError(
+                f"network thread call did not complete within {int(_SEND_TIMEOUT_S * 1000)} ms"
+            ) from None
+        if self._phase is step:
+            self._phase = None
+        return result
+
+    async def _lookup(self, event: ApplicationEvent, timeout_ms: int, what: str) -> Any:
+        """A lookup with the caller's timeout (the async twin of ``Consumer._call``)."""
+        await self._settle()
+        self._c._raise_background_errors()
+        return await self._native(event, timeout_ms, what)
+
     # ============================================================================== positions
     async def position(self, partition: TopicPartition, timeout: float | None = None) -> int:
+        """The offset of the next record that will be fetched, awaiting its initialisation if needed."""
         c = self._check()
         tp = TopicPartition(*partition)
-        pos = c._subs.position(tp) if c._subs.is_assigned(tp) else None
+        if not c._subs.is_assigned(tp):
+            raise IllegalStateError(f"position() of partition {tp}, which is not assigned to this consumer")
+        pos = c._subs.position(tp)
         if pos is not None:
             return pos.offset
-        return await self._blocking(lambda: c.position(tp, timeout))
+        await self._settle()
+        loop = self._bridge.loop
+        deadline = loop.time() + c._timeout_ms(timeout) / 1000.0
+        membership = c.membership
+        if membership is not None:
+            c._thread.submit(AppCallEvent(inside=True))  # the poll timer stands still meanwhile
+        try:
+            while True:
+                c._raise_background_errors()
+                pos = c._subs.position(tp)
+                if pos is not None:
+                    return pos.offset
+                if tp in c._subs.partitions_without_offset():
+                    c._raise_no_offset()
+                if loop.time() >= deadline:
+                    raise KafkaTimeoutError(
+                        f"the position of {tp} could not be determined within the timeout"
+                    )
+                c._thread.wakeup()
+                await asyncio.sleep(_POSITION_RECHECK_S)
+        finally:
+            if membership is not None and not self._closed:
+                c._thread.submit(AppCallEvent(inside=False))
 
     def seek(self, partition: TopicPartition, offset: int | OffsetAndMetadata) -> None:
         self._check().seek(partition, offset)
@@ -524,31 +650,59 @@ class AsyncConsumer:
     async def beginning_offsets(
         self, partitions: Iterable[TopicPartition], timeout: float | None = None
     ) -> dict[TopicPartition, int]:
-        c = self._check()
-        parts = list(partitions)
-        return await self._blocking(lambda: c.beginning_offsets(parts, timeout))
+        self._check()
+        result = await self._list_offsets({tp: EARLIEST for tp in partitions}, timeout, "beginning_offsets")
+        return {tp: (v.offset if v is not None else 0) for tp, v in result.items()}
 
     async def end_offsets(
         self, partitions: Iterable[TopicPartition], timeout: float | None = None
     ) -> dict[TopicPartition, int]:
-        c = self._check()
-        parts = list(partitions)
-        return await self._blocking(lambda: c.end_offsets(parts, timeout))
+        self._check()
+        result = await self._list_offsets({tp: LATEST for tp in partitions}, timeout, "end_offsets")
+        return {tp: (v.offset if v is not None else 0) for tp, v in result.items()}
 
     async def offsets_for_times(
         self, timestamps: Mapping[TopicPartition, int], timeout: float | None = None
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         c = self._check()
         ts = dict(timestamps)
-        return await self._blocking(lambda: c.offsets_for_times(ts, timeout))
+        c._check_target_times(ts)
+        return await self._list_offsets(ts, timeout, "offsets_for_times")
+
+    async def _list_offsets(
+        self, timestamps: Mapping[TopicPartition, int], timeout: float | None, what: str
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        c = self._c
+        prepared = c._list_offsets_event(timestamps, timeout, what)
+        if prepared is None:
+            return {}
+        event, topics, timeout_ms = prepared
+        try:
+            result: dict[TopicPartition, OffsetAndTimestamp | None] = await self._lookup(
+                event, timeout_ms, what
+            )
+        finally:
+            if not self._closed:
+                c._thread.submit(ReleaseMetadataTopicsEvent(topics=topics))
+        return result
+
+    async def _fresh_metadata(
+        self, topics: frozenset[str] | None, timeout: float | None, what: str
+    ) -> ClusterMetadata:
+        c = self._c
+        timeout_ms = c._timeout_ms(timeout)
+        event = MetadataUpdateEvent(topics=topics, deadline_ms=c._deadline_ms(timeout_ms), name=what)
+        cluster: ClusterMetadata = await self._lookup(event, timeout_ms, what)
+        return cluster
 
     async def partitions_for(self, topic: str, timeout: float | None = None) -> list[PartitionInfo]:
         c = self._check()
-        return await self._blocking(lambda: c.partitions_for(topic, timeout))
+        cluster = await self._fresh_metadata(frozenset({topic}), timeout, "partitions_for()")
+        return c._partitions_of(cluster, topic)
 
     async def list_topics(self, timeout: float | None = None) -> dict[str, list[PartitionInfo]]:
         c = self._check()
-        return await self._blocking(lambda: c.list_topics(timeout))
+        return c._topics_of(await self._fresh_metadata(None, timeout, "list_topics()"))
 
     def metrics(self) -> dict[str, float]:
         return self._c.metrics()
