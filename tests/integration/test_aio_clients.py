@@ -62,10 +62,15 @@ def test_async_clients_round_trip(broker: Any, loop: str) -> None:
             assert (first.topic, first.partition, first.offset) == (topic, 0, 0)
             futures = [
                 await producer.send_future(topic, b"v%d" % i, key=b"k%d" % i, partition=i % 3)
-                for i in range(1, RECORDS)
+                for i in range(1, RECORDS - 1)
             ]
             metadata = await asyncio.gather(*futures)
             assert all(m.offset >= 0 for m in metadata)
+            assert [p.partition for p in await producer.partitions_for(topic)] == [0, 1, 2]
+            last = await producer.send_future(topic, b"flushed", key=b"k%d" % (RECORDS - 1), partition=0)
+            await producer.flush()
+            assert last.done() and last.result().offset >= 0
+            assert producer._worker._thread is None, "send, partitions_for and flush complete natively"
         consumer = AsyncConsumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -88,6 +93,15 @@ def test_async_clients_round_trip(broker: Any, loop: str) -> None:
                         return
 
             await asyncio.wait_for(read_all(), 60)
+            tps = [TopicPartition(topic, p) for p in range(3)]
+            assert sum((await consumer.end_offsets(tps)).values()) == RECORDS
+            assert set((await consumer.beginning_offsets(tps)).values()) == {0}
+            assert (await consumer.offsets_for_times({tps[0]: 0}))[tps[0]] is not None
+            assert len(await consumer.partitions_for(topic)) == 3
+            assert topic in await consumer.list_topics()
+            assert [await consumer.position(tp) for tp in tps] == [
+                (await consumer.end_offsets([tp]))[tp] for tp in tps
+            ]
             await consumer.commit()
             committed = await consumer.committed([TopicPartition(topic, p) for p in range(3)])
             total = sum(om.offset for om in committed.values() if om is not None)

@@ -514,3 +514,43 @@ def test_cancelled_converted_calls_leave_the_consumer_usable(dead_port: int) -> 
             await consumer.close(timeout=1)
 
     asyncio.run(main())
+
+
+def test_producer_flush_awaits_the_batches_without_the_worker_thread(dead_port: int) -> None:
+    """flush() awaits the batches in flight through the completion thread's hooks: it times out like the
+    synchronous flush, a cancelled flush leaves the producer usable, and a flush returns once the batch
+    completed (here: expired, as nothing is reachable) -- without ever starting the worker thread."""
+
+    async def main() -> None:
+        producer = AsyncProducer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{dead_port}",
+                "linger.ms": 0,
+                "request.timeout.ms": 500,
+                "delivery.timeout.ms": 1500,
+            }
+        )
+        try:
+            await producer.flush()  # nothing in flight: returns at once
+            # The topic's partition count as metadata would give it (no broker here).
+            producer._p._partition_counts["t"] = 1
+            producer._p._accumulator.update_topic("t", 1, [0])
+            record = await producer.send_future("t", b"v", partition=0)
+            with pytest.raises(KafkaTimeoutError, match="1 record"):
+                await producer.flush(timeout=0.1)
+            task = asyncio.create_task(producer.flush())
+            await asyncio.sleep(0.05)
+            assert not task.done()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert producer._p._accumulator._flushes == 0, "a cancelled flush must end its flush"
+            await asyncio.wait_for(producer.flush(), 30)  # returns once the batch expired
+            assert record.done()
+            with pytest.raises(KafkaTimeoutError):
+                record.result()
+            assert producer._worker._thread is None, "flush() ran on the worker thread"
+        finally:
+            await producer.close(timeout=1)
+
+    asyncio.run(main())

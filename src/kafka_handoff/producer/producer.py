@@ -383,6 +383,7 @@ class Producer:
                     self._note_unreported(batch, error, silent)
         finally:
             batch.done_event.set()
+            batch.run_done_hooks()
             self._accumulator.deallocate(batch)
 
     def _note_unreported(self, batch: ProducerBatch, error: BaseException, count: int) -> None:
