@@ -57,6 +57,9 @@ def test_async_clients_round_trip(broker: Any, loop: str) -> None:
     async def main() -> None:
         async with AsyncAdminClient({"bootstrap.servers": bootstrap}) as admin:
             await admin.create_topics([NewTopic(topic, 3, 1)])
+            assert len((await admin.describe_topics([topic]))[topic].partitions) == 3
+            assert (await admin.describe_cluster()).brokers
+            assert admin._worker._thread is None, "admin calls are driven on the loop"
         async with AsyncProducer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as producer:
             first = await producer.send(topic, b"v0", key=b"k0", partition=0)
             assert (first.topic, first.partition, first.offset) == (topic, 0, 0)

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from kafka_handoff import AsyncConsumer, AsyncProducer, WrongEventLoopError
+from kafka_handoff import AsyncAdminClient, AsyncConsumer, AsyncProducer, WrongEventLoopError
 from kafka_handoff.aio._bridge import BlockingWorker, LoopBridge
 from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
 from kafka_handoff.types import TopicPartition
@@ -552,5 +552,35 @@ def test_producer_flush_awaits_the_batches_without_the_worker_thread(dead_port: 
             assert producer._worker._thread is None, "flush() ran on the worker thread"
         finally:
             await producer.close(timeout=1)
+
+    asyncio.run(main())
+
+
+def test_admin_calls_are_driven_on_the_loop_without_the_worker_thread(dead_port: int) -> None:
+    """Admin operations run as steps on the loop: the same validation errors and timeouts as the
+    synchronous client, a cancelled call leaves the client usable, and no worker thread is started."""
+
+    async def main() -> None:
+        admin = AsyncAdminClient({"bootstrap.servers": f"127.0.0.1:{dead_port}"})
+        try:
+            with pytest.raises(ValueError, match="more than once"):
+                await admin.describe_topics(["t", "t"])
+            with pytest.raises(KafkaTimeoutError):
+                await admin.list_topics(timeout=0.2)
+            with pytest.raises(KafkaTimeoutError):
+                await admin.list_offsets([TopicPartition("t", 0)], timeout=0.2)
+            task = asyncio.create_task(admin.describe_cluster(timeout=30))
+            await asyncio.sleep(0.2)
+            assert not task.done(), "the brokers are unreachable: the call must still be pending"
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            with pytest.raises(KafkaTimeoutError):
+                await admin.describe_configs(["t"], timeout=0.2)
+            assert admin._worker._thread is None, "an admin call ran on the worker thread"
+        finally:
+            await admin.close(timeout=1)
+        with pytest.raises(IllegalStateError, match="closed"):
+            await admin.list_groups()
 
     asyncio.run(main())
