@@ -432,6 +432,14 @@ def test_async_callback_error_is_raised_from_poll_once(dead_port: int) -> None:
 
 
 # ============================================================================ calls completed natively
+def _helper_threads(before: set[threading.Thread]) -> list[str]:
+    """The asyncio clients' worker threads (BlockingWorker names them kafka-handoff-aio-...) started since
+    ``before`` was taken."""
+    return [
+        t.name for t in threading.enumerate() if t not in before and t.name.startswith("kafka-handoff-aio-")
+    ]
+
+
 def test_converted_consumer_calls_never_start_the_worker_thread(dead_port: int) -> None:
     """assign/subscribe/unsubscribe (assign mode), position, the offset and metadata lookups,
     group_metadata and enforce_rebalance are network-thread events awaited through the bridge: a session
@@ -522,6 +530,7 @@ def test_producer_flush_awaits_the_batches_without_the_worker_thread(dead_port: 
     completed (here: expired, as nothing is reachable) -- without ever starting the worker thread."""
 
     async def main() -> None:
+        before = set(threading.enumerate())
         producer = AsyncProducer(
             {
                 "bootstrap.servers": f"127.0.0.1:{dead_port}",
@@ -549,9 +558,13 @@ def test_producer_flush_awaits_the_batches_without_the_worker_thread(dead_port: 
             assert record.done()
             with pytest.raises(KafkaTimeoutError):
                 record.result()
-            assert producer._worker._thread is None, "flush() ran on the worker thread"
+            assert not _helper_threads(before), "flush() ran on a helper thread"
         finally:
             await producer.close(timeout=1)
+        # close() awaited the end of the network and completion threads, on the loop.
+        assert producer._p._thread.stopped.done()
+        assert producer._p._completer_done.done()
+        assert not _helper_threads(before)
 
     asyncio.run(main())
 
@@ -561,6 +574,7 @@ def test_admin_calls_are_driven_on_the_loop_without_the_worker_thread(dead_port:
     synchronous client, a cancelled call leaves the client usable, and no worker thread is started."""
 
     async def main() -> None:
+        before = set(threading.enumerate())
         admin = AsyncAdminClient({"bootstrap.servers": f"127.0.0.1:{dead_port}"})
         try:
             with pytest.raises(ValueError, match="more than once"):
@@ -577,9 +591,11 @@ def test_admin_calls_are_driven_on_the_loop_without_the_worker_thread(dead_port:
                 await task
             with pytest.raises(KafkaTimeoutError):
                 await admin.describe_configs(["t"], timeout=0.2)
-            assert admin._worker._thread is None, "an admin call ran on the worker thread"
+            assert not _helper_threads(before), "an admin call ran on a helper thread"
         finally:
             await admin.close(timeout=1)
+        assert admin._a._thread.stopped.done(), "close() awaits the end of the network thread"
+        assert not _helper_threads(before)
         with pytest.raises(IllegalStateError, match="closed"):
             await admin.list_groups()
 

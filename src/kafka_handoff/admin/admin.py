@@ -123,10 +123,16 @@ class AdminClient(TopicAdminMixin, ConfigAdminMixin, OffsetAdminMixin, GroupAdmi
     def close(self, timeout: float | None = 30.0) -> None:
         """Stop the network thread; calls still running fail with
         :class:`~kafka_handoff.errors.KafkaError`.  Idempotent."""
+        timeout_ms = self._begin_close(timeout)
+        if timeout_ms is not None:
+            self._thread.close(timeout_ms)
+
+    def _begin_close(self, timeout: float | None) -> int | None:
+        """Mark the client closed; the network thread's close timeout (``None``: closed already)."""
         if self._closed:
-            return
+            return None
         self._closed = True
-        self._thread.close(self._timeout_ms(timeout))
+        return self._timeout_ms(timeout)
 
     def _on_close_nt(self, now: int) -> bool:
         self._calls.fail_all(KafkaError("the admin client was closed"))

@@ -26,9 +26,12 @@ import queue
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kafka_handoff.errors import IllegalStateError
+
+if TYPE_CHECKING:
+    from kafka_handoff.network.thread import NetworkThread
 
 __all__ = ["BlockingWorker", "LoopBridge", "WrongEventLoopError"]
 
@@ -140,6 +143,25 @@ class LoopBridge:
         ready = self._ready
         while ready:
             _settle(*ready.popleft())
+
+    async def wait_stopped(self, thread: NetworkThread, timeout_s: float) -> None:
+        """Await the end of a client's network thread (after ``thread.begin_close``) for up to ``timeout_s``,
+        as ``NetworkThread.close`` joins it: past that the thread is left to stop on its own."""
+        if not thread.alive:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.wrap(thread.stopped)), max(0.0, timeout_s))
+
+    async def wait_future(self, future: Future[Any], timeout_s: float) -> bool:
+        """Await ``future`` for up to ``timeout_s``; False if it is not done by then."""
+        try:
+            await asyncio.wait_for(asyncio.shield(self.wrap(future)), max(0.0, timeout_s))
+        except TimeoutError:
+            if not future.done():
+                return False
+        except Exception:
+            pass
+        return True
 
     def signal(self, event: asyncio.Event) -> None:
         """Set ``event`` from any thread (a wake-up for a coroutine waiting on it)."""

@@ -4,8 +4,8 @@ Every operation of :class:`~kafka_handoff.admin.AdminClient` is written once as 
 (``admin.calls``: send these calls, pause for a backoff); here the steps are driven on the event loop: the
 calls go to the network thread and their futures are awaited through the bridge
 (``loop.call_soon_threadsafe``), a pause is an ``asyncio.sleep``.  No thread waits; calls of several tasks
-run concurrently.  Cancelling an awaited call cancels its requests (their outcome is dropped); only
-``close()`` runs on the client's worker thread.
+run concurrently.  Cancelling an awaited call cancels its requests (their outcome is dropped);
+``close()`` awaits the end of the network thread.  This client has no helper thread.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from kafka_handoff.admin import (
 )
 from kafka_handoff.admin.admin import _GRACE_MS
 from kafka_handoff.admin.calls import AdminCall, Pause, Steps, steps_of
-from kafka_handoff.aio._bridge import BlockingWorker, LoopBridge
+from kafka_handoff.aio._bridge import LoopBridge
 from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
 from kafka_handoff.types import OffsetAndMetadata, TopicPartition
 
@@ -46,7 +46,6 @@ class AsyncAdminClient:
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
         self._bridge = LoopBridge("AsyncAdminClient")
         self._a = AdminClient(config, **kwargs)
-        self._worker = BlockingWorker(self._bridge, "kafka-handoff-aio-admin")
         self._closed = False
 
     def _check(self) -> AdminClient:
@@ -208,10 +207,10 @@ class AsyncAdminClient:
             return
         self._closed = True
         a = self._a
-        try:
-            await asyncio.shield(self._worker.submit(lambda: a.close(timeout)))
-        finally:
-            self._worker.stop()
+        timeout_ms = a._begin_close(timeout)
+        if timeout_ms is not None:  # as AdminClient.close(), awaiting the network thread's end
+            a._thread.begin_close(timeout_ms)
+            await self._bridge.wait_stopped(a._thread, timeout_ms / 1000.0 + 2.0)
 
     async def __aenter__(self) -> AsyncAdminClient:
         return self

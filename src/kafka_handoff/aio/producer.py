@@ -7,22 +7,27 @@ flight, use :meth:`AsyncProducer.send_future` (returns an awaitable future once 
 gather them.  A topic's first send awaits its metadata (natively, through the bridge), so it never blocks
 the loop; a full ``buffer.memory`` still blocks the caller up to ``max.block.ms`` as in the synchronous
 producer.  ``flush()`` awaits the in-flight batches, which the completion thread reports to the loop, and
-``partitions_for()`` awaits metadata natively too; only ``close()`` runs on the client's worker thread.
+``partitions_for()`` awaits metadata natively too, and ``close()`` awaits the end of the network and
+completion threads: no call of this client blocks the loop's thread or runs on a helper thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
-from kafka_handoff.aio._bridge import BlockingWorker, LoopBridge
+from kafka_handoff.aio._bridge import LoopBridge
 from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
 from kafka_handoff.producer import Producer
 from kafka_handoff.types import PartitionInfo, RecordMetadata
 
 __all__ = ["AsyncProducer"]
+
+log = logging.getLogger(__name__)
 
 _METADATA_SLICE_S = 0.2
 
@@ -34,7 +39,6 @@ class AsyncProducer:
         self._bridge = LoopBridge("AsyncProducer")
         self._p = Producer(config, **kwargs)
         self.client_id = self._p.client_id
-        self._worker = BlockingWorker(self._bridge, f"kafka-handoff-aio-{self.client_id}")
         self._closed = False
 
     def __repr__(self) -> str:
@@ -178,11 +182,30 @@ class AsyncProducer:
         if self._closed:
             return
         self._closed = True
+        # Shielded: a cancelled close() still completes (the records are failed, the threads end).
+        await asyncio.shield(self._close(timeout))
+
+    async def _close(self, timeout: float | None) -> None:
+        """``Producer.close`` step by step, awaiting each wait on the loop instead of blocking."""
         p = self._p
-        try:
-            await asyncio.shield(self._worker.submit(lambda: p.close(timeout)))
-        finally:
-            self._worker.stop()
+        started = p._close_start(timeout)
+        if started is None:
+            return
+        start, timeout_ms = started
+        bridge = self._bridge
+        if p._telemetry.enabled and timeout_ms > 0:  # KIP-714's terminating push, first (as Java)
+            telemetry = p._telemetry
+            pushed = p._thread.call(lambda now, f: telemetry.terminate(now, f))
+            if not await bridge.wait_future(pushed, timeout_ms / 2000.0):
+                log.debug("terminating telemetry push did not complete")
+        p._accumulator.close()
+        p._client.wakeup()
+        left_ms = max(0, timeout_ms - int((time.monotonic() - start) * 1000))
+        p._thread.begin_close(left_ms)
+        await bridge.wait_stopped(p._thread, left_ms / 1000.0 + 2.0)
+        p._close_finish(timeout_ms)
+        remaining = timeout_ms / 1000.0 - (time.monotonic() - start)
+        await bridge.wait_future(p._completer_done, max(remaining, 0.5))
 
     async def __aenter__(self) -> AsyncProducer:
         return self
