@@ -155,3 +155,42 @@ def test_close_commits_only_what_async_for_yielded(broker: Any) -> None:
         return None if om is None else om.offset
 
     assert asyncio.run(main()) == 10
+
+
+def test_assign_mode_close_commits_on_the_loop(broker: Any) -> None:
+    """Without a group to leave (assign mode), close() runs on the loop: its auto-commit of the yielded
+    position completes through the bridge and the consumer's worker thread is never started."""
+    bootstrap = broker.bootstrap_servers
+    topic = f"aio-assign-{uuid.uuid4().hex[:8]}"
+    group = f"aio-assign-{uuid.uuid4().hex[:8]}"
+    tp = TopicPartition(topic, 0)
+
+    async def main() -> tuple[int | None, bool]:
+        async with AsyncAdminClient({"bootstrap.servers": bootstrap}) as admin:
+            await admin.create_topics([NewTopic(topic, 1, 1)])
+        async with AsyncProducer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as producer:
+            await asyncio.gather(
+                *[await producer.send_future(topic, b"v%d" % i, partition=0) for i in range(20)]
+            )
+        consumer = AsyncConsumer(
+            {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"}
+        )
+        async with consumer:
+            await consumer.assign([tp])
+            assert await consumer.position(tp) == 0
+            taken = 0
+            async for record in consumer:
+                assert record.offset == taken
+                taken += 1
+                if taken == 7:
+                    break
+        worker_unused = consumer._worker._thread is None
+        checker = AsyncConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+        async with checker:
+            committed = await checker.committed([tp])
+        om = committed[tp]
+        return (None if om is None else om.offset), worker_unused
+
+    offset, worker_unused = asyncio.run(main())
+    assert offset == 7
+    assert worker_unused, "assign, position, poll and close ran on the worker thread"

@@ -519,7 +519,13 @@ def test_cancelled_converted_calls_leave_the_consumer_usable(dead_port: int) -> 
             assert consumer.assignment() == {tp0, tp1}
             assert consumer._worker._thread is None
         finally:
+            # No group to leave (assign mode): close() awaits its auto-commit (the coordinator is unreachable:
+            # bounded by the timeout) and the network thread's end on the loop, without the worker.
+            started = time.monotonic()
             await consumer.close(timeout=1)
+            assert time.monotonic() - started < 8.0, "close() must be bounded by its timeout"
+        assert consumer._c._thread.stopped.done()
+        assert consumer._worker._thread is None, "close() without a group to leave ran on the worker"
 
     asyncio.run(main())
 

@@ -153,12 +153,16 @@ class LoopBridge:
             await asyncio.wait_for(asyncio.shield(self.wrap(thread.stopped)), max(0.0, timeout_s))
 
     async def wait_future(self, future: Future[Any], timeout_s: float) -> bool:
-        """Await ``future`` for up to ``timeout_s``; False if it is not done by then."""
+        """Await ``future`` for up to ``timeout_s`` (its outcome is not raised); False if it is not done by
+        then."""
         try:
             await asyncio.wait_for(asyncio.shield(self.wrap(future)), max(0.0, timeout_s))
         except TimeoutError:
             if not future.done():
                 return False
+        except asyncio.CancelledError:
+            if not future.cancelled():  # the awaiting task was cancelled, not the future
+                raise
         except Exception:
             pass
         return True

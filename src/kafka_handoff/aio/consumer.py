@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from kafka_handoff.aio._bridge import BlockingWorker, LoopBridge
@@ -41,8 +43,10 @@ from kafka_handoff.consumer.events import (
     FetchCommittedEvent,
     GroupMetadataEvent,
     MetadataUpdateEvent,
+    OwnedPartitionsEvent,
     ReleaseMetadataTopicsEvent,
     SubscribeEvent,
+    TerminateTelemetryEvent,
     UnsubscribeEvent,
 )
 from kafka_handoff.consumer.fetcher import CompletedFetch
@@ -63,6 +67,8 @@ from kafka_handoff.types import (
 )
 
 __all__ = ["AsyncConsumer"]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -722,8 +728,13 @@ class AsyncConsumer:
         self._rewind_iterator()
         self._closed = True
         limit = (30.0 if timeout is None else max(0.0, timeout)) + 5.0
-        # Queued behind a rebalance step still running on the worker, so it never overlaps one.
-        fut = self._worker.submit(lambda: c.close(timeout))
+        fut: asyncio.Future[None]
+        if self._phase_running() or c._close_leaves_group():
+            # Leaving the group runs the revoke callbacks (and the auto-commit before them): on the worker,
+            # queued behind a rebalance step still running there, so it never overlaps one.
+            fut = self._worker.submit(lambda: c.close(timeout))
+        else:
+            fut = asyncio.ensure_future(self._close_native(timeout))
         try:
             await asyncio.wait_for(asyncio.shield(fut), limit)
         except TimeoutError:
@@ -733,6 +744,43 @@ class AsyncConsumer:
         finally:
             c._buffer.on_signal = None
             self._worker.stop()
+
+    async def _close_native(self, timeout: float | None) -> None:
+        """``Consumer.close`` without a group to leave, each wait awaited on the loop: the auto-commit of
+        the owned positions, the terminating telemetry push, the end of the network thread."""
+        c = self._c
+        bridge = self._bridge
+        timeout_ms = c._timeout_ms(timeout)
+        start = time.monotonic()
+
+        def left_ms() -> int:
+            return timeout_ms - int((time.monotonic() - start) * 1000)
+
+        if c._commits is not None and c._commits.auto_commit and c._subs.assigned():
+            offsets = c._consumed_offsets()
+            owned_fut = c._thread.submit(OwnedPartitionsEvent())
+            if await bridge.wait_future(owned_fut, max(0, left_ms()) / 1000.0):
+                owned = _result_or_none(owned_fut)  # None: the network thread stopped
+                if owned is not None:
+                    offsets = {tp: o for tp, o in offsets.items() if tp in owned}
+            left = left_ms()
+            if offsets and left > 0:
+                commit = c._thread.submit(CommitEvent(offsets=offsets, timeout_ms=left, retry=True))
+                if (
+                    not await bridge.wait_future(commit, left / 1000.0)
+                    or _result_or_none(commit, True) is None
+                ):
+                    log.debug("auto-commit on close failed or did not complete")
+        left = left_ms()
+        if left > 0 and c._telemetry.enabled:  # KIP-714: the terminating push
+            pushed = c._thread.submit(TerminateTelemetryEvent())
+            if not await bridge.wait_future(pushed, left / 1000.0):
+                log.debug("terminating telemetry push did not complete")
+        c._closed = True
+        left = max(0, left_ms())
+        c._thread.begin_close(left)
+        await bridge.wait_stopped(c._thread, left / 1000.0 + 2.0)
+        c._close_finish()
 
     async def __aenter__(self) -> AsyncConsumer:
         return self
@@ -759,6 +807,13 @@ def _split_batches(data: bytes, chunk_bytes: int) -> list[bytes]:
     if start < n or not pieces:
         pieces.append(data[start:])
     return pieces
+
+
+def _result_or_none(future: Future[Any], done_marker: bool = False) -> Any:
+    """A completed future's result (``done_marker``: True instead of it), or None if it failed."""
+    if future.cancelled() or future.exception() is not None:
+        return None
+    return True if done_marker else future.result()
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:

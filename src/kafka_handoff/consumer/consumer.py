@@ -1165,6 +1165,18 @@ class Consumer:
         self._closed = True
         left = timeout_ms - int((time.monotonic() - start) * 1000)
         self._thread.close(max(0, left))
+        self._close_finish()
+
+    def _close_leaves_group(self) -> bool:
+        """Whether close() leaves the group (running the revoke callbacks and the commit before them)."""
+        return (
+            self.membership is not None
+            and self._subs.has_auto_assignment
+            and bool(self._config.get("internal.leave.group.on.close"))
+        )
+
+    def _close_finish(self) -> None:
+        """close()'s last step, once the network thread stopped (shared with the asyncio facade)."""
         # As Java: close() completes, then rethrows the first rebalance-callback error of the leave.  Errors
         # nobody will see any more (no call follows close) are logged.
         errors = self._dispatch.take_leave_errors()
@@ -1185,10 +1197,8 @@ class Consumer:
             log.debug("terminating telemetry push did not complete", exc_info=True)
 
     def _close_group(self, timeout_ms: int) -> None:
-        if self.membership is not None and self._subs.has_auto_assignment:
-            leave = bool(self._config.get("internal.leave.group.on.close"))
-            if leave:
-                self._leave_group(timeout_ms)
+        if self._close_leaves_group():
+            self._leave_group(timeout_ms)
 
     def __enter__(self) -> Consumer:
         return self
