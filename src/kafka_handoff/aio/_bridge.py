@@ -9,8 +9,9 @@ checks that it runs on that loop (and so on that loop's thread), and raises :cla
 otherwise -- a client never touches a loop it was not created on.
 
 :class:`BlockingWorker` is the one place where a client's *blocking* steps run off the loop: one thread per
-client, started on first use, which runs the consumer's rebalance phase (its callbacks, the auto-commit
-before a revoke), ``close()`` and the admin client's calls, one at a time, while the loop awaits the outcome.
+consumer, started on first use, which runs the consumer's rebalance phase (its callbacks, the auto-commit
+before a revoke) and leaving its group (``unsubscribe()``, ``close()`` of a subscribed member), one at a
+time, while the loop awaits the outcome.  Every other call of the asyncio clients completes natively.
 User code those steps meet (rebalance callbacks) is sent back to the loop
 (:meth:`BlockingWorker.run_on_loop`); while it runs there, the worker serves the blocking calls it makes
 (``await view.commit_sync()``).

@@ -11,13 +11,17 @@ same KIP-983/KIP-1306 behaviour) and replaces the two places where that one bloc
   ``kafka_handoff.aio.listener``).  Without callback work -- nearly every poll -- nothing leaves the loop.
 
 Records are decoded on the loop thread in slices: after each slice that took longer than
-``decode_slice_ms`` ``poll()`` yields to the loop (``await asyncio.sleep(0)``).  ``commit()`` and
-``committed()`` complete natively through the bridge; the rarer blocking calls (subscribe, offset and
-metadata lookups, close) run on the worker.
+``decode_slice_ms`` ``poll()`` yields to the loop (``await asyncio.sleep(0)``).  Every other call submits
+the synchronous consumer's application event (commit, assign, subscribe, offset and metadata lookups, ...)
+and awaits its future through the bridge; the facade's application-thread step after it (e.g. dropping
+fetched data of partitions no longer assigned) then runs on the loop, even if the awaiting task was
+cancelled, before the next call goes on.  Only leaving the group (``unsubscribe()``, ``close()`` of a
+subscribed member: they run the revoke callback) and ``client_instance_id()`` run on the worker.
 
-Cancelling a pending ``poll()`` or ``commit()`` leaves the consumer usable: records a cancelled ``poll()``
-had already taken are returned by the next one, a rebalance step it started finishes on the worker before
-the next call goes on, and a cancelled commit's outcome is dropped.  ``close()`` is bounded by its timeout.
+Cancelling a pending ``poll()``, ``commit()`` or lookup leaves the consumer usable: records a cancelled
+``poll()`` had already taken are returned by the next one, a rebalance step it started finishes on the
+worker before the next call goes on, and a cancelled commit's or lookup's outcome is dropped.  ``close()``
+is bounded by its timeout.
 """
 
 from __future__ import annotations
