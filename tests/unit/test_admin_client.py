@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kafka_handoff.admin import AdminClient, NewTopic
-from kafka_handoff.admin.calls import AdminCall, NoRetry
+from kafka_handoff.admin.calls import AdminCall, NoRetry, Steps
 from kafka_handoff.errors import (
     ConfigError,
     ConnectionError_,
@@ -320,7 +320,10 @@ def test_list_group_offsets_builds_both_request_shapes(
         )
         return c.handle(v9, 9, 1)
 
-    monkeypatch.setattr(admin, "_run_one", fake_run_one)
+    def fake_run(calls: Any, deadline_ms: int) -> list[Any]:
+        return [fake_run_one(c) for c in calls]
+
+    monkeypatch.setattr(admin, "_run", fake_run)
     wanted = [TopicPartition("t", 0), TopicPartition("t", 1)]
     assert admin.list_group_offsets("g", wanted) == {
         TopicPartition("t", 0): OffsetAndMetadata(5, "m", 2),
@@ -352,7 +355,8 @@ def test_list_offsets_follows_the_leader_when_the_old_one_is_unreachable(
     leaders = iter([1, 2])
     targets: list[Any] = []
 
-    def fake_cluster(topics: Any, deadline_ms: int) -> ClusterMetadata:
+    def fake_cluster(topics: Any, deadline_ms: int) -> Steps[ClusterMetadata]:
+        yield from ()
         return ClusterMetadata(
             brokers={n: BrokerNode(n, "127.0.0.1", 9000 + n) for n in (1, 2)},
             partitions={"t": (PartitionInfo("t", 0, next(leaders), leader_epoch=1),)},
@@ -363,7 +367,7 @@ def test_list_offsets_follows_the_leader_when_the_old_one_is_unreachable(
         assert all(c.reroute for c in calls)
         return [ConnectionError_("connection refused") if c.target == 1 else {tp: 42} for c in calls]
 
-    monkeypatch.setattr(admin, "_cluster", fake_cluster)
+    monkeypatch.setattr(admin, "_cluster_steps", fake_cluster)
     monkeypatch.setattr(admin, "_run", fake_run)
     assert admin.list_offsets([tp], timeout=10) == {tp: 42}
     assert targets == [1, 2]

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from kafka_handoff import AsyncConsumer, AsyncProducer, WrongEventLoopError
+from kafka_handoff import AsyncAdminClient, AsyncConsumer, AsyncProducer, WrongEventLoopError
 from kafka_handoff.aio._bridge import BlockingWorker, LoopBridge
 from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
 from kafka_handoff.types import TopicPartition
@@ -427,5 +427,182 @@ def test_async_callback_error_is_raised_from_poll_once(dead_port: int) -> None:
             assert len(await consumer.poll(0.05)) == 0  # raised once; the consumer goes on
         finally:
             await consumer.close(timeout=1)
+
+    asyncio.run(main())
+
+
+# ============================================================================ calls completed natively
+def _helper_threads(before: set[threading.Thread]) -> list[str]:
+    """The asyncio clients' worker threads (BlockingWorker names them kafka-handoff-aio-...) started since
+    ``before`` was taken."""
+    return [
+        t.name for t in threading.enumerate() if t not in before and t.name.startswith("kafka-handoff-aio-")
+    ]
+
+
+def test_converted_consumer_calls_never_start_the_worker_thread(dead_port: int) -> None:
+    """assign/subscribe/unsubscribe (assign mode), position, the offset and metadata lookups,
+    group_metadata and enforce_rebalance are network-thread events awaited through the bridge: a session
+    using only them never starts the client's worker thread, and they keep the synchronous checks."""
+
+    async def main() -> None:
+        consumer = AsyncConsumer(
+            {"bootstrap.servers": f"127.0.0.1:{dead_port}", "group.id": "g", "default.api.timeout.ms": 300}
+        )
+        tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+        try:
+            with pytest.raises(ValueError, match="non-empty"):
+                await consumer.assign([TopicPartition(" ", 0)])
+            await consumer.assign([tp0, tp1])
+            assert consumer.assignment() == {tp0, tp1}
+            with pytest.raises(IllegalStateError, match="after assign"):
+                await consumer.subscribe(["t"])
+            with pytest.raises(IllegalStateError, match="not assigned"):
+                await consumer.position(TopicPartition("other", 0))
+            consumer.seek(tp0, 7)
+            assert await consumer.position(tp0) == 7
+            # Unreachable brokers: each lookup fails on its own timeout, from the network thread's deadline.
+            with pytest.raises(KafkaTimeoutError):
+                await consumer.position(tp1, timeout=0.2)
+            with pytest.raises(KafkaTimeoutError):
+                await consumer.end_offsets([tp0], timeout=0.2)
+            with pytest.raises(KafkaTimeoutError):
+                await consumer.beginning_offsets([tp0], timeout=0.2)
+            with pytest.raises(ValueError, match="negative"):
+                await consumer.offsets_for_times({tp0: -5})
+            with pytest.raises(KafkaTimeoutError):
+                await consumer.offsets_for_times({tp0: 1000}, timeout=0.2)
+            assert await consumer.end_offsets([]) == {}
+            with pytest.raises(KafkaTimeoutError):
+                await consumer.list_topics(timeout=0.2)
+            with pytest.raises(KafkaTimeoutError):
+                await consumer.partitions_for("t", timeout=0.2)
+            await consumer.unsubscribe()
+            assert consumer.assignment() == frozenset()
+            await consumer.subscribe(["t", "u"])
+            assert consumer.subscription() == {"t", "u"}
+            meta = await consumer.group_metadata()
+            assert meta.group_id == "g"
+            await consumer.enforce_rebalance("test")
+            assert consumer._worker._thread is None, "a converted call ran on the worker thread"
+        finally:
+            await consumer.close(timeout=1)
+
+    asyncio.run(main())
+
+
+def test_cancelled_converted_calls_leave_the_consumer_usable(dead_port: int) -> None:
+    async def main() -> None:
+        consumer = AsyncConsumer({"bootstrap.servers": f"127.0.0.1:{dead_port}", "group.id": "g"})
+        tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+        try:
+            await consumer.assign([tp0])
+            # A lookup pending on unreachable brokers, cancelled: its outcome is dropped.
+            task = asyncio.create_task(consumer.end_offsets([tp0], timeout=30))
+            await asyncio.sleep(0.2)
+            assert not task.done(), "the brokers are unreachable: the lookup must still be pending"
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # An assign cancelled while its event is in flight still completes its application-side step
+            # before the next call goes on: the consumer is consistent afterwards.
+            assign = asyncio.create_task(consumer.assign([tp1]))
+            await asyncio.sleep(0)  # the event is submitted; the task awaits it
+            assign.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await assign
+            assert len(await consumer.poll(0.05)) == 0
+            assert consumer.assignment() == {tp1}
+            with pytest.raises(KafkaTimeoutError):
+                await consumer.end_offsets([tp1], timeout=0.2)
+            await consumer.assign([tp0, tp1])
+            assert consumer.assignment() == {tp0, tp1}
+            assert consumer._worker._thread is None
+        finally:
+            # No group to leave (assign mode): close() awaits its auto-commit (the coordinator is unreachable:
+            # bounded by the timeout) and the network thread's end on the loop, without the worker.
+            started = time.monotonic()
+            await consumer.close(timeout=1)
+            assert time.monotonic() - started < 8.0, "close() must be bounded by its timeout"
+        assert consumer._c._thread.stopped.done()
+        assert consumer._worker._thread is None, "close() without a group to leave ran on the worker"
+
+    asyncio.run(main())
+
+
+def test_producer_flush_awaits_the_batches_without_the_worker_thread(dead_port: int) -> None:
+    """flush() awaits the batches in flight through the completion thread's hooks: it times out like the
+    synchronous flush, a cancelled flush leaves the producer usable, and a flush returns once the batch
+    completed (here: expired, as nothing is reachable) -- without ever starting the worker thread."""
+
+    async def main() -> None:
+        before = set(threading.enumerate())
+        producer = AsyncProducer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{dead_port}",
+                "linger.ms": 0,
+                "request.timeout.ms": 500,
+                "delivery.timeout.ms": 1500,
+            }
+        )
+        try:
+            await producer.flush()  # nothing in flight: returns at once
+            # The topic's partition count as metadata would give it (no broker here).
+            producer._p._partition_counts["t"] = 1
+            producer._p._accumulator.update_topic("t", 1, [0])
+            record = await producer.send_future("t", b"v", partition=0)
+            with pytest.raises(KafkaTimeoutError, match="1 record"):
+                await producer.flush(timeout=0.1)
+            task = asyncio.create_task(producer.flush())
+            await asyncio.sleep(0.05)
+            assert not task.done()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert producer._p._accumulator._flushes == 0, "a cancelled flush must end its flush"
+            await asyncio.wait_for(producer.flush(), 30)  # returns once the batch expired
+            assert record.done()
+            with pytest.raises(KafkaTimeoutError):
+                record.result()
+            assert not _helper_threads(before), "flush() ran on a helper thread"
+        finally:
+            await producer.close(timeout=1)
+        # close() awaited the end of the network and completion threads, on the loop.
+        assert producer._p._thread.stopped.done()
+        assert producer._p._completer_done.done()
+        assert not _helper_threads(before)
+
+    asyncio.run(main())
+
+
+def test_admin_calls_are_driven_on_the_loop_without_the_worker_thread(dead_port: int) -> None:
+    """Admin operations run as steps on the loop: the same validation errors and timeouts as the
+    synchronous client, a cancelled call leaves the client usable, and no worker thread is started."""
+
+    async def main() -> None:
+        before = set(threading.enumerate())
+        admin = AsyncAdminClient({"bootstrap.servers": f"127.0.0.1:{dead_port}"})
+        try:
+            with pytest.raises(ValueError, match="more than once"):
+                await admin.describe_topics(["t", "t"])
+            with pytest.raises(KafkaTimeoutError):
+                await admin.list_topics(timeout=0.2)
+            with pytest.raises(KafkaTimeoutError):
+                await admin.list_offsets([TopicPartition("t", 0)], timeout=0.2)
+            task = asyncio.create_task(admin.describe_cluster(timeout=30))
+            await asyncio.sleep(0.2)
+            assert not task.done(), "the brokers are unreachable: the call must still be pending"
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            with pytest.raises(KafkaTimeoutError):
+                await admin.describe_configs(["t"], timeout=0.2)
+            assert not _helper_threads(before), "an admin call ran on a helper thread"
+        finally:
+            await admin.close(timeout=1)
+        assert admin._a._thread.stopped.done(), "close() awaits the end of the network thread"
+        assert not _helper_threads(before)
+        with pytest.raises(IllegalStateError, match="closed"):
+            await admin.list_groups()
 
     asyncio.run(main())

@@ -14,18 +14,23 @@ from __future__ import annotations
 
 import logging
 import queue
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from kafka_handoff.admin.calls import (
     AdminCall,
     AdminCallManager,
+    Pause,
+    Steps,
     Target,
+    drives_steps,
     raise_first,
+    run_one,
     set_exception,
 )
 from kafka_handoff.admin.configs import ConfigAdminMixin
@@ -51,6 +56,8 @@ from kafka_handoff.protocol.requests import ANY_NODE, MonotonicClock
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.security import build_security
 from kafka_handoff.types import BrokerNode, ClusterMetadata
+
+T = TypeVar("T")
 
 __all__ = ["AdminClient", "OffsetSpec"]
 
@@ -116,10 +123,16 @@ class AdminClient(TopicAdminMixin, ConfigAdminMixin, OffsetAdminMixin, GroupAdmi
     def close(self, timeout: float | None = 30.0) -> None:
         """Stop the network thread; calls still running fail with
         :class:`~kafka_handoff.errors.KafkaError`.  Idempotent."""
+        timeout_ms = self._begin_close(timeout)
+        if timeout_ms is not None:
+            self._thread.close(timeout_ms)
+
+    def _begin_close(self, timeout: float | None) -> int | None:
+        """Mark the client closed; the network thread's close timeout (``None``: closed already)."""
         if self._closed:
-            return
+            return None
         self._closed = True
-        self._thread.close(self._timeout_ms(timeout))
+        return self._timeout_ms(timeout)
 
     def _on_close_nt(self, now: int) -> bool:
         self._calls.fail_all(KafkaError("the admin client was closed"))
@@ -146,6 +159,14 @@ class AdminClient(TopicAdminMixin, ConfigAdminMixin, OffsetAdminMixin, GroupAdmi
         """Send ``calls`` together; return each one's result or exception, in order."""
         if not calls:
             return []
+        self._submit_calls(calls)
+        outcomes: list[Any] = []
+        for call in calls:
+            outcomes.append(self._wait(call.future, deadline_ms + _GRACE_MS, call.name))
+        return outcomes
+
+    def _submit_calls(self, calls: Sequence[AdminCall]) -> None:
+        """Hand ``calls`` to the network thread (their futures fail if it has stopped)."""
 
         def submit(now: int, fut: Future[Any]) -> None:
             for call in calls:
@@ -161,10 +182,25 @@ class AdminClient(TopicAdminMixin, ConfigAdminMixin, OffsetAdminMixin, GroupAdmi
                     set_exception(call.future, error)
 
         event.add_done_callback(on_submitted)
-        outcomes: list[Any] = []
-        for call in calls:
-            outcomes.append(self._wait(call.future, deadline_ms + _GRACE_MS, call.name))
-        return outcomes
+
+    def _drive(self, steps: Steps[T]) -> T:
+        """Run an admin operation written as steps (see ``admin.calls``), blocking for each step."""
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = steps.send(value) if error is None else steps.throw(error)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+            value, error = None, None
+            try:
+                if isinstance(step, Pause):
+                    time.sleep(step.seconds)
+                else:
+                    value = self._run(step.calls, step.deadline_ms)
+            except Exception as exc:  # a network-thread error: raised where the operation waited
+                error = exc
 
     def _run_one(self, call: AdminCall) -> Any:
         (outcome,) = self._run([call], call.deadline_ms)
@@ -245,15 +281,19 @@ class AdminClient(TopicAdminMixin, ConfigAdminMixin, OffsetAdminMixin, GroupAdmi
         )
 
     def _cluster(self, topics: Sequence[str] | None, deadline_ms: int) -> ClusterMetadata:
+        return self._drive(self._cluster_steps(topics, deadline_ms))
+
+    def _cluster_steps(self, topics: Sequence[str] | None, deadline_ms: int) -> Steps[ClusterMetadata]:
         def check(cluster: ClusterMetadata) -> None:
             for topic, code in cluster.topic_errors.items():
                 if code != ErrorCode.unknown_topic_or_partition and error_for_code(code).retriable:
                     raise error_for_code(code, f"topic {topic!r}")  # e.g. LEADER_NOT_AVAILABLE: retry
 
-        result: ClusterMetadata = self._run_one(self._metadata_call(topics, deadline_ms, check=check))
+        result: ClusterMetadata = yield from run_one(self._metadata_call(topics, deadline_ms, check=check))
         return result
 
-    def describe_cluster(self, timeout: float | None = None) -> ClusterDescription:
+    @drives_steps
+    def describe_cluster(self, timeout: float | None = None) -> Steps[ClusterDescription]:
         """Cluster id, the controller id and the live brokers (DescribeCluster; Metadata on old brokers)."""
         deadline = self._deadline(timeout)
 
@@ -277,9 +317,9 @@ class AdminClient(TopicAdminMixin, ConfigAdminMixin, OffsetAdminMixin, GroupAdmi
 
         call = AdminCall("DescribeCluster", ApiKey.DESCRIBE_CLUSTER, ANY_NODE, build, handle, deadline)
         try:
-            result: ClusterDescription = self._run_one(call)
+            result: ClusterDescription = yield from run_one(call)
             return result
         except UnsupportedVersionError:
-            cluster = self._cluster([], deadline)
+            cluster = yield from self._cluster_steps([], deadline)
             brokers = tuple(sorted(cluster.brokers.values(), key=lambda b: b.node_id))
             return ClusterDescription(cluster.cluster_id, cluster.controller_id, brokers)

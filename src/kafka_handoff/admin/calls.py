@@ -14,10 +14,11 @@ raising anything else fails it.  Everything here runs on the network thread; tim
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import functools
+from collections.abc import Callable, Generator, Mapping, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from kafka_handoff.errors import (
     BrokerResponseError,
@@ -32,7 +33,25 @@ from kafka_handoff.protocol.requests import ANY_NODE, MAX_POLL_WAIT_MS, PollResu
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import BrokerNode
 
-__all__ = ["AdminCall", "AdminCallManager", "GroupCoordinator", "NoRetry", "is_retriable", "set_exception"]
+__all__ = [
+    "AdminCall",
+    "AdminCallManager",
+    "GroupCoordinator",
+    "NoRetry",
+    "Pause",
+    "RunCalls",
+    "Steps",
+    "drives_steps",
+    "is_retriable",
+    "run_calls",
+    "run_one",
+    "set_exception",
+    "steps_of",
+]
+
+_R = TypeVar("_R")
+_S = TypeVar("_S")
+_P = ParamSpec("_P")
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,3 +323,68 @@ def raise_first(errors: Sequence[BaseException]) -> None:
     for other in errors[1:]:
         first.add_note(f"also: {other}")
     raise first
+
+
+# ======================================================================================== operation steps
+# An admin operation is written once, as a generator of *steps*: it yields a :class:`RunCalls` (send these
+# calls together; the driver sends back each one's result or exception, in order) or a :class:`Pause`
+# (wait; the driver sends back ``None``) and returns the operation's result.  The synchronous client drives
+# it by blocking (``AdminClient._drive``); the asyncio client by awaiting the calls' futures on its loop.
+
+
+@dataclass(frozen=True, slots=True)
+class RunCalls:
+    """A step: send ``calls`` together and wait (until ``deadline_ms``) for each one's outcome."""
+
+    calls: Sequence[AdminCall]
+    deadline_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """A step: wait ``seconds`` (a retry backoff)."""
+
+    seconds: float
+
+
+Steps = Generator["RunCalls | Pause", Any, _R]
+"""An admin operation: a generator of steps returning its result."""
+
+
+def run_calls(calls: Sequence[AdminCall], deadline_ms: int) -> Steps[list[Any]]:
+    """``yield from``: each call's result or exception, in order."""
+    if not calls:
+        return []
+    outcomes: list[Any] = yield RunCalls(calls, deadline_ms)
+    return outcomes
+
+
+def run_one(call: AdminCall) -> Steps[Any]:
+    """``yield from``: the call's result; raises its error."""
+    (outcome,) = yield from run_calls([call], call.deadline_ms)
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+def drives_steps(steps: Callable[Concatenate[_S, _P], Steps[_R]]) -> Callable[Concatenate[_S, _P], _R]:
+    """Make an admin operation written as steps a blocking method (driven by ``self._drive``); the
+    generator function stays available as the method's ``steps`` attribute (the asyncio client drives it
+    on its loop)."""
+
+    @functools.wraps(steps)
+    def blocking(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        result: _R = self._drive(steps(self, *args, **kwargs))  # type: ignore[attr-defined]
+        return result
+
+    blocking.steps = steps  # type: ignore[attr-defined]
+    return blocking
+
+
+def steps_of(method: Callable[Concatenate[_S, _P], _R]) -> Callable[Concatenate[_S, _P], Steps[_R]]:
+    """The steps of an admin operation made blocking by :func:`drives_steps` (``AdminClient.list_topics``
+    -> its generator function), for a driver of another kind (the asyncio client)."""
+    steps: Callable[Concatenate[_S, _P], Steps[_R]] | None = getattr(method, "steps", None)
+    if steps is None:
+        raise TypeError(f"{method!r} is not an admin operation written as steps")
+    return steps

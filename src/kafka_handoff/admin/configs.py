@@ -9,6 +9,9 @@ from kio.schema.errors import ErrorCode
 
 from kafka_handoff.admin.calls import (
     AdminCall,
+    Steps,
+    drives_steps,
+    run_one,
 )
 from kafka_handoff.admin.results import (
     ConfigEntry,
@@ -42,11 +45,11 @@ class ConfigAdminMixin:
         def _deadline(self, timeout: float | None) -> int: ...
         @staticmethod
         def _raise_first(errors: Sequence[BaseException]) -> None: ...
-        def _run_one(self, call: AdminCall) -> Any: ...
 
+    @drives_steps
     def describe_configs(
         self, topics: Iterable[str], timeout: float | None = None
-    ) -> dict[str, dict[str, ConfigEntry]]:
+    ) -> Steps[dict[str, dict[str, ConfigEntry]]]:
         """Every configuration entry of each topic (its own settings and the defaults it inherits)."""
         names = _unique(topics, "topic")
         deadline = self._deadline(timeout)
@@ -87,7 +90,7 @@ class ConfigAdminMixin:
                 }
             return out
 
-        outcome: dict[str, Any] = self._run_one(
+        outcome: dict[str, Any] = yield from run_one(
             AdminCall("DescribeConfigs", ApiKey.DESCRIBE_CONFIGS, ANY_NODE, build, handle, deadline)
         )
         self._raise_first([v for v in outcome.values() if isinstance(v, BaseException)])

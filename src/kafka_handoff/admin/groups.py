@@ -14,6 +14,10 @@ from kafka_handoff.admin.calls import (
     AdminCallManager,
     GroupCoordinator,
     NoRetry,
+    Steps,
+    drives_steps,
+    run_calls,
+    run_one,
 )
 from kafka_handoff.admin.results import (
     GroupDescription,
@@ -39,17 +43,18 @@ class GroupAdminMixin:
     if TYPE_CHECKING:
         _calls: AdminCallManager
 
-        def _cluster(self, topics: Sequence[str] | None, deadline_ms: int) -> ClusterMetadata: ...
+        def _cluster_steps(
+            self, topics: Sequence[str] | None, deadline_ms: int
+        ) -> Steps[ClusterMetadata]: ...
         def _deadline(self, timeout: float | None) -> int: ...
         @staticmethod
         def _raise_first(errors: Sequence[BaseException]) -> None: ...
-        def _run(self, calls: Sequence[AdminCall], deadline_ms: int) -> list[Any]: ...
-        def _run_one(self, call: AdminCall) -> Any: ...
 
-    def list_groups(self, timeout: float | None = None) -> list[GroupListing]:
+    @drives_steps
+    def list_groups(self, timeout: float | None = None) -> Steps[list[GroupListing]]:
         """Every group the brokers coordinate (ListGroups to each broker), sorted by group id."""
         deadline = self._deadline(timeout)
-        cluster = self._cluster([], deadline)
+        cluster = yield from self._cluster_steps([], deadline)
 
         def build(version: int, timeout_ms: int) -> dict[str, Any]:
             return {"states_filter": [], "types_filter": []}
@@ -75,7 +80,7 @@ class GroupAdminMixin:
         ]
         listings: dict[str, GroupListing] = {}
         errors: list[BaseException] = []
-        for outcome in self._run(calls, deadline):
+        for outcome in (yield from run_calls(calls, deadline)):
             if isinstance(outcome, BaseException):
                 errors.append(outcome)
                 continue
@@ -84,9 +89,10 @@ class GroupAdminMixin:
         self._raise_first(errors)
         return [listings[g] for g in sorted(listings)]
 
+    @drives_steps
     def describe_groups(
         self, group_ids: Iterable[str], timeout: float | None = None
-    ) -> dict[str, GroupDescription]:
+    ) -> Steps[dict[str, GroupDescription]]:
         """Members and assignments of consumer groups of either protocol.
 
         Each group is asked with ConsumerGroupDescribe first (KIP-848 groups: member epochs, current and
@@ -95,7 +101,9 @@ class GroupAdminMixin:
         :class:`~kafka_handoff.errors.GroupIdNotFoundError`."""
         groups = _unique(group_ids, "group")
         deadline = self._deadline(timeout)
-        outcomes = self._run([self._consumer_group_describe_call(g, deadline) for g in groups], deadline)
+        outcomes = yield from run_calls(
+            [self._consumer_group_describe_call(g, deadline) for g in groups], deadline
+        )
         classic = [
             g
             for g, o in zip(groups, outcomes, strict=True)
@@ -103,7 +111,9 @@ class GroupAdminMixin:
         ]
         described: dict[str, Any] = dict(zip(groups, outcomes, strict=True))
         if classic:
-            classic_outcomes = self._run([self._describe_groups_call(g, deadline) for g in classic], deadline)
+            classic_outcomes = yield from run_calls(
+                [self._describe_groups_call(g, deadline) for g in classic], deadline
+            )
             described.update(zip(classic, classic_outcomes, strict=True))
         self._raise_first([o for o in described.values() if isinstance(o, BaseException)])
         # Resolve topic ids the broker did not name (consumer protocol) through the metadata.
@@ -116,7 +126,7 @@ class GroupAdminMixin:
         }
         names_by_id: dict[uuid.UUID, str] = {}
         if missing_ids:
-            names_by_id = self._cluster(None, deadline).topic_names_by_id()
+            names_by_id = (yield from self._cluster_steps(None, deadline)).topic_names_by_id()
         return {g: described[g].resolve(names_by_id) for g in groups}
 
     def _consumer_group_describe_call(self, group_id: str, deadline: int) -> AdminCall:
@@ -197,12 +207,13 @@ class GroupAdminMixin:
             deadline,
         )
 
+    @drives_steps
     def list_group_offsets(
         self,
         group_id: str,
         partitions: Iterable[TopicPartition] | None = None,
         timeout: float | None = None,
-    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+    ) -> Steps[dict[TopicPartition, OffsetAndMetadata | None]]:
         """The group's committed offsets (OffsetFetch to its coordinator).  Without ``partitions``: every
         partition with a committed offset; with them: each one, ``None`` where nothing is committed."""
         deadline = self._deadline(timeout)
@@ -250,7 +261,7 @@ class GroupAdminMixin:
                     out[tp] = OffsetAndMetadata(offset, p.metadata or "", epoch if epoch >= 0 else None)
             return out
 
-        result: dict[TopicPartition, OffsetAndMetadata | None] = self._run_one(
+        result: dict[TopicPartition, OffsetAndMetadata | None] = yield from run_one(
             AdminCall(
                 f"OffsetFetch(group {group_id!r})",
                 ApiKey.OFFSET_FETCH,
@@ -264,7 +275,8 @@ class GroupAdminMixin:
             return {tp: o for tp, o in sorted(result.items()) if o is not None}
         return {tp: result.get(tp) for tp in wanted}
 
-    def delete_groups(self, group_ids: Iterable[str], timeout: float | None = None) -> None:
+    @drives_steps
+    def delete_groups(self, group_ids: Iterable[str], timeout: float | None = None) -> Steps[None]:
         """Delete groups (they must be empty: no active members)."""
         groups = _unique(group_ids, "group")
         deadline = self._deadline(timeout)
@@ -297,7 +309,11 @@ class GroupAdminMixin:
             )
 
         self._raise_first(
-            [o for o in self._run([make(g) for g in groups], deadline) if isinstance(o, BaseException)]
+            [
+                o
+                for o in (yield from run_calls([make(g) for g in groups], deadline))
+                if isinstance(o, BaseException)
+            ]
         )
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kafka_handoff.admin.calls import (
     AdminCall,
+    Pause,
+    Steps,
+    drives_steps,
     is_retriable,
+    run_calls,
 )
 from kafka_handoff.config import AdminConfig
 from kafka_handoff.errors import (
@@ -38,22 +41,24 @@ class OffsetAdminMixin:
     if TYPE_CHECKING:
         _clock: MonotonicClock
 
-        def _cluster(self, topics: Sequence[str] | None, deadline_ms: int) -> ClusterMetadata: ...
+        def _cluster_steps(
+            self, topics: Sequence[str] | None, deadline_ms: int
+        ) -> Steps[ClusterMetadata]: ...
 
         _config: AdminConfig
 
         def _deadline(self, timeout: float | None) -> int: ...
         @staticmethod
         def _raise_first(errors: Sequence[BaseException]) -> None: ...
-        def _run(self, calls: Sequence[AdminCall], deadline_ms: int) -> list[Any]: ...
 
+    @drives_steps
     def list_offsets(
         self,
         partitions: Iterable[TopicPartition],
         spec: int = OffsetSpec.LATEST,
         *,
         timeout: float | None = None,
-    ) -> dict[TopicPartition, int]:
+    ) -> Steps[dict[TopicPartition, int]]:
         """The offset of each partition for ``spec``: ``OffsetSpec.LATEST`` (the log end offset),
         ``OffsetSpec.EARLIEST``, ``OffsetSpec.MAX_TIMESTAMP``, or a timestamp in ms (the first offset
         at or after it; -1 when there is none).  Asked of each partition's leader."""
@@ -66,7 +71,7 @@ class OffsetAdminMixin:
         )
         while wanted:
             attempts += 1
-            cluster = self._cluster(sorted({tp.topic for tp in wanted}), deadline)
+            cluster = yield from self._cluster_steps(sorted({tp.topic for tp in wanted}), deadline)
             by_leader: dict[int, list[TopicPartition]] = {}
             retry: list[TopicPartition] = []
             errors: list[BaseException] = []
@@ -90,7 +95,8 @@ class OffsetAdminMixin:
             calls = [
                 self._list_offsets_call(leader, tps, spec, deadline) for leader, tps in by_leader.items()
             ]
-            for tps, outcome in zip(by_leader.values(), self._run(calls, deadline), strict=True):
+            outcomes = yield from run_calls(calls, deadline)
+            for tps, outcome in zip(by_leader.values(), outcomes, strict=True):
                 if isinstance(outcome, BaseException):
                     if not is_retriable(outcome):
                         raise outcome
@@ -110,7 +116,7 @@ class OffsetAdminMixin:
                 left_ms = deadline - self._clock.now_ms()
                 if left_ms <= 0:
                     raise KafkaTimeoutError(f"listing offsets of {[str(tp) for tp in wanted]} timed out")
-                time.sleep(min(left_ms, retry_backoff.after_failures(attempts)) / 1000.0)
+                yield Pause(min(left_ms, retry_backoff.after_failures(attempts)) / 1000.0)
         return dict(sorted(result.items()))
 
     def _list_offsets_call(

@@ -10,8 +10,11 @@ from kio.schema.errors import ErrorCode
 from kafka_handoff.admin.calls import (
     AdminCall,
     NoRetry,
+    Steps,
     Target,
+    drives_steps,
     raise_first,
+    run_calls,
 )
 from kafka_handoff.admin.results import (
     CreateTopicResult,
@@ -47,7 +50,9 @@ class TopicAdminMixin:
     if TYPE_CHECKING:
         _clock: MonotonicClock
 
-        def _cluster(self, topics: Sequence[str] | None, deadline_ms: int) -> ClusterMetadata: ...
+        def _cluster_steps(
+            self, topics: Sequence[str] | None, deadline_ms: int
+        ) -> Steps[ClusterMetadata]: ...
         def _deadline(self, timeout: float | None) -> int: ...
         def _metadata_call(
             self,
@@ -61,11 +66,13 @@ class TopicAdminMixin:
         ) -> AdminCall: ...
         @staticmethod
         def _raise_first(errors: Sequence[BaseException]) -> None: ...
-        def _run(self, calls: Sequence[AdminCall], deadline_ms: int) -> list[Any]: ...
 
-    def list_topics(self, include_internal: bool = False, timeout: float | None = None) -> list[TopicListing]:
+    @drives_steps
+    def list_topics(
+        self, include_internal: bool = False, timeout: float | None = None
+    ) -> Steps[list[TopicListing]]:
         """Every topic, sorted by name (internal ones such as ``__consumer_offsets`` only if asked)."""
-        cluster = self._cluster(None, self._deadline(timeout))
+        cluster = yield from self._cluster_steps(None, self._deadline(timeout))
         names = set(cluster.partitions) | set(cluster.topic_errors)
         return [
             TopicListing(n, cluster.topic_ids.get(n), n in cluster.internal_topics)
@@ -73,12 +80,13 @@ class TopicAdminMixin:
             if include_internal or n not in cluster.internal_topics
         ]
 
+    @drives_steps
     def describe_topics(
         self, names: Iterable[str], timeout: float | None = None
-    ) -> dict[str, TopicDescription]:
+    ) -> Steps[dict[str, TopicDescription]]:
         """Partitions (leader, replicas, ISR) and ids of ``names``; raises for a topic that does not exist."""
         topics = _unique(names, "topic")
-        cluster = self._cluster(topics, self._deadline(timeout))
+        cluster = yield from self._cluster_steps(topics, self._deadline(timeout))
         return self._descriptions(cluster, topics)
 
     @staticmethod
@@ -107,6 +115,7 @@ class TopicAdminMixin:
         raise_first(errors)
         return out
 
+    @drives_steps
     def create_topics(
         self,
         new_topics: Iterable[NewTopic],
@@ -115,14 +124,16 @@ class TopicAdminMixin:
         if_not_exists: bool = False,
         wait: bool = True,
         timeout: float | None = None,
-    ) -> dict[str, CreateTopicResult]:
+    ) -> Steps[dict[str, CreateTopicResult]]:
         """Create topics.  With ``wait`` (the default) return only once every broker's metadata shows every
         partition with a leader, so a created topic is usable at once.  A topic that exists already raises
         :class:`~kafka_handoff.errors.TopicAlreadyExistsError` unless ``if_not_exists``."""
         topics = list(new_topics)
         _unique((t.name for t in topics), "topic")
         deadline = self._deadline(timeout)
-        outcomes = self._run([self._create_topic_call(t, validate_only, deadline) for t in topics], deadline)
+        outcomes = yield from run_calls(
+            [self._create_topic_call(t, validate_only, deadline) for t in topics], deadline
+        )
         results: dict[str, CreateTopicResult] = {}
         errors: list[BaseException] = []
         existing: list[str] = []
@@ -141,9 +152,9 @@ class TopicAdminMixin:
         expected = {name: max(1, r.num_partitions) for name, r in results.items()}
         expected.update(dict.fromkeys(existing, 1))
         if wait:
-            described = self._wait_for_topics(expected, deadline)
+            described = yield from self._wait_for_topics(expected, deadline)
         elif existing:
-            described = self.describe_topics(existing, timeout=max(0, deadline - self._clock.now_ms()) / 1000)
+            described = self._descriptions((yield from self._cluster_steps(existing, deadline)), existing)
         else:
             described = {}
         for name in existing:
@@ -206,7 +217,9 @@ class TopicAdminMixin:
             f"CreateTopics(topic {name!r})", ApiKey.CREATE_TOPICS, ANY_NODE, build, handle, deadline
         )
 
-    def _wait_for_topics(self, expected: Mapping[str, int], deadline: int) -> dict[str, TopicDescription]:
+    def _wait_for_topics(
+        self, expected: Mapping[str, int], deadline: int
+    ) -> Steps[dict[str, TopicDescription]]:
         """Wait until every broker's metadata shows each topic with at least ``expected[topic]`` partitions,
         each with a leader.  Returns the descriptions as the first broker saw them."""
         names = sorted(expected)
@@ -222,7 +235,7 @@ class TopicAdminMixin:
                 if leaderless:
                     raise _NotReady(f"partitions {leaderless} of topic {name!r} have no leader yet")
 
-        first = self._cluster([], deadline)
+        first = yield from self._cluster_steps([], deadline)
         brokers = sorted(first.brokers) or [ANY_NODE]
         calls = [
             self._metadata_call(
@@ -235,17 +248,17 @@ class TopicAdminMixin:
             )
             for b in brokers
         ]
-        outcomes = self._run(calls, deadline)
+        outcomes = yield from run_calls(calls, deadline)
         self._raise_first([o for o in outcomes if isinstance(o, BaseException)])
         return self._descriptions(outcomes[0], names)
 
-    def _wait_for_deletion(self, names: Sequence[str], deadline: int) -> None:
+    def _wait_for_deletion(self, names: Sequence[str], deadline: int) -> Steps[None]:
         def check(cluster: ClusterMetadata) -> None:
             present = [n for n in names if n in cluster.partitions]
             if present:
                 raise _NotReady(f"topics {present} are still in the metadata")
 
-        first = self._cluster([], deadline)
+        first = yield from self._cluster_steps([], deadline)
         calls = [
             self._metadata_call(
                 names,
@@ -257,8 +270,11 @@ class TopicAdminMixin:
             )
             for b in sorted(first.brokers) or [ANY_NODE]
         ]
-        self._raise_first([o for o in self._run(calls, deadline) if isinstance(o, BaseException)])
+        self._raise_first(
+            [o for o in (yield from run_calls(calls, deadline)) if isinstance(o, BaseException)]
+        )
 
+    @drives_steps
     def delete_topics(
         self,
         names: Iterable[str],
@@ -266,13 +282,13 @@ class TopicAdminMixin:
         if_exists: bool = False,
         wait: bool = True,
         timeout: float | None = None,
-    ) -> None:
+    ) -> Steps[None]:
         """Delete topics.  A topic that does not exist raises
         :class:`~kafka_handoff.errors.UnknownTopicOrPartitionError` unless ``if_exists``.  With ``wait``
         (the default) return once no broker's metadata lists them any more."""
         topics = _unique(names, "topic")
         deadline = self._deadline(timeout)
-        outcomes = self._run([self._delete_topic_call(n, deadline) for n in topics], deadline)
+        outcomes = yield from run_calls([self._delete_topic_call(n, deadline) for n in topics], deadline)
         errors = [
             o
             for o in outcomes
@@ -281,7 +297,7 @@ class TopicAdminMixin:
         ]
         self._raise_first(errors)
         if wait:
-            self._wait_for_deletion(topics, deadline)
+            yield from self._wait_for_deletion(topics, deadline)
 
     def _delete_topic_call(self, name: str, deadline: int) -> AdminCall:
         timed_out = [False]
@@ -310,6 +326,7 @@ class TopicAdminMixin:
             f"DeleteTopics(topic {name!r})", ApiKey.DELETE_TOPICS, ANY_NODE, build, handle, deadline
         )
 
+    @drives_steps
     def create_partitions(
         self,
         new_counts: Mapping[str, int],
@@ -317,13 +334,15 @@ class TopicAdminMixin:
         validate_only: bool = False,
         wait: bool = True,
         timeout: float | None = None,
-    ) -> None:
+    ) -> Steps[None]:
         """Grow topics to ``new_counts[topic]`` partitions in total (Kafka cannot shrink topics)."""
         deadline = self._deadline(timeout)
         calls = [self._create_partitions_call(n, c, validate_only, deadline) for n, c in new_counts.items()]
-        self._raise_first([o for o in self._run(calls, deadline) if isinstance(o, BaseException)])
+        self._raise_first(
+            [o for o in (yield from run_calls(calls, deadline)) if isinstance(o, BaseException)]
+        )
         if wait and not validate_only and new_counts:
-            self._wait_for_topics(dict(new_counts), deadline)
+            yield from self._wait_for_topics(dict(new_counts), deadline)
 
     def _create_partitions_call(self, name: str, count: int, validate_only: bool, deadline: int) -> AdminCall:
         def build(version: int, timeout_ms: int) -> dict[str, Any]:

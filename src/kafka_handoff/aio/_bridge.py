@@ -9,8 +9,9 @@ checks that it runs on that loop (and so on that loop's thread), and raises :cla
 otherwise -- a client never touches a loop it was not created on.
 
 :class:`BlockingWorker` is the one place where a client's *blocking* steps run off the loop: one thread per
-client, started on first use, which runs the consumer's rebalance phase (its callbacks, the auto-commit
-before a revoke), ``close()`` and the admin client's calls, one at a time, while the loop awaits the outcome.
+consumer, started on first use, which runs the consumer's rebalance phase (its callbacks, the auto-commit
+before a revoke) and leaving its group (``unsubscribe()``, ``close()`` of a subscribed member), one at a
+time, while the loop awaits the outcome.  Every other call of the asyncio clients completes natively.
 User code those steps meet (rebalance callbacks) is sent back to the loop
 (:meth:`BlockingWorker.run_on_loop`); while it runs there, the worker serves the blocking calls it makes
 (``await view.commit_sync()``).
@@ -26,9 +27,12 @@ import queue
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kafka_handoff.errors import IllegalStateError
+
+if TYPE_CHECKING:
+    from kafka_handoff.network.thread import NetworkThread
 
 __all__ = ["BlockingWorker", "LoopBridge", "WrongEventLoopError"]
 
@@ -140,6 +144,29 @@ class LoopBridge:
         ready = self._ready
         while ready:
             _settle(*ready.popleft())
+
+    async def wait_stopped(self, thread: NetworkThread, timeout_s: float) -> None:
+        """Await the end of a client's network thread (after ``thread.begin_close``) for up to ``timeout_s``,
+        as ``NetworkThread.close`` joins it: past that the thread is left to stop on its own."""
+        if not thread.alive:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.wrap(thread.stopped)), max(0.0, timeout_s))
+
+    async def wait_future(self, future: Future[Any], timeout_s: float) -> bool:
+        """Await ``future`` for up to ``timeout_s`` (its outcome is not raised); False if it is not done by
+        then."""
+        try:
+            await asyncio.wait_for(asyncio.shield(self.wrap(future)), max(0.0, timeout_s))
+        except TimeoutError:
+            if not future.done():
+                return False
+        except asyncio.CancelledError:
+            if not future.cancelled():  # the awaiting task was cancelled, not the future
+                raise
+        except Exception:
+            pass
+        return True
 
     def signal(self, event: asyncio.Event) -> None:
         """Set ``event`` from any thread (a wake-up for a coroutine waiting on it)."""

@@ -1,14 +1,18 @@
 """``AsyncAdminClient``: the admin client for asyncio applications.
 
-Each call of :class:`~kafka_handoff.admin.AdminClient` (a few network round trips plus metadata waits)
-runs on the client's one worker thread while the event loop awaits its outcome (bridged with
-``loop.call_soon_threadsafe``); calls of one client run one after the other.
+Every operation of :class:`~kafka_handoff.admin.AdminClient` is written once as a sequence of steps
+(``admin.calls``: send these calls, pause for a backoff); here the steps are driven on the event loop: the
+calls go to the network thread and their futures are awaited through the bridge
+(``loop.call_soon_threadsafe``), a pause is an ``asyncio.sleep``.  No thread waits; calls of several tasks
+run concurrently.  Cancelling an awaited call cancels its requests (their outcome is dropped);
+``close()`` awaits the end of the network thread.  This client has no helper thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from kafka_handoff.admin import (
@@ -23,13 +27,17 @@ from kafka_handoff.admin import (
     TopicDescription,
     TopicListing,
 )
-from kafka_handoff.aio._bridge import BlockingWorker, LoopBridge
-from kafka_handoff.errors import IllegalStateError
+from kafka_handoff.admin.admin import _GRACE_MS
+from kafka_handoff.admin.calls import AdminCall, Pause, Steps, steps_of
+from kafka_handoff.aio._bridge import LoopBridge
+from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
 from kafka_handoff.types import OffsetAndMetadata, TopicPartition
 
 __all__ = ["AsyncAdminClient"]
 
 T = TypeVar("T")
+
+_WAIT_SLICE_MS = 100  # as AdminClient._wait: network-thread errors are looked at this often while waiting
 
 
 class AsyncAdminClient:
@@ -38,29 +46,78 @@ class AsyncAdminClient:
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
         self._bridge = LoopBridge("AsyncAdminClient")
         self._a = AdminClient(config, **kwargs)
-        self._worker = BlockingWorker(self._bridge, "kafka-handoff-aio-admin")
         self._closed = False
 
-    async def _call(self, fn: Callable[[AdminClient], T]) -> T:
+    def _check(self) -> AdminClient:
         self._bridge.check()
         if self._closed:
             raise IllegalStateError("this admin client has been closed")
+        return self._a
+
+    async def _drive(self, steps: Steps[T]) -> T:
+        """Run an admin operation's steps on the loop (the async twin of ``AdminClient._drive``)."""
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            while True:
+                try:
+                    step = steps.send(value) if error is None else steps.throw(error)
+                except StopIteration as stop:
+                    result: T = stop.value
+                    return result
+                value, error = None, None
+                try:
+                    if isinstance(step, Pause):
+                        await asyncio.sleep(step.seconds)
+                    else:
+                        value = await self._run(step.calls, step.deadline_ms)
+                except Exception as exc:  # a network-thread error: raised where the operation waited
+                    error = exc
+        finally:
+            steps.close()
+
+    async def _run(self, calls: Sequence[AdminCall], deadline_ms: int) -> list[Any]:
+        """Send ``calls`` together; each one's result or exception, in order (as ``AdminClient._run``)."""
+        self._a._submit_calls(calls)
+        try:
+            return [await self._wait(call.future, deadline_ms + _GRACE_MS, call.name) for call in calls]
+        except asyncio.CancelledError:
+            for call in calls:  # nobody awaits them any more: the network thread drops them
+                call.future.cancel()
+            raise
+
+    async def _wait(self, future: Future[Any], deadline_ms: int, what: str) -> Any:
+        """The future's result or exception; surfaces network-thread errors; cancels at the deadline."""
         a = self._a
-        return await self._worker.submit(lambda: fn(a))
+        target = self._bridge.wrap(future)
+        while True:
+            a._raise_background_errors()
+            remaining_ms = deadline_ms - a._clock.now_ms()
+            done, _ = await asyncio.wait({target}, timeout=max(0, min(remaining_ms, _WAIT_SLICE_MS)) / 1000.0)
+            if done:
+                if target.cancelled():
+                    return KafkaTimeoutError(f"{what} was cancelled")
+                error = target.exception()
+                return error if error is not None else target.result()
+            if remaining_ms <= 0:
+                future.cancel()
+                return KafkaTimeoutError(f"{what} did not complete in time")
 
     async def describe_cluster(self, timeout: float | None = None) -> ClusterDescription:
-        return await self._call(lambda a: a.describe_cluster(timeout))
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.describe_cluster)(a, timeout))
 
     async def list_topics(
         self, include_internal: bool = False, timeout: float | None = None
     ) -> list[TopicListing]:
-        return await self._call(lambda a: a.list_topics(include_internal, timeout))
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.list_topics)(a, include_internal, timeout))
 
     async def describe_topics(
         self, names: Iterable[str], timeout: float | None = None
     ) -> dict[str, TopicDescription]:
-        names_ = list(names)
-        return await self._call(lambda a: a.describe_topics(names_, timeout))
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.describe_topics)(a, names, timeout))
 
     async def create_topics(
         self,
@@ -71,12 +128,16 @@ class AsyncAdminClient:
         wait: bool = True,
         timeout: float | None = None,
     ) -> dict[str, CreateTopicResult]:
-        topics = list(new_topics)
-        return await self._call(
-            lambda a: a.create_topics(
-                topics, validate_only=validate_only, if_not_exists=if_not_exists, wait=wait, timeout=timeout
-            )
+        a = self._check()
+        steps = steps_of(AdminClient.create_topics)(
+            a,
+            new_topics,
+            validate_only=validate_only,
+            if_not_exists=if_not_exists,
+            wait=wait,
+            timeout=timeout,
         )
+        return await self._drive(steps)
 
     async def delete_topics(
         self,
@@ -86,8 +147,9 @@ class AsyncAdminClient:
         wait: bool = True,
         timeout: float | None = None,
     ) -> None:
-        names_ = list(names)
-        await self._call(lambda a: a.delete_topics(names_, if_exists=if_exists, wait=wait, timeout=timeout))
+        a = self._check()
+        steps = steps_of(AdminClient.delete_topics)(a, names, if_exists=if_exists, wait=wait, timeout=timeout)
+        await self._drive(steps)
 
     async def create_partitions(
         self,
@@ -97,16 +159,17 @@ class AsyncAdminClient:
         wait: bool = True,
         timeout: float | None = None,
     ) -> None:
-        counts = dict(new_counts)
-        await self._call(
-            lambda a: a.create_partitions(counts, validate_only=validate_only, wait=wait, timeout=timeout)
+        a = self._check()
+        steps = steps_of(AdminClient.create_partitions)(
+            a, new_counts, validate_only=validate_only, wait=wait, timeout=timeout
         )
+        await self._drive(steps)
 
     async def describe_configs(
         self, topics: Iterable[str], timeout: float | None = None
     ) -> dict[str, dict[str, ConfigEntry]]:
-        names = list(topics)
-        return await self._call(lambda a: a.describe_configs(names, timeout))
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.describe_configs)(a, topics, timeout))
 
     async def list_offsets(
         self,
@@ -115,27 +178,28 @@ class AsyncAdminClient:
         *,
         timeout: float | None = None,
     ) -> dict[TopicPartition, int]:
-        parts = list(partitions)
-        return await self._call(lambda a: a.list_offsets(parts, spec, timeout=timeout))
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.list_offsets)(a, partitions, spec, timeout=timeout))
 
     async def list_groups(self, timeout: float | None = None) -> list[GroupListing]:
-        return await self._call(lambda a: a.list_groups(timeout))
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.list_groups)(a, timeout))
 
     async def describe_groups(
         self, group_ids: Iterable[str], timeout: float | None = None
     ) -> dict[str, GroupDescription]:
-        ids = list(group_ids)
-        return await self._call(lambda a: a.describe_groups(ids, timeout))
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.describe_groups)(a, group_ids, timeout))
 
     async def list_group_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None, timeout: float | None = None
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        parts = None if partitions is None else list(partitions)
-        return await self._call(lambda a: a.list_group_offsets(group_id, parts, timeout))
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.list_group_offsets)(a, group_id, partitions, timeout))
 
     async def delete_groups(self, group_ids: Iterable[str], timeout: float | None = None) -> None:
-        ids = list(group_ids)
-        await self._call(lambda a: a.delete_groups(ids, timeout))
+        a = self._check()
+        await self._drive(steps_of(AdminClient.delete_groups)(a, group_ids, timeout))
 
     async def close(self, timeout: float | None = 30.0) -> None:
         self._bridge.check()
@@ -143,10 +207,10 @@ class AsyncAdminClient:
             return
         self._closed = True
         a = self._a
-        try:
-            await asyncio.shield(self._worker.submit(lambda: a.close(timeout)))
-        finally:
-            self._worker.stop()
+        timeout_ms = a._begin_close(timeout)
+        if timeout_ms is not None:  # as AdminClient.close(), awaiting the network thread's end
+            a._thread.begin_close(timeout_ms)
+            await self._bridge.wait_stopped(a._thread, timeout_ms / 1000.0 + 2.0)
 
     async def __aenter__(self) -> AsyncAdminClient:
         return self

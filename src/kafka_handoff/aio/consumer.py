@@ -11,36 +11,57 @@ same KIP-983/KIP-1306 behaviour) and replaces the two places where that one bloc
   ``kafka_handoff.aio.listener``).  Without callback work -- nearly every poll -- nothing leaves the loop.
 
 Records are decoded on the loop thread in slices: after each slice that took longer than
-``decode_slice_ms`` ``poll()`` yields to the loop (``await asyncio.sleep(0)``).  ``commit()`` and
-``committed()`` complete natively through the bridge; the rarer blocking calls (subscribe, offset and
-metadata lookups, close) run on the worker.
+``decode_slice_ms`` ``poll()`` yields to the loop (``await asyncio.sleep(0)``).  Every other call submits
+the synchronous consumer's application event (commit, assign, subscribe, offset and metadata lookups, ...)
+and awaits its future through the bridge; the facade's application-thread step after it (e.g. dropping
+fetched data of partitions no longer assigned) then runs on the loop, even if the awaiting task was
+cancelled, before the next call goes on.  Only leaving the group (``unsubscribe()``, ``close()`` of a
+subscribed member: they run the revoke callback) and ``client_instance_id()`` run on the worker.
 
-Cancelling a pending ``poll()`` or ``commit()`` leaves the consumer usable: records a cancelled ``poll()``
-had already taken are returned by the next one, a rebalance step it started finishes on the worker before
-the next call goes on, and a cancelled commit's outcome is dropped.  ``close()`` is bounded by its timeout.
+Cancelling a pending ``poll()``, ``commit()`` or lookup leaves the consumer usable: records a cancelled
+``poll()`` had already taken are returned by the next one, a rebalance step it started finishes on the
+worker before the next call goes on, and a cancelled commit's or lookup's outcome is dropped.  ``close()``
+is bounded by its timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from kafka_handoff.aio._bridge import BlockingWorker, LoopBridge
 from kafka_handoff.aio.listener import LoopListener
 from kafka_handoff.consumer.consumer import Consumer
-from kafka_handoff.consumer.events import AppCallEvent, CommitEvent, FetchCommittedEvent
+from kafka_handoff.consumer.events import (
+    AppCallEvent,
+    AssignEvent,
+    CommitEvent,
+    EnforceRebalanceEvent,
+    FetchCommittedEvent,
+    GroupMetadataEvent,
+    MetadataUpdateEvent,
+    OwnedPartitionsEvent,
+    ReleaseMetadataTopicsEvent,
+    SubscribeEvent,
+    TerminateTelemetryEvent,
+    UnsubscribeEvent,
+)
 from kafka_handoff.consumer.fetcher import CompletedFetch
+from kafka_handoff.consumer.offsets import EARLIEST, LATEST
 from kafka_handoff.consumer.records import ConsumerRecords
 from kafka_handoff.consumer.subscription import SubscriptionType
-from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
+from kafka_handoff.errors import IllegalStateError, KafkaError, KafkaTimeoutError
 from kafka_handoff.network.events import ApplicationEvent
 from kafka_handoff.protocol.records import DecodedRecords, decode_batches
 from kafka_handoff.types import (
+    ClusterMetadata,
     ConsumerGroupMetadata,
     ConsumerRecord,
     OffsetAndMetadata,
@@ -51,6 +72,8 @@ from kafka_handoff.types import (
 
 __all__ = ["AsyncConsumer"]
 
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
 
 # Records per collect() slice (the time check runs after each slice): handing out decoded records is list
@@ -58,6 +81,8 @@ T = TypeVar("T")
 _SLICE_RECORDS = 1024
 _SLICE_RECORDS_DESERIALIZING = 128
 _DECODE_CHUNK_BYTES = 64 * 1024  # a large fetched partition is decoded in pieces of about this size
+_SEND_TIMEOUT_S = 30.0  # a quick network-thread call (as Consumer._send)
+_POSITION_RECHECK_S = 0.02  # position(): how often an initialising position is looked at again
 
 
 class AsyncConsumer:
@@ -364,17 +389,37 @@ class AsyncConsumer:
         if listener is not None:
             self.set_rebalance_listener(listener)
         topics_ = topics if isinstance(topics, (str, re.Pattern)) else list(topics)
-        await self._blocking(lambda: c.subscribe(topics_))
+        await self._settle()
+        subscription = c._subscribe_prepare(topics_, None, stacklevel=4)
+        if subscription is None:  # an empty topic list: as the synchronous subscribe(), unsubscribe
+            await self._unsubscribe()
+            return
+        await self._native_step(SubscribeEvent(subscription=subscription))
 
     async def unsubscribe(self) -> None:
-        c = self._check()
+        self._check()
+        await self._settle()
+        await self._unsubscribe()
+
+    async def _unsubscribe(self) -> None:
+        c = self._c
         self._rewind_iterator()
-        await self._blocking(c.unsubscribe)
+        if c.membership is not None and c._subs.has_auto_assignment:
+            # Leaving the group runs the revoke callbacks (and the auto-commit before them): on the worker.
+            await self._run_phase(c.unsubscribe)
+            return
+        await self._native_step(UnsubscribeEvent(), internal=True, then=lambda _: c._unsubscribe_done())
+        # As the synchronous unsubscribe(): a callback error of the leave is raised once it completed.
+        errors = c._dispatch.take_leave_errors()
+        if errors:
+            c._errors.extendleft(reversed(errors[1:]))
+            raise errors[0]
 
     async def assign(self, partitions: Iterable[TopicPartition]) -> None:
         c = self._check()
-        parts = list(partitions)
-        await self._blocking(lambda: c.assign(parts))
+        await self._settle()
+        parts = c._assign_prepare(partitions)
+        await self._native_step(AssignEvent(partitions=tuple(parts)), then=lambda _: c._assign_done(parts))
 
     def assignment(self) -> frozenset[TopicPartition]:
         return self._check().assignment()
@@ -384,11 +429,17 @@ class AsyncConsumer:
 
     async def enforce_rebalance(self, reason: str = "") -> None:
         c = self._check()
-        await self._blocking(lambda: c.enforce_rebalance(reason))
+        await self._settle()
+        if c.membership is not None:
+            await self._native_step(EnforceRebalanceEvent(reason=reason or "enforce_rebalance()"))
 
     async def group_metadata(self) -> ConsumerGroupMetadata:
         c = self._check()
-        return await self._blocking(c.group_metadata)
+        await self._settle()
+        if c.group_id is None:
+            raise KafkaError("group_metadata() needs a group.id")
+        meta: ConsumerGroupMetadata = await self._native_step(GroupMetadataEvent())
+        return meta
 
     # ============================================================================== commits
     async def commit(
@@ -491,14 +542,99 @@ class AsyncConsumer:
             if membership is not None and not self._closed:
                 c._thread.submit(AppCallEvent(inside=False))
 
+    async def _native_step(
+        self,
+        event: ApplicationEvent,
+        *,
+        internal: bool = False,
+        then: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """A quick state change or query on the network thread, awaited through the bridge (the async twin
+        of ``Consumer._send``).  ``then(result)`` is the facade's application-thread step once the event
+        completed; it runs on the loop even if the awaiting task was cancelled meanwhile, and the next call
+        waits for it (as for a rebalance step of a cancelled ``poll()``)."""
+        c = self._c
+        # While leaving, pending errors do not abort the call: they stay queued (as Consumer._send).
+        if internal or c._dispatch.leaving:
+            c._drain_background()
+        else:
+            c._raise_background_errors()
+        source = self._bridge.wrap(c._thread.submit(event))
+        step: asyncio.Future[Any] = self._bridge.loop.create_future()
+
+        def finish(done: asyncio.Future[Any]) -> None:
+            if step.done():
+                return
+            if done.cancelled():
+                step.cancel()
+                return
+            error = done.exception()
+            if error is not None:
+                step.set_exception(error)
+                return
+            try:
+                result = done.result() if then is None else then(done.result())
+            except Exception as exc:
+                step.set_exception(exc)
+            else:
+                step.set_result(result)
+
+        source.add_done_callback(finish)
+        self._phase = step
+        try:
+            result = await asyncio.wait_for(asyncio.shield(step), _SEND_TIMEOUT_S)
+        except TimeoutError as exc:
+            if isinstance(exc, KafkaTimeoutError):
+                raise
+            if self._phase is step:
+                self._phase = None
+            step.cancel()
+            raise KafkaTimeoutError(
+                f"network thread call did not complete within {int(_SEND_TIMEOUT_S * 1000)} ms"
+            ) from None
+        if self._phase is step:
+            self._phase = None
+        return result
+
+    async def _lookup(self, event: ApplicationEvent, timeout_ms: int, what: str) -> Any:
+        """A lookup with the caller's timeout (the async twin of ``Consumer._call``)."""
+        await self._settle()
+        self._c._raise_background_errors()
+        return await self._native(event, timeout_ms, what)
+
     # ============================================================================== positions
     async def position(self, partition: TopicPartition, timeout: float | None = None) -> int:
+        """The offset of the next record that will be fetched, awaiting its initialisation if needed."""
         c = self._check()
         tp = TopicPartition(*partition)
-        pos = c._subs.position(tp) if c._subs.is_assigned(tp) else None
+        if not c._subs.is_assigned(tp):
+            raise IllegalStateError(f"position() of partition {tp}, which is not assigned to this consumer")
+        pos = c._subs.position(tp)
         if pos is not None:
             return pos.offset
-        return await self._blocking(lambda: c.position(tp, timeout))
+        await self._settle()
+        loop = self._bridge.loop
+        deadline = loop.time() + c._timeout_ms(timeout) / 1000.0
+        membership = c.membership
+        if membership is not None:
+            c._thread.submit(AppCallEvent(inside=True))  # the poll timer stands still meanwhile
+        try:
+            while True:
+                c._raise_background_errors()
+                pos = c._subs.position(tp)
+                if pos is not None:
+                    return pos.offset
+                if tp in c._subs.partitions_without_offset():
+                    c._raise_no_offset()
+                if loop.time() >= deadline:
+                    raise KafkaTimeoutError(
+                        f"the position of {tp} could not be determined within the timeout"
+                    )
+                c._thread.wakeup()
+                await asyncio.sleep(_POSITION_RECHECK_S)
+        finally:
+            if membership is not None and not self._closed:
+                c._thread.submit(AppCallEvent(inside=False))
 
     def seek(self, partition: TopicPartition, offset: int | OffsetAndMetadata) -> None:
         self._check().seek(partition, offset)
@@ -524,31 +660,59 @@ class AsyncConsumer:
     async def beginning_offsets(
         self, partitions: Iterable[TopicPartition], timeout: float | None = None
     ) -> dict[TopicPartition, int]:
-        c = self._check()
-        parts = list(partitions)
-        return await self._blocking(lambda: c.beginning_offsets(parts, timeout))
+        self._check()
+        result = await self._list_offsets({tp: EARLIEST for tp in partitions}, timeout, "beginning_offsets")
+        return {tp: (v.offset if v is not None else 0) for tp, v in result.items()}
 
     async def end_offsets(
         self, partitions: Iterable[TopicPartition], timeout: float | None = None
     ) -> dict[TopicPartition, int]:
-        c = self._check()
-        parts = list(partitions)
-        return await self._blocking(lambda: c.end_offsets(parts, timeout))
+        self._check()
+        result = await self._list_offsets({tp: LATEST for tp in partitions}, timeout, "end_offsets")
+        return {tp: (v.offset if v is not None else 0) for tp, v in result.items()}
 
     async def offsets_for_times(
         self, timestamps: Mapping[TopicPartition, int], timeout: float | None = None
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         c = self._check()
         ts = dict(timestamps)
-        return await self._blocking(lambda: c.offsets_for_times(ts, timeout))
+        c._check_target_times(ts)
+        return await self._list_offsets(ts, timeout, "offsets_for_times")
+
+    async def _list_offsets(
+        self, timestamps: Mapping[TopicPartition, int], timeout: float | None, what: str
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        c = self._c
+        prepared = c._list_offsets_event(timestamps, timeout, what)
+        if prepared is None:
+            return {}
+        event, topics, timeout_ms = prepared
+        try:
+            result: dict[TopicPartition, OffsetAndTimestamp | None] = await self._lookup(
+                event, timeout_ms, what
+            )
+        finally:
+            if not self._closed:
+                c._thread.submit(ReleaseMetadataTopicsEvent(topics=topics))
+        return result
+
+    async def _fresh_metadata(
+        self, topics: frozenset[str] | None, timeout: float | None, what: str
+    ) -> ClusterMetadata:
+        c = self._c
+        timeout_ms = c._timeout_ms(timeout)
+        event = MetadataUpdateEvent(topics=topics, deadline_ms=c._deadline_ms(timeout_ms), name=what)
+        cluster: ClusterMetadata = await self._lookup(event, timeout_ms, what)
+        return cluster
 
     async def partitions_for(self, topic: str, timeout: float | None = None) -> list[PartitionInfo]:
         c = self._check()
-        return await self._blocking(lambda: c.partitions_for(topic, timeout))
+        cluster = await self._fresh_metadata(frozenset({topic}), timeout, "partitions_for()")
+        return c._partitions_of(cluster, topic)
 
     async def list_topics(self, timeout: float | None = None) -> dict[str, list[PartitionInfo]]:
         c = self._check()
-        return await self._blocking(lambda: c.list_topics(timeout))
+        return c._topics_of(await self._fresh_metadata(None, timeout, "list_topics()"))
 
     def metrics(self) -> dict[str, float]:
         return self._c.metrics()
@@ -568,8 +732,13 @@ class AsyncConsumer:
         self._rewind_iterator()
         self._closed = True
         limit = (30.0 if timeout is None else max(0.0, timeout)) + 5.0
-        # Queued behind a rebalance step still running on the worker, so it never overlaps one.
-        fut = self._worker.submit(lambda: c.close(timeout))
+        fut: asyncio.Future[None]
+        if self._phase_running() or c._close_leaves_group():
+            # Leaving the group runs the revoke callbacks (and the auto-commit before them): on the worker,
+            # queued behind a rebalance step still running there, so it never overlaps one.
+            fut = self._worker.submit(lambda: c.close(timeout))
+        else:
+            fut = asyncio.ensure_future(self._close_native(timeout))
         try:
             await asyncio.wait_for(asyncio.shield(fut), limit)
         except TimeoutError:
@@ -579,6 +748,43 @@ class AsyncConsumer:
         finally:
             c._buffer.on_signal = None
             self._worker.stop()
+
+    async def _close_native(self, timeout: float | None) -> None:
+        """``Consumer.close`` without a group to leave, each wait awaited on the loop: the auto-commit of
+        the owned positions, the terminating telemetry push, the end of the network thread."""
+        c = self._c
+        bridge = self._bridge
+        timeout_ms = c._timeout_ms(timeout)
+        start = time.monotonic()
+
+        def left_ms() -> int:
+            return timeout_ms - int((time.monotonic() - start) * 1000)
+
+        if c._commits is not None and c._commits.auto_commit and c._subs.assigned():
+            offsets = c._consumed_offsets()
+            owned_fut = c._thread.submit(OwnedPartitionsEvent())
+            if await bridge.wait_future(owned_fut, max(0, left_ms()) / 1000.0):
+                owned = _result_or_none(owned_fut)  # None: the network thread stopped
+                if owned is not None:
+                    offsets = {tp: o for tp, o in offsets.items() if tp in owned}
+            left = left_ms()
+            if offsets and left > 0:
+                commit = c._thread.submit(CommitEvent(offsets=offsets, timeout_ms=left, retry=True))
+                if (
+                    not await bridge.wait_future(commit, left / 1000.0)
+                    or _result_or_none(commit, True) is None
+                ):
+                    log.debug("auto-commit on close failed or did not complete")
+        left = left_ms()
+        if left > 0 and c._telemetry.enabled:  # KIP-714: the terminating push
+            pushed = c._thread.submit(TerminateTelemetryEvent())
+            if not await bridge.wait_future(pushed, left / 1000.0):
+                log.debug("terminating telemetry push did not complete")
+        c._closed = True
+        left = max(0, left_ms())
+        c._thread.begin_close(left)
+        await bridge.wait_stopped(c._thread, left / 1000.0 + 2.0)
+        c._close_finish()
 
     async def __aenter__(self) -> AsyncConsumer:
         return self
@@ -605,6 +811,13 @@ def _split_batches(data: bytes, chunk_bytes: int) -> list[bytes]:
     if start < n or not pieces:
         pieces.append(data[start:])
     return pieces
+
+
+def _result_or_none(future: Future[Any], done_marker: bool = False) -> Any:
+    """A completed future's result (``done_marker``: True instead of it), or None if it failed."""
+    if future.cancelled() or future.exception() is not None:
+        return None
+    return True if done_marker else future.result()
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:

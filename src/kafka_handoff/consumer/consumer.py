@@ -539,6 +539,12 @@ class Consumer:
 
     # ==================================================================================== assign mode
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        parts = self._assign_prepare(partitions)
+        self._send(AssignEvent(partitions=tuple(parts)))
+        self._assign_done(parts)
+
+    def _assign_prepare(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """assign()'s checks (application thread, before the event; shared with the asyncio facade)."""
         self._ensure_open()
         parts = [TopicPartition(*tp) for tp in partitions]
         for tp in parts:
@@ -546,8 +552,10 @@ class Consumer:
                 raise ValueError("topic names must be non-empty")
         if self._subs.has_auto_assignment:
             raise IllegalStateError("assign() cannot be used while subscribed; call unsubscribe() first")
+        return parts
 
-        self._send(AssignEvent(partitions=tuple(parts)))
+    def _assign_done(self, parts: list[TopicPartition]) -> None:
+        """assign()'s application-thread step once the network thread applied the assignment."""
         keep = set(parts)
         self._collector.drop_partitions(lambda tp: tp in keep)
 
@@ -764,20 +772,37 @@ class Consumer:
     def _list_offsets(
         self, timestamps: Mapping[TopicPartition, int], timeout: float | None, what: str
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        timeout_ms = self._timeout_ms(timeout)
-        ts = {TopicPartition(*tp): t for tp, t in timestamps.items()}
-        if not ts:
+        prepared = self._list_offsets_event(timestamps, timeout, what)
+        if prepared is None:
             return {}
-        topics = frozenset(tp.topic for tp in ts)
-        event = ListOffsetsEvent(
-            timestamps=ts, timeout_ms=timeout_ms, deadline_ms=self._deadline_ms(timeout_ms), name=what
-        )
+        event, topics, timeout_ms = prepared
         try:
             result: dict[TopicPartition, OffsetAndTimestamp | None] = self._call(event, timeout_ms, what)
         finally:
             if not self._closed:
                 self._thread.submit(ReleaseMetadataTopicsEvent(topics=topics))
         return result
+
+    def _list_offsets_event(
+        self, timestamps: Mapping[TopicPartition, int], timeout: float | None, what: str
+    ) -> tuple[ListOffsetsEvent, frozenset[str], int] | None:
+        """The ListOffsets lookup's event, its topics (released once it completed) and timeout; ``None``
+        for no partitions (shared with the asyncio facade)."""
+        timeout_ms = self._timeout_ms(timeout)
+        ts = {TopicPartition(*tp): t for tp, t in timestamps.items()}
+        if not ts:
+            return None
+        topics = frozenset(tp.topic for tp in ts)
+        event = ListOffsetsEvent(
+            timestamps=ts, timeout_ms=timeout_ms, deadline_ms=self._deadline_ms(timeout_ms), name=what
+        )
+        return event, topics, timeout_ms
+
+    @staticmethod
+    def _check_target_times(timestamps: Mapping[TopicPartition, int]) -> None:
+        for tp, t in timestamps.items():
+            if t < 0:
+                raise ValueError(f"the target time for partition {tp} is negative ({t})")
 
     def beginning_offsets(
         self, partitions: Iterable[TopicPartition], timeout: float | None = None
@@ -794,9 +819,7 @@ class Consumer:
     def offsets_for_times(
         self, timestamps: Mapping[TopicPartition, int], timeout: float | None = None
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        for tp, t in timestamps.items():
-            if t < 0:
-                raise ValueError(f"the target time for partition {tp} is negative ({t})")
+        self._check_target_times(timestamps)
         return self._list_offsets(timestamps, timeout, "offsets_for_times")
 
     def current_lag(self, partition: TopicPartition) -> int | None:
@@ -928,6 +951,11 @@ class Consumer:
     def partitions_for(self, topic: str, timeout: float | None = None) -> list[PartitionInfo]:
         self._ensure_open()
         cluster = self._fresh_metadata(frozenset({topic}), timeout, "partitions_for()")
+        return self._partitions_of(cluster, topic)
+
+    @staticmethod
+    def _partitions_of(cluster: ClusterMetadata, topic: str) -> list[PartitionInfo]:
+        """partitions_for()'s answer from fresh metadata (shared with the asyncio facade)."""
         parts = cluster.partitions_for(topic)
         if parts is None:
             code = cluster.topic_errors.get(topic)
@@ -941,6 +969,10 @@ class Consumer:
     def list_topics(self, timeout: float | None = None) -> dict[str, list[PartitionInfo]]:
         self._ensure_open()
         cluster = self._fresh_metadata(None, timeout, "list_topics()")
+        return self._topics_of(cluster)
+
+    def _topics_of(self, cluster: ClusterMetadata) -> dict[str, list[PartitionInfo]]:
+        """list_topics()'s answer from fresh metadata (shared with the asyncio facade)."""
         exclude_internal = bool(self._config.get("exclude.internal.topics"))
         return {
             t: list(parts)
@@ -1010,6 +1042,21 @@ class Consumer:
 
         ``listener`` is deprecated: use :meth:`set_rebalance_listener`.
         """
+        subscription = self._subscribe_prepare(topics, listener, stacklevel=4)
+        if subscription is None:
+            self.unsubscribe()
+            return
+        self._send(SubscribeEvent(subscription=subscription))
+
+    def _subscribe_prepare(
+        self,
+        topics: Iterable[str] | re.Pattern[str] | str,
+        listener: AnyRebalanceListener | None,
+        *,
+        stacklevel: int,
+    ) -> Subscription | None:
+        """subscribe()'s checks and application-thread set-up before the event (shared with the asyncio
+        facade); ``None``: an empty topic list, which means unsubscribe()."""
         self._ensure_open()
         if self.group_id is None:
             raise KafkaError(
@@ -1024,15 +1071,14 @@ class Consumer:
                 if not isinstance(t, str) or not t.strip():
                     raise ValueError(f"topic names must be non-empty strings, got {t!r}")
             if not names:
-                self.unsubscribe()
-                return
+                return None
             subscription = Subscription(topics=frozenset(names))
         if self._subs.type is SubscriptionType.USER_ASSIGNED:
             raise IllegalStateError("subscribe() cannot be used after assign(); call unsubscribe() first")
-        self._listeners.set_from_subscribe(listener, stacklevel=3)
+        self._listeners.set_from_subscribe(listener, stacklevel=stacklevel)
         if self.membership is None:
             self.membership = self._create_membership()
-        self._send(SubscribeEvent(subscription=subscription))
+        return subscription
 
     def unsubscribe(self) -> None:
         """Leave the group (running the revoke callback for everything owned) or drop the assignment."""
@@ -1042,6 +1088,10 @@ class Consumer:
 
         # Pending background errors stay queued for the next call.
         self._send(UnsubscribeEvent(), internal=True)
+        self._unsubscribe_done()
+
+    def _unsubscribe_done(self) -> None:
+        """unsubscribe()'s application-thread step once the network thread dropped the subscription."""
         self._collector.drop_partitions(lambda tp: False)
         self._dispatch.revoke.clear()
         # As Java: a rebalance callback that failed while leaving makes unsubscribe() raise (once it
@@ -1115,6 +1165,18 @@ class Consumer:
         self._closed = True
         left = timeout_ms - int((time.monotonic() - start) * 1000)
         self._thread.close(max(0, left))
+        self._close_finish()
+
+    def _close_leaves_group(self) -> bool:
+        """Whether close() leaves the group (running the revoke callbacks and the commit before them)."""
+        return (
+            self.membership is not None
+            and self._subs.has_auto_assignment
+            and bool(self._config.get("internal.leave.group.on.close"))
+        )
+
+    def _close_finish(self) -> None:
+        """close()'s last step, once the network thread stopped (shared with the asyncio facade)."""
         # As Java: close() completes, then rethrows the first rebalance-callback error of the leave.  Errors
         # nobody will see any more (no call follows close) are logged.
         errors = self._dispatch.take_leave_errors()
@@ -1135,10 +1197,8 @@ class Consumer:
             log.debug("terminating telemetry push did not complete", exc_info=True)
 
     def _close_group(self, timeout_ms: int) -> None:
-        if self.membership is not None and self._subs.has_auto_assignment:
-            leave = bool(self._config.get("internal.leave.group.on.close"))
-            if leave:
-                self._leave_group(timeout_ms)
+        if self._close_leaves_group():
+            self._leave_group(timeout_ms)
 
     def __enter__(self) -> Consumer:
         return self

@@ -70,6 +70,8 @@ class NetworkThread:
         self._close_deadline_ms = 0
         self._on_close = on_close
         self._stopped = threading.Event()
+        self.stopped: Future[None] = Future()
+        """Completed once the thread has stopped (after its network client was closed)."""
         self.fatal_error: BaseException | None = None
         self._after_poll: list[Callable[[int], None]] = []
         self._auth_logged: dict[str, int] = {}
@@ -118,11 +120,16 @@ class NetworkThread:
 
     def close(self, timeout_ms: int) -> None:
         """Let managers finish (``on_close`` returns True when done) for up to ``timeout_ms``, then stop."""
+        self.begin_close(timeout_ms)
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(max(0.0, timeout_ms / 1000.0) + 2.0)
+
+    def begin_close(self, timeout_ms: int) -> None:
+        """:meth:`close` without waiting: :attr:`stopped` completes once the thread has stopped (the
+        asyncio clients await it); a caller waits about ``timeout_ms`` + 2 s for it, as close() does."""
         self._close_deadline_ms = self.clock.now_ms() + max(0, timeout_ms)
         self._closing.set()
         self.client.wakeup()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(max(0.0, timeout_ms / 1000.0) + 2.0)
 
     # ------------------------------------------------------------------ network-thread side
     def _run(self) -> None:
@@ -151,6 +158,8 @@ class NetworkThread:
                 self.client.close()
             except Exception:
                 log.debug("error closing network client", exc_info=True)
+            if not self.stopped.done():
+                self.stopped.set_result(None)
 
     def _run_once(self, now: int) -> None:
         self._drain_events(now)

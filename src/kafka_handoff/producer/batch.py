@@ -11,6 +11,7 @@ producer fields of the header are rewritten and the CRC recomputed, as Java's ``
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import struct
 import threading
@@ -23,6 +24,8 @@ from crc32c import crc32c
 from kafka_handoff.protocol.compression import CompressionType, compress
 from kafka_handoff.protocol.records import RECORD_BATCH_OVERHEAD
 from kafka_handoff.types import RecordMetadata, TopicPartition
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "IMPLEMENTATION",
@@ -237,6 +240,7 @@ class ProducerBatch:
         "created_ms",
         "done",
         "done_event",
+        "done_hooks",
         "entries",
         "expired",
         "in_flight",
@@ -292,6 +296,28 @@ class ProducerBatch:
         self.expired = False
         self.max_timestamp = -1
         self.done_event = threading.Event()
+        self.done_hooks: list[Callable[[], None]] | None = None
+
+    def add_done_hook(self, hook: Callable[[], None]) -> None:
+        """Call ``hook()`` once the batch is done (``done_event`` set), on the completion thread -- or now,
+        on this thread, if it already is.  It may run twice when the batch completes meanwhile: make it
+        idempotent (an asynchronous ``flush()`` uses it)."""
+        hooks = self.done_hooks
+        if hooks is None:
+            hooks = self.done_hooks = []
+        hooks.append(hook)
+        if self.done_event.is_set():  # set before the append was seen: the completion thread may miss it
+            hook()
+
+    def run_done_hooks(self) -> None:
+        """On the completion thread, right after ``done_event`` was set."""
+        hooks = self.done_hooks
+        if hooks:
+            for hook in list(hooks):
+                try:
+                    hook()
+                except Exception:
+                    log.exception("error in a batch completion hook")
 
     def __repr__(self) -> str:
         return (

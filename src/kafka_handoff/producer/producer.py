@@ -287,6 +287,7 @@ class Producer:
             lambda: self._sender.in_flight_requests(),
         )
 
+        self._completer_done: Future[None] = Future()  # the completion thread has ended (after close)
         self._completer = threading.Thread(
             target=self._complete_loop, name=f"kafka-handoff-producer-callbacks-{self.client_id}", daemon=True
         )
@@ -338,14 +339,17 @@ class Producer:
     # ================================================================================ completion thread
     def _complete_loop(self) -> None:
         get = self._completions.get
-        while True:
-            item = get()
-            if item is None:
-                return
-            try:
-                self._complete(*item)
-            except BaseException:
-                log.exception("error completing a batch")
+        try:
+            while True:
+                item = get()
+                if item is None:
+                    return
+                try:
+                    self._complete(*item)
+                except BaseException:
+                    log.exception("error completing a batch")
+        finally:
+            self._completer_done.set_result(None)
 
     def _complete(
         self, batch: ProducerBatch, base_offset: int, log_append_ms: int, error: BaseException | None
@@ -383,6 +387,7 @@ class Producer:
                     self._note_unreported(batch, error, silent)
         finally:
             batch.done_event.set()
+            batch.run_done_hooks()
             self._accumulator.deallocate(batch)
 
     def _note_unreported(self, batch: ProducerBatch, error: BaseException, count: int) -> None:
@@ -971,9 +976,30 @@ class Producer:
         """Send what is queued, for up to ``timeout`` seconds (``None``: until everything has an outcome,
         which ``delivery.timeout.ms`` bounds), then stop.  Records without an outcome by then fail with
         :class:`~kafka_handoff.errors.IllegalStateError` ("closed before the record could be delivered")."""
+        started = self._close_start(timeout)
+        if started is None:
+            return
+        start, timeout_ms = started
+        if self._telemetry.enabled and timeout_ms > 0:  # KIP-714's terminating push, first (as Java)
+            telemetry = self._telemetry
+            try:
+                self._thread.call(lambda now, f: telemetry.terminate(now, f)).result(timeout_ms / 2000.0)
+            except Exception:
+                log.debug("terminating telemetry push did not complete", exc_info=True)
+        self._accumulator.close()
+        self._client.wakeup()
+        self._thread.close(max(0, timeout_ms - int((time.monotonic() - start) * 1000)))
+        self._close_finish(timeout_ms)
+        if threading.current_thread() is not self._completer:  # close() from a callback: cannot wait for it
+            remaining = timeout_ms / 1000.0 - (time.monotonic() - start)
+            self._completer.join(max(remaining, 0.5))
+
+    def _close_start(self, timeout: float | None) -> tuple[float, int] | None:
+        """close()'s first step (shared with the asyncio facade): mark the producer closed; its start time
+        and timeout in ms (``None``: closed already)."""
         with self._close_lock:
             if self._closed:
-                return
+                return None
             self._closed = True
         start = time.monotonic()
         if threading.current_thread() is self._completer and timeout != 0:
@@ -984,15 +1010,11 @@ class Producer:
             timeout_ms = self._delivery_timeout_ms + self._config.request_timeout_ms + 5_000
         else:
             timeout_ms = max(0, int(timeout * 1000))
-        if self._telemetry.enabled and timeout_ms > 0:  # KIP-714's terminating push, first (as Java)
-            telemetry = self._telemetry
-            try:
-                self._thread.call(lambda now, f: telemetry.terminate(now, f)).result(timeout_ms / 2000.0)
-            except Exception:
-                log.debug("terminating telemetry push did not complete", exc_info=True)
-        self._accumulator.close()
-        self._client.wakeup()
-        self._thread.close(max(0, timeout_ms - int((time.monotonic() - start) * 1000)))
+        return start, timeout_ms
+
+    def _close_finish(self, timeout_ms: int) -> None:
+        """close()'s step once the network thread stopped: fail what was not delivered, end the completion
+        thread (shared with the asyncio facade)."""
         error = IllegalStateError(
             f"the producer was closed before the record could be delivered (close timeout {timeout_ms} ms)"
         )
@@ -1000,9 +1022,6 @@ class Producer:
         if aborted:
             log.warning("closing the producer failed %d record(s) that were not delivered", aborted)
         self._completions.put(None)
-        if threading.current_thread() is not self._completer:  # close() from a callback: cannot wait for it
-            remaining = timeout_ms / 1000.0 - (time.monotonic() - start)
-            self._completer.join(max(remaining, 0.5))
 
     def __enter__(self) -> Producer:
         return self
