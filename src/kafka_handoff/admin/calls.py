@@ -15,6 +15,7 @@ raising anything else fails it.  Everything here runs on the network thread; tim
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Generator, Mapping, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
@@ -378,6 +379,13 @@ def drives_steps(steps: Callable[Concatenate[_S, _P], Steps[_R]]) -> Callable[Co
         return result
 
     blocking.steps = steps  # type: ignore[attr-defined]
+    # Documentation tools read the signature: the method returns what its steps produce, not the
+    # generator (``Steps[X]`` -> ``X``).
+    signature = inspect.signature(steps)
+    returned = signature.return_annotation
+    if isinstance(returned, str) and returned.startswith("Steps[") and returned.endswith("]"):
+        signature = signature.replace(return_annotation=returned[len("Steps[") : -1])
+    blocking.__signature__ = signature  # type: ignore[attr-defined]
     return blocking
 
 
