@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kafka_handoff.cli.command_config import add_command_config_arg, client_config
@@ -59,6 +60,19 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_run)
 
 
+def stop_on_signals(wakeup: Callable[[], None]) -> dict[str, bool]:
+    """SIGTERM/SIGINT set the returned ``{"flag": ...}`` and wake the consumer's blocking poll."""
+    stop = {"flag": False}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop["flag"] = True
+        wakeup()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop
+
+
 def _text(value: bytes | None) -> str:
     if value is None:
         return "null"
@@ -103,14 +117,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    stop = {"flag": False}
-
-    def on_signal(signum: int, frame: Any) -> None:
-        stop["flag"] = True
-        consumer.wakeup()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals(consumer.wakeup)
 
     count = 0
     nbytes = 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -204,14 +203,9 @@ def run_share_consume(args: argparse.Namespace, config: dict[str, Any], text: An
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    stop = {"flag": False}
+    from kafka_handoff.cli.consume import stop_on_signals  # (consume imports this module)
 
-    def on_signal(signum: int, frame: Any) -> None:
-        stop["flag"] = True
-        consumer.wakeup()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals(consumer.wakeup)
     count = 0
     nbytes = 0
     start = time.monotonic()

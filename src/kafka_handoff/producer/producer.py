@@ -473,45 +473,12 @@ class Producer:
                 self._raise_background_errors()
             except AuthenticationError as exc:  # as Java: the record's future fails with it
                 return self._fail_now(new_future(), callback, exc)
-        if self._key_serializer is not None or self._value_serializer is not None:
-            key, value = self._serialize(topic, key, value)
-        if key is None:
-            size = RECORD_OVERHEAD_ESTIMATE
-        else:
-            if type(key) is not bytes:
-                key = _to_bytes(key, "key")
-            size = RECORD_OVERHEAD_ESTIMATE + len(key)
-        if value is not None:
-            if type(value) is not bytes:
-                value = _to_bytes(value, "value")
-            size += len(value)
-        hdrs: tuple[Header, ...] | None = None
-        if headers is not None:
-            hdrs = _headers(headers)
-            if hdrs:
-                size += estimate_headers_size(hdrs)
-            else:
-                hdrs = None
-        if timestamp is None:
-            timestamp = time_ns() // 1_000_000
-        elif timestamp < 0:
-            raise ValueError(f"invalid timestamp {timestamp}: it must be non-negative (or None for now)")
-        num_partitions = self._partition_counts.get(topic)
-        started: int | None = None
-        if num_partitions is None:
-            started = monotonic_ns() // 1_000_000
-            try:
-                num_partitions = self._wait_for_topic(topic, started + self._max_block_ms)
-            except (KafkaTimeoutError, AuthenticationError) as exc:
-                return self._fail_now(new_future(), callback, exc)
-        if partition is not None:
-            if not 0 <= partition < num_partitions:
-                raise KafkaError(
-                    f"invalid partition {partition} for topic {topic}: "
-                    f"it has partitions 0..{num_partitions - 1}"
-                )
-        elif key is not None and not self._ignore_keys:
-            partition = (murmur2(key) & 0x7FFFFFFF) % num_partitions
+        try:
+            key, value, hdrs, timestamp, partition, size, started = self._prepare(
+                topic, value, key, partition, headers, timestamp
+            )
+        except (KafkaTimeoutError, AuthenticationError) as exc:  # the metadata wait (max.block.ms)
+            return self._fail_now(new_future(), callback, exc)
         if size > self._max_record_size:
             return self._fail_now(new_future(), callback, self._too_large(topic, size))
         entry = make_entry(key, value, timestamp, hdrs, callback)
@@ -555,6 +522,37 @@ class Producer:
                 return
         if self._txn is not None:
             self._txn.check_send()
+        try:
+            key, value, hdrs, timestamp, partition, size, started = self._prepare(
+                topic, value, key, partition, headers, timestamp
+            )
+        except (KafkaTimeoutError, AuthenticationError) as exc:  # the metadata wait (max.block.ms)
+            self._fail_nowait(callback, exc)
+            return
+        if size > self._max_record_size:
+            self._fail_nowait(callback, self._too_large(topic, size))
+            return
+        entry = make_entry_no_future(key, value, timestamp, hdrs, callback)
+        try:
+            wake = self._accumulator.append(topic, partition, entry, size, started, self._max_block_ms)
+        except KafkaTimeoutError as exc:
+            self._fail_nowait(callback, exc)
+            return
+        if wake:
+            self._client.wakeup()
+
+    def _prepare(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: int | None,
+        headers: Iterable[tuple[str, Any]] | Mapping[str, Any] | None,
+        timestamp: int | None,
+    ) -> tuple[bytes | None, bytes | None, tuple[Header, ...] | None, int, int | None, int, int | None]:
+        """A record of :meth:`send`/:meth:`send_nowait` ready to append: ``(key, value, headers, timestamp,
+        partition, size estimate, when the metadata wait started or None)``.  Raises for misuse;
+        :class:`KafkaTimeoutError`/:class:`AuthenticationError` from the topic's metadata wait."""
         if self._key_serializer is not None or self._value_serializer is not None:
             key, value = self._serialize(topic, key, value)
         if key is None:
@@ -582,11 +580,7 @@ class Producer:
         started: int | None = None
         if num_partitions is None:
             started = monotonic_ns() // 1_000_000
-            try:
-                num_partitions = self._wait_for_topic(topic, started + self._max_block_ms)
-            except (KafkaTimeoutError, AuthenticationError) as exc:
-                self._fail_nowait(callback, exc)
-                return
+            num_partitions = self._wait_for_topic(topic, started + self._max_block_ms)
         if partition is not None:
             if not 0 <= partition < num_partitions:
                 raise KafkaError(
@@ -595,17 +589,7 @@ class Producer:
                 )
         elif key is not None and not self._ignore_keys:
             partition = (murmur2(key) & 0x7FFFFFFF) % num_partitions
-        if size > self._max_record_size:
-            self._fail_nowait(callback, self._too_large(topic, size))
-            return
-        entry = make_entry_no_future(key, value, timestamp, hdrs, callback)
-        try:
-            wake = self._accumulator.append(topic, partition, entry, size, started, self._max_block_ms)
-        except KafkaTimeoutError as exc:
-            self._fail_nowait(callback, exc)
-            return
-        if wake:
-            self._client.wakeup()
+        return key, value, hdrs, timestamp, partition, size, started
 
     def _fail_nowait(self, callback: Callback | None, error: BaseException) -> None:
         if callback is None:
