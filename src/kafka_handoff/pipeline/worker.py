@@ -475,7 +475,7 @@ class Worker:
             if not n:
                 continue
             acc = self._acc.get(tp)
-            self._acc_segments.setdefault(tp, []).append((chunk.offsets[0], fetched_ms))
+            self._acc_segments.setdefault(tp, []).append((chunk.first_offset(), fetched_ms))
             if acc is None:
                 self._acc[tp] = chunk
             else:
@@ -547,7 +547,7 @@ class Worker:
                 continue
             chunks.append(chunk)
             # ``expected`` is filled in when the batch is submitted: the running batch may move the mark.
-            ranges[tp] = PartitionRange(mark, chunk.offsets[0], chunk.offsets[-1], len(chunk))
+            ranges[tp] = PartitionRange(mark, chunk.first_offset(), chunk.last_offset(), len(chunk))
             segments[tp] = self._acc_segments.get(tp, [])
         self._acc.clear()
         self._acc_segments.clear()
