@@ -334,7 +334,7 @@ def test_stale_coordinator_event_drained_after_a_same_poll_discovery_does_not_li
     c.run(10_000)
     assert c.client.count(ApiKey.FIND_COORDINATOR, since=start) == 1
     assert c.coordinator.coordinator is not None and c.coordinator.coordinator.node_id == 2
-    assert c.membership._coordinator == 2
+    assert c.membership.coordinator_id == 2
     # Heartbeats went on to node 2, every interval, keeping the member epoch and id.
     to_new = [values for node, values in c.client.heartbeats if node == 2]
     assert len(to_new) >= 10_000 // HEARTBEAT_INTERVAL - 1

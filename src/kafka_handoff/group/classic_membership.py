@@ -138,7 +138,7 @@ from kafka_handoff.group.membership import (
     RebalanceMetricsSink,
     Subscription,
 )
-from kafka_handoff.group.membership_core import MembershipCore
+from kafka_handoff.group.membership_core import MembershipCore, RetryBackoff
 from kafka_handoff.group.protocol_data import (
     ConsumerProtocolError,
     decode_assignment,
@@ -224,6 +224,20 @@ class _LeaderJob:
 
 
 @dataclass(slots=True)
+class _Outstanding:
+    """What waits for a callback the ledger asked for."""
+
+    revoking: frozenset[TopicPartition] = frozenset()
+    """A REVOKE's partitions: still owned until it completes."""
+    blocks_join: bool = True
+    """The next JoinGroup (or LeaveGroup) waits for it."""
+    followup: bool = False
+    """Cooperative: the member rejoins once it completes (the follow-up rebalance)."""
+    completes_rebalance: bool = False
+    """The rebalance's ASSIGN: the rebalance completes with it (metrics)."""
+
+
+@dataclass(slots=True)
 class _Stats:
     values: dict[str, int] = field(
         default_factory=lambda: {
@@ -247,7 +261,7 @@ class _Stats:
         self.values[f"{prefix}_time_ms_max"] = max(self.values[f"{prefix}_time_ms_max"], ms)
 
 
-class ClassicMembership(MembershipCore[MemberState]):
+class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
     """The classic consumer group membership; see the module docstring for the behaviour."""
 
     def __init__(
@@ -319,8 +333,7 @@ class ClassicMembership(MembershipCore[MemberState]):
         self._rejoin_reason = "initial join"
         self._needs_join_prepare = True
         self._awaiting_app_poll = True
-        self._join_backoff_until_ms = 0
-        self._join_attempts = 0
+        self._join_retry_backoff = RetryBackoff(self._backoff)
         self._join_token: object | None = None
         self._sync_token: object | None = None
         self._leader_job: _LeaderJob | None = None
@@ -333,16 +346,12 @@ class ClassicMembership(MembershipCore[MemberState]):
 
         # ownership and callbacks
         self._assigned: frozenset[TopicPartition] = frozenset()
-        self._revoking: dict[int, frozenset[TopicPartition]] = {}
-        self._followup: set[int] = set()
-        self._waiting: set[int] = set()
-        self._assign_seq: int | None = None
         self._outbox: list[UnsentRequest] = []
 
         # timers (the poll timer is the base's)
         self._session_deadline_ms = 0
         self._hb_next_ms = 0
-        self._hb_attempts = 0
+        self._hb_retry = RetryBackoff(self._backoff)
         self._hb_token: object | None = None
         self._stable_evidence_ms = 0
         self._alive_evidence_ms = 0
@@ -362,12 +371,8 @@ class ClassicMembership(MembershipCore[MemberState]):
     @property
     def owned(self) -> frozenset[TopicPartition]:
         """Assigned partitions plus those whose REVOKE callback has not completed yet."""
-        if not self._revoking:
-            return self._assigned
-        out = set(self._assigned)
-        for parts in self._revoking.values():
-            out |= parts
-        return frozenset(out)
+        revoking = self.revoking
+        return self._assigned | revoking if revoking else self._assigned
 
     @property
     def assigned(self) -> frozenset[TopicPartition]:
@@ -377,8 +382,8 @@ class ClassicMembership(MembershipCore[MemberState]):
     @property
     def revoking(self) -> frozenset[TopicPartition]:
         out: set[TopicPartition] = set()
-        for parts in self._revoking.values():
-            out |= parts
+        for entry in self._ledger.entries():
+            out |= entry.revoking
         return frozenset(out)
 
     @property
@@ -400,7 +405,10 @@ class ClassicMembership(MembershipCore[MemberState]):
     @property
     def waiting_for_callbacks(self) -> frozenset[int]:
         """Sequence numbers of callbacks the next JoinGroup (or LeaveGroup) waits for."""
-        return frozenset(self._waiting)
+        return frozenset(seq for seq, entry in self._ledger.items() if entry.blocks_join)
+
+    def _waits_for_callbacks(self) -> bool:
+        return any(entry.blocks_join for entry in self._ledger.entries())
 
     @property
     def rejoin_needed(self) -> bool:
@@ -455,7 +463,7 @@ class ClassicMembership(MembershipCore[MemberState]):
         self._set_subscribed_topics(topics, "subscription changed")
         if changed or self._state is MemberState.UNJOINED:
             self._awaiting_app_poll = True
-        if self._coordinator is None:
+        if self._latch.node_id is None:
             self._need_coordinator("group membership needs the coordinator")
 
     def unsubscribe(self, now_ms: int) -> None:
@@ -476,31 +484,22 @@ class ClassicMembership(MembershipCore[MemberState]):
             return
         self._request_rejoin(reason or "rebalance enforced by the application")
 
-    def on_coordinator(self, node_id: int | None, now_ms: int, epoch: int | None = None) -> None:
-        if node_id is not None and node_id == self._coordinator and epoch == self._coordinator_epoch:
-            return  # the same coordinator announced again: nothing changes (not even the session timer)
-        if node_id is None:
-            self._coordinator = None
-            self._coordinator_requested = False
-            return
-        self._coordinator_found(node_id, epoch)
+    def _coordinator_changed(self, now_ms: int) -> None:
+        # (the same coordinator announced again changes nothing, not even the session timer)
         self._session_deadline_ms = now_ms + self._session_timeout_ms
 
     def on_callback_completed(self, seq: int, error: BaseException | None, now_ms: int) -> None:
         if error is not None:
             self._stats.values["callback_errors"] += 1
-        parts = self._revoking.pop(seq, None)
-        if parts is not None:
+        entry = self._ledger.complete(seq)
+        if entry is None:
+            return  # unknown, or superseded (a LOST took its partitions)
+        if entry.revoking:
             self._events.append(AssignmentChanged(owned=self.owned))
-            if seq in self._followup:
-                self._followup.discard(seq)
-                if self._leave is _Leave.NONE and self._state is MemberState.STABLE:
-                    self._request_rejoin("need to revoke partitions and re-join")
-        self._waiting.discard(seq)
-        if seq == self._assign_seq:
-            self._assign_seq = None
-            if self._rebalance_open:
-                self._rebalance_completed(now_ms)
+            if entry.followup and self._leave is _Leave.NONE and self._state is MemberState.STABLE:
+                self._request_rejoin("need to revoke partitions and re-join")
+        if entry.completes_rebalance:
+            self._rebalance.completed(now_ms)
 
     def on_metadata(self, metadata: ClusterMetadata, now_ms: int) -> None:
         self._metadata = metadata
@@ -569,18 +568,18 @@ class ClassicMembership(MembershipCore[MemberState]):
             return MAX_POLL_WAIT_MS
         candidates = [MAX_POLL_WAIT_MS]
         in_group = self._state in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE)
-        if in_group and self._coordinator is not None:
+        if in_group and self._latch.node_id is not None:
             if self._hb_token is None:
                 candidates.append(self._hb_next_ms - now_ms)
             candidates.append(self._session_deadline_ms - now_ms)
         poll_remaining = self._poll_timer_wait_ms(now_ms)
         if in_group and self._leave is _Leave.NONE and poll_remaining is not None:
             candidates.append(poll_remaining)
-        if self._join_backoff_until_ms > now_ms:
-            candidates.append(self._join_backoff_until_ms - now_ms)
-        if self._join_deadline_ms is not None and self._waiting:
+        if self._join_retry_backoff.until_ms > now_ms:
+            candidates.append(self._join_retry_backoff.until_ms - now_ms)
+        if self._join_deadline_ms is not None and self._waits_for_callbacks():
             candidates.append(self._join_deadline_ms - now_ms)
-        if self._revoking and in_group:
+        if self.revoking and in_group:
             candidates.append(self._alive_evidence_ms + self._session_timeout_ms - now_ms)
         return max(0, min(candidates))
 
@@ -604,20 +603,20 @@ class ClassicMembership(MembershipCore[MemberState]):
     def _check_session_timeout(self, now_ms: int) -> None:
         if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
             return
-        if self._revoking and now_ms >= self._alive_evidence_ms + self._session_timeout_ms:
+        if self.revoking and now_ms >= self._alive_evidence_ms + self._session_timeout_ms:
             # No request of ours reached the coordinator within the session timeout: it may have expired us,
             # and then another member may get what we are revoking.
             self._give_up_revocations("no heartbeat response within session.timeout.ms")
-        if self._coordinator is None or now_ms < self._session_deadline_ms:
+        if self._latch.node_id is None or now_ms < self._session_deadline_ms:
             return
         self._mark_coordinator_unknown(
-            "session timed out without receiving a heartbeat response", self._coordinator_epoch
+            "session timed out without receiving a heartbeat response", self._latch.epoch
         )
 
     def _check_join_deadline(self, now_ms: int) -> None:
         if self._join_deadline_ms is None or now_ms < self._join_deadline_ms:
             return
-        if self._waiting or self._revoking:
+        if self._waits_for_callbacks() or self.revoking:
             self._give_up_revocations("revocation not completed within the rebalance timeout")
 
     def _start_join_deadline(self) -> None:
@@ -639,15 +638,15 @@ class ClassicMembership(MembershipCore[MemberState]):
             return
         if self._subscription.pattern is not None and self._metadata is None:
             return  # the topics the pattern matches are not known yet
-        if self._coordinator is None:
+        if self._latch.node_id is None:
             self._need_coordinator("joining the group needs the coordinator")
             return
-        if now_ms < self._join_backoff_until_ms:
+        if now_ms < self._join_retry_backoff.until_ms:
             return
         if self._needs_join_prepare:
             self._needs_join_prepare = False
             self._join_prepare(now_ms)
-        if self._waiting:
+        if self._waits_for_callbacks():
             if self._join_deadline_ms is not None and now_ms >= self._join_deadline_ms:
                 self._give_up_revocations("revocation not completed within the rebalance timeout")
             else:
@@ -693,8 +692,7 @@ class ClassicMembership(MembershipCore[MemberState]):
         self._join_deadline_ms = None
         self._joined_topics = self._subscribed_topics
         self._snapshot = self._partition_counts(self._subscribed_topics)
-        if not self._rebalance_open:
-            self._rebalance_started(now_ms)
+        self._rebalance.begin(now_ms)
         token = object()
         self._join_token = token
         values = {
@@ -736,7 +734,7 @@ class ClassicMembership(MembershipCore[MemberState]):
         in, sent_ms, response, now_ms, coordinator epoch)``, a failure to ``on_error(token, error, now_ms,
         coordinator epoch)``.  A static member needs at least ``static_min_version`` (the instance id)."""
         generation = self._generation
-        epoch = self._coordinator_epoch
+        epoch = self._latch.epoch
 
         def on_response(resp: Any, version: int, t: int) -> None:
             on_answer(token, generation, now_ms, resp, t, epoch)
@@ -796,7 +794,7 @@ class ClassicMembership(MembershipCore[MemberState]):
             # Java's heartbeat.resetTimeouts(): session, heartbeat and poll timers restart.
             self._session_deadline_ms = now_ms + self._session_timeout_ms
             self._hb_next_ms = now_ms + self._heartbeat_interval_ms
-            self._hb_attempts = 0
+            self._hb_retry.reset()
             last_poll = self._poll_timer.last_poll_ms
             self._poll_timer.polled(now_ms if last_poll is None else max(last_poll, now_ms))
             # The coordinator processed our JoinGroup after we sent it: lower bounds for when it last saw
@@ -848,14 +846,13 @@ class ClassicMembership(MembershipCore[MemberState]):
 
     def _join_retry(self, now_ms: int, *, backoff: bool, reason: str = "") -> None:
         """A failed JoinGroup/SyncGroup attempt: the same rebalance is retried."""
-        self._rebalance_failed(now_ms, ends=False)
+        self._rebalance.failed(now_ms, ends=False)
         if self._state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
             self._set_state(MemberState.PREPARING_REBALANCE)
         self._leader_job = None
         self._request_rejoin(reason or "rebalance failed")
         if backoff:
-            self._join_backoff_until_ms = now_ms + self._backoff_ms(self._join_attempts)
-            self._join_attempts += 1
+            self._join_retry_backoff.failed(now_ms)
 
     def _request_failed(self, api: str, exc: BaseException, now_ms: int, epoch: int) -> None:
         if isinstance(exc, UnsupportedVersionError):
@@ -1040,8 +1037,7 @@ class ClassicMembership(MembershipCore[MemberState]):
                 )
                 return
             self._set_state(MemberState.STABLE)
-            self._join_attempts = 0
-            self._join_backoff_until_ms = 0
+            self._join_retry_backoff.reset()
             self._stable_evidence_ms = max(self._stable_evidence_ms, sent_ms)
             self._alive_evidence_ms = max(self._alive_evidence_ms, sent_ms)
             self._on_join_complete(bytes(resp.assignment), now_ms)
@@ -1107,9 +1103,12 @@ class ClassicMembership(MembershipCore[MemberState]):
             except Exception as exc:
                 raise KafkaError(f"assignor {assignor.name!r} on_assignment failed: {exc!r}") from exc
 
-        seq = self._emit_callback(CallbackKind.ASSIGN, added, "rebalance completed", on_assignment)
-        self._assign_seq = seq
-        self._waiting.add(seq)
+        for seq, entry in self._ledger.items():  # an earlier ASSIGN no longer completes a rebalance
+            entry.completes_rebalance = False
+            if not entry.blocks_join and not entry.revoking:
+                self._ledger.drop(seq)
+        outstanding = _Outstanding(completes_rebalance=True)
+        self._ledger.ask(CallbackKind.ASSIGN, added, "rebalance completed", outstanding, on_assignment)
         if self._subscribed_topics != self._joined_topics:
             self._request_rejoin("subscription changed during the rebalance")
         elif self._is_leader and self._metadata_changed():
@@ -1121,7 +1120,7 @@ class ClassicMembership(MembershipCore[MemberState]):
     def _drive_heartbeat(self, now_ms: int) -> None:
         if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
             return
-        if self._coordinator is None or self._hb_token is not None or now_ms < self._hb_next_ms:
+        if self._latch.node_id is None or self._hb_token is not None or now_ms < self._hb_next_ms:
             return
         if self._leave not in (_Leave.NONE, _Leave.PREPARING):
             return
@@ -1155,11 +1154,10 @@ class ClassicMembership(MembershipCore[MemberState]):
         self._heartbeat_failed(now_ms)
 
     def _heartbeat_failed(self, now_ms: int) -> None:
-        self._hb_next_ms = now_ms + self._backoff_ms(self._hb_attempts)
-        self._hb_attempts += 1
+        self._hb_next_ms = self._hb_retry.failed(now_ms)
 
     def _heartbeat_received(self, now_ms: int) -> None:
-        self._hb_attempts = 0
+        self._hb_retry.reset()
         self._session_deadline_ms = now_ms + self._session_timeout_ms
 
     def _on_heartbeat_response(
@@ -1238,7 +1236,7 @@ class ClassicMembership(MembershipCore[MemberState]):
         self._drive_leave(now_ms)
 
     def _drive_leave(self, now_ms: int) -> None:
-        if self._waiting and self._fatal is None:
+        if self._waits_for_callbacks() and self._fatal is None:
             return
         sent = False
         if self._fatal is None:
@@ -1271,7 +1269,7 @@ class ClassicMembership(MembershipCore[MemberState]):
 
     def _maybe_send_leave_group(self, reason: str, now_ms: int, *, for_leave: bool) -> bool:
         """Send LeaveGroup if this is a dynamic member of a generation (Java's ``maybeLeaveGroup``)."""
-        if self.group_instance_id is not None or self._coordinator is None:
+        if self.group_instance_id is not None or self._latch.node_id is None:
             return False
         if self._state is MemberState.UNJOINED or not self._generation.member_id:
             return False
@@ -1295,25 +1293,12 @@ class ClassicMembership(MembershipCore[MemberState]):
     # ------------------------------------------------------------------------------------------------
     # callbacks and ownership
 
-    def _emit_callback(
-        self,
-        kind: CallbackKind,
-        partitions: frozenset[TopicPartition],
-        reason: str,
-        on_assignment: Callable[[], None] | None = None,
-    ) -> int:
-        return self._new_callback(kind, partitions, reason, on_assignment).seq
-
     def _revoke(self, partitions: Iterable[TopicPartition], reason: str, *, followup: bool = False) -> None:
         parts = frozenset(partitions) & self._assigned
         if not parts:
             return
         self._assigned = self._assigned - parts
-        seq = self._emit_callback(CallbackKind.REVOKE, parts, reason)
-        self._revoking[seq] = parts
-        self._waiting.add(seq)
-        if followup:
-            self._followup.add(seq)
+        self._ledger.ask(CallbackKind.REVOKE, parts, reason, _Outstanding(revoking=parts, followup=followup))
 
     def _lose(self, partitions: Iterable[TopicPartition], reason: str) -> None:
         """LOST for some owned partitions (no wait: nobody can be handed them through us)."""
@@ -1321,44 +1306,43 @@ class ClassicMembership(MembershipCore[MemberState]):
         if not parts:
             return
         self._assigned = self._assigned - parts
-        for seq, revoking in list(self._revoking.items()):
-            rest = revoking - parts
-            if rest:
-                self._revoking[seq] = rest
-            else:
-                del self._revoking[seq]
-                self._waiting.discard(seq)
-                self._followup.discard(seq)
+        for seq, entry in self._ledger.items():
+            if entry.revoking:
+                entry.revoking -= parts
+                if not entry.revoking:
+                    self._ledger.drop(seq)
         self._events.append(AssignmentChanged(owned=self.owned))
-        self._emit_callback(CallbackKind.LOST, parts, reason)
+        self._ledger.ask(CallbackKind.LOST, parts, reason)
 
     def _lose_all(self, reason: str, now_ms: int) -> None:
         """LOST(all owned), superseding every outstanding callback; the next JoinGroup waits for it."""
         parts = self.owned
         if not parts:
             return
-        self._assigned = frozenset()
-        self._revoking.clear()
-        self._followup.clear()
-        self._waiting.clear()
-        if self._assign_seq is not None:
+        if any(entry.completes_rebalance for entry in self._ledger.entries()):
             # The rebalance's ASSIGN is superseded: that rebalance did not complete for this member.
-            self._assign_seq = None
-            if self._rebalance_open:
-                self._rebalance_failed(now_ms, ends=True)
+            self._rebalance.failed_if_open(now_ms, ends=True)
+        self._ledger.clear()
+        self._assigned = frozenset()
         self._events.append(AssignmentChanged(owned=frozenset()))
-        seq = self._emit_callback(CallbackKind.LOST, parts, reason)
-        self._waiting.add(seq)
+        self._ledger.ask(CallbackKind.LOST, parts, reason, _Outstanding())
+
+    def _stop_waiting(self) -> None:
+        """Nothing waits for an outstanding callback any more; pending REVOKEs are forgotten (their
+        partitions are no longer owned).  Only the rebalance's ASSIGN is still tracked (metrics)."""
+        for seq, entry in self._ledger.items():
+            if entry.completes_rebalance:
+                entry.blocks_join = False
+            else:
+                self._ledger.drop(seq)
 
     def _give_up_revocations(self, reason: str) -> None:
         """Pending revocations become LOST; the JoinGroup stops waiting for any callback."""
         parts = self.revoking
-        self._revoking.clear()
-        self._followup.clear()
-        self._waiting.clear()
+        self._stop_waiting()
         if parts:
             self._events.append(AssignmentChanged(owned=self.owned))
-            self._emit_callback(CallbackKind.LOST, parts, reason)
+            self._ledger.ask(CallbackKind.LOST, parts, reason)
 
     def _request_rejoin(self, reason: str) -> None:
         self._rejoin_needed = True
@@ -1387,14 +1371,13 @@ class ClassicMembership(MembershipCore[MemberState]):
         self._awaiting_app_poll = True
 
     def _fail_fatal(self, error: BaseException, now_ms: int) -> None:
-        if self._rebalance_open:
-            self._rebalance_failed(now_ms, ends=True)
+        self._rebalance.failed_if_open(now_ms, ends=True)
         self._generation = NO_GENERATION
         self._set_state(MemberState.UNJOINED)
         self._join_token = self._sync_token = self._hb_token = None
         self._leader_job = None
         self._lose_all("the member was fenced", now_ms)
-        self._waiting.clear()
+        self._stop_waiting()
         self._fatal = error
         self._events.append(MembershipError(error, fatal=True))
 
@@ -1405,17 +1388,6 @@ class ClassicMembership(MembershipCore[MemberState]):
         )
         error.__cause__ = error_for_code(_E.fenced_instance_id)
         return error
-
-    # ------------------------------------------------------------------------------------------------
-    # coordinator
-
-    def _mark_coordinator_unknown(self, reason: str, epoch: int) -> None:
-        """As the base's; a failure reported against the current discovery epoch while the coordinator is
-        already unknown asks for it (once) instead of being ignored."""
-        if epoch == self._coordinator_epoch and self._coordinator is None:
-            self._need_coordinator(reason)
-            return
-        super()._mark_coordinator_unknown(reason, epoch)
 
     # ------------------------------------------------------------------------------------------------
     # metadata and subscription

@@ -184,8 +184,10 @@ class _Reconciliation:
 
 @dataclass(slots=True)
 class _PendingCallback:
+    """What a callback of the ledger completes."""
+
     purpose: _Purpose
-    event: CallbackNeeded
+    kind: CallbackKind
     reconciliation: _Reconciliation | None = None
 
 
@@ -215,7 +217,7 @@ def _interval_ms(value: Any) -> int | None:
     return int(value)
 
 
-class ConsumerMembership(MembershipCore[MemberState]):
+class ConsumerMembership(MembershipCore[MemberState, _PendingCallback]):
     """KIP-848 membership: heartbeats, reconciliation, fencing, leaving, poll timer.
 
     ``member_id`` is generated once (Java style) unless given, and kept for the object's lifetime,
@@ -289,8 +291,6 @@ class ConsumerMembership(MembershipCore[MemberState]):
         self._metadata_request_key: tuple[frozenset[uuid.UUID], int] | None = None
         self._reconciliation: _Reconciliation | None = None
         self._retry_after_app_poll = False
-
-        self._pending: dict[int, _PendingCallback] = {}
 
         self._leave_pending = False
         self._stale_released = True
@@ -383,12 +383,12 @@ class ConsumerMembership(MembershipCore[MemberState]):
         self._maybe_reconcile(now_ms)
 
     def on_callback_completed(self, seq: int, error: BaseException | None, now_ms: int) -> None:
-        pending = self._pending.pop(seq, None)
+        pending = self._ledger.complete(seq)
         if pending is None:
             log.debug("completion of unknown or already completed callback seq %d ignored", seq)
             return
         if error is not None:
-            log.warning("%s callback failed: %r", pending.event.kind.value, error)
+            log.warning("%s callback failed: %r", pending.kind.value, error)
         purpose = pending.purpose
         if purpose is _Purpose.RECONCILE_REVOKE:
             self._on_revoke_done(pending, error, now_ms)
@@ -410,12 +410,6 @@ class ConsumerMembership(MembershipCore[MemberState]):
         self._metadata_version += 1
         self._maybe_reconcile(now_ms)
 
-    def on_coordinator(self, node_id: int | None, now_ms: int, epoch: int | None = None) -> None:
-        if node_id is not None:
-            self._coordinator_found(node_id, epoch)
-        else:
-            self._coordinator = None
-
     def enforce_rebalance(self, reason: str, now_ms: int) -> None:
         # The broker drives KIP-848 rebalances; Java's consumer ignores enforceRebalance too.
         log.info("enforce_rebalance(%s) has no effect with group.protocol=consumer", reason)
@@ -436,7 +430,7 @@ class ConsumerMembership(MembershipCore[MemberState]):
         poll_remaining = self._poll_timer_wait_ms(now_ms)
         if st in _IN_GROUP and poll_remaining is not None:
             wait = min(wait, max(0, poll_remaining))
-        if st not in _NO_HEARTBEAT and self._coordinator is not None and self._inflight is None:
+        if st not in _NO_HEARTBEAT and self._latch.node_id is not None and self._inflight is None:
             if st is _S.LEAVING:
                 return 0
             due = 0 if self._heartbeat_now() else self._timer.interval_remaining(now_ms)
@@ -456,7 +450,7 @@ class ConsumerMembership(MembershipCore[MemberState]):
         st = self._state
         if st in _NO_HEARTBEAT:
             return None
-        if self._coordinator is None:
+        if self._latch.node_id is None:
             if st is _S.LEAVING:
                 log.info("coordinator unknown: member %s leaves without a leave heartbeat", self._member_id)
                 self._finish_leaving_without_heartbeat(now_ms)
@@ -495,7 +489,7 @@ class ConsumerMembership(MembershipCore[MemberState]):
                 assignment=self._current,
             )
         )
-        sent = _SentHeartbeat(self._incarnation, self._epoch, False, self._coordinator_epoch)
+        sent = _SentHeartbeat(self._incarnation, self._epoch, False, self._latch.epoch)
         request = self._request(sent, values, now_ms, min_version=1 if pattern is not None else 0)
         if st is _S.ACKNOWLEDGING:
             # The ack is on its way (generated, not answered): STABLE, or reconcile the newer target.
@@ -511,7 +505,7 @@ class ConsumerMembership(MembershipCore[MemberState]):
             "instance_id": self.group_instance_id,
             "topic_partitions": None,
         }
-        sent = _SentHeartbeat(self._incarnation, self._leave_epoch(), True, self._coordinator_epoch)
+        sent = _SentHeartbeat(self._incarnation, self._leave_epoch(), True, self._latch.epoch)
         request = self._request(sent, values, now_ms, min_version=0)
         self._fields.reset()
         if not stale:
@@ -665,16 +659,15 @@ class ConsumerMembership(MembershipCore[MemberState]):
         self._leave_pending = False
 
     def _record_failed_rebalance(self, now_ms: int) -> None:
-        if self._rebalance_open:
-            self._rebalance_failed(now_ms, ends=False)
+        self._rebalance.failed_if_open(now_ms, ends=False)
 
     # --------------------------------------------------------------------------------- transitions
     def _transition(self, new: MemberState, now_ms: int) -> None:
         old = self._set_state(new)
         if old is _S.RECONCILING and new in (_S.STABLE, _S.ACKNOWLEDGING):
-            self._rebalance_completed(now_ms)
+            self._rebalance.completed(now_ms)
         if old is not _S.RECONCILING and new is _S.RECONCILING:
-            self._rebalance_started(now_ms)
+            self._rebalance.started(now_ms)
         log.debug("member %s epoch %d: %s -> %s", self._member_id, self._epoch, old.value, new.value)
 
     def _transition_to_joining(self, now_ms: int) -> None:
@@ -716,9 +709,7 @@ class ConsumerMembership(MembershipCore[MemberState]):
         reason: str,
         reconciliation: _Reconciliation | None = None,
     ) -> CallbackNeeded:
-        event = self._new_callback(kind, partitions, reason)
-        self._pending[event.seq] = _PendingCallback(purpose, event, reconciliation)
-        return event
+        return self._ledger.ask(kind, partitions, reason, _PendingCallback(purpose, kind, reconciliation))
 
     def _release_as_lost(self, purpose: _Purpose, reason: str) -> bool:
         """Clear the assignment and emit a LOST callback; False when nothing was owned (no callback)."""
@@ -739,7 +730,7 @@ class ConsumerMembership(MembershipCore[MemberState]):
             self._incarnation += 1
             self._epoch = 0
             self._fields.reset()
-            if not any(p.purpose is _Purpose.LEAVE_RELEASE for p in self._pending.values()):
+            if not any(p.purpose is _Purpose.LEAVE_RELEASE for p in self._ledger.entries()):
                 self._leave_pending = False
             return
         log.warning("member %s fenced (%s): partitions lost, rejoining", self._member_id, reason)

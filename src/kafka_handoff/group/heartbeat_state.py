@@ -3,7 +3,8 @@
 * :class:`ExponentialBackoff` -- ``retry.backoff.ms`` doubled per consecutive failure up to
   ``retry.backoff.max.ms``, with +/-20 % jitter drawn from an injectable source.
 * :class:`HeartbeatTimer` -- when the next heartbeat is due (broker-given interval), backoff after
-  failures.  All times are caller-supplied milliseconds.
+  failures (the core's :class:`~kafka_handoff.group.membership_core.RetryBackoff`).  All times are
+  caller-supplied milliseconds.
 * :class:`HeartbeatFields` -- remembers what the last heartbeat carried so the next one sends only the
   fields that changed; :meth:`HeartbeatFields.reset` after any failure makes the next request full.
 """
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafka_handoff.group.membership_core import RetryBackoff
 from kafka_handoff.protocol.backoff import ExponentialBackoff
 
 __all__ = [
@@ -61,21 +63,26 @@ NO_ASSIGNMENT = LocalAssignment(-1)
 
 
 class HeartbeatTimer:
-    """Interval timer plus failure backoff for one heartbeat stream."""
+    """Interval timer plus failure backoff (the core's :class:`RetryBackoff`) for one heartbeat stream."""
 
     def __init__(self, backoff: ExponentialBackoff, interval_ms: int) -> None:
-        self.backoff = backoff
+        self.retry = RetryBackoff(backoff)
         self.interval_ms = interval_ms
         self.next_due_ms = 0
-        self.backoff_until_ms = 0
-        self.failures = 0
+
+    @property
+    def backoff(self) -> ExponentialBackoff:
+        return self.retry.backoff
+
+    @property
+    def failures(self) -> int:
+        return self.retry.failures
 
     def on_sent(self, now_ms: int) -> None:
         self.next_due_ms = now_ms + self.interval_ms
 
     def on_success(self, now_ms: int, interval_ms: int | None) -> None:
-        self.failures = 0
-        self.backoff_until_ms = 0
+        self.retry.reset()
         if interval_ms is not None and interval_ms > 0 and interval_ms != self.interval_ms:
             self.interval_ms = interval_ms
             self.next_due_ms = now_ms + interval_ms
@@ -84,17 +91,12 @@ class HeartbeatTimer:
         """A failed heartbeat: the next one is due at once, after a backoff when ``backoff``."""
         self.next_due_ms = now_ms
         if backoff:
-            self.backoff_until_ms = now_ms + self.backoff.backoff_ms(self.failures)
-            self.failures += 1
+            self.retry.failed(now_ms)
         else:
-            self.reset_backoff()
-
-    def reset_backoff(self) -> None:
-        self.failures = 0
-        self.backoff_until_ms = 0
+            self.retry.reset()
 
     def backoff_remaining(self, now_ms: int) -> int:
-        return max(0, self.backoff_until_ms - now_ms)
+        return self.retry.remaining_ms(now_ms)
 
     def interval_remaining(self, now_ms: int) -> int:
         return max(0, self.next_due_ms - now_ms)

@@ -1,23 +1,27 @@
-"""The machinery both group memberships share (as Java's ``AbstractMembershipManager``), sans-I/O.
+"""The machinery the group memberships share (as Java's ``AbstractMembershipManager``), sans-I/O.
 
 :class:`MembershipCore` is the base of :class:`~kafka_handoff.group.classic_membership.ClassicMembership`
 and :class:`~kafka_handoff.group.consumer_membership.ConsumerMembership`.  It owns what does not depend on
-the group protocol:
+the group protocol, each piece a small class of this module:
 
 * the member state and its **transition table**: each implementation has a state enum and a table of the
   allowed predecessors of every state; :meth:`MembershipCore._set_state` refuses any other transition with
   :class:`~kafka_handoff.errors.IllegalStateError` (a bug, never an input);
-* the **event queue** (``drain_events``) and the **callback ledger**: every ``CallbackNeeded`` gets the next
-  sequence number, which the application thread echoes in ``on_callback_completed``;
-* the **coordinator latch**: the coordinator the membership uses, the discovery epoch it was told, and the
-  "already asked" flag, so ``CoordinatorNeeded`` is emitted once per loss and a failure reported against an
-  older coordinator cannot invalidate a newer one;
-* the **poll timer** (``max.poll.interval.ms``), which stands still while the application thread is inside
-  one of the client's own blocking calls;
-* the **rebalance metrics** bookkeeping (``consumer-coordinator-metrics``) and the **retry backoff**;
+* the event queue (``drain_events``) and the :class:`CallbackLedger`: every ``CallbackNeeded`` gets the
+  next sequence number, which the application thread echoes in ``on_callback_completed``; the ledger keeps
+  what the membership waits for under that number (an entry of the implementation's own type);
+* the :class:`CoordinatorLatch`: the coordinator the membership uses, the discovery epoch it was told, and
+  the "already asked" flag, so ``CoordinatorNeeded`` is emitted once per loss and a failure reported
+  against an older coordinator cannot invalidate a newer one;
+* the :class:`PollTimer` (``max.poll.interval.ms``), which stands still while the application thread is
+  inside one of the client's own blocking calls;
+* the :class:`RebalanceTracker` (``consumer-coordinator-metrics`` bookkeeping) and the
+  :class:`RetryBackoff` of each request stream;
 * building a request for the coordinator.
 
-What differs (the requests, their answers, reconciliation, leaving) stays in the implementations.
+What differs (the requests, their answers, reconciliation, leaving) stays in the implementations.  The
+share group membership (KIP-932) has no callbacks and no transition table; it uses the poll timer and the
+retry backoff directly.
 """
 
 from __future__ import annotations
@@ -40,11 +44,19 @@ from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.requests import COORDINATOR, UnsentRequest
 from kafka_handoff.types import TopicPartition
 
-__all__ = ["MembershipCore", "PollTimer"]
+__all__ = [
+    "CallbackLedger",
+    "CoordinatorLatch",
+    "MembershipCore",
+    "PollTimer",
+    "RebalanceTracker",
+    "RetryBackoff",
+]
 
 log = logging.getLogger(__name__)
 
 StateT = TypeVar("StateT", bound=enum.Enum)
+EntryT = TypeVar("EntryT")
 
 
 class PollTimer:
@@ -86,8 +98,179 @@ class PollTimer:
         return remaining is not None and remaining <= 0
 
 
-class MembershipCore(Generic[StateT]):
-    """Shared state and helpers of the group memberships; see the module docstring."""
+class RetryBackoff:
+    """The consecutive failures of one request stream and when its next attempt may go: ``retry.backoff.ms``
+    doubled per failure up to ``retry.backoff.max.ms`` (the :class:`ExponentialBackoff` given, with its
+    jitter); a success resets it."""
+
+    __slots__ = ("backoff", "failures", "until_ms")
+
+    def __init__(self, backoff: ExponentialBackoff) -> None:
+        self.backoff = backoff
+        self.failures = 0
+        self.until_ms = 0
+
+    def failed(self, now_ms: int) -> int:
+        """One more failure: returns (and keeps) when the next attempt may go."""
+        self.until_ms = now_ms + self.backoff.backoff_ms(self.failures)
+        self.failures += 1
+        return self.until_ms
+
+    def reset(self) -> None:
+        self.failures = 0
+        self.until_ms = 0
+
+    def remaining_ms(self, now_ms: int) -> int:
+        return max(0, self.until_ms - now_ms)
+
+
+class CoordinatorLatch:
+    """The coordinator a membership uses, the discovery epoch it was told, and whether it already asked
+    for one (``CoordinatorNeeded`` goes out once per loss, not on every poll)."""
+
+    __slots__ = ("_requested", "epoch", "node_id")
+
+    def __init__(self) -> None:
+        self.node_id: int | None = None
+        self.epoch = 0
+        self._requested = False
+
+    def found(self, node_id: int, epoch: int | None) -> bool:
+        """The coordinator was found (discovery ``epoch``; ``None``: the next one).  False when it is the
+        one already known, announced again: nothing changes."""
+        if node_id == self.node_id and epoch == self.epoch:
+            return False
+        self.node_id = node_id
+        self._requested = False
+        self.epoch = epoch if epoch is not None else self.epoch + 1
+        return True
+
+    def lost(self) -> None:
+        """The coordinator was marked unknown by whoever discovers it: ask again when needed."""
+        self.node_id = None
+        self._requested = False
+
+    def need(self, reason: str) -> CoordinatorNeeded | None:
+        """The event asking for the coordinator, or ``None`` when already asked since it was lost."""
+        if self._requested:
+            return None
+        self._requested = True
+        return CoordinatorNeeded(reason)
+
+    def failed(self, reason: str, epoch: int, group_id: str) -> CoordinatorNeeded | None:
+        """A request to the coordinator of discovery ``epoch`` failed: forget that coordinator (not a newer
+        one found since) and return the event asking for it to be marked unknown and rediscovered.  When it
+        is already unknown (same epoch), just ask for one (once)."""
+        if epoch == self.epoch and self.node_id is None:
+            return self.need(reason)
+        if self.node_id is None or epoch != self.epoch:
+            log.debug("group %s: stale coordinator failure ignored (%s)", group_id, reason)
+            return None
+        log.info("group %s: %s; rediscovering the coordinator", group_id, reason)
+        self.node_id = None
+        self._requested = True
+        return CoordinatorNeeded(reason, epoch=epoch)
+
+
+class CallbackLedger(Generic[EntryT]):
+    """The rebalance callbacks asked of the application thread that the membership still waits for.
+
+    :meth:`ask` emits a ``CallbackNeeded`` with the next sequence number and records the membership's
+    ``entry`` (what completes when the callback does) under it; :meth:`complete` takes it back when the
+    application thread reports that number.  An unknown, already completed or superseded number gives
+    ``None``: a late completion is ignored.  A callback asked without an entry is not waited for.
+    """
+
+    __slots__ = ("_emit", "_pending", "_seq")
+
+    def __init__(self, emit: Callable[[CallbackNeeded], None]) -> None:
+        self._emit = emit
+        self._seq = 0
+        self._pending: dict[int, EntryT] = {}
+
+    def ask(
+        self,
+        kind: CallbackKind,
+        partitions: frozenset[TopicPartition],
+        reason: str,
+        entry: EntryT | None = None,
+        on_assignment: Callable[[], None] | None = None,
+    ) -> CallbackNeeded:
+        self._seq += 1
+        event = CallbackNeeded(kind, partitions, self._seq, reason, on_assignment)
+        if entry is not None:
+            self._pending[event.seq] = entry
+        self._emit(event)
+        return event
+
+    def complete(self, seq: int) -> EntryT | None:
+        return self._pending.pop(seq, None)
+
+    def drop(self, seq: int) -> None:
+        """Stop waiting for ``seq`` (its completion will be ignored)."""
+        self._pending.pop(seq, None)
+
+    def clear(self) -> None:
+        self._pending.clear()
+
+    def items(self) -> list[tuple[int, EntryT]]:
+        return list(self._pending.items())
+
+    def entries(self) -> list[EntryT]:
+        return list(self._pending.values())
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+
+class RebalanceTracker:
+    """Whether a rebalance is open, and its start/end/failures reported to the metrics sink
+    (``consumer-coordinator-metrics``)."""
+
+    __slots__ = ("_sink", "open")
+
+    def __init__(self, sink: RebalanceMetricsSink | None) -> None:
+        self._sink = sink
+        self.open = False
+
+    def started(self, now_ms: int) -> None:
+        """A rebalance starts (the KIP-848 member: each time it enters RECONCILING)."""
+        self.open = True
+        if self._sink is not None:
+            self._sink.rebalance_started(now_ms)
+
+    def begin(self, now_ms: int) -> None:
+        """A rebalance starts unless one is open already (classic: a retried attempt belongs to it)."""
+        if not self.open:
+            self.started(now_ms)
+
+    def completed(self, now_ms: int) -> None:
+        """The open rebalance completed (nothing when none is open)."""
+        if not self.open:
+            return
+        self.open = False
+        if self._sink is not None:
+            self._sink.rebalance_completed(now_ms)
+
+    def failed(self, now_ms: int, *, ends: bool) -> None:
+        """An attempt failed; ``ends``: the rebalance is over (a retry would start a new one)."""
+        if ends:
+            self.open = False
+        if self._sink is not None:
+            self._sink.rebalance_failed(now_ms)
+
+    def failed_if_open(self, now_ms: int, *, ends: bool) -> None:
+        """As :meth:`failed`, only when a rebalance is open."""
+        if self.open:
+            self.failed(now_ms, ends=ends)
+
+
+class MembershipCore(Generic[StateT, EntryT]):
+    """Shared state and helpers of the group memberships; see the module docstring.
+
+    ``EntryT`` is what the implementation records in its :class:`CallbackLedger` for each callback it
+    waits for.
+    """
 
     def __init__(
         self,
@@ -106,14 +289,11 @@ class MembershipCore(Generic[StateT]):
         self._state = initial_state
         self._transitions = transitions
         self._events: list[GroupEvent] = []
-        self._seq = 0
-        self._coordinator: int | None = None
-        self._coordinator_epoch = 0
-        self._coordinator_requested = False
+        self._ledger: CallbackLedger[EntryT] = CallbackLedger(self._events.append)
+        self._latch = CoordinatorLatch()
         self._poll_timer = PollTimer(rebalance_timeout_ms, poll_timer_started_ms)
         self._backoff = backoff
-        self._metrics = metrics
-        self._rebalance_open = False
+        self._rebalance = RebalanceTracker(metrics)
 
     # ------------------------------------------------------------------------------------ queries
     @property
@@ -126,7 +306,7 @@ class MembershipCore(Generic[StateT]):
 
     @property
     def coordinator_id(self) -> int | None:
-        return self._coordinator
+        return self._latch.node_id
 
     @property
     def owned(self) -> frozenset[TopicPartition]:
@@ -137,7 +317,8 @@ class MembershipCore(Generic[StateT]):
         return all(tp in owned for tp in partitions)
 
     def drain_events(self) -> list[GroupEvent]:
-        events, self._events = self._events, []
+        events = self._events[:]
+        self._events.clear()  # the same list: the ledger appends to it
         return events
 
     # ------------------------------------------------------------------------------- state table
@@ -149,42 +330,29 @@ class MembershipCore(Generic[StateT]):
         self._state = new
         return old
 
-    # ----------------------------------------------------------------------------- callback ledger
-    def _new_callback(
-        self,
-        kind: CallbackKind,
-        partitions: frozenset[TopicPartition],
-        reason: str,
-        on_assignment: Callable[[], None] | None = None,
-    ) -> CallbackNeeded:
-        """Emit ``CallbackNeeded`` with the next sequence number (the caller records what it waits for)."""
-        self._seq += 1
-        event = CallbackNeeded(kind, partitions, self._seq, reason, on_assignment)
-        self._events.append(event)
-        return event
-
     # ---------------------------------------------------------------------------- coordinator latch
-    def _coordinator_found(self, node_id: int, epoch: int | None) -> None:
-        self._coordinator = node_id
-        self._coordinator_requested = False
-        self._coordinator_epoch = epoch if epoch is not None else self._coordinator_epoch + 1
+    def on_coordinator(self, node_id: int | None, now_ms: int, epoch: int | None = None) -> None:
+        """The coordinator was found (``node_id``, discovery ``epoch``) or lost (``None``)."""
+        if node_id is None:
+            self._latch.lost()
+        elif self._latch.found(node_id, epoch):
+            self._coordinator_changed(now_ms)
+
+    def _coordinator_changed(self, now_ms: int) -> None:
+        """A coordinator other than the known one was found (classic restarts its session timer)."""
 
     def _need_coordinator(self, reason: str) -> None:
         """Ask for the coordinator (once, until it is found)."""
-        if not self._coordinator_requested:
-            self._coordinator_requested = True
-            self._events.append(CoordinatorNeeded(reason))
+        event = self._latch.need(reason)
+        if event is not None:
+            self._events.append(event)
 
     def _mark_coordinator_unknown(self, reason: str, epoch: int) -> None:
         """A request to the coordinator of discovery ``epoch`` failed: forget that coordinator (not a newer
         one found since) and ask for it to be marked unknown and rediscovered."""
-        if self._coordinator is None or epoch != self._coordinator_epoch:
-            log.debug("group %s: stale coordinator failure ignored (%s)", self.group_id, reason)
-            return
-        log.info("group %s: %s; rediscovering the coordinator", self.group_id, reason)
-        self._coordinator = None
-        self._coordinator_requested = True
-        self._events.append(CoordinatorNeeded(reason, epoch=epoch))
+        event = self._latch.failed(reason, epoch, self.group_id)
+        if event is not None:
+            self._events.append(event)
 
     # ------------------------------------------------------------------------------- poll timer
     def on_app_call(self, inside: bool, now_ms: int) -> None:
@@ -194,7 +362,7 @@ class MembershipCore(Generic[StateT]):
         """As Java's heartbeat thread: the timer is only decided on while the coordinator is known (an
         expiry meanwhile is acted on once it is known again), and it stands still while the application
         thread is inside one of the client's blocking calls."""
-        return self._coordinator is not None and not self._poll_timer.paused
+        return self._latch.node_id is not None and not self._poll_timer.paused
 
     def _poll_timer_expired(self, now_ms: int) -> bool:
         return self._poll_timer_running() and self._poll_timer.expired(now_ms)
@@ -203,28 +371,7 @@ class MembershipCore(Generic[StateT]):
         """Until the poll timer expires (negative: overdue); ``None`` when it is not running or started."""
         return self._poll_timer.remaining_ms(now_ms) if self._poll_timer_running() else None
 
-    # ------------------------------------------------------------------------------ rebalance metrics
-    def _rebalance_started(self, now_ms: int) -> None:
-        self._rebalance_open = True
-        if self._metrics is not None:
-            self._metrics.rebalance_started(now_ms)
-
-    def _rebalance_completed(self, now_ms: int) -> None:
-        self._rebalance_open = False
-        if self._metrics is not None:
-            self._metrics.rebalance_completed(now_ms)
-
-    def _rebalance_failed(self, now_ms: int, *, ends: bool) -> None:
-        """A rebalance attempt failed; ``ends``: the rebalance is over (a retry would start a new one)."""
-        if ends:
-            self._rebalance_open = False
-        if self._metrics is not None:
-            self._metrics.rebalance_failed(now_ms)
-
     # ------------------------------------------------------------------------------------ requests
-    def _backoff_ms(self, attempts: int) -> int:
-        return self._backoff.backoff_ms(attempts)
-
     @staticmethod
     def _coordinator_request(
         api_key: int,
