@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 from kafka_handoff.errors import error_for_code
 from kafka_handoff.group.consumer_membership import generate_member_id
 from kafka_handoff.group.membership import CoordinatorNeeded, MembershipError, MetadataNeeded
+from kafka_handoff.group.membership_core import PollTimer, RetryBackoff
 from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.requests import COORDINATOR, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
@@ -95,8 +96,7 @@ class ShareMembership:
         self._rack_id = rack_id
         self._topics: frozenset[str] = frozenset()
         self._topics_sent: frozenset[str] | None = None
-        self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
-        self._failures = 0
+        self._retry = RetryBackoff(ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms))
         self._interval_ms = heartbeat_interval_ms
         self._next_ms = 0
         self._in_flight = False
@@ -106,10 +106,10 @@ class ShareMembership:
         self._target: dict[uuid.UUID, frozenset[int]] = {}
         self._assigned: frozenset[TopicPartition] = frozenset()
         self._events: list[ShareGroupEvent] = []
-        self._max_poll_interval_ms = max_poll_interval_ms
+        self._poll_timer = PollTimer(max_poll_interval_ms)
+        """``max.poll.interval.ms``, started by the first ``on_app_poll``."""
         self._on_heartbeat = on_heartbeat
         """``on_heartbeat(response_time_ms, now_ms)`` after every answered heartbeat (metrics)."""
-        self._last_app_poll_ms: int | None = None
         self._rejoin_on_poll = False
         self.heartbeats_sent = 0
         self.fatal_error: BaseException | None = None
@@ -132,7 +132,7 @@ class ShareMembership:
     def on_app_poll(self, now_ms: int) -> None:
         """The application called ``poll()``: the poll timer restarts; a member that left because the
         timer expired rejoins."""
-        self._last_app_poll_ms = now_ms
+        self._poll_timer.polled(now_ms)
         if self._rejoin_on_poll and self.state is ShareMemberState.LEFT and self._topics:
             self._rejoin_on_poll = False
             log.info("share group %s: poll() called again; rejoining", self.group_id)
@@ -183,18 +183,15 @@ class ShareMembership:
             return PollResult.idle()
         if self._in_flight:
             return PollResult.idle()
-        last_poll = self._last_app_poll_ms
-        if (
-            self.state is ShareMemberState.STABLE
-            and last_poll is not None
-            and now_ms - last_poll > self._max_poll_interval_ms
-        ):
+        timer = self._poll_timer
+        poll_remaining = timer.remaining_ms(now_ms) if self.state is ShareMemberState.STABLE else None
+        if poll_remaining is not None and poll_remaining < 0:
             log.warning(
                 "share group %s: poll() was not called for %d ms (max.poll.interval.ms=%d): leaving the "
                 "group so that other members get the records; the next poll() rejoins",
                 self.group_id,
-                now_ms - last_poll,
-                self._max_poll_interval_ms,
+                timer.timeout_ms - poll_remaining,
+                timer.timeout_ms,
             )
             self._rejoin_on_poll = True
             self.leave(now_ms)
@@ -205,8 +202,8 @@ class ShareMembership:
             return PollResult.idle()
         if now_ms < self._next_ms:
             wait = self._next_ms - now_ms
-            if last_poll is not None and self.state is ShareMemberState.STABLE:
-                wait = min(wait, max(0, last_poll + self._max_poll_interval_ms + 1 - now_ms))
+            if poll_remaining is not None and self.state is ShareMemberState.STABLE:
+                wait = min(wait, max(0, poll_remaining + 1))  # expired: 1 ms past max.poll.interval.ms
             return PollResult.idle(wait)
         leaving = self.state is ShareMemberState.LEAVING
         epoch = LEAVE_EPOCH if leaving else self.member_epoch
@@ -255,8 +252,7 @@ class ShareMembership:
         return PollResult([request], self._interval_ms)
 
     def _retry_later(self, now_ms: int) -> None:
-        self._next_ms = now_ms + self._backoff.backoff_ms(self._failures)
-        self._failures += 1
+        self._next_ms = self._retry.failed(now_ms)
 
     def _on_response(
         self,
@@ -274,7 +270,7 @@ class ShareMembership:
             self.member_epoch = 0
             return
         if err is ErrorCode.none:
-            self._failures = 0
+            self._retry.reset()
             interval = int(response.heartbeat_interval.total_seconds() * 1000)
             if interval > 0:
                 self._interval_ms = interval
