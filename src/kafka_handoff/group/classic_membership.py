@@ -138,7 +138,7 @@ from kafka_handoff.group.membership import (
     RebalanceMetricsSink,
     Subscription,
 )
-from kafka_handoff.group.membership_core import MembershipCore, RetryBackoff
+from kafka_handoff.group.membership_core import COORDINATOR_ERRORS, MembershipCore, RetryBackoff
 from kafka_handoff.group.protocol_data import (
     ConsumerProtocolError,
     decode_assignment,
@@ -206,6 +206,22 @@ class Generation:
 
 
 NO_GENERATION = Generation()
+
+
+@dataclass(frozen=True, slots=True)
+class _Api:
+    """A request the classic member sends to the coordinator."""
+
+    key: int
+    name: str
+    static_min_version: int
+    """The first version that carries ``group.instance.id`` (a static member needs at least that one)."""
+
+
+_JOIN = _Api(ApiKey.JOIN_GROUP, "JoinGroup", 5)
+_SYNC = _Api(ApiKey.SYNC_GROUP, "SyncGroup", 3)
+_HEARTBEAT = _Api(ApiKey.HEARTBEAT, "Heartbeat", 3)
+_LEAVE_GROUP = _Api(ApiKey.LEAVE_GROUP, "LeaveGroup", 0)  # a static member never sends it
 
 
 class _Leave(enum.Enum):
@@ -334,8 +350,8 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         self._needs_join_prepare = True
         self._awaiting_app_poll = True
         self._join_retry_backoff = RetryBackoff(self._backoff)
-        self._join_token: object | None = None
-        self._sync_token: object | None = None
+        self._in_flight: dict[_Api, object] = {}
+        """The one request of each kind in flight (its token): answers to any other are ignored."""
         self._leader_job: _LeaderJob | None = None
         # A custom assignor's assign() runs on the application thread (AppThreadTask) when
         # app_thread_assignors is set (the consumer sets it); this is the task being waited for.
@@ -352,7 +368,6 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         self._session_deadline_ms = 0
         self._hb_next_ms = 0
         self._hb_retry = RetryBackoff(self._backoff)
-        self._hb_token: object | None = None
         self._stable_evidence_ms = 0
         self._alive_evidence_ms = 0
 
@@ -361,7 +376,6 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         self._leave_reason = ""
         self._clear_subscription_on_leave = False
         self._rejoin_after_leave = False
-        self._leave_token: object | None = None
 
         self._stats = _Stats()
 
@@ -569,7 +583,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         candidates = [MAX_POLL_WAIT_MS]
         in_group = self._state in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE)
         if in_group and self._latch.node_id is not None:
-            if self._hb_token is None:
+            if _HEARTBEAT not in self._in_flight:
                 candidates.append(self._hb_next_ms - now_ms)
             candidates.append(self._session_deadline_ms - now_ms)
         poll_remaining = self._poll_timer_wait_ms(now_ms)
@@ -630,7 +644,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
     def _drive_join(self, now_ms: int) -> None:
         if self._subscription.is_empty or self._awaiting_app_poll:
             return
-        if self._state is MemberState.COMPLETING_REBALANCE or self._join_token is not None:
+        if self._state is MemberState.COMPLETING_REBALANCE or _JOIN in self._in_flight:
             return
         if not (
             self._rejoin_needed or self._state in (MemberState.UNJOINED, MemberState.PREPARING_REBALANCE)
@@ -693,8 +707,6 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         self._joined_topics = self._subscribed_topics
         self._snapshot = self._partition_counts(self._subscribed_topics)
         self._rebalance.begin(now_ms)
-        token = object()
-        self._join_token = token
         values = {
             "group_id": self.group_id,
             "session_timeout": self._session_timeout_ms,
@@ -705,73 +717,64 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             "protocols": protocols,
             "reason": reason[:_MAX_REASON] or None,
         }
-        self._send_to_coordinator(
-            ApiKey.JOIN_GROUP,
-            values,
-            now_ms,
-            token=token,
-            on_answer=self._on_join_response,
-            on_error=self._on_join_failure,
-            static_min_version=5,
-            timeout_ms=max(
-                self._request_timeout_ms, self._rebalance_timeout_ms + JOIN_GROUP_TIMEOUT_LAPSE_MS
-            ),
-        )
+        timeout_ms = max(self._request_timeout_ms, self._rebalance_timeout_ms + JOIN_GROUP_TIMEOUT_LAPSE_MS)
+        self._send(_JOIN, values, now_ms, self._on_join_response, self._request_failed, timeout_ms=timeout_ms)
 
-    def _send_to_coordinator(
+    def _send(
         self,
-        api_key: int,
+        api: _Api,
         values: dict[str, Any],
         now_ms: int,
+        on_answer: Callable[[Generation, int, Any, int, int], None],
+        on_error: Callable[[_Api, BaseException, int, int], None],
         *,
-        token: object,
-        on_answer: Callable[[object, Generation, int, Any, int, int], None],
-        on_error: Callable[[object, BaseException, int, int], None],
-        static_min_version: int,
         timeout_ms: int | None = None,
+        track: bool = True,
     ) -> None:
-        """Queue a JoinGroup, SyncGroup or Heartbeat: its answer goes to ``on_answer(token, generation sent
-        in, sent_ms, response, now_ms, coordinator epoch)``, a failure to ``on_error(token, error, now_ms,
-        coordinator epoch)``.  A static member needs at least ``static_min_version`` (the instance id)."""
+        """Queue a request to the coordinator.  It becomes the one of its kind in flight (``track``; an
+        untracked one's answer is ignored): the answer goes to ``on_answer(generation sent in, sent_ms,
+        response, now_ms, coordinator epoch)``, a failure to ``on_error(api, error, now_ms, coordinator
+        epoch)``; an answer to an earlier request of the kind, or to one cancelled since (dropped from
+        ``_in_flight``), is ignored."""
+        token = object()
+        if track:
+            self._in_flight[api] = token
         generation = self._generation
         epoch = self._latch.epoch
 
+        def current() -> bool:
+            if self._in_flight.get(api) is not token:
+                return False
+            del self._in_flight[api]
+            return True
+
         def on_response(resp: Any, version: int, t: int) -> None:
-            on_answer(token, generation, now_ms, resp, t, epoch)
+            if current():
+                on_answer(generation, now_ms, resp, t, epoch)
 
         def on_failure(exc: BaseException, t: int) -> None:
-            on_error(token, exc, t, epoch)
+            if current():
+                on_error(api, exc, t, epoch)
 
+        min_version = api.static_min_version if self.group_instance_id is not None else 0
         self._outbox.append(
             self._coordinator_request(
-                api_key,
+                api.key,
                 values,
                 now_ms,
                 on_response,
                 on_failure,
-                min_version=static_min_version if self.group_instance_id is not None else 0,
+                min_version=min_version,
                 timeout_ms=timeout_ms,
             )
         )
 
-    def _on_join_failure(self, token: object, exc: BaseException, now_ms: int, epoch: int) -> None:
-        if token is not self._join_token:
-            return
-        self._join_token = None
-        self._request_failed("JoinGroup", exc, now_ms, epoch)
+    def _cancel(self, *apis: _Api) -> None:
+        """Answers to the requests of these kinds in flight will be ignored."""
+        for api in apis:
+            self._in_flight.pop(api, None)
 
-    def _on_sync_failure(self, token: object, exc: BaseException, now_ms: int, epoch: int) -> None:
-        if token is not self._sync_token:
-            return
-        self._sync_token = None
-        self._request_failed("SyncGroup", exc, now_ms, epoch)
-
-    def _on_join_response(
-        self, token: object, sent: Generation, sent_ms: int, resp: Any, now_ms: int, epoch: int
-    ) -> None:
-        if token is not self._join_token:
-            return  # stale: the member reset or left meanwhile
-        self._join_token = None
+    def _on_join_response(self, sent: Generation, sent_ms: int, resp: Any, now_ms: int, epoch: int) -> None:
         code = int(resp.error_code)
         if code == _E.none:
             self._stats.latency("join", max(0, now_ms - sent_ms))
@@ -819,16 +822,9 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         if code == _E.coordinator_load_in_progress:
             self._join_retry(now_ms, backoff=True)
         elif code == _E.unknown_member_id:
-            if self._generation == sent:
-                self._reset_generation(
-                    reset_member_id=True,
-                    reason="encountered UNKNOWN_MEMBER_ID from JOIN_GROUP",
-                    now_ms=now_ms,
-                )
-            self._join_retry(now_ms, backoff=False)
-        elif code in (_E.coordinator_not_available, _E.not_coordinator):
-            self._mark_coordinator_unknown(f"JoinGroup failed with {_E(code).name.upper()}", epoch)
-            self._join_retry(now_ms, backoff=True)
+            self._rebalance_member_error(code, sent, "JOIN_GROUP", now_ms)
+        elif code in COORDINATOR_ERRORS:
+            self._rebalance_coordinator_error(_JOIN, code, epoch, now_ms)
         elif code == _E.fenced_instance_id:
             self._fail_fatal(self._fenced_error(), now_ms)
         elif code == _E.member_id_required:
@@ -854,11 +850,29 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         if backoff:
             self._join_retry_backoff.failed(now_ms)
 
-    def _request_failed(self, api: str, exc: BaseException, now_ms: int, epoch: int) -> None:
+    def _rebalance_member_error(self, code: int, sent: Generation, origin: str, now_ms: int) -> None:
+        """JoinGroup/SyncGroup answered UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION: the generation it was sent
+        in (not a newer one) is reset, and the rebalance is retried at once."""
+        if self._generation == sent:
+            self._reset_generation(
+                reset_member_id=code == _E.unknown_member_id,
+                reason=f"encountered {_E(code).name.upper()} from {origin}",
+                now_ms=now_ms,
+            )
+        self._join_retry(now_ms, backoff=False)
+
+    def _rebalance_coordinator_error(self, api: _Api, code: int, epoch: int, now_ms: int) -> None:
+        """JoinGroup/SyncGroup answered NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE: rediscover the
+        coordinator, retry the rebalance after a backoff."""
+        self._mark_coordinator_unknown(f"{api.name} failed with {_E(code).name.upper()}", epoch)
+        self._join_retry(now_ms, backoff=True)
+
+    def _request_failed(self, api: _Api, exc: BaseException, now_ms: int, epoch: int) -> None:
+        """A JoinGroup or SyncGroup got no answer."""
         if isinstance(exc, UnsupportedVersionError):
             self._fail_visible(exc, now_ms)
             return
-        self._mark_coordinator_unknown(f"{api} request failed: {exc}", epoch)
+        self._mark_coordinator_unknown(f"{api.name} request failed: {exc}", epoch)
         self._join_retry(now_ms, backoff=True)
 
     # --- leader ---------------------------------------------------------------------------------------
@@ -990,8 +1004,6 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
     # --- sync -----------------------------------------------------------------------------------------
 
     def _send_sync(self, assignments: list[dict[str, Any]], now_ms: int) -> None:
-        token = object()
-        self._sync_token = token
         gen = self._generation
         values = {
             "group_id": self.group_id,
@@ -1002,22 +1014,9 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             "protocol_name": gen.protocol_name,
             "assignments": assignments,
         }
-        self._send_to_coordinator(
-            ApiKey.SYNC_GROUP,
-            values,
-            now_ms,
-            token=token,
-            on_answer=self._on_sync_response,
-            on_error=self._on_sync_failure,
-            static_min_version=3,
-        )
+        self._send(_SYNC, values, now_ms, self._on_sync_response, self._request_failed)
 
-    def _on_sync_response(
-        self, token: object, sent: Generation, sent_ms: int, resp: Any, now_ms: int, epoch: int
-    ) -> None:
-        if token is not self._sync_token:
-            return
-        self._sync_token = None
+    def _on_sync_response(self, sent: Generation, sent_ms: int, resp: Any, now_ms: int, epoch: int) -> None:
         code = int(resp.error_code)
         if code == _E.none:
             self._stats.latency("sync", max(0, now_ms - sent_ms))
@@ -1048,16 +1047,9 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         elif code == _E.fenced_instance_id:
             self._fail_fatal(self._fenced_error(), now_ms)
         elif code in (_E.unknown_member_id, _E.illegal_generation):
-            if self._generation == sent:
-                self._reset_generation(
-                    reset_member_id=code == _E.unknown_member_id,
-                    reason=f"encountered {_E(code).name.upper()} from SYNC_GROUP response",
-                    now_ms=now_ms,
-                )
-            self._join_retry(now_ms, backoff=False)
-        elif code in (_E.coordinator_not_available, _E.not_coordinator):
-            self._mark_coordinator_unknown(f"SyncGroup failed with {_E(code).name.upper()}", epoch)
-            self._join_retry(now_ms, backoff=True)
+            self._rebalance_member_error(code, sent, "SYNC_GROUP response", now_ms)
+        elif code in COORDINATOR_ERRORS:
+            self._rebalance_coordinator_error(_SYNC, code, epoch, now_ms)
         elif code == _E.coordinator_load_in_progress:
             # A coordinator that took over the group is still loading it (failover): rejoin after a backoff.
             # Java raises this from poll() as "unexpected"; it is retriable and the application need not know.
@@ -1120,12 +1112,10 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
     def _drive_heartbeat(self, now_ms: int) -> None:
         if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
             return
-        if self._latch.node_id is None or self._hb_token is not None or now_ms < self._hb_next_ms:
+        if self._latch.node_id is None or _HEARTBEAT in self._in_flight or now_ms < self._hb_next_ms:
             return
         if self._leave not in (_Leave.NONE, _Leave.PREPARING):
             return
-        token = object()
-        self._hb_token = token
         gen = self._generation
         self._hb_next_ms = now_ms + self._heartbeat_interval_ms
         self._stats.values["last_heartbeat_send_ms"] = now_ms
@@ -1135,22 +1125,11 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             "member_id": gen.member_id,
             "group_instance_id": self.group_instance_id,
         }
-        self._send_to_coordinator(
-            ApiKey.HEARTBEAT,
-            values,
-            now_ms,
-            token=token,
-            on_answer=self._on_heartbeat_response,
-            on_error=self._on_heartbeat_failure,
-            static_min_version=3,
-        )
+        self._send(_HEARTBEAT, values, now_ms, self._on_heartbeat_response, self._on_heartbeat_failure)
 
-    def _on_heartbeat_failure(self, token: object, exc: BaseException, now_ms: int, epoch: int) -> None:
-        if token is not self._hb_token:
-            return
-        self._hb_token = None
+    def _on_heartbeat_failure(self, api: _Api, exc: BaseException, now_ms: int, epoch: int) -> None:
         if not isinstance(exc, UnsupportedVersionError):
-            self._mark_coordinator_unknown(f"Heartbeat request failed: {exc}", epoch)
+            self._mark_coordinator_unknown(f"{api.name} request failed: {exc}", epoch)
         self._heartbeat_failed(now_ms)
 
     def _heartbeat_failed(self, now_ms: int) -> None:
@@ -1161,11 +1140,8 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         self._session_deadline_ms = now_ms + self._session_timeout_ms
 
     def _on_heartbeat_response(
-        self, token: object, sent: Generation, sent_ms: int, resp: Any, now_ms: int, epoch: int
+        self, sent: Generation, sent_ms: int, resp: Any, now_ms: int, epoch: int
     ) -> None:
-        if token is not self._hb_token:
-            return
-        self._hb_token = None
         values = self._stats.values
         values["heartbeat_total"] += 1
         values["heartbeat_response_time_ms_max"] = max(
@@ -1179,7 +1155,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             if sent == self._generation:
                 # the group was stable when the coordinator processed this heartbeat
                 self._stable_evidence_ms = max(self._stable_evidence_ms, sent_ms)
-        elif code in (_E.coordinator_not_available, _E.not_coordinator):
+        elif code in COORDINATOR_ERRORS:
             self._mark_coordinator_unknown(f"Heartbeat failed with {_E(code).name.upper()}", epoch)
             self._heartbeat_failed(now_ms)
         elif code == _E.rebalance_in_progress:
@@ -1230,8 +1206,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             self._lose_all("leaving the group without a stable generation", now_ms)
         else:
             self._revoke(self._assigned, "leaving the group")
-        self._join_token = None
-        self._sync_token = None
+        self._cancel(_JOIN, _SYNC)
         self._leader_job = None
         self._drive_leave(now_ms)
 
@@ -1252,7 +1227,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             self._finish_leave()
 
     def _finish_leave(self) -> None:
-        self._leave_token = None
+        self._cancel(_LEAVE_GROUP)
         if self._rejoin_after_leave:
             self._rejoin_after_leave = False
             self._leave = _Leave.NONE
@@ -1273,22 +1248,25 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             return False
         if self._state is MemberState.UNJOINED or not self._generation.member_id:
             return False
-        token = object()
-        if for_leave:
-            self._leave_token = token
         member_id = self._generation.member_id
-
-        def done(*_args: Any) -> None:
-            if for_leave and token is self._leave_token and self._leave is _Leave.SENDING:
-                self._finish_leave()
-
         values = {
             "group_id": self.group_id,
             "member_id": member_id,
             "members": [{"member_id": member_id, "group_instance_id": None, "reason": reason[:_MAX_REASON]}],
         }
-        self._outbox.append(self._coordinator_request(ApiKey.LEAVE_GROUP, values, now_ms, done, done))
+        # Only the leave on close/unsubscribe is waited for (best effort: an error completes it as well).
+        self._send(
+            _LEAVE_GROUP, values, now_ms, self._on_leave_answered, self._on_leave_failed, track=for_leave
+        )
         return True
+
+    def _on_leave_answered(self, sent: Generation, sent_ms: int, resp: Any, now_ms: int, epoch: int) -> None:
+        if self._leave is _Leave.SENDING:
+            self._finish_leave()
+
+    def _on_leave_failed(self, api: _Api, exc: BaseException, now_ms: int, epoch: int) -> None:
+        if self._leave is _Leave.SENDING:
+            self._finish_leave()
 
     # ------------------------------------------------------------------------------------------------
     # callbacks and ownership
@@ -1354,8 +1332,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         member_id = "" if reset_member_id else self._generation.member_id
         self._generation = Generation(-1, member_id, None)
         self._set_state(MemberState.UNJOINED)
-        self._join_token = None
-        self._sync_token = None
+        self._cancel(_JOIN, _SYNC)
         self._leader_job = None
         self._is_leader = False
         self._join_deadline_ms = None
@@ -1374,7 +1351,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         self._rebalance.failed_if_open(now_ms, ends=True)
         self._generation = NO_GENERATION
         self._set_state(MemberState.UNJOINED)
-        self._join_token = self._sync_token = self._hb_token = None
+        self._cancel(_JOIN, _SYNC, _HEARTBEAT)
         self._leader_job = None
         self._lose_all("the member was fenced", now_ms)
         self._stop_waiting()
@@ -1414,7 +1391,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         ):
             return
         self._request_rejoin(reason)
-        if self._join_token is None and self._sync_token is None and self._leader_job is None:
+        if _JOIN not in self._in_flight and _SYNC not in self._in_flight and self._leader_job is None:
             self._needs_join_prepare = True
 
     def _partition_counts(self, topics: Iterable[str]) -> dict[str, int | None]:

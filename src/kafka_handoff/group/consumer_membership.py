@@ -65,7 +65,7 @@ from kafka_handoff.group.membership import (
     RebalanceMetricsSink,
     Subscription,
 )
-from kafka_handoff.group.membership_core import MembershipCore
+from kafka_handoff.group.membership_core import COORDINATOR_ERRORS, HEARTBEAT_FENCING_ERRORS, MembershipCore
 from kafka_handoff.protocol.requests import MAX_POLL_WAIT_MS, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import ClusterMetadata, ConsumerGroupMetadata, TopicPartition
@@ -145,8 +145,6 @@ _IN_GROUP = frozenset({_S.JOINING, _S.RECONCILING, _S.ACKNOWLEDGING, _S.STABLE})
 _NO_HEARTBEAT = frozenset({_S.UNSUBSCRIBED, _S.FENCED, _S.STALE, _S.FATAL})
 _NOT_IN_GROUP = _NO_HEARTBEAT
 
-_COORDINATOR_ERRORS = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available})
-_FENCING_ERRORS = frozenset({ErrorCode.fenced_member_epoch, ErrorCode.unknown_member_id})
 _FATAL_ERRORS = frozenset(
     {
         ErrorCode.group_authorization_failed,
@@ -592,13 +590,13 @@ class ConsumerMembership(MembershipCore[MemberState, _PendingCallback]):
             err = ErrorCode(code)
         except ValueError:
             err = ErrorCode.unknown_server_error
-        if err in _COORDINATOR_ERRORS:
+        if err in COORDINATOR_ERRORS:
             # Rediscover the coordinator; the retry goes as soon as it is known (no backoff).
             self._timer.on_failure(now_ms, backoff=False)
             self._mark_coordinator_unknown(f"heartbeat failed with {err.name.upper()}", coordinator_epoch)
         elif err is ErrorCode.coordinator_load_in_progress:
             self._timer.on_failure(now_ms, backoff=True)
-        elif err in _FENCING_ERRORS:
+        elif err in HEARTBEAT_FENCING_ERRORS:
             self._timer.on_failure(now_ms, backoff=False)
             self._record_failed_rebalance(now_ms)
             self._transition_to_fenced(f"{err.name.upper()}: {message or ''}".rstrip(": "), now_ms)

@@ -31,6 +31,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
+from kio.schema.errors import ErrorCode
+
 from kafka_handoff.errors import IllegalStateError
 from kafka_handoff.group.membership import (
     AppCallPause,
@@ -45,6 +47,8 @@ from kafka_handoff.protocol.requests import COORDINATOR, UnsentRequest
 from kafka_handoff.types import TopicPartition
 
 __all__ = [
+    "COORDINATOR_ERRORS",
+    "HEARTBEAT_FENCING_ERRORS",
     "CallbackLedger",
     "CoordinatorLatch",
     "MembershipCore",
@@ -54,6 +58,11 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+COORDINATOR_ERRORS = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available})
+"""Errors that mean the coordinator moved or is not there: rediscover it (every group request)."""
+HEARTBEAT_FENCING_ERRORS = frozenset({ErrorCode.fenced_member_epoch, ErrorCode.unknown_member_id})
+"""KIP-848/KIP-932 heartbeat errors that fence the member: it rejoins with epoch 0."""
 
 StateT = TypeVar("StateT", bound=enum.Enum)
 EntryT = TypeVar("EntryT")

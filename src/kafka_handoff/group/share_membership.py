@@ -28,7 +28,12 @@ from kio.schema.errors import ErrorCode
 from kafka_handoff.errors import error_for_code
 from kafka_handoff.group.consumer_membership import generate_member_id
 from kafka_handoff.group.membership import CoordinatorNeeded, MembershipError, MetadataNeeded
-from kafka_handoff.group.membership_core import PollTimer, RetryBackoff
+from kafka_handoff.group.membership_core import (
+    COORDINATOR_ERRORS,
+    HEARTBEAT_FENCING_ERRORS,
+    PollTimer,
+    RetryBackoff,
+)
 from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.requests import COORDINATOR, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
@@ -59,8 +64,6 @@ class ShareAssignmentChanged:
 
 ShareGroupEvent = ShareAssignmentChanged | MetadataNeeded | CoordinatorNeeded | MembershipError
 
-_COORDINATOR_ERRORS = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available})
-_FENCING_ERRORS = frozenset({ErrorCode.fenced_member_epoch, ErrorCode.unknown_member_id})
 _FATAL_ERRORS = frozenset(
     {
         ErrorCode.group_authorization_failed,
@@ -296,12 +299,12 @@ class ShareMembership:
                 self._set_assignment(target, now_ms)
             return
         message = response.error_message or err.name
-        if err in _COORDINATOR_ERRORS:
+        if err in COORDINATOR_ERRORS:
             self._retry_later(now_ms)
             self._events.append(CoordinatorNeeded(message, coordinator_epoch))
         elif err is ErrorCode.coordinator_load_in_progress:
             self._retry_later(now_ms)
-        elif err in _FENCING_ERRORS:
+        elif err in HEARTBEAT_FENCING_ERRORS:
             log.info(
                 "share group %s: member %s fenced (%s); rejoining", self.group_id, self.member_id, err.name
             )
