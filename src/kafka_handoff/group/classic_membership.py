@@ -138,7 +138,12 @@ from kafka_handoff.group.membership import (
     RebalanceMetricsSink,
     Subscription,
 )
-from kafka_handoff.group.membership_core import COORDINATOR_ERRORS, MembershipCore, RetryBackoff
+from kafka_handoff.group.membership_core import (
+    COORDINATOR_ERRORS,
+    MembershipCore,
+    RetryBackoff,
+    checked_transition,
+)
 from kafka_handoff.group.protocol_data import (
     ConsumerProtocolError,
     decode_assignment,
@@ -153,6 +158,7 @@ from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import ClusterMetadata, ConsumerGroupMetadata, TopicPartition
 
 __all__ = [
+    "LEAVE_PREVIOUS_PHASES",
     "NO_GENERATION",
     "VALID_PREVIOUS_STATES",
     "ClassicMembership",
@@ -229,6 +235,88 @@ class _Leave(enum.Enum):
     PREPARING = "preparing"  # waiting for the revoke/lost callbacks
     SENDING = "sending"  # LeaveGroup in flight
     DONE = "done"
+
+
+LEAVE_PREVIOUS_PHASES: Mapping[_Leave, frozenset[_Leave]] = {
+    # a subscribe() during the leave rejoins once it is done; subscribing again after it
+    _Leave.NONE: frozenset({_Leave.PREPARING, _Leave.SENDING, _Leave.DONE}),
+    _Leave.PREPARING: frozenset({_Leave.NONE}),  # close / unsubscribe: the callbacks first
+    _Leave.SENDING: frozenset({_Leave.PREPARING}),  # LeaveGroup sent
+    _Leave.DONE: frozenset({_Leave.PREPARING, _Leave.SENDING}),  # nothing to send, or answered / failed
+}
+"""Allowed predecessors of each phase of a classic leave (beside the member state)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    """The member's configuration."""
+
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    heartbeat_interval_ms: int
+    request_timeout_ms: int
+    revoke_deadline_margin_ms: int
+    rack_id: str | None
+    exclude_internal_topics: bool
+    app_thread_assignors: bool
+
+
+@dataclass(slots=True)
+class _Topics:
+    """What the member subscribes to and what it knows of those topics."""
+
+    subscription: Subscription = field(default_factory=Subscription)
+    subscribed: frozenset[str] = frozenset()
+    """The topics the subscription names, or its pattern matches in the metadata."""
+    joined: frozenset[str] = frozenset()
+    """The subscribed topics when the last JoinGroup was sent."""
+    metadata: ClusterMetadata | None = None
+    metadata_version: int = 0
+    snapshot: dict[str, int | None] = field(default_factory=dict)
+    """Partition counts the last assignment was computed from (the leader rejoins when they change)."""
+
+
+@dataclass(slots=True)
+class _Rejoin:
+    """When the next JoinGroup goes (sending it enters PREPARING_REBALANCE)."""
+
+    backoff: RetryBackoff
+    """After failed JoinGroup/SyncGroup attempts; reset when a rebalance completes."""
+    needed: bool = True
+    reason: str = "initial join"
+    prepare_needed: bool = True
+    """The "join prepare" callbacks (revoke or lose) run before the next JoinGroup."""
+    awaiting_app_poll: bool = True
+    """Nothing is sent before the application's next ``poll()`` (first join, after an error)."""
+    deadline_ms: int | None = None
+    """When pending revocations are declared lost so the JoinGroup makes the rebalance timeout."""
+
+
+@dataclass(slots=True)
+class _Liveness:
+    """Heartbeat and session timers (COMPLETING_REBALANCE and STABLE), and the latest times the coordinator
+    is known to have seen the member alive / the group stable (sent times of answered requests)."""
+
+    retry: RetryBackoff
+    next_ms: int = 0
+    session_deadline_ms: int = 0
+    stable_evidence_ms: int = 0
+    alive_evidence_ms: int = 0
+
+
+@dataclass(slots=True)
+class _Leaving:
+    """A leave (close or unsubscribe) in progress."""
+
+    phase: _Leave = _Leave.NONE
+    reason: str = ""
+    clear_subscription: bool = False
+    """Unsubscribe: forget the subscription once left."""
+    rejoin_after: bool = False
+    """``subscribe()`` during the leave: join again once it is done."""
+
+    def to(self, phase: _Leave) -> None:
+        self.phase = checked_transition(LEAVE_PREVIOUS_PHASES, self.phase, phase)
 
 
 @dataclass(slots=True)
@@ -324,59 +412,37 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         )
         self.protocol = select_protocol(assignors)
         self._assignors: tuple[PartitionAssignor, ...] = tuple(assignors)
-        self._session_timeout_ms = session_timeout_ms
-        self._rebalance_timeout_ms = rebalance_timeout_ms
-        self._heartbeat_interval_ms = heartbeat_interval_ms
-        self._rack_id = rack_id or None
-        self._request_timeout_ms = request_timeout_ms
-        self._exclude_internal = exclude_internal_topics
-        self._deadline_margin_ms = (
+        margin = (
             rebalance_timeout_ms // 10 if revoke_deadline_margin_ms is None else revoke_deadline_margin_ms
         )
-
-        # subscription
-        self._subscription = Subscription()
-        self._subscribed_topics: frozenset[str] = frozenset()
-        self._joined_topics: frozenset[str] = frozenset()
-        self._metadata: ClusterMetadata | None = None
-        self._metadata_version = 0
-        self._snapshot: dict[str, int | None] = {}
-
-        # membership
+        self._cfg = _Settings(
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            request_timeout_ms=request_timeout_ms,
+            revoke_deadline_margin_ms=margin,
+            rack_id=rack_id or None,
+            exclude_internal_topics=exclude_internal_topics,
+            app_thread_assignors=app_thread_assignors,
+        )
+        self._topics = _Topics()
+        # membership: the generation and the state of the rebalance in progress (the member state is the
+        # base's, moved along VALID_PREVIOUS_STATES)
         self._generation = NO_GENERATION
         self._is_leader = False
-        self._rejoin_needed = True
-        self._rejoin_reason = "initial join"
-        self._needs_join_prepare = True
-        self._awaiting_app_poll = True
-        self._join_retry_backoff = RetryBackoff(self._backoff)
+        self._rejoin = _Rejoin(RetryBackoff(self._backoff))
         self._in_flight: dict[_Api, object] = {}
         """The one request of each kind in flight (its token): answers to any other are ignored."""
         self._leader_job: _LeaderJob | None = None
-        # A custom assignor's assign() runs on the application thread (AppThreadTask) when
-        # app_thread_assignors is set (the consumer sets it); this is the task being waited for.
-        self._app_thread_assignors = app_thread_assignors
         self._assign_task: object | None = None
-        self._join_deadline_ms: int | None = None
+        """A custom assignor's ``assign()`` run on the application thread (``AppThreadTask``, when
+        ``app_thread_assignors``: the consumer sets it): the task the leader waits for."""
         self._fatal: BaseException | None = None
-
-        # ownership and callbacks
+        # ownership (the callbacks outstanding are in the base's ledger)
         self._assigned: frozenset[TopicPartition] = frozenset()
         self._outbox: list[UnsentRequest] = []
-
-        # timers (the poll timer is the base's)
-        self._session_deadline_ms = 0
-        self._hb_next_ms = 0
-        self._hb_retry = RetryBackoff(self._backoff)
-        self._stable_evidence_ms = 0
-        self._alive_evidence_ms = 0
-
-        # leaving
-        self._leave = _Leave.NONE
-        self._leave_reason = ""
-        self._clear_subscription_on_leave = False
-        self._rejoin_after_leave = False
-
+        self._hb = _Liveness(RetryBackoff(self._backoff))
+        self._leaving = _Leaving()
         self._stats = _Stats()
 
     # ------------------------------------------------------------------------------------------------
@@ -410,7 +476,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
 
     @property
     def left(self) -> bool:
-        return self._leave is _Leave.DONE
+        return self._leaving.phase is _Leave.DONE
 
     @property
     def fatal_error(self) -> BaseException | None:
@@ -426,16 +492,16 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
 
     @property
     def rejoin_needed(self) -> bool:
-        return self._rejoin_needed
+        return self._rejoin.needed
 
     @property
     def join_deadline_ms(self) -> int | None:
         """When pending revocations are declared lost so the JoinGroup makes the rebalance timeout."""
-        return self._join_deadline_ms
+        return self._rejoin.deadline_ms
 
     @property
     def subscribed_topics(self) -> frozenset[str]:
-        return self._subscribed_topics
+        return self._topics.subscribed
 
     @property
     def stats(self) -> dict[str, int]:
@@ -460,23 +526,23 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         if subscription.is_empty:
             self.unsubscribe(now_ms)
             return
-        changed = subscription != self._subscription
-        self._subscription = subscription
-        if self._leave is _Leave.DONE:
-            self._leave = _Leave.NONE  # subscribing again after unsubscribe()
-        elif self._leave is not _Leave.NONE:
+        changed = subscription != self._topics.subscription
+        self._topics.subscription = subscription
+        if self._leaving.phase is _Leave.DONE:
+            self._leaving.to(_Leave.NONE)  # subscribing again after unsubscribe()
+        elif self._leaving.phase is not _Leave.NONE:
             # subscribe() during unsubscribe(): join again with the new subscription once the leave is done.
-            self._clear_subscription_on_leave = False
-            self._rejoin_after_leave = True
+            self._leaving.clear_subscription = False
+            self._leaving.rejoin_after = True
         if subscription.pattern is not None:
             self._events.append(MetadataNeeded(all_topics=True))
-            topics = self._match_pattern() if self._metadata is not None else frozenset()
+            topics = self._match_pattern() if self._topics.metadata is not None else frozenset()
         else:
             topics = subscription.topics
             self._events.append(MetadataNeeded(topics=topics))
         self._set_subscribed_topics(topics, "subscription changed")
         if changed or self._state is MemberState.UNJOINED:
-            self._awaiting_app_poll = True
+            self._rejoin.awaiting_app_poll = True
         if self._latch.node_id is None:
             self._need_coordinator("group membership needs the coordinator")
 
@@ -488,19 +554,19 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
 
     def on_app_poll(self, now_ms: int) -> None:
         self._poll_timer.polled(now_ms)
-        self._awaiting_app_poll = False
+        self._rejoin.awaiting_app_poll = False
 
     def enforce_rebalance(self, reason: str, now_ms: int) -> None:
         """Request a rebalance; a no-op while one is already in progress (as ``enforceRebalance``)."""
         if self._state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
             return
-        if self._subscription.is_empty or self._leave is not _Leave.NONE:
+        if self._topics.subscription.is_empty or self._leaving.phase is not _Leave.NONE:
             return
         self._request_rejoin(reason or "rebalance enforced by the application")
 
     def _coordinator_changed(self, now_ms: int) -> None:
         # (the same coordinator announced again changes nothing, not even the session timer)
-        self._session_deadline_ms = now_ms + self._session_timeout_ms
+        self._hb.session_deadline_ms = now_ms + self._cfg.session_timeout_ms
 
     def on_callback_completed(self, seq: int, error: BaseException | None, now_ms: int) -> None:
         if error is not None:
@@ -510,24 +576,24 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             return  # unknown, or superseded (a LOST took its partitions)
         if entry.revoking:
             self._events.append(AssignmentChanged(owned=self.owned))
-            if entry.followup and self._leave is _Leave.NONE and self._state is MemberState.STABLE:
+            if entry.followup and self._leaving.phase is _Leave.NONE and self._state is MemberState.STABLE:
                 self._request_rejoin("need to revoke partitions and re-join")
         if entry.completes_rebalance:
             self._rebalance.completed(now_ms)
 
     def on_metadata(self, metadata: ClusterMetadata, now_ms: int) -> None:
-        self._metadata = metadata
-        self._metadata_version += 1
-        if self._subscription.pattern is not None:
+        self._topics.metadata = metadata
+        self._topics.metadata_version += 1
+        if self._topics.subscription.pattern is not None:
             matched = self._match_pattern()
-            if matched != self._subscribed_topics:
+            if matched != self._topics.subscribed:
                 self._set_subscribed_topics(matched, "topics matching the subscribed pattern changed")
         self._handle_vanished_partitions()
         if (
             self._state is MemberState.STABLE
             and self._is_leader
-            and not self._rejoin_needed
-            and self._leave is _Leave.NONE
+            and not self._rejoin.needed
+            and self._leaving.phase is _Leave.NONE
             and self._metadata_changed()
         ):
             # Only the leader, which assigned from these counts, rejoins (Java's assignmentSnapshot; KIP-429
@@ -548,7 +614,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             and sent.member_id == self._generation.member_id
         )
         if code == _E.rebalance_in_progress:
-            if self._state is MemberState.STABLE and self._leave is _Leave.NONE:
+            if self._state is MemberState.STABLE and self._leaving.phase is _Leave.NONE:
                 self._request_rejoin("offset commit failed since group is already rebalancing")
                 self._start_join_deadline()
         elif code in (_E.unknown_member_id, _E.illegal_generation):
@@ -565,43 +631,43 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
     # the request manager
 
     def poll(self, now_ms: int) -> PollResult:
-        if self._fatal is None and self._leave is not _Leave.DONE:
+        if self._fatal is None and self._leaving.phase is not _Leave.DONE:
             self._check_poll_timer(now_ms)
             self._check_session_timeout(now_ms)
             self._check_join_deadline(now_ms)
-            if self._leave is _Leave.PREPARING:
+            if self._leaving.phase is _Leave.PREPARING:
                 self._drive_leave(now_ms)
-            elif self._leave is _Leave.NONE:
+            elif self._leaving.phase is _Leave.NONE:
                 self._drive_join(now_ms)
             self._drive_heartbeat(now_ms)
         unsent, self._outbox = self._outbox, []
         return PollResult(unsent, self._wait_ms(now_ms))
 
     def _wait_ms(self, now_ms: int) -> int:
-        if self._fatal is not None or self._leave is _Leave.DONE:
+        if self._fatal is not None or self._leaving.phase is _Leave.DONE:
             return MAX_POLL_WAIT_MS
         candidates = [MAX_POLL_WAIT_MS]
         in_group = self._state in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE)
         if in_group and self._latch.node_id is not None:
             if _HEARTBEAT not in self._in_flight:
-                candidates.append(self._hb_next_ms - now_ms)
-            candidates.append(self._session_deadline_ms - now_ms)
+                candidates.append(self._hb.next_ms - now_ms)
+            candidates.append(self._hb.session_deadline_ms - now_ms)
         poll_remaining = self._poll_timer_wait_ms(now_ms)
-        if in_group and self._leave is _Leave.NONE and poll_remaining is not None:
+        if in_group and self._leaving.phase is _Leave.NONE and poll_remaining is not None:
             candidates.append(poll_remaining)
-        if self._join_retry_backoff.until_ms > now_ms:
-            candidates.append(self._join_retry_backoff.until_ms - now_ms)
-        if self._join_deadline_ms is not None and self._waits_for_callbacks():
-            candidates.append(self._join_deadline_ms - now_ms)
+        if self._rejoin.backoff.until_ms > now_ms:
+            candidates.append(self._rejoin.backoff.until_ms - now_ms)
+        if self._rejoin.deadline_ms is not None and self._waits_for_callbacks():
+            candidates.append(self._rejoin.deadline_ms - now_ms)
         if self.revoking and in_group:
-            candidates.append(self._alive_evidence_ms + self._session_timeout_ms - now_ms)
+            candidates.append(self._hb.alive_evidence_ms + self._cfg.session_timeout_ms - now_ms)
         return max(0, min(candidates))
 
     # ------------------------------------------------------------------------------------------------
     # timers
 
     def _check_poll_timer(self, now_ms: int) -> None:
-        if self._leave is not _Leave.NONE:
+        if self._leaving.phase is not _Leave.NONE:
             return
         if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
             return
@@ -612,56 +678,58 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         self._reset_generation(
             reset_member_id=True, reason="consumer poll timeout has expired", now_ms=now_ms
         )
-        self._awaiting_app_poll = True
+        self._rejoin.awaiting_app_poll = True
 
     def _check_session_timeout(self, now_ms: int) -> None:
         if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
             return
-        if self.revoking and now_ms >= self._alive_evidence_ms + self._session_timeout_ms:
+        if self.revoking and now_ms >= self._hb.alive_evidence_ms + self._cfg.session_timeout_ms:
             # No request of ours reached the coordinator within the session timeout: it may have expired us,
             # and then another member may get what we are revoking.
             self._give_up_revocations("no heartbeat response within session.timeout.ms")
-        if self._latch.node_id is None or now_ms < self._session_deadline_ms:
+        if self._latch.node_id is None or now_ms < self._hb.session_deadline_ms:
             return
         self._mark_coordinator_unknown(
             "session timed out without receiving a heartbeat response", self._latch.epoch
         )
 
     def _check_join_deadline(self, now_ms: int) -> None:
-        if self._join_deadline_ms is None or now_ms < self._join_deadline_ms:
+        if self._rejoin.deadline_ms is None or now_ms < self._rejoin.deadline_ms:
             return
         if self._waits_for_callbacks() or self.revoking:
             self._give_up_revocations("revocation not completed within the rebalance timeout")
 
     def _start_join_deadline(self) -> None:
-        deadline = self._stable_evidence_ms + self._rebalance_timeout_ms - self._deadline_margin_ms
-        if self._join_deadline_ms is None or deadline < self._join_deadline_ms:
-            self._join_deadline_ms = deadline
+        deadline = (
+            self._hb.stable_evidence_ms + self._cfg.rebalance_timeout_ms - self._cfg.revoke_deadline_margin_ms
+        )
+        if self._rejoin.deadline_ms is None or deadline < self._rejoin.deadline_ms:
+            self._rejoin.deadline_ms = deadline
 
     # ------------------------------------------------------------------------------------------------
     # joining
 
     def _drive_join(self, now_ms: int) -> None:
-        if self._subscription.is_empty or self._awaiting_app_poll:
+        if self._topics.subscription.is_empty or self._rejoin.awaiting_app_poll:
             return
         if self._state is MemberState.COMPLETING_REBALANCE or _JOIN in self._in_flight:
             return
         if not (
-            self._rejoin_needed or self._state in (MemberState.UNJOINED, MemberState.PREPARING_REBALANCE)
+            self._rejoin.needed or self._state in (MemberState.UNJOINED, MemberState.PREPARING_REBALANCE)
         ):
             return
-        if self._subscription.pattern is not None and self._metadata is None:
+        if self._topics.subscription.pattern is not None and self._topics.metadata is None:
             return  # the topics the pattern matches are not known yet
         if self._latch.node_id is None:
             self._need_coordinator("joining the group needs the coordinator")
             return
-        if now_ms < self._join_retry_backoff.until_ms:
+        if now_ms < self._rejoin.backoff.until_ms:
             return
-        if self._needs_join_prepare:
-            self._needs_join_prepare = False
+        if self._rejoin.prepare_needed:
+            self._rejoin.prepare_needed = False
             self._join_prepare(now_ms)
         if self._waits_for_callbacks():
-            if self._join_deadline_ms is not None and now_ms >= self._join_deadline_ms:
+            if self._rejoin.deadline_ms is not None and now_ms >= self._rejoin.deadline_ms:
                 self._give_up_revocations("revocation not completed within the rebalance timeout")
             else:
                 return
@@ -674,12 +742,12 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         elif self.protocol is RebalanceProtocol.EAGER:
             self._revoke(self._assigned, "eager rebalance: revoking all partitions before rejoining")
         else:
-            gone = frozenset(tp for tp in self._assigned if tp.topic not in self._subscribed_topics)
+            gone = frozenset(tp for tp in self._assigned if tp.topic not in self._topics.subscribed)
             self._revoke(gone, "partitions of topics no longer subscribed")
         self._is_leader = False
 
     def _join_protocols(self) -> list[dict[str, Any]]:
-        topics = tuple(sorted(self._subscribed_topics))
+        topics = tuple(sorted(self._topics.subscribed))
         owned = tuple(sorted(self._assigned))
         out: list[dict[str, Any]] = []
         for assignor in self._assignors:
@@ -688,7 +756,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
                 user_data=assignor.subscription_user_data(frozenset(topics)),
                 owned_partitions=owned,
                 generation_id=self._generation.generation_id,
-                rack_id=self._rack_id,
+                rack_id=self._cfg.rack_id,
             )
             out.append({"name": assignor.name, "metadata": encode_subscription(sub)})
         return out
@@ -699,25 +767,27 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         except Exception as exc:  # a user assignor's subscription_user_data failed
             self._fail_visible(KafkaError(f"cannot build the JoinGroup subscription: {exc!r}"), now_ms)
             return
-        reason = self._rejoin_reason
+        reason = self._rejoin.reason
         self._set_state(MemberState.PREPARING_REBALANCE)
-        self._rejoin_needed = False
-        self._rejoin_reason = ""
-        self._join_deadline_ms = None
-        self._joined_topics = self._subscribed_topics
-        self._snapshot = self._partition_counts(self._subscribed_topics)
+        self._rejoin.needed = False
+        self._rejoin.reason = ""
+        self._rejoin.deadline_ms = None
+        self._topics.joined = self._topics.subscribed
+        self._topics.snapshot = self._partition_counts(self._topics.subscribed)
         self._rebalance.begin(now_ms)
         values = {
             "group_id": self.group_id,
-            "session_timeout": self._session_timeout_ms,
-            "rebalance_timeout": self._rebalance_timeout_ms,
+            "session_timeout": self._cfg.session_timeout_ms,
+            "rebalance_timeout": self._cfg.rebalance_timeout_ms,
             "member_id": self._generation.member_id,
             "group_instance_id": self.group_instance_id,
             "protocol_type": PROTOCOL_TYPE,
             "protocols": protocols,
             "reason": reason[:_MAX_REASON] or None,
         }
-        timeout_ms = max(self._request_timeout_ms, self._rebalance_timeout_ms + JOIN_GROUP_TIMEOUT_LAPSE_MS)
+        timeout_ms = max(
+            self._cfg.request_timeout_ms, self._cfg.rebalance_timeout_ms + JOIN_GROUP_TIMEOUT_LAPSE_MS
+        )
         self._send(_JOIN, values, now_ms, self._on_join_response, self._request_failed, timeout_ms=timeout_ms)
 
     def _send(
@@ -795,15 +865,15 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             self._set_state(MemberState.COMPLETING_REBALANCE)
             self._assign_task = None
             # Java's heartbeat.resetTimeouts(): session, heartbeat and poll timers restart.
-            self._session_deadline_ms = now_ms + self._session_timeout_ms
-            self._hb_next_ms = now_ms + self._heartbeat_interval_ms
-            self._hb_retry.reset()
+            self._hb.session_deadline_ms = now_ms + self._cfg.session_timeout_ms
+            self._hb.next_ms = now_ms + self._cfg.heartbeat_interval_ms
+            self._hb.retry.reset()
             last_poll = self._poll_timer.last_poll_ms
             self._poll_timer.polled(now_ms if last_poll is None else max(last_poll, now_ms))
             # The coordinator processed our JoinGroup after we sent it: lower bounds for when it last saw
             # us and for when any later rebalance began.
-            self._stable_evidence_ms = max(self._stable_evidence_ms, sent_ms)
-            self._alive_evidence_ms = max(self._alive_evidence_ms, sent_ms)
+            self._hb.stable_evidence_ms = max(self._hb.stable_evidence_ms, sent_ms)
+            self._hb.alive_evidence_ms = max(self._hb.alive_evidence_ms, sent_ms)
             if resp.leader == resp.member_id:
                 self._is_leader = True
                 members = [
@@ -848,7 +918,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         self._leader_job = None
         self._request_rejoin(reason or "rebalance failed")
         if backoff:
-            self._join_retry_backoff.failed(now_ms)
+            self._rejoin.backoff.failed(now_ms)
 
     def _rebalance_member_error(self, code: int, sent: Generation, origin: str, now_ms: int) -> None:
         """JoinGroup/SyncGroup answered UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION: the generation it was sent
@@ -892,14 +962,14 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             return
         topics = frozenset(t for sub in subscriptions.values() for t in sub.topics)
         if not job.skip_assignment:
-            md = self._metadata
+            md = self._topics.metadata
             missing = [t for t in topics if md is None or t not in md.partitions]
             if missing:
                 if job.metadata_wait_version is None:
-                    job.metadata_wait_version = self._metadata_version
+                    job.metadata_wait_version = self._topics.metadata_version
                     self._events.append(MetadataNeeded(topics=topics))
                     return
-                if self._metadata_version == job.metadata_wait_version:
+                if self._topics.metadata_version == job.metadata_wait_version:
                     return  # wait for the metadata we asked for
         self._leader_job = None
         counts = self._partition_counts(topics)
@@ -909,7 +979,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             # No assignment is computed from our metadata (it may not have arrived yet): a topic it does not
             # name is not "absent", and recording it as such would make its arrival look like a change.
             group_snapshot = {t: n for t, n in group_snapshot.items() if t in counts}
-        self._snapshot.update(group_snapshot)
+        self._topics.snapshot.update(group_snapshot)
         if job.skip_assignment:
             # KIP-814: a static leader rejoining skips the assignment; the coordinator keeps the current one.
             self._send_sync([], now_ms)
@@ -922,7 +992,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             )
             return
         partitions_per_topic = {t: n for t, n in counts.items() if n}
-        if self._app_thread_assignors and not is_builtin(assignor):
+        if self._cfg.app_thread_assignors and not is_builtin(assignor):
             # A custom assignor is user code: the application thread runs it inside poll() (as Java's
             # classic consumer does); heartbeats go on meanwhile.  Built-in assignors run here at once.
             token = object()
@@ -1036,9 +1106,9 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
                 )
                 return
             self._set_state(MemberState.STABLE)
-            self._join_retry_backoff.reset()
-            self._stable_evidence_ms = max(self._stable_evidence_ms, sent_ms)
-            self._alive_evidence_ms = max(self._alive_evidence_ms, sent_ms)
+            self._rejoin.backoff.reset()
+            self._hb.stable_evidence_ms = max(self._hb.stable_evidence_ms, sent_ms)
+            self._hb.alive_evidence_ms = max(self._hb.alive_evidence_ms, sent_ms)
             self._on_join_complete(bytes(resp.assignment), now_ms)
             return
 
@@ -1060,7 +1130,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
 
     def _on_join_complete(self, data: bytes, now_ms: int) -> None:
         """Java's ``onJoinComplete`` (KIP-429 step 3)."""
-        self._needs_join_prepare = True
+        self._rejoin.prepare_needed = True
         assignor = self._assignor(self._generation.protocol_name or "")
         if assignor is None:  # checked at JoinGroup already
             self._fail_visible(IllegalStateError("no assignor for the group's protocol"), now_ms)
@@ -1071,7 +1141,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             self._fail_visible(exc, now_ms)
             return
         assigned = frozenset(assignment.partitions)
-        if not all(self._subscription.matches(tp.topic) for tp in assigned):
+        if not all(self._topics.subscription.matches(tp.topic) for tp in assigned):
             self._request_rejoin("assigned partitions do not match the current subscription")
             return
         owned_before = self.owned
@@ -1101,7 +1171,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
                 self._ledger.drop(seq)
         outstanding = _Outstanding(completes_rebalance=True)
         self._ledger.ask(CallbackKind.ASSIGN, added, "rebalance completed", outstanding, on_assignment)
-        if self._subscribed_topics != self._joined_topics:
+        if self._topics.subscribed != self._topics.joined:
             self._request_rejoin("subscription changed during the rebalance")
         elif self._is_leader and self._metadata_changed():
             self._request_rejoin("cached metadata has changed during the rebalance")
@@ -1112,12 +1182,12 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
     def _drive_heartbeat(self, now_ms: int) -> None:
         if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
             return
-        if self._latch.node_id is None or _HEARTBEAT in self._in_flight or now_ms < self._hb_next_ms:
+        if self._latch.node_id is None or _HEARTBEAT in self._in_flight or now_ms < self._hb.next_ms:
             return
-        if self._leave not in (_Leave.NONE, _Leave.PREPARING):
+        if self._leaving.phase not in (_Leave.NONE, _Leave.PREPARING):
             return
         gen = self._generation
-        self._hb_next_ms = now_ms + self._heartbeat_interval_ms
+        self._hb.next_ms = now_ms + self._cfg.heartbeat_interval_ms
         self._stats.values["last_heartbeat_send_ms"] = now_ms
         values = {
             "group_id": self.group_id,
@@ -1133,11 +1203,11 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         self._heartbeat_failed(now_ms)
 
     def _heartbeat_failed(self, now_ms: int) -> None:
-        self._hb_next_ms = self._hb_retry.failed(now_ms)
+        self._hb.next_ms = self._hb.retry.failed(now_ms)
 
     def _heartbeat_received(self, now_ms: int) -> None:
-        self._hb_retry.reset()
-        self._session_deadline_ms = now_ms + self._session_timeout_ms
+        self._hb.retry.reset()
+        self._hb.session_deadline_ms = now_ms + self._cfg.session_timeout_ms
 
     def _on_heartbeat_response(
         self, sent: Generation, sent_ms: int, resp: Any, now_ms: int, epoch: int
@@ -1149,12 +1219,12 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         )
         code = int(resp.error_code)
         if code in (_E.none, _E.rebalance_in_progress) and sent == self._generation:
-            self._alive_evidence_ms = max(self._alive_evidence_ms, sent_ms)
+            self._hb.alive_evidence_ms = max(self._hb.alive_evidence_ms, sent_ms)
         if code == _E.none:
             self._heartbeat_received(now_ms)
             if sent == self._generation:
                 # the group was stable when the coordinator processed this heartbeat
-                self._stable_evidence_ms = max(self._stable_evidence_ms, sent_ms)
+                self._hb.stable_evidence_ms = max(self._hb.stable_evidence_ms, sent_ms)
         elif code in COORDINATOR_ERRORS:
             self._mark_coordinator_unknown(f"Heartbeat failed with {_E(code).name.upper()}", epoch)
             self._heartbeat_failed(now_ms)
@@ -1185,17 +1255,17 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
     # leaving
 
     def _start_leave(self, now_ms: int, reason: str, *, clear_subscription: bool) -> None:
-        if self._leave in (_Leave.PREPARING, _Leave.SENDING):
-            self._clear_subscription_on_leave |= clear_subscription
+        if self._leaving.phase in (_Leave.PREPARING, _Leave.SENDING):
+            self._leaving.clear_subscription |= clear_subscription
             return
-        if self._leave is _Leave.DONE:
+        if self._leaving.phase is _Leave.DONE:
             if clear_subscription:
                 self._clear_subscription()
             return
-        self._leave = _Leave.PREPARING
-        self._leave_reason = reason
-        self._clear_subscription_on_leave = clear_subscription
-        self._rejoin_after_leave = False
+        self._leaving.to(_Leave.PREPARING)
+        self._leaving.reason = reason
+        self._leaving.clear_subscription = clear_subscription
+        self._leaving.rejoin_after = False
         # Java's onLeavePrepare: LOST if no generation or mid-rebalance (commits cannot succeed), else REVOKE.
         if self._fatal is not None:
             pass
@@ -1215,32 +1285,32 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             return
         sent = False
         if self._fatal is None:
-            sent = self._maybe_send_leave_group(self._leave_reason, now_ms, for_leave=True)
+            sent = self._maybe_send_leave_group(self._leaving.reason, now_ms, for_leave=True)
         self._generation = NO_GENERATION
         self._set_state(MemberState.UNJOINED)
-        self._needs_join_prepare = True
-        self._rejoin_needed = True
-        self._join_deadline_ms = None
+        self._rejoin.prepare_needed = True
+        self._rejoin.needed = True
+        self._rejoin.deadline_ms = None
         if sent:
-            self._leave = _Leave.SENDING
+            self._leaving.to(_Leave.SENDING)
         else:
             self._finish_leave()
 
     def _finish_leave(self) -> None:
         self._cancel(_LEAVE_GROUP)
-        if self._rejoin_after_leave:
-            self._rejoin_after_leave = False
-            self._leave = _Leave.NONE
-            self._awaiting_app_poll = True
+        if self._leaving.rejoin_after:
+            self._leaving.rejoin_after = False
+            self._leaving.to(_Leave.NONE)
+            self._rejoin.awaiting_app_poll = True
             return
-        if self._clear_subscription_on_leave:
+        if self._leaving.clear_subscription:
             self._clear_subscription()
-        self._leave = _Leave.DONE
+        self._leaving.to(_Leave.DONE)
 
     def _clear_subscription(self) -> None:
-        self._subscription = Subscription()
-        self._subscribed_topics = frozenset()
-        self._joined_topics = frozenset()
+        self._topics.subscription = Subscription()
+        self._topics.subscribed = frozenset()
+        self._topics.joined = frozenset()
 
     def _maybe_send_leave_group(self, reason: str, now_ms: int, *, for_leave: bool) -> bool:
         """Send LeaveGroup if this is a dynamic member of a generation (Java's ``maybeLeaveGroup``)."""
@@ -1261,11 +1331,11 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         return True
 
     def _on_leave_answered(self, sent: Generation, sent_ms: int, resp: Any, now_ms: int, epoch: int) -> None:
-        if self._leave is _Leave.SENDING:
+        if self._leaving.phase is _Leave.SENDING:
             self._finish_leave()
 
     def _on_leave_failed(self, api: _Api, exc: BaseException, now_ms: int, epoch: int) -> None:
-        if self._leave is _Leave.SENDING:
+        if self._leaving.phase is _Leave.SENDING:
             self._finish_leave()
 
     # ------------------------------------------------------------------------------------------------
@@ -1323,9 +1393,9 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             self._ledger.ask(CallbackKind.LOST, parts, reason)
 
     def _request_rejoin(self, reason: str) -> None:
-        self._rejoin_needed = True
-        if not self._rejoin_reason:
-            self._rejoin_reason = reason
+        self._rejoin.needed = True
+        if not self._rejoin.reason:
+            self._rejoin.reason = reason
 
     def _reset_generation(self, *, reset_member_id: bool, reason: str, now_ms: int) -> None:
         """Java's ``resetStateAndRejoin``; the owned partitions are LOST at once (see module docstring)."""
@@ -1335,17 +1405,17 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         self._cancel(_JOIN, _SYNC)
         self._leader_job = None
         self._is_leader = False
-        self._join_deadline_ms = None
-        self._needs_join_prepare = True
-        self._rejoin_needed = True
-        self._rejoin_reason = reason
+        self._rejoin.deadline_ms = None
+        self._rejoin.prepare_needed = True
+        self._rejoin.needed = True
+        self._rejoin.reason = reason
         self._lose_all(reason, now_ms)
 
     def _fail_visible(self, error: BaseException, now_ms: int) -> None:
         """A failed rebalance attempt the caller must see; retried after the next application poll."""
         self._events.append(MembershipError(error, fatal=False))
         self._join_retry(now_ms, backoff=True)
-        self._awaiting_app_poll = True
+        self._rejoin.awaiting_app_poll = True
 
     def _fail_fatal(self, error: BaseException, now_ms: int) -> None:
         self._rebalance.failed_if_open(now_ms, ends=True)
@@ -1370,34 +1440,34 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
     # metadata and subscription
 
     def _match_pattern(self) -> frozenset[str]:
-        md = self._metadata
-        pattern = self._subscription.pattern
+        md = self._topics.metadata
+        pattern = self._topics.subscription.pattern
         if md is None or pattern is None:
             return frozenset()
         return frozenset(
             t
             for t in md.topics()
             if pattern.fullmatch(t) is not None
-            and not (self._exclude_internal and t in md.internal_topics)
+            and not (self._cfg.exclude_internal_topics and t in md.internal_topics)
             and md.topic_errors.get(t, _E.none) != _E.unknown_topic_or_partition
         )
 
     def _set_subscribed_topics(self, topics: frozenset[str], reason: str) -> None:
-        if topics == self._subscribed_topics:
+        if topics == self._topics.subscribed:
             return
-        self._subscribed_topics = topics
-        if self._leave is not _Leave.NONE or (
+        self._topics.subscribed = topics
+        if self._leaving.phase is not _Leave.NONE or (
             self._state is MemberState.UNJOINED and self._generation.is_reset
         ):
             return
         self._request_rejoin(reason)
         if _JOIN not in self._in_flight and _SYNC not in self._in_flight and self._leader_job is None:
-            self._needs_join_prepare = True
+            self._rejoin.prepare_needed = True
 
     def _partition_counts(self, topics: Iterable[str]) -> dict[str, int | None]:
         """Known partition counts: ``None`` for topics the metadata reports as unknown; topics the
         metadata does not mention are left out."""
-        md = self._metadata
+        md = self._topics.metadata
         out: dict[str, int | None] = {}
         if md is None:
             return out
@@ -1411,18 +1481,20 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         return out
 
     def _metadata_changed(self) -> bool:
-        if not self._snapshot:
+        if not self._topics.snapshot:
             return False
-        current = self._partition_counts(self._snapshot)
-        return any(topic in current and current[topic] != count for topic, count in self._snapshot.items())
+        current = self._partition_counts(self._topics.snapshot)
+        return any(
+            topic in current and current[topic] != count for topic, count in self._topics.snapshot.items()
+        )
 
     def _handle_vanished_partitions(self) -> None:
-        md = self._metadata
+        md = self._topics.metadata
         if md is None:
             return
         gone: set[TopicPartition] = set()
         for tp in self.owned:
-            if tp.topic not in self._subscribed_topics:
+            if tp.topic not in self._topics.subscribed:
                 continue
             if md.topic_errors.get(tp.topic, _E.none) == _E.unknown_topic_or_partition:
                 gone.add(tp)
@@ -1434,7 +1506,11 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             # KIP-429 1.2: LOST for owned partitions that no longer exist; only the leader rejoins (the
             # changed partition counts are a trigger of its own, see on_metadata).
             self._lose(gone, "partitions no longer exist (topic deleted)")
-            if self._is_leader and self._state is not MemberState.UNJOINED and self._leave is _Leave.NONE:
+            if (
+                self._is_leader
+                and self._state is not MemberState.UNJOINED
+                and self._leaving.phase is _Leave.NONE
+            ):
                 self._request_rejoin("owned partitions no longer exist")
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "PollTimer",
     "RebalanceTracker",
     "RetryBackoff",
+    "checked_transition",
 ]
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,14 @@ HEARTBEAT_FENCING_ERRORS = frozenset({ErrorCode.fenced_member_epoch, ErrorCode.u
 
 StateT = TypeVar("StateT", bound=enum.Enum)
 EntryT = TypeVar("EntryT")
+
+
+def checked_transition(table: Mapping[StateT, frozenset[StateT]], old: StateT, new: StateT) -> StateT:
+    """``new`` if ``table`` (the allowed predecessors of each state) allows ``old -> new``; any other
+    transition is a bug: :class:`~kafka_handoff.errors.IllegalStateError`."""
+    if old not in table[new]:
+        raise IllegalStateError(f"invalid member state transition {old.value} -> {new.value}")
+    return new
 
 
 class PollTimer:
@@ -334,9 +343,7 @@ class MembershipCore(Generic[StateT, EntryT]):
     def _set_state(self, new: StateT) -> StateT:
         """Move to ``new`` if the transition table allows it; returns the old state."""
         old = self._state
-        if old not in self._transitions[new]:
-            raise IllegalStateError(f"invalid member state transition {old.value} -> {new.value}")
-        self._state = new
+        self._state = checked_transition(self._transitions, old, new)
         return old
 
     # ---------------------------------------------------------------------------- coordinator latch
