@@ -268,11 +268,11 @@ def test_both_memberships_ask_for_the_coordinator_once_until_it_is_found(
 
 def test_classic_leave_phases_have_a_transition_table_too() -> None:
     table = classic_membership.LEAVE_PREVIOUS_PHASES
-    phases = set(type(next(iter(table))))
+    phases = set(classic_membership.LeavePhase)
     assert set(table) == phases
     assert all(previous <= phases for previous in table.values())
     m = _classic()
     m.leave(0)  # never joined: nothing to send, the leave is done at once (NONE -> PREPARING -> DONE)
     assert m.left
     with pytest.raises(IllegalStateError, match="done -> sending"):
-        m._leaving.to(type(m._leaving.phase).SENDING)
+        m._leaving.to(classic_membership.LeavePhase.SENDING)

@@ -373,8 +373,7 @@ class Consumer:
 
     def _group_metadata_nt(self) -> ConsumerGroupMetadata:
         if self.membership is not None:
-            meta: ConsumerGroupMetadata = self.membership.group_metadata()
-            return meta
+            return self.membership.group_metadata()
         return ConsumerGroupMetadata(self.group_id or "", -1, "", self._config.get("group.instance.id"))
 
     def _stable_group_metadata_nt(self) -> ConsumerGroupMetadata | None:
@@ -391,8 +390,7 @@ class Consumer:
 
     def _owned_nt(self) -> frozenset[TopicPartition] | None:
         if self.membership is not None and self._subs.has_auto_assignment:
-            owned: frozenset[TopicPartition] = self.membership.owned
-            return owned
+            return self.membership.owned
         return None
 
     def _committed_lookup_nt(
@@ -418,7 +416,7 @@ class Consumer:
             self._fetcher.close_sessions(now)  # KIP-227: stop fetching, close the brokers' fetch sessions
         done = self._fetcher.sessions_closed()
         if self.membership is not None:
-            done = done and bool(self.membership.left)
+            done = done and self.membership.left
         if self._commits is not None and self._commits.pending():
             done = False
         return done

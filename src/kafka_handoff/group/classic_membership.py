@@ -163,6 +163,7 @@ __all__ = [
     "VALID_PREVIOUS_STATES",
     "ClassicMembership",
     "Generation",
+    "LeavePhase",
     "MemberState",
 ]
 
@@ -230,19 +231,22 @@ _HEARTBEAT = _Api(ApiKey.HEARTBEAT, "Heartbeat", 3)
 _LEAVE_GROUP = _Api(ApiKey.LEAVE_GROUP, "LeaveGroup", 0)  # a static member never sends it
 
 
-class _Leave(enum.Enum):
+class LeavePhase(enum.Enum):
+    """Where a leave (close or unsubscribe) is, beside the member state."""
+
     NONE = "none"
     PREPARING = "preparing"  # waiting for the revoke/lost callbacks
     SENDING = "sending"  # LeaveGroup in flight
     DONE = "done"
 
 
-LEAVE_PREVIOUS_PHASES: Mapping[_Leave, frozenset[_Leave]] = {
+LEAVE_PREVIOUS_PHASES: Mapping[LeavePhase, frozenset[LeavePhase]] = {
     # a subscribe() during the leave rejoins once it is done; subscribing again after it
-    _Leave.NONE: frozenset({_Leave.PREPARING, _Leave.SENDING, _Leave.DONE}),
-    _Leave.PREPARING: frozenset({_Leave.NONE}),  # close / unsubscribe: the callbacks first
-    _Leave.SENDING: frozenset({_Leave.PREPARING}),  # LeaveGroup sent
-    _Leave.DONE: frozenset({_Leave.PREPARING, _Leave.SENDING}),  # nothing to send, or answered / failed
+    LeavePhase.NONE: frozenset({LeavePhase.PREPARING, LeavePhase.SENDING, LeavePhase.DONE}),
+    LeavePhase.PREPARING: frozenset({LeavePhase.NONE}),  # close / unsubscribe: the callbacks first
+    LeavePhase.SENDING: frozenset({LeavePhase.PREPARING}),  # LeaveGroup sent
+    # nothing to send, or the LeaveGroup answered or failed
+    LeavePhase.DONE: frozenset({LeavePhase.PREPARING, LeavePhase.SENDING}),
 }
 """Allowed predecessors of each phase of a classic leave (beside the member state)."""
 
@@ -308,14 +312,14 @@ class _Liveness:
 class _Leaving:
     """A leave (close or unsubscribe) in progress."""
 
-    phase: _Leave = _Leave.NONE
+    phase: LeavePhase = LeavePhase.NONE
     reason: str = ""
     clear_subscription: bool = False
     """Unsubscribe: forget the subscription once left."""
     rejoin_after: bool = False
     """``subscribe()`` during the leave: join again once it is done."""
 
-    def to(self, phase: _Leave) -> None:
+    def to(self, phase: LeavePhase) -> None:
         self.phase = checked_transition(LEAVE_PREVIOUS_PHASES, self.phase, phase)
 
 
@@ -476,7 +480,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
 
     @property
     def left(self) -> bool:
-        return self._leaving.phase is _Leave.DONE
+        return self._leaving.phase is LeavePhase.DONE
 
     @property
     def fatal_error(self) -> BaseException | None:
@@ -528,9 +532,9 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             return
         changed = subscription != self._topics.subscription
         self._topics.subscription = subscription
-        if self._leaving.phase is _Leave.DONE:
-            self._leaving.to(_Leave.NONE)  # subscribing again after unsubscribe()
-        elif self._leaving.phase is not _Leave.NONE:
+        if self._leaving.phase is LeavePhase.DONE:
+            self._leaving.to(LeavePhase.NONE)  # subscribing again after unsubscribe()
+        elif self._leaving.phase is not LeavePhase.NONE:
             # subscribe() during unsubscribe(): join again with the new subscription once the leave is done.
             self._leaving.clear_subscription = False
             self._leaving.rejoin_after = True
@@ -560,7 +564,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         """Request a rebalance; a no-op while one is already in progress (as ``enforceRebalance``)."""
         if self._state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
             return
-        if self._topics.subscription.is_empty or self._leaving.phase is not _Leave.NONE:
+        if self._topics.subscription.is_empty or self._leaving.phase is not LeavePhase.NONE:
             return
         self._request_rejoin(reason or "rebalance enforced by the application")
 
@@ -576,7 +580,11 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             return  # unknown, or superseded (a LOST took its partitions)
         if entry.revoking:
             self._events.append(AssignmentChanged(owned=self.owned))
-            if entry.followup and self._leaving.phase is _Leave.NONE and self._state is MemberState.STABLE:
+            if (
+                entry.followup
+                and self._leaving.phase is LeavePhase.NONE
+                and self._state is MemberState.STABLE
+            ):
                 self._request_rejoin("need to revoke partitions and re-join")
         if entry.completes_rebalance:
             self._rebalance.completed(now_ms)
@@ -593,7 +601,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             self._state is MemberState.STABLE
             and self._is_leader
             and not self._rejoin.needed
-            and self._leaving.phase is _Leave.NONE
+            and self._leaving.phase is LeavePhase.NONE
             and self._metadata_changed()
         ):
             # Only the leader, which assigned from these counts, rejoins (Java's assignmentSnapshot; KIP-429
@@ -614,7 +622,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             and sent.member_id == self._generation.member_id
         )
         if code == _E.rebalance_in_progress:
-            if self._state is MemberState.STABLE and self._leaving.phase is _Leave.NONE:
+            if self._state is MemberState.STABLE and self._leaving.phase is LeavePhase.NONE:
                 self._request_rejoin("offset commit failed since group is already rebalancing")
                 self._start_join_deadline()
         elif code in (_E.unknown_member_id, _E.illegal_generation):
@@ -631,20 +639,20 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
     # the request manager
 
     def poll(self, now_ms: int) -> PollResult:
-        if self._fatal is None and self._leaving.phase is not _Leave.DONE:
+        if self._fatal is None and self._leaving.phase is not LeavePhase.DONE:
             self._check_poll_timer(now_ms)
             self._check_session_timeout(now_ms)
             self._check_join_deadline(now_ms)
-            if self._leaving.phase is _Leave.PREPARING:
+            if self._leaving.phase is LeavePhase.PREPARING:
                 self._drive_leave(now_ms)
-            elif self._leaving.phase is _Leave.NONE:
+            elif self._leaving.phase is LeavePhase.NONE:
                 self._drive_join(now_ms)
             self._drive_heartbeat(now_ms)
         unsent, self._outbox = self._outbox, []
         return PollResult(unsent, self._wait_ms(now_ms))
 
     def _wait_ms(self, now_ms: int) -> int:
-        if self._fatal is not None or self._leaving.phase is _Leave.DONE:
+        if self._fatal is not None or self._leaving.phase is LeavePhase.DONE:
             return MAX_POLL_WAIT_MS
         candidates = [MAX_POLL_WAIT_MS]
         in_group = self._state in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE)
@@ -653,7 +661,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
                 candidates.append(self._hb.next_ms - now_ms)
             candidates.append(self._hb.session_deadline_ms - now_ms)
         poll_remaining = self._poll_timer_wait_ms(now_ms)
-        if in_group and self._leaving.phase is _Leave.NONE and poll_remaining is not None:
+        if in_group and self._leaving.phase is LeavePhase.NONE and poll_remaining is not None:
             candidates.append(poll_remaining)
         if self._rejoin.backoff.until_ms > now_ms:
             candidates.append(self._rejoin.backoff.until_ms - now_ms)
@@ -667,7 +675,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
     # timers
 
     def _check_poll_timer(self, now_ms: int) -> None:
-        if self._leaving.phase is not _Leave.NONE:
+        if self._leaving.phase is not LeavePhase.NONE:
             return
         if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
             return
@@ -1184,7 +1192,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             return
         if self._latch.node_id is None or _HEARTBEAT in self._in_flight or now_ms < self._hb.next_ms:
             return
-        if self._leaving.phase not in (_Leave.NONE, _Leave.PREPARING):
+        if self._leaving.phase not in (LeavePhase.NONE, LeavePhase.PREPARING):
             return
         gen = self._generation
         self._hb.next_ms = now_ms + self._cfg.heartbeat_interval_ms
@@ -1255,14 +1263,14 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
     # leaving
 
     def _start_leave(self, now_ms: int, reason: str, *, clear_subscription: bool) -> None:
-        if self._leaving.phase in (_Leave.PREPARING, _Leave.SENDING):
+        if self._leaving.phase in (LeavePhase.PREPARING, LeavePhase.SENDING):
             self._leaving.clear_subscription |= clear_subscription
             return
-        if self._leaving.phase is _Leave.DONE:
+        if self._leaving.phase is LeavePhase.DONE:
             if clear_subscription:
                 self._clear_subscription()
             return
-        self._leaving.to(_Leave.PREPARING)
+        self._leaving.to(LeavePhase.PREPARING)
         self._leaving.reason = reason
         self._leaving.clear_subscription = clear_subscription
         self._leaving.rejoin_after = False
@@ -1292,7 +1300,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         self._rejoin.needed = True
         self._rejoin.deadline_ms = None
         if sent:
-            self._leaving.to(_Leave.SENDING)
+            self._leaving.to(LeavePhase.SENDING)
         else:
             self._finish_leave()
 
@@ -1300,12 +1308,12 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         self._cancel(_LEAVE_GROUP)
         if self._leaving.rejoin_after:
             self._leaving.rejoin_after = False
-            self._leaving.to(_Leave.NONE)
+            self._leaving.to(LeavePhase.NONE)
             self._rejoin.awaiting_app_poll = True
             return
         if self._leaving.clear_subscription:
             self._clear_subscription()
-        self._leaving.to(_Leave.DONE)
+        self._leaving.to(LeavePhase.DONE)
 
     def _clear_subscription(self) -> None:
         self._topics.subscription = Subscription()
@@ -1331,11 +1339,11 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         return True
 
     def _on_leave_answered(self, sent: Generation, sent_ms: int, resp: Any, now_ms: int, epoch: int) -> None:
-        if self._leaving.phase is _Leave.SENDING:
+        if self._leaving.phase is LeavePhase.SENDING:
             self._finish_leave()
 
     def _on_leave_failed(self, api: _Api, exc: BaseException, now_ms: int, epoch: int) -> None:
-        if self._leaving.phase is _Leave.SENDING:
+        if self._leaving.phase is LeavePhase.SENDING:
             self._finish_leave()
 
     # ------------------------------------------------------------------------------------------------
@@ -1456,7 +1464,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         if topics == self._topics.subscribed:
             return
         self._topics.subscribed = topics
-        if self._leaving.phase is not _Leave.NONE or (
+        if self._leaving.phase is not LeavePhase.NONE or (
             self._state is MemberState.UNJOINED and self._generation.is_reset
         ):
             return
@@ -1509,7 +1517,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             if (
                 self._is_leader
                 and self._state is not MemberState.UNJOINED
-                and self._leaving.phase is _Leave.NONE
+                and self._leaving.phase is LeavePhase.NONE
             ):
                 self._request_rejoin("owned partitions no longer exist")
 
