@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 from kafka_handoff.types import TopicPartition
 
 __all__ = [
+    "EagerAssignor",
     "MemberAssignment",
     "MemberSubscription",
     "PartitionAssignor",
@@ -67,3 +68,18 @@ class PartitionAssignor(Protocol):
         left out)."""
 
     def on_assignment(self, assignment: MemberAssignment, generation_id: int) -> None: ...
+
+
+class EagerAssignor:
+    """Defaults for a stateless EAGER-only assignor (``range``, ``roundrobin``): no user data, nothing
+    to remember from an assignment.  A subclass gives ``name`` and ``assign``."""
+
+    @property
+    def supported_protocols(self) -> tuple[RebalanceProtocol, ...]:
+        return (RebalanceProtocol.EAGER,)
+
+    def subscription_user_data(self, topics: frozenset[str]) -> bytes | None:
+        return None
+
+    def on_assignment(self, assignment: MemberAssignment, generation_id: int) -> None:
+        return None
