@@ -8,6 +8,15 @@ assignment, "join complete" callbacks after SyncGroup, heartbeats, the poll time
 nothing itself: ``poll(now_ms)`` returns :class:`~kafka_handoff.protocol.requests.UnsentRequest` objects for
 the coordinator and every other output is an event drained with :meth:`ClassicMembership.drain_events`.
 
+State
+    The member state moves only along :data:`VALID_PREVIOUS_STATES` (checked by the
+    :class:`~kafka_handoff.group.membership_core.MembershipCore` base), a leave only along
+    :data:`LEAVE_PREVIOUS_PHASES`.  The callbacks outstanding are in the base's callback ledger (an
+    ``_Outstanding`` entry each: partitions still owned while revoking, whether the next JoinGroup waits, the
+    cooperative follow-up, the rebalance's ASSIGN); the rest is grouped per concern (``_Settings``,
+    ``_Topics``, ``_Rejoin``, ``_Liveness``, ``_Leaving``).  JoinGroup, SyncGroup, Heartbeat and LeaveGroup go
+    through one helper, ``_send``: one request of each kind in flight, an answer to any other ignored.
+
 Rebalance protocol
     EAGER unless every configured assignor supports COOPERATIVE (then COOPERATIVE), as in Java.
 
