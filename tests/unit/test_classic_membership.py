@@ -1772,6 +1772,42 @@ def test_callback_errors_are_counted_and_the_rebalance_still_completes() -> None
     assert h.m.state is MemberState.STABLE
 
 
+def test_only_the_latest_assign_completes_the_rebalance_a_superseded_one_completing_late_does_not() -> None:
+    h = Harness(margin=REBALANCE - 3 * HB)  # the revoke deadline comes 3 heartbeats after the last sign
+    events = h.stable(["a0"], complete=False)
+    (first_assign,) = h.callbacks(events)  # its callback is still running on the application thread
+    h.heartbeat_ok()
+    h.advance(HB)
+    h.poll()
+    h.reply(h.take(HEARTBEAT), heartbeat_response(E.rebalance_in_progress))
+    h.poll()
+    (revoke,) = h.callbacks(h.events())  # eager: revoke before rejoining; the JoinGroup waits for both
+    assert revoke.kind is REVOKE
+    assert h.m.waiting_for_callbacks == {first_assign.seq, revoke.seq}
+    lost: list[CallbackNeeded] = []
+    for _ in range(10):
+        h.advance(HB)
+        h.poll()
+        if HEARTBEAT in h.kinds():
+            h.reply(h.take(HEARTBEAT), heartbeat_response(E.rebalance_in_progress))
+        lost = h.callbacks(h.events())
+        if lost:
+            break
+    assert [(c.kind, c.partitions) for c in lost] == [(LOST, tps("a0"))]  # the revocation was given up
+    assert h.m.waiting_for_callbacks == frozenset()
+    h.poll()
+    h.reply(h.take(JOIN), join_response(generation=2))
+    h.poll()
+    h.reply(h.take(SYNC), sync_response([tp("a1")]))
+    (second_assign,) = h.callbacks(h.events())
+    h.complete(first_assign, revoke)  # late: nothing completes (the REVOKE's partitions are gone already)
+    assert h.sink.names() == ["started"]
+    assert h.m.owned == tps("a1")
+    h.advance(5)
+    h.complete(second_assign)
+    assert h.sink.calls[1:] == [("completed", h.now)]
+
+
 def test_wait_ms_covers_heartbeat_and_revoke_deadline() -> None:
     h = Harness(protocol=COOP, margin=0)
     h.stable(["a0", "a1"])
