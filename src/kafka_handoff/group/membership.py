@@ -27,7 +27,7 @@ Outputs besides requests are drained with :meth:`Membership.drain_events`:
 
 The rest of the consumer never knows which implementation runs.  Both implementations derive from
 :class:`~kafka_handoff.group.membership_core.MembershipCore`, which holds the machinery they share (state
-transition table, event queue and callback sequence numbers, coordinator latch, poll timer, rebalance
+transition table, event queue and callback ledger, coordinator latch, poll timer, rebalance
 metrics, backoff).
 """
 
