@@ -208,6 +208,10 @@ VALID_PREVIOUS_STATES: Mapping[MemberState, frozenset[MemberState]] = {
 }
 """Allowed predecessors of each classic member state; any other transition raises ``IllegalStateError``."""
 
+_IN_GROUP = frozenset({_S.COMPLETING_REBALANCE, _S.STABLE})
+"""Members of a generation: they heartbeat, the session and poll timers apply."""
+_REBALANCING = frozenset({_S.PREPARING_REBALANCE, _S.COMPLETING_REBALANCE})
+
 
 @dataclass(frozen=True, slots=True)
 class Generation:
@@ -571,7 +575,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
 
     def enforce_rebalance(self, reason: str, now_ms: int) -> None:
         """Request a rebalance; a no-op while one is already in progress (as ``enforceRebalance``)."""
-        if self._state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
+        if self._state in _REBALANCING:
             return
         if self._topics.subscription.is_empty or self._leaving.phase is not LeavePhase.NONE:
             return
@@ -664,13 +668,13 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         if self._fatal is not None or self._leaving.phase is LeavePhase.DONE:
             return MAX_POLL_WAIT_MS
         candidates = [MAX_POLL_WAIT_MS]
-        in_group = self._state in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE)
+        in_group = self._state in _IN_GROUP
         if in_group and self._latch.node_id is not None:
             if _HEARTBEAT not in self._in_flight:
                 candidates.append(self._hb.next_ms - now_ms)
             candidates.append(self._hb.session_deadline_ms - now_ms)
         poll_remaining = self._poll_timer_wait_ms(now_ms)
-        if in_group and self._leaving.phase is LeavePhase.NONE and poll_remaining is not None:
+        if poll_remaining is not None:
             candidates.append(poll_remaining)
         if self._rejoin.backoff.until_ms > now_ms:
             candidates.append(self._rejoin.backoff.until_ms - now_ms)
@@ -684,10 +688,6 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
     # timers
 
     def _check_poll_timer(self, now_ms: int) -> None:
-        if self._leaving.phase is not LeavePhase.NONE:
-            return
-        if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
-            return
         if not self._poll_timer_expired(now_ms):
             return
         self._stats.values["poll_timeouts"] += 1
@@ -697,8 +697,12 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         )
         self._rejoin.awaiting_app_poll = True
 
+    def _poll_timer_applies(self) -> bool:
+        in_group = self._state in _IN_GROUP
+        return in_group and self._leaving.phase is LeavePhase.NONE
+
     def _check_session_timeout(self, now_ms: int) -> None:
-        if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
+        if self._state not in _IN_GROUP:
             return
         if self.revoking and now_ms >= self._hb.alive_evidence_ms + self._cfg.session_timeout_ms:
             # No request of ours reached the coordinator within the session timeout: it may have expired us,
@@ -930,7 +934,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
     def _join_retry(self, now_ms: int, *, backoff: bool, reason: str = "") -> None:
         """A failed JoinGroup/SyncGroup attempt: the same rebalance is retried."""
         self._rebalance.failed(now_ms, ends=False)
-        if self._state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
+        if self._state in _REBALANCING:
             self._set_state(MemberState.PREPARING_REBALANCE)
         self._leader_job = None
         self._request_rejoin(reason or "rebalance failed")
@@ -1197,7 +1201,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
     # heartbeats
 
     def _drive_heartbeat(self, now_ms: int) -> None:
-        if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
+        if self._state not in _IN_GROUP:
             return
         if self._latch.node_id is None or _HEARTBEAT in self._in_flight or now_ms < self._hb.next_ms:
             return

@@ -426,7 +426,7 @@ class ConsumerMembership(MembershipCore[MemberState, _PendingCallback]):
         wait = MAX_POLL_WAIT_MS
         st = self._state
         poll_remaining = self._poll_timer_wait_ms(now_ms)
-        if st in _IN_GROUP and poll_remaining is not None:
+        if poll_remaining is not None:
             wait = min(wait, max(0, poll_remaining))
         if st not in _NO_HEARTBEAT and self._latch.node_id is not None and self._inflight is None:
             if st is _S.LEAVING:
@@ -788,8 +788,11 @@ class ConsumerMembership(MembershipCore[MemberState, _PendingCallback]):
         self._transition(_S.UNSUBSCRIBED, now_ms)
         self._leave_pending = False
 
+    def _poll_timer_applies(self) -> bool:
+        return self._state in _IN_GROUP
+
     def _maybe_expire_poll_timer(self, now_ms: int, unsent: list[UnsentRequest]) -> None:
-        if self._state not in _IN_GROUP or not self._poll_timer_expired(now_ms):
+        if not self._poll_timer_expired(now_ms):
             return
         log.warning(
             "member %s: no poll() within max.poll.interval.ms=%d; leaving the group (partitions lost), "

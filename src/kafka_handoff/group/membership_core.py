@@ -374,11 +374,15 @@ class MembershipCore(Generic[StateT, EntryT]):
     def on_app_call(self, inside: bool, now_ms: int) -> None:
         self._poll_timer.app_call(inside, now_ms)
 
+    def _poll_timer_applies(self) -> bool:
+        """The member is one the poll timer can expel (in the group, not leaving): per implementation."""
+        raise NotImplementedError
+
     def _poll_timer_running(self) -> bool:
-        """As Java's heartbeat thread: the timer is only decided on while the coordinator is known (an
-        expiry meanwhile is acted on once it is known again), and it stands still while the application
-        thread is inside one of the client's blocking calls."""
-        return self._latch.node_id is not None and not self._poll_timer.paused
+        """The timer applies to the member and, as Java's heartbeat thread, is only decided on while the
+        coordinator is known (an expiry meanwhile is acted on once it is known again); it stands still while
+        the application thread is inside one of the client's blocking calls."""
+        return self._poll_timer_applies() and self._latch.node_id is not None and not self._poll_timer.paused
 
     def _poll_timer_expired(self, now_ms: int) -> bool:
         return self._poll_timer_running() and self._poll_timer.expired(now_ms)
