@@ -1290,10 +1290,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         # Java's onLeavePrepare: LOST if no generation or mid-rebalance (commits cannot succeed), else REVOKE.
         if self._fatal is not None:
             pass
-        elif self._generation.is_reset or self._state in (
-            MemberState.PREPARING_REBALANCE,
-            MemberState.COMPLETING_REBALANCE,
-        ):
+        elif self._generation.is_reset or self._state in _REBALANCING:
             self._lose_all("leaving the group without a stable generation", now_ms)
         else:
             self._revoke(self._assigned, "leaving the group")
