@@ -307,7 +307,7 @@ class MembershipCore(Generic[StateT, EntryT]):
         self._state = initial_state
         self._transitions = transitions
         self._events: list[GroupEvent] = []
-        self._ledger: CallbackLedger[EntryT] = CallbackLedger(self._events.append)
+        self._ledger: CallbackLedger[EntryT] = CallbackLedger(self._emit)
         self._latch = CoordinatorLatch()
         self._poll_timer = PollTimer(rebalance_timeout_ms, poll_timer_started_ms)
         self._backoff = backoff
@@ -335,9 +335,11 @@ class MembershipCore(Generic[StateT, EntryT]):
         return all(tp in owned for tp in partitions)
 
     def drain_events(self) -> list[GroupEvent]:
-        events = self._events[:]
-        self._events.clear()  # the same list: the ledger appends to it
+        events, self._events = self._events, []
         return events
+
+    def _emit(self, event: GroupEvent) -> None:
+        self._events.append(event)
 
     # ------------------------------------------------------------------------------- state table
     def _set_state(self, new: StateT) -> StateT:
