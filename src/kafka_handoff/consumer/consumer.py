@@ -54,6 +54,7 @@ from kafka_handoff.consumer.listener import (
     RebalanceListenerHolder,
     invoke_callback,
 )
+from kafka_handoff.consumer.metrics import FetchMetrics, RebalanceMetrics
 from kafka_handoff.consumer.offsets import EARLIEST, LATEST, CommitManager, OffsetsManager
 from kafka_handoff.consumer.records import ConsumerRecords
 from kafka_handoff.consumer.subscription import SubscriptionState, SubscriptionType
@@ -77,7 +78,7 @@ from kafka_handoff.group.membership import (
     MetadataNeeded,
     Subscription,
 )
-from kafka_handoff.metrics import FetchMetrics, Metrics, RebalanceMetrics
+from kafka_handoff.metrics import Metrics
 from kafka_handoff.network.client import NetworkClient
 from kafka_handoff.network.events import ApplicationEvent
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
