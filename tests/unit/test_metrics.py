@@ -7,7 +7,6 @@ import threading
 
 import pytest
 
-from kafka_handoff import metrics as metrics_module
 from kafka_handoff.config import parse_consumer_config
 from kafka_handoff.consumer.metrics import (
     COORDINATOR_METRICS_GROUP,
@@ -520,11 +519,3 @@ def test_client_id_tag_and_callable_clock() -> None:
     assert all(dict(n.tags) == tags for n in m.snapshot())
     assert "consumer-coordinator-metrics:rebalance-total{client-id=consumer-g-1}" in m.as_dict()
 
-
-def test_consumer_metric_sets_stay_importable_from_the_metrics_module() -> None:
-    assert metrics_module.RebalanceMetrics is RebalanceMetrics
-    assert metrics_module.FetchMetrics is FetchMetrics
-    assert metrics_module.COORDINATOR_METRICS_GROUP == COORDINATOR_METRICS_GROUP
-    assert metrics_module.FETCH_MANAGER_METRICS_GROUP == FETCH_MANAGER_METRICS_GROUP
-    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
-        _ = metrics_module.Nope

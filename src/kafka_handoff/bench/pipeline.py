@@ -100,8 +100,8 @@ class LiveProducer:
             self._thread.join(timeout)
 
     def _run(self, ready: Callable[[], bool], timeout: float) -> None:
-        from kafka_handoff.cli.produce_sample import iter_events
         from kafka_handoff.producer import Producer
+        from kafka_handoff.sample import iter_events
 
         try:
             deadline = time.monotonic() + timeout

@@ -16,8 +16,7 @@
   ``record`` (e.g. the membership calling ``RebalanceMetrics``) must use the same clock.
 
 The clients' metric sets with the Java client's names live with their clients: ``producer.metrics`` and
-``consumer.metrics`` (``RebalanceMetrics``, ``FetchMetrics`` and their group names, still importable from
-here).
+``consumer.metrics`` (``RebalanceMetrics``, ``FetchMetrics``): this registry depends on no client.
 """
 
 from __future__ import annotations
@@ -28,25 +27,14 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Protocol, cast
 
 from kafka_handoff.protocol.requests import Clock, MonotonicClock
 
-if TYPE_CHECKING:
-    from kafka_handoff.consumer.metrics import (
-        COORDINATOR_METRICS_GROUP,
-        FETCH_MANAGER_METRICS_GROUP,
-        FetchMetrics,
-        RebalanceMetrics,
-    )
-
 __all__ = [
-    "COORDINATOR_METRICS_GROUP",
-    "FETCH_MANAGER_METRICS_GROUP",
     "Avg",
     "CumulativeCount",
     "CumulativeSum",
-    "FetchMetrics",
     "KafkaMetric",
     "Max",
     "Measurable",
@@ -55,7 +43,6 @@ __all__ = [
     "Metrics",
     "Min",
     "Rate",
-    "RebalanceMetrics",
     "Sensor",
     "Stat",
     "TimeUnit",
@@ -523,18 +510,3 @@ class Metrics:
                 key += "{" + ",".join(f"{k}={v}" for k, v in sorted(extra.items())) + "}"
             out[key] = value
         return out
-
-
-_CONSUMER_NAMES: frozenset[str] = frozenset(
-    {"COORDINATOR_METRICS_GROUP", "FETCH_MANAGER_METRICS_GROUP", "FetchMetrics", "RebalanceMetrics"}
-)
-
-
-def __getattr__(name: str) -> Any:
-    """The consumer's metric sets, moved to ``consumer.metrics``, stay importable from here (loaded lazily:
-    ``consumer.metrics`` builds on this module)."""
-    if name in _CONSUMER_NAMES:
-        from kafka_handoff.consumer import metrics as consumer_metrics
-
-        return getattr(consumer_metrics, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
