@@ -583,7 +583,8 @@ def cli(args: Any) -> int:
     """``handoff bench pipeline`` (the argparse entry; ``args`` from :mod:`kafka_handoff.cli.bench`)."""
     from rich.console import Console
 
-    from kafka_handoff.cli.bench import _broker, _progress
+    from kafka_handoff.bench.runs import broker as _broker
+    from kafka_handoff.bench.runs import progress as _progress
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
