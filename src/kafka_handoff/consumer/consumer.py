@@ -23,6 +23,8 @@ from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
 
+from kio.schema.errors import ErrorCode
+
 from kafka_handoff.config import ConsumerConfig, parse_consumer_config
 from kafka_handoff.consumer.batch import ColumnarRecords
 from kafka_handoff.consumer.collector import Collector
@@ -960,7 +962,7 @@ class Consumer:
         parts = cluster.partitions_for(topic)
         if parts is None:
             code = cluster.topic_errors.get(topic)
-            if code is not None and code != 3:
+            if code is not None and code != ErrorCode.unknown_topic_or_partition:
                 from kafka_handoff.errors import error_for_code
 
                 raise error_for_code(code, f"topic {topic}")

@@ -41,6 +41,8 @@ from concurrent.futures import wait as wait_futures
 from time import monotonic_ns, time_ns
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kafka_handoff.config import ProducerConfig, parse_producer_config
 from kafka_handoff.errors import (
     AuthenticationError,
@@ -96,7 +98,7 @@ __all__ = ["Producer"]
 
 log = logging.getLogger(__name__)
 
-_FATAL_TOPIC_ERRORS = frozenset({17, 29})  # INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED
+_FATAL_TOPIC_ERRORS = frozenset({ErrorCode.invalid_topic_exception, ErrorCode.topic_authorization_failed})
 _Completion = tuple[ProducerBatch, int, int, BaseException | None]
 _future_of = operator.itemgetter(4)
 _callback_of = operator.itemgetter(5)
