@@ -155,8 +155,8 @@ def _set_error(futures: list[Future[None]], error: BaseException) -> None:
 
 
 class TransactionManager:
-    """Network-thread request manager; the producer's app-thread calls reach it through ``NetworkThread.call``
-    (every public method except :meth:`check_send` runs on the network thread)."""
+    """Network-thread request manager; the producer's app-thread calls reach it as typed events
+    (``producer/events.py``; every public method except :meth:`check_send` runs on the network thread)."""
 
     def __init__(
         self,
