@@ -5,13 +5,12 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kafka_handoff.admin.calls import (
     AdminCall,
-    AdminCallManager,
     GroupCoordinator,
     NoRetry,
     Steps,
@@ -19,6 +18,7 @@ from kafka_handoff.admin.calls import (
     run_calls,
     run_one,
 )
+from kafka_handoff.admin.plumbing import AdminPlumbing, unique_names
 from kafka_handoff.admin.results import (
     GroupDescription,
     GroupListing,
@@ -31,24 +31,14 @@ from kafka_handoff.errors import (
 )
 from kafka_handoff.group.protocol_data import ConsumerProtocolError, decode_assignment, decode_subscription
 from kafka_handoff.protocol.versions import ApiKey
-from kafka_handoff.types import BrokerNode, ClusterMetadata, OffsetAndMetadata, TopicPartition
+from kafka_handoff.types import BrokerNode, OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
 
-class GroupAdminMixin:
+class GroupAdminMixin(AdminPlumbing):
     """Consumer group administration (both protocols): mixed into :class:`~kafka_handoff.admin.AdminClient`
     (uses its call plumbing)."""
-
-    if TYPE_CHECKING:
-        _calls: AdminCallManager
-
-        def _cluster_steps(
-            self, topics: Sequence[str] | None, deadline_ms: int
-        ) -> Steps[ClusterMetadata]: ...
-        def _deadline(self, timeout: float | None) -> int: ...
-        @staticmethod
-        def _raise_first(errors: Sequence[BaseException]) -> None: ...
 
     @drives_steps
     def list_groups(self, timeout: float | None = None) -> Steps[list[GroupListing]]:
@@ -99,7 +89,7 @@ class GroupAdminMixin:
         target assignments); groups it does not know (classic groups) are described with DescribeGroups,
         whose member assignments are decoded from the consumer protocol.  A group that does not exist raises
         :class:`~kafka_handoff.errors.GroupIdNotFoundError`."""
-        groups = _unique(group_ids, "group")
+        groups = unique_names(group_ids, "group")
         deadline = self._deadline(timeout)
         outcomes = yield from run_calls(
             [self._consumer_group_describe_call(g, deadline) for g in groups], deadline
@@ -278,7 +268,7 @@ class GroupAdminMixin:
     @drives_steps
     def delete_groups(self, group_ids: Iterable[str], timeout: float | None = None) -> Steps[None]:
         """Delete groups (they must be empty: no active members)."""
-        groups = _unique(group_ids, "group")
+        groups = unique_names(group_ids, "group")
         deadline = self._deadline(timeout)
 
         def make(group_id: str) -> AdminCall:
@@ -315,19 +305,6 @@ class GroupAdminMixin:
                 if isinstance(o, BaseException)
             ]
         )
-
-
-def _unique(names: Iterable[str], what: str) -> list[str]:
-    if isinstance(names, str):
-        names = [names]
-    out: list[str] = []
-    for name in names:
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"{what} names must be non-empty strings, got {name!r}")
-        if name in out:
-            raise ValueError(f"{what} {name!r} is given more than once")
-        out.append(name)
-    return out
 
 
 def _raw_tp(t: Any) -> tuple[uuid.UUID | None, str, tuple[int, ...]]:

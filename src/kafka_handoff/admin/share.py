@@ -13,18 +13,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from kafka_handoff.admin.calls import AdminCall, GroupCoordinator, NoRetry
+from kafka_handoff.admin.plumbing import AdminPlumbing
 from kafka_handoff.admin.results import GroupListing
 from kafka_handoff.errors import GroupIdNotFoundError, error_for_code
 from kafka_handoff.protocol.requests import ANY_NODE
 from kafka_handoff.protocol.versions import ApiKey
-from kafka_handoff.types import ClusterMetadata, TopicPartition
+from kafka_handoff.types import TopicPartition
 
 __all__ = [
     "ShareAdminMixin",
@@ -71,17 +72,11 @@ class SharePartitionOffset:
     """Records at or past the start offset not acknowledged yet (``None`` when the broker did not say)."""
 
 
-class ShareAdminMixin:
+class ShareAdminMixin(AdminPlumbing):
     """Share group methods of :class:`~kafka_handoff.admin.AdminClient` (uses its call plumbing)."""
 
     if TYPE_CHECKING:
 
-        def _deadline(self, timeout: float | None) -> int: ...
-        def _run(self, calls: Sequence[AdminCall], deadline_ms: int) -> list[Any]: ...
-        def _run_one(self, call: AdminCall) -> Any: ...
-        def _cluster(self, topics: Sequence[str] | None, deadline_ms: int) -> ClusterMetadata: ...
-        @staticmethod
-        def _raise_first(errors: Sequence[BaseException]) -> None: ...
         def delete_groups(self, group_ids: Iterable[str], timeout: float | None = None) -> None: ...
 
     def list_share_groups(self, timeout: float | None = None) -> list[GroupListing]:
