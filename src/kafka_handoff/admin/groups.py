@@ -18,7 +18,7 @@ from kafka_handoff.admin.calls import (
     run_calls,
     run_one,
 )
-from kafka_handoff.admin.plumbing import AdminPlumbing, unique_names
+from kafka_handoff.admin.plumbing import AdminPlumbing, group_describe_call, unique_names
 from kafka_handoff.admin.results import (
     GroupDescription,
     GroupListing,
@@ -120,19 +120,7 @@ class GroupAdminMixin(AdminPlumbing):
         return {g: described[g].resolve(names_by_id) for g in groups}
 
     def _consumer_group_describe_call(self, group_id: str, deadline: int) -> AdminCall:
-        def build(version: int, timeout_ms: int) -> dict[str, Any]:
-            return {"group_ids": [group_id], "include_authorized_operations": False}
-
-        def handle(response: Any, version: int, node: int) -> _PendingDescription | None:
-            (g,) = [x for x in response.groups if x.group_id == group_id] or list(response.groups)
-            code = int(g.error_code)
-            if code == ErrorCode.group_id_not_found:
-                return None  # not a consumer-protocol group (or none at all): try DescribeGroups
-            if code != ErrorCode.none:
-                error = error_for_code(
-                    code, f"cannot describe group {group_id!r}: {g.error_message or ''}".strip()
-                )
-                raise error if error.retriable else NoRetry(error)
+        def describe(g: Any, node: int) -> _PendingDescription | None:
             members: list[tuple[Any, ...]] = []
             raw_members: list[list[tuple[uuid.UUID | None, str, tuple[int, ...]]]] = []
             for m in g.members:
@@ -153,13 +141,15 @@ class GroupAdminMixin(AdminPlumbing):
                 raw_members=raw_members,
             )
 
-        return AdminCall(
-            f"ConsumerGroupDescribe(group {group_id!r})",
+        # GROUP_ID_NOT_FOUND: not a consumer-protocol group (or none at all): try DescribeGroups.
+        return group_describe_call(
+            "ConsumerGroupDescribe",
             ApiKey.CONSUMER_GROUP_DESCRIBE,
-            GroupCoordinator(group_id),
-            build,
-            handle,
+            group_id,
             deadline,
+            what="group",
+            describe=describe,
+            not_found=lambda: None,
         )
 
     def _describe_groups_call(self, group_id: str, deadline: int) -> AdminCall:

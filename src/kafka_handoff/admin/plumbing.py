@@ -1,21 +1,28 @@
 """What the :class:`~kafka_handoff.admin.AdminClient`'s per-concern mixins (``topics.py``, ``configs.py``,
 ``offsets.py``, ``groups.py``, ``share.py``) use of its call plumbing in ``admin.py``: declared once here
-for the type checker (:class:`AdminPlumbing`, the mixins' base), and their shared check of entity names."""
+for the type checker (:class:`AdminPlumbing`, the mixins' base); their shared check of entity names; the
+describe call that ConsumerGroupDescribe and ShareGroupDescribe share."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from kio.schema.errors import ErrorCode
+
+from kafka_handoff.admin.calls import AdminCall, GroupCoordinator, NoRetry
+from kafka_handoff.errors import error_for_code
 from kafka_handoff.protocol.requests import ANY_NODE
 
 if TYPE_CHECKING:
-    from kafka_handoff.admin.calls import AdminCall, AdminCallManager, Steps, Target
+    from kafka_handoff.admin.calls import AdminCallManager, Steps, Target
     from kafka_handoff.config import AdminConfig
     from kafka_handoff.protocol.requests import MonotonicClock
     from kafka_handoff.types import ClusterMetadata
 
-__all__ = ["AdminPlumbing", "unique_names"]
+__all__ = ["AdminPlumbing", "group_describe_call", "unique_names"]
+
+T = TypeVar("T")
 
 
 class AdminPlumbing:
@@ -60,3 +67,37 @@ def unique_names(names: Iterable[str], what: str) -> list[str]:
             raise ValueError(f"{what} {name!r} is given more than once")
         out.append(name)
     return out
+
+
+def group_describe_call(
+    name: str,
+    api_key: int,
+    group_id: str,
+    deadline: int,
+    *,
+    what: str,
+    describe: Callable[[Any, int], T],
+    not_found: Callable[[], T],
+) -> AdminCall:
+    """A ConsumerGroupDescribe / ShareGroupDescribe call for one group, sent to its coordinator: the
+    group's entry goes to ``describe(group, node)``; ``GROUP_ID_NOT_FOUND`` to ``not_found()``; another
+    error is retried when retriable, else raised (``cannot describe <what> '<id>': <message>``)."""
+
+    def build(version: int, timeout_ms: int) -> dict[str, Any]:
+        return {"group_ids": [group_id], "include_authorized_operations": False}
+
+    def handle(response: Any, version: int, node: int) -> T:
+        (g,) = [x for x in response.groups if x.group_id == group_id] or list(response.groups)
+        code = int(g.error_code)
+        if code == ErrorCode.group_id_not_found:
+            return not_found()
+        if code != ErrorCode.none:
+            error = error_for_code(
+                code, f"cannot describe {what} {group_id!r}: {g.error_message or ''}".strip()
+            )
+            raise error if error.retriable else NoRetry(error)
+        return describe(g, node)
+
+    return AdminCall(
+        f"{name}(group {group_id!r})", api_key, GroupCoordinator(group_id), build, handle, deadline
+    )

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from kafka_handoff.admin.calls import AdminCall, GroupCoordinator, NoRetry
-from kafka_handoff.admin.plumbing import AdminPlumbing
+from kafka_handoff.admin.plumbing import AdminPlumbing, group_describe_call
 from kafka_handoff.admin.results import GroupListing
 from kafka_handoff.errors import GroupIdNotFoundError, error_for_code
 from kafka_handoff.protocol.requests import ANY_NODE
@@ -130,19 +130,7 @@ class ShareAdminMixin(AdminPlumbing):
         deadline = self._deadline(timeout)
 
         def make(group_id: str) -> AdminCall:
-            def build(version: int, timeout_ms: int) -> dict[str, Any]:
-                return {"group_ids": [group_id], "include_authorized_operations": False}
-
-            def handle(response: Any, version: int, node: int) -> ShareGroupDescription:
-                (g,) = [x for x in response.groups if x.group_id == group_id] or list(response.groups)
-                code = int(g.error_code)
-                if code == ErrorCode.group_id_not_found:
-                    raise NoRetry(GroupIdNotFoundError(f"share group {group_id!r} does not exist"))
-                if code != ErrorCode.none:
-                    error = error_for_code(
-                        code, f"cannot describe share group {group_id!r}: {g.error_message or ''}"
-                    )
-                    raise error if error.retriable else NoRetry(error)
+            def describe(g: Any, node: int) -> ShareGroupDescription:
                 members = tuple(
                     ShareMemberDescription(
                         member_id=str(m.member_id),
@@ -169,13 +157,17 @@ class ShareAdminMixin(AdminPlumbing):
                     coordinator=node,
                 )
 
-            return AdminCall(
-                f"ShareGroupDescribe(group {group_id!r})",
+            def not_found() -> ShareGroupDescription:
+                raise NoRetry(GroupIdNotFoundError(f"share group {group_id!r} does not exist"))
+
+            return group_describe_call(
+                "ShareGroupDescribe",
                 ApiKey.SHARE_GROUP_DESCRIBE,
-                GroupCoordinator(group_id),
-                build,
-                handle,
+                group_id,
                 deadline,
+                what="share group",
+                describe=describe,
+                not_found=not_found,
             )
 
         outcomes = self._run([make(g) for g in groups], deadline)
