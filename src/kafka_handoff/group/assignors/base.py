@@ -9,11 +9,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from kafka_handoff.types import TopicPartition
 
 __all__ = [
+    "EagerAssignor",
     "MemberAssignment",
     "MemberSubscription",
     "PartitionAssignor",
@@ -67,3 +68,24 @@ class PartitionAssignor(Protocol):
         left out)."""
 
     def on_assignment(self, assignment: MemberAssignment, generation_id: int) -> None: ...
+
+
+class EagerAssignor:
+    """Base of the stateless EAGER-only assignors (``range``, ``roundrobin``): no subscription user data,
+    nothing kept from an assignment.  A subclass sets ``_name`` and implements ``assign``."""
+
+    _name: ClassVar[str]
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def supported_protocols(self) -> tuple[RebalanceProtocol, ...]:
+        return (RebalanceProtocol.EAGER,)
+
+    def subscription_user_data(self, topics: frozenset[str]) -> bytes | None:
+        return None
+
+    def on_assignment(self, assignment: MemberAssignment, generation_id: int) -> None:
+        return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kafka_handoff.group.assignors.base import MemberAssignment, MemberSubscription, RebalanceProtocol
+from kafka_handoff.group.assignors.base import EagerAssignor, MemberAssignment, MemberSubscription
 from kafka_handoff.types import TopicPartition
 
 __all__ = ["RangeAssignor", "member_order_key"]
@@ -25,19 +25,10 @@ def member_order_key(member_id: str, subscription: MemberSubscription) -> tuple[
     return (1, member_id, "")
 
 
-class RangeAssignor:
+class RangeAssignor(EagerAssignor):
     """Java's ``org.apache.kafka.clients.consumer.RangeAssignor``."""
 
-    @property
-    def name(self) -> str:
-        return "range"
-
-    @property
-    def supported_protocols(self) -> tuple[RebalanceProtocol, ...]:
-        return (RebalanceProtocol.EAGER,)
-
-    def subscription_user_data(self, topics: frozenset[str]) -> bytes | None:
-        return None
+    _name = "range"
 
     def assign(
         self,
@@ -60,6 +51,3 @@ class RangeAssignor:
                 length = per_member + (1 if i < extra else 0)
                 result[member].extend(TopicPartition(topic, p) for p in range(start, start + length))
         return {member: MemberAssignment(partitions=tuple(parts)) for member, parts in result.items()}
-
-    def on_assignment(self, assignment: MemberAssignment, generation_id: int) -> None:
-        return None

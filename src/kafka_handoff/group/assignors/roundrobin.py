@@ -13,26 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kafka_handoff.group.assignors.base import MemberAssignment, MemberSubscription, RebalanceProtocol
+from kafka_handoff.group.assignors.base import EagerAssignor, MemberAssignment, MemberSubscription
 from kafka_handoff.group.assignors.range import member_order_key
 from kafka_handoff.types import TopicPartition
 
 __all__ = ["RoundRobinAssignor"]
 
 
-class RoundRobinAssignor:
+class RoundRobinAssignor(EagerAssignor):
     """Java's ``org.apache.kafka.clients.consumer.RoundRobinAssignor``."""
 
-    @property
-    def name(self) -> str:
-        return "roundrobin"
-
-    @property
-    def supported_protocols(self) -> tuple[RebalanceProtocol, ...]:
-        return (RebalanceProtocol.EAGER,)
-
-    def subscription_user_data(self, topics: frozenset[str]) -> bytes | None:
-        return None
+    _name = "roundrobin"
 
     def assign(
         self,
@@ -52,6 +43,3 @@ class RoundRobinAssignor:
                 result[members[cursor]].append(TopicPartition(topic, partition))
                 cursor = (cursor + 1) % len(members)
         return {member: MemberAssignment(partitions=tuple(parts)) for member, parts in result.items()}
-
-    def on_assignment(self, assignment: MemberAssignment, generation_id: int) -> None:
-        return None
