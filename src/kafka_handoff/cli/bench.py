@@ -35,11 +35,10 @@ def register(subparsers: Any) -> None:
     )
     actions = parser.add_subparsers(dest="bench_action", metavar="BENCHMARK", required=True)
 
-    tp = actions.add_parser(
+    tp = _benchmark(
+        actions,
         "throughput",
-        help="consume the same topic with every client; records/s, MB/s, CPU, RSS",
-        description=_doc("kafka_handoff.bench.throughput"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "consume the same topic with every client; records/s, MB/s, CPU, RSS",
     )
     tp.add_argument("--records", type=int, default=1_000_000)
     tp.add_argument("--value-bytes", type=int, default=100)
@@ -77,11 +76,10 @@ def register(subparsers: Any) -> None:
     )
     tp.set_defaults(func=_throughput)
 
-    rb = actions.add_parser(
+    rb = _benchmark(
+        actions,
         "rebalance",
-        help="3 members with async processing, a 4th joins, one leaves: duplicates, stalls, timelines",
-        description=_doc("kafka_handoff.bench.rebalance"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "3 members with async processing, a 4th joins, one leaves: duplicates, stalls, timelines",
     )
     rb.add_argument("--protocol", choices=("classic", "consumer", "both"), default="both")
     rb.add_argument("--clients", default="handoff,confluent", help="comma-separated: handoff, confluent")
@@ -105,11 +103,10 @@ def register(subparsers: Any) -> None:
     _common(rb)
     rb.set_defaults(func=_rebalance)
 
-    pl = actions.add_parser(
+    pl = _benchmark(
+        actions,
         "pipeline",
-        help="the pipeline worker beside Spark's built-in Kafka source: records/s, latency p50/p99",
-        description=_doc("kafka_handoff.bench.pipeline"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "the pipeline worker beside Spark's built-in Kafka source: records/s, latency p50/p99",
     )
     pl.add_argument("--events", type=int, default=200_000)
     pl.add_argument("--partitions", type=int, default=4)
@@ -130,12 +127,11 @@ def register(subparsers: Any) -> None:
     _common(pl)
     pl.set_defaults(func=lambda a: __import__("kafka_handoff.bench.pipeline", fromlist=["cli"]).cli(a))
 
-    fa = actions.add_parser(
+    fa = _benchmark(
+        actions,
         "faults",
-        help="broker kills, bounces, a hung broker and network faults under consuming groups: records "
+        "broker kills, bounces, a hung broker and network faults under consuming groups: records "
         "lost/duplicated, longest stall, bounded close; against confluent-kafka in the same run",
-        description=_doc("kafka_handoff.bench.faults"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     fa.add_argument(
         "--faults",
@@ -150,12 +146,11 @@ def register(subparsers: Any) -> None:
     fa.add_argument("--json", default="", help="also write the results as JSON to this file")
     fa.set_defaults(func=lambda a: __import__("kafka_handoff.bench.faults", fromlist=["cli"]).cli(a))
 
-    pr = actions.add_parser(
+    pr = _benchmark(
+        actions,
         "produce",
-        help="produce N records with every client (ours: send(), send_nowait(), send_many()); records/s, "
+        "produce N records with every client (ours: send(), send_nowait(), send_many()); records/s, "
         "MB/s, CPU, RSS",
-        description=_doc("kafka_handoff.bench.produce"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     pr.add_argument("--records", type=int, default=1_000_000)
     pr.add_argument("--value-bytes", type=int, default=100)
@@ -192,6 +187,17 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_passthrough, module="decode")
+
+
+def _benchmark(actions: Any, name: str, help: str) -> argparse.ArgumentParser:
+    """The ``handoff bench NAME`` parser, described by ``kafka_handoff.bench.NAME``'s docstring."""
+    parser: argparse.ArgumentParser = actions.add_parser(
+        name,
+        help=help,
+        description=_doc(f"kafka_handoff.bench.{name}"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
 
 
 def _doc(module: str) -> str:
