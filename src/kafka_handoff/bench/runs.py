@@ -1,5 +1,6 @@
 """What the benchmark commands share: the broker of a run (an existing one, or a private dev broker started
-and stopped around it), progress lines on stderr, the clients check, and the result files with their table.
+and stopped around it), progress lines on stderr, the clients check, the report and its result files with
+their table, and the runner processes' peak RSS.
 
 ``handoff bench`` (``cli/bench.py``) and the benchmark modules' own command lines use these; nothing here
 imports the CLI.
@@ -12,10 +13,59 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["broker", "load_note", "private_broker", "progress", "unknown_clients", "write_throughput"]
+__all__ = [
+    "BenchReport",
+    "broker",
+    "load_note",
+    "peak_rss_mb",
+    "private_broker",
+    "progress",
+    "unknown_clients",
+    "write_throughput",
+]
+
+
+class _Sample(Protocol):
+    def as_dict(self) -> dict[str, Any]: ...
+
+
+S = TypeVar("S", bound=_Sample)
+
+
+@dataclass
+class BenchReport(Generic[S]):
+    """A benchmark's configuration, environment and runs; a subclass says how the runs become medians."""
+
+    config: dict[str, Any]
+    environment: dict[str, Any]
+    samples: list[S] = field(default_factory=list)
+
+    def medians(self) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config,
+            "environment": self.environment,
+            "medians": self.medians(),
+            "samples": [s.as_dict() for s in self.samples],
+        }
+
+
+def peak_rss_mb() -> float | None:
+    """This process's peak resident set size (``VmHWM``; reset by ``exec``, unlike ``ru_maxrss``)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None
 
 
 @contextlib.contextmanager

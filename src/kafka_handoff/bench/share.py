@@ -21,13 +21,19 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kafka_handoff.bench.peers import BATCH, ClientSpec, _Meter, _peak_rss_mb
+from kafka_handoff.bench.peers import (
+    BATCH,
+    ClientSpec,
+    _Meter,
+    consume_loop,
+    visit_confluent,
+    visit_records,
+)
+from kafka_handoff.bench.runs import peak_rss_mb
 from kafka_handoff.bench.throughput import (
     Sample,
     ThroughputReport,
-    _failed,
-    _run_process,
-    _timeout,
+    child_sample,
     create_topic,
     delete_topic,
     environment,
@@ -70,22 +76,12 @@ def run_handoff_share(bootstrap: str, topic: str, group: str, records: int) -> _
     m.start()
     consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "max.poll.records": BATCH})
     consumer.subscribe([topic])
-    deadline = _deadline(records)
-    count = nbytes = 0
     try:
-        while count < records and time.monotonic() < deadline:
-            batch = consumer.poll(1.0)
-            if not batch:
-                continue
-            m.first()
-            for record in batch:
-                count += 1
-                nbytes += len(record.value)
+        consume_loop(m, records, _deadline(records), lambda: consumer.poll(1.0), visit_records)
         consumer.commit_sync(30)  # the last poll's records: acknowledged before the clock stops
         m.done()
     finally:
         consumer.close()
-    m.count, m.value_bytes = count, nbytes
     return m
 
 
@@ -98,24 +94,12 @@ def run_confluent_share(bootstrap: str, topic: str, group: str, records: int) ->
         {"bootstrap.servers": bootstrap, "group.id": group, "max.poll.records": BATCH}
     )
     consumer.subscribe([topic])
-    deadline = _deadline(records)
-    count = nbytes = 0
     try:
-        while count < records and time.monotonic() < deadline:
-            msgs = consumer.poll(1.0)
-            if not msgs:
-                continue
-            m.first()
-            for msg in msgs:
-                if msg.error() is not None:
-                    raise RuntimeError(f"confluent-kafka: {msg.error()}")
-                count += 1
-                nbytes += len(msg.value() or b"")
+        consume_loop(m, records, _deadline(records), lambda: consumer.poll(1.0), visit_confluent)
         consumer.commit_sync(30)
         m.done()
     finally:
         consumer.close()
-    m.count, m.value_bytes = count, nbytes
     return m
 
 
@@ -143,25 +127,7 @@ def run_share_client(spec: ClientSpec, bootstrap: str, topic: str, records: int)
         sys.executable, "-m", "kafka_handoff.bench.share", spec.runner,
         "--bootstrap-servers", bootstrap, "--topic", topic, "--group", group, "--records", str(records),
     ]  # fmt: skip
-    stdout, stderr, code, cpu, rss = _run_process(cmd, env, _timeout(records))
-    line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith("{")), None)
-    if line is None:
-        return _failed(spec, records, load, f"exit {code}: {stderr.strip()[-500:]}")
-    data = json.loads(line)
-    if code != 0 or data["records"] < records:
-        return _failed(spec, records, load, f"exit {code}, {data['records']}/{records} records")
-    return Sample(
-        client=spec.name,
-        label=spec.label,
-        records=int(data["records"]),
-        value_bytes=int(data["value_bytes"]),
-        consume_s=float(data["consume_s"]),
-        cpu_window_s=float(data["cpu_s"]),
-        cpu_total_s=cpu,
-        peak_rss_mb=float(data.get("peak_rss_mb") or rss),
-        startup_s=float(data["startup_s"]),
-        load_1m=load,
-    )
+    return child_sample(spec, cmd, env, records, load)
 
 
 class ShareThroughputReport(ThroughputReport):
@@ -243,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     meter = _RUNNERS[args.runner](args.bootstrap_servers, args.topic, args.group, args.records)
     result = meter.result(args.runner)
-    result["peak_rss_mb"] = _peak_rss_mb()
+    result["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(result), flush=True)
     return 0 if meter.count >= args.records else 1
 
