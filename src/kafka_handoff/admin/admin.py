@@ -25,10 +25,12 @@ from kio.schema.errors import ErrorCode
 from kafka_handoff.admin.calls import (
     AdminCall,
     AdminCallManager,
+    Done,
     Pause,
     Steps,
     Target,
     drives_steps,
+    next_step,
     raise_first,
     run_one,
     set_exception,
@@ -188,11 +190,9 @@ class AdminClient(TopicAdminMixin, ConfigAdminMixin, OffsetAdminMixin, GroupAdmi
         value: Any = None
         error: BaseException | None = None
         while True:
-            try:
-                step = steps.send(value) if error is None else steps.throw(error)
-            except StopIteration as stop:
-                result: T = stop.value
-                return result
+            step = next_step(steps, value, error)
+            if isinstance(step, Done):
+                return step.value
             value, error = None, None
             try:
                 if isinstance(step, Pause):

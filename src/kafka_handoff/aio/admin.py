@@ -28,7 +28,7 @@ from kafka_handoff.admin import (
     TopicListing,
 )
 from kafka_handoff.admin.admin import _GRACE_MS
-from kafka_handoff.admin.calls import AdminCall, Pause, Steps, steps_of
+from kafka_handoff.admin.calls import AdminCall, Done, Pause, Steps, next_step, steps_of
 from kafka_handoff.aio._bridge import LoopBridge
 from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
 from kafka_handoff.types import OffsetAndMetadata, TopicPartition
@@ -60,11 +60,9 @@ class AsyncAdminClient:
         error: BaseException | None = None
         try:
             while True:
-                try:
-                    step = steps.send(value) if error is None else steps.throw(error)
-                except StopIteration as stop:
-                    result: T = stop.value
-                    return result
+                step = next_step(steps, value, error)
+                if isinstance(step, Done):
+                    return step.value
                 value, error = None, None
                 try:
                     if isinstance(step, Pause):

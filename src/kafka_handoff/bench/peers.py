@@ -213,27 +213,30 @@ def _handoff_consumer(bootstrap: str, topic: str, partitions: int) -> Any:
 
 
 def run_handoff(bootstrap: str, topic: str, partitions: int, records: int) -> _Meter:
+    """kafka-handoff's record API: ``poll()``, every record visited."""
+    return _run_handoff(bootstrap, topic, partitions, records, lambda c: c.poll(1.0), visit_records)
+
+
+def run_handoff_batch(bootstrap: str, topic: str, partitions: int, records: int) -> _Meter:
+    """kafka-handoff's batch API: ``poll_columns()``, a column added up per partition."""
+    return _run_handoff(bootstrap, topic, partitions, records, lambda c: c.poll_columns(1.0), _visit_columns)
+
+
+def _run_handoff(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    records: int,
+    poll: Callable[[Any], Any],
+    visit: Callable[[Any], tuple[int, int]],
+) -> _Meter:
     import kafka_handoff.consumer  # noqa: F401  (imported before the clock starts, as for the peers)
 
     m = _Meter(records)
     m.start()
     consumer = _handoff_consumer(bootstrap, topic, partitions)
     try:
-        consume_loop(m, records, _deadline(records), lambda: consumer.poll(1.0), visit_records)
-        m.done()
-    finally:
-        consumer.close()
-    return m
-
-
-def run_handoff_batch(bootstrap: str, topic: str, partitions: int, records: int) -> _Meter:
-    import kafka_handoff.consumer  # noqa: F401
-
-    m = _Meter(records)
-    m.start()
-    consumer = _handoff_consumer(bootstrap, topic, partitions)
-    try:
-        consume_loop(m, records, _deadline(records), lambda: consumer.poll_columns(1.0), _visit_columns)
+        consume_loop(m, records, _deadline(records), lambda: poll(consumer), visit)
         m.done()
     finally:
         consumer.close()
