@@ -116,22 +116,35 @@ def _deadline(records: int) -> float:
 
 
 def consume_loop(
-    m: _Meter, records: int, deadline: float, poll: Callable[[], Any], visit: Callable[[Any], tuple[int, int]]
-) -> None:
-    """The measured loop of every runner: ``poll()`` until ``records`` records came or ``deadline``
+    m: _Meter,
+    deadline: float,
+    poll: Callable[[], Any],
+    visit: Callable[[Any], tuple[int, int]],
+    close: Callable[[], object],
+    finish: Callable[[], object] | None = None,
+) -> _Meter:
+    """The measured loop of every runner: ``poll()`` until the meter's records came or ``deadline``
     (monotonic) passed; ``visit(batch)`` touches each record of a non-empty batch and returns its records
-    and value bytes.  Sets the meter's first-record time and its counts; the runner ends the meter
-    (:meth:`_Meter.done`)."""
+    and value bytes.  Then ``finish()`` (e.g. a final acknowledgement) before the meter stops, and
+    ``close()`` the consumer in any case."""
+    records = m.records
     count = nbytes = 0
-    while count < records and time.monotonic() < deadline:
-        batch = poll()
-        if not batch:
-            continue
-        m.first()
-        n, b = visit(batch)
-        count += n
-        nbytes += b
+    try:
+        while count < records and time.monotonic() < deadline:
+            batch = poll()
+            if not batch:
+                continue
+            m.first()
+            n, b = visit(batch)
+            count += n
+            nbytes += b
+        if finish is not None:
+            finish()
+        m.done()
+    finally:
+        close()
     m.count, m.value_bytes = count, nbytes
+    return m
 
 
 async def consume_loop_async(
@@ -235,12 +248,7 @@ def _run_handoff(
     m = _Meter(records)
     m.start()
     consumer = _handoff_consumer(bootstrap, topic, partitions)
-    try:
-        consume_loop(m, records, _deadline(records), lambda: poll(consumer), visit)
-        m.done()
-    finally:
-        consumer.close()
-    return m
+    return consume_loop(m, _deadline(records), lambda: poll(consumer), visit, consumer.close)
 
 
 def run_handoff_aio(bootstrap: str, topic: str, partitions: int, records: int) -> _Meter:
@@ -353,18 +361,13 @@ def run_confluent(
             for p in range(partitions)
         ]
     )
-    try:
-        consume_loop(
-            m,
-            records,
-            _deadline(records),
-            lambda: consumer.consume(num_messages=BATCH, timeout=1.0),
-            visit_confluent,
-        )
-        m.done()
-    finally:
-        consumer.close()
-    return m
+    return consume_loop(
+        m,
+        _deadline(records),
+        lambda: consumer.consume(num_messages=BATCH, timeout=1.0),
+        visit_confluent,
+        consumer.close,
+    )
 
 
 def run_kafka_python(bootstrap: str, topic: str, partitions: int, records: int) -> _Meter:
@@ -377,18 +380,13 @@ def run_kafka_python(bootstrap: str, topic: str, partitions: int, records: int) 
     )
     consumer.assign([kafka.TopicPartition(topic, p) for p in range(partitions)])
     consumer.seek_to_beginning()
-    try:
-        consume_loop(
-            m,
-            records,
-            _deadline(records),
-            lambda: consumer.poll(timeout_ms=1000, max_records=BATCH),
-            _visit_per_partition,
-        )
-        m.done()
-    finally:
-        consumer.close()
-    return m
+    return consume_loop(
+        m,
+        _deadline(records),
+        lambda: consumer.poll(timeout_ms=1000, max_records=BATCH),
+        _visit_per_partition,
+        consumer.close,
+    )
 
 
 def run_aiokafka(bootstrap: str, topic: str, partitions: int, records: int) -> _Meter:

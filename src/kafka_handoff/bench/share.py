@@ -39,6 +39,7 @@ from kafka_handoff.bench.throughput import (
     environment,
     median_samples,
     produce_data,
+    sample_line,
 )
 
 __all__ = ["SHARE_CLIENTS", "run_share_benchmark"]
@@ -76,13 +77,16 @@ def run_handoff_share(bootstrap: str, topic: str, group: str, records: int) -> _
     m.start()
     consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "max.poll.records": BATCH})
     consumer.subscribe([topic])
-    try:
-        consume_loop(m, records, _deadline(records), lambda: consumer.poll(1.0), visit_records)
-        consumer.commit_sync(30)  # the last poll's records: acknowledged before the clock stops
-        m.done()
-    finally:
-        consumer.close()
-    return m
+    return consume_loop(
+        m,
+        _deadline(records),
+        lambda: consumer.poll(1.0),
+        visit_records,
+        consumer.close,
+        finish=lambda: consumer.commit_sync(
+            30
+        ),  # the last poll's records: acknowledged before the clock stops
+    )
 
 
 def run_confluent_share(bootstrap: str, topic: str, group: str, records: int) -> _Meter:
@@ -94,13 +98,14 @@ def run_confluent_share(bootstrap: str, topic: str, group: str, records: int) ->
         {"bootstrap.servers": bootstrap, "group.id": group, "max.poll.records": BATCH}
     )
     consumer.subscribe([topic])
-    try:
-        consume_loop(m, records, _deadline(records), lambda: consumer.poll(1.0), visit_confluent)
-        consumer.commit_sync(30)
-        m.done()
-    finally:
-        consumer.close()
-    return m
+    return consume_loop(
+        m,
+        _deadline(records),
+        lambda: consumer.poll(1.0),
+        visit_confluent,
+        consumer.close,
+        finish=lambda: consumer.commit_sync(30),
+    )
 
 
 _RUNNERS: dict[str, Callable[[str, str, str, int], _Meter]] = {
@@ -184,14 +189,7 @@ def run_share_benchmark(
             for name in clients:
                 sample = run_share_client(SHARE_CLIENTS[name], bootstrap, topic, records)
                 report.samples.append(sample)
-                if sample.ok:
-                    progress(
-                        f"round {round_no}/{repeat} {name:<16} {sample.records_per_s:>11,.0f} rec/s "
-                        f"{sample.mb_per_s:>7.1f} MB/s  cpu/M {sample.cpu_s_per_million:5.2f} s  "
-                        f"rss {sample.peak_rss_mb:6.0f} MB  (load {sample.load_1m:.1f})"
-                    )
-                else:
-                    progress(f"round {round_no}/{repeat} {name:<16} FAILED: {sample.error}")
+                progress(sample_line(f"round {round_no}/{repeat} {name:<16}", sample))
     finally:
         report.environment["load_avg_end"] = os.getloadavg()
         if not keep_topic:

@@ -321,6 +321,17 @@ def child_sample(spec: ClientSpec, cmd: list[str], env: dict[str, str], records:
     )
 
 
+def sample_line(prefix: str, sample: Sample) -> str:
+    """A run's progress line: its figures, or why it failed."""
+    if not sample.ok:
+        return f"{prefix} FAILED: {sample.error}"
+    return (
+        f"{prefix} {sample.records_per_s:>11,.0f} rec/s {sample.mb_per_s:>7.1f} MB/s  "
+        f"cpu/M {sample.cpu_s_per_million:5.2f} s  rss {sample.peak_rss_mb:6.0f} MB  "
+        f"(load {sample.load_1m:.1f})"
+    )
+
+
 def _failed(spec: ClientSpec, records: int, load: float, error: str) -> Sample:
     return Sample(spec.name, spec.label, records, 0, 0.0, 0.0, 0.0, 0.0, 0.0, load, ok=False, error=error)
 
@@ -436,14 +447,7 @@ def run_benchmark(
                     client_config=client_config,
                 )
                 report.samples.append(sample)
-                if sample.ok:
-                    progress(
-                        f"round {round_no}/{repeat} {name:<14} {sample.records_per_s:>11,.0f} rec/s "
-                        f"{sample.mb_per_s:>7.1f} MB/s  cpu/M {sample.cpu_s_per_million:5.2f} s  "
-                        f"rss {sample.peak_rss_mb:6.0f} MB  (load {sample.load_1m:.1f})"
-                    )
-                else:
-                    progress(f"round {round_no}/{repeat} {name:<14} FAILED: {sample.error}")
+                progress(sample_line(f"round {round_no}/{repeat} {name:<14}", sample))
     finally:
         report.environment["load_avg_end"] = os.getloadavg()
         if not keep_topic:
