@@ -77,15 +77,14 @@ def run_handoff_share(bootstrap: str, topic: str, group: str, records: int) -> _
     m.start()
     consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "max.poll.records": BATCH})
     consumer.subscribe([topic])
+    # finish: the last poll's records are acknowledged before the clock stops
     return consume_loop(
         m,
         _deadline(records),
         lambda: consumer.poll(1.0),
         visit_records,
         consumer.close,
-        finish=lambda: consumer.commit_sync(
-            30
-        ),  # the last poll's records: acknowledged before the clock stops
+        finish=lambda: consumer.commit_sync(30),
     )
 
 
