@@ -18,7 +18,12 @@ from kafka_handoff.admin.calls import (
     run_calls,
     run_one,
 )
-from kafka_handoff.admin.plumbing import AdminPlumbing, group_describe_call, unique_names
+from kafka_handoff.admin.plumbing import (
+    AdminPlumbing,
+    group_describe_call,
+    merge_group_listings,
+    unique_names,
+)
 from kafka_handoff.admin.results import (
     GroupDescription,
     GroupListing,
@@ -68,16 +73,7 @@ class GroupAdminMixin(AdminPlumbing):
             AdminCall(f"ListGroups(broker {b})", ApiKey.LIST_GROUPS, b, build, handle, deadline)
             for b in sorted(cluster.brokers)
         ]
-        listings: dict[str, GroupListing] = {}
-        errors: list[BaseException] = []
-        for outcome in (yield from run_calls(calls, deadline)):
-            if isinstance(outcome, BaseException):
-                errors.append(outcome)
-                continue
-            for g in outcome:
-                listings[g.group_id] = g
-        self._raise_first(errors)
-        return [listings[g] for g in sorted(listings)]
+        return merge_group_listings((yield from run_calls(calls, deadline)))
 
     @drives_steps
     def describe_groups(

@@ -10,17 +10,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from kafka_handoff.admin.calls import AdminCall, GroupCoordinator, NoRetry
+from kafka_handoff.admin.calls import AdminCall, GroupCoordinator, NoRetry, raise_first
 from kafka_handoff.errors import error_for_code
 from kafka_handoff.protocol.requests import ANY_NODE
 
 if TYPE_CHECKING:
     from kafka_handoff.admin.calls import AdminCallManager, Steps, Target
+    from kafka_handoff.admin.results import GroupListing
     from kafka_handoff.config import AdminConfig
     from kafka_handoff.protocol.requests import MonotonicClock
     from kafka_handoff.types import ClusterMetadata
 
-__all__ = ["AdminPlumbing", "group_describe_call", "unique_names"]
+__all__ = ["AdminPlumbing", "group_describe_call", "merge_group_listings", "unique_names"]
 
 T = TypeVar("T")
 
@@ -101,3 +102,18 @@ def group_describe_call(
     return AdminCall(
         f"{name}(group {group_id!r})", api_key, GroupCoordinator(group_id), build, handle, deadline
     )
+
+
+def merge_group_listings(outcomes: Iterable[Any]) -> list[GroupListing]:
+    """The ListGroups answers of every broker as one list, each group once, by id; a failed broker's error is
+    raised (the first, the others attached)."""
+    listings: dict[str, GroupListing] = {}
+    errors: list[BaseException] = []
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            errors.append(outcome)
+            continue
+        for g in outcome:
+            listings[g.group_id] = g
+    raise_first(errors)
+    return [listings[g] for g in sorted(listings)]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from kafka_handoff.admin.calls import AdminCall, GroupCoordinator, NoRetry
-from kafka_handoff.admin.plumbing import AdminPlumbing, group_describe_call
+from kafka_handoff.admin.plumbing import AdminPlumbing, group_describe_call, merge_group_listings
 from kafka_handoff.admin.results import GroupListing
 from kafka_handoff.errors import GroupIdNotFoundError, error_for_code
 from kafka_handoff.protocol.requests import ANY_NODE
@@ -110,16 +110,7 @@ class ShareAdminMixin(AdminPlumbing):
             )
             for b in sorted(cluster.brokers)
         ]
-        listings: dict[str, GroupListing] = {}
-        errors: list[BaseException] = []
-        for outcome in self._run(calls, deadline):
-            if isinstance(outcome, BaseException):
-                errors.append(outcome)
-                continue
-            for g in outcome:
-                listings[g.group_id] = g
-        self._raise_first(errors)
-        return [listings[g] for g in sorted(listings)]
+        return merge_group_listings(self._run(calls, deadline))
 
     def describe_share_groups(
         self, group_ids: Iterable[str], timeout: float | None = None
