@@ -518,4 +518,3 @@ def test_client_id_tag_and_callable_clock() -> None:
     assert m.value("last-rebalance-seconds-ago", COORDINATOR_METRICS_GROUP, tags) == 4.0
     assert all(dict(n.tags) == tags for n in m.snapshot())
     assert "consumer-coordinator-metrics:rebalance-total{client-id=consumer-g-1}" in m.as_dict()
-
