@@ -29,6 +29,7 @@ from kafka_handoff.admin.calls import (
     Pause,
     Steps,
     Target,
+    call_outcome,
     drives_steps,
     next_step,
     raise_first,
@@ -217,10 +218,7 @@ class AdminClient(TopicAdminMixin, ConfigAdminMixin, OffsetAdminMixin, GroupAdmi
             # (a call's own outcome) is too.
             done, _ = wait_futures([future], timeout=max(0.0, min(remaining_ms, 100) / 1000.0))
             if done:
-                if future.cancelled():
-                    return KafkaTimeoutError(f"{what} was cancelled")
-                error = future.exception()
-                return error if error is not None else future.result()
+                return call_outcome(future, what)
             if remaining_ms <= 0:
                 future.cancel()
                 return KafkaTimeoutError(f"{what} did not complete in time")

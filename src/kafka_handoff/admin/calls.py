@@ -43,6 +43,7 @@ __all__ = [
     "Pause",
     "RunCalls",
     "Steps",
+    "call_outcome",
     "drives_steps",
     "is_retriable",
     "next_step",
@@ -352,6 +353,15 @@ class Pause:
 
 Steps = Generator["RunCalls | Pause", Any, _R]
 """An admin operation: a generator of steps returning its result."""
+
+
+def call_outcome(future: Any, what: str) -> Any:
+    """A done call future's outcome as the drivers hand it to the operation: its result or its exception (a
+    cancelled call: a timeout naming ``what``).  ``future``: a ``concurrent.futures`` or asyncio future."""
+    if future.cancelled():
+        return KafkaTimeoutError(f"{what} was cancelled")
+    error = future.exception()
+    return error if error is not None else future.result()
 
 
 @dataclass(frozen=True, slots=True)

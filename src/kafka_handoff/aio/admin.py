@@ -28,7 +28,7 @@ from kafka_handoff.admin import (
     TopicListing,
 )
 from kafka_handoff.admin.admin import _GRACE_MS
-from kafka_handoff.admin.calls import AdminCall, Done, Pause, Steps, next_step, steps_of
+from kafka_handoff.admin.calls import AdminCall, Done, Pause, Steps, call_outcome, next_step, steps_of
 from kafka_handoff.aio._bridge import LoopBridge
 from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
 from kafka_handoff.types import OffsetAndMetadata, TopicPartition
@@ -93,10 +93,7 @@ class AsyncAdminClient:
             remaining_ms = deadline_ms - a._clock.now_ms()
             done, _ = await asyncio.wait({target}, timeout=max(0, min(remaining_ms, _WAIT_SLICE_MS)) / 1000.0)
             if done:
-                if target.cancelled():
-                    return KafkaTimeoutError(f"{what} was cancelled")
-                error = target.exception()
-                return error if error is not None else target.result()
+                return call_outcome(target, what)
             if remaining_ms <= 0:
                 future.cancel()
                 return KafkaTimeoutError(f"{what} did not complete in time")
