@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from oracle_helpers import read_confluent
 
-from kafka_handoff.cli.produce_sample import generate_events
 from kafka_handoff.consumer import Consumer
 from kafka_handoff.pipeline import (
     MalformedRecordError,
@@ -29,6 +28,7 @@ from kafka_handoff.pipeline import testing as pt
 from kafka_handoff.pipeline.show import aggregate, read_output
 from kafka_handoff.pipeline.sinks import MarkUpdate, make_sink
 from kafka_handoff.pipeline.worker import Worker
+from kafka_handoff.sample import generate_events
 from kafka_handoff.types import TopicPartition
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -25,11 +25,11 @@ from typing import Any
 
 import pytest
 
-from kafka_handoff.cli.produce_sample import iter_events
 from kafka_handoff.pipeline import load_config
 from kafka_handoff.pipeline import testing as pt
 from kafka_handoff.pipeline.sinks import make_sink
 from kafka_handoff.pipeline.worker import CRASH_ENV
+from kafka_handoff.sample import iter_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 

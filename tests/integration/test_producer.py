@@ -249,7 +249,7 @@ def test_produce_sample_cli_writes_the_generated_events(
     broker: Any, topic_factory: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from kafka_handoff.cli.main import main
-    from kafka_handoff.cli.produce_sample import generate_events
+    from kafka_handoff.sample import generate_events
 
     topic = topic_factory(partitions=3)
     argv = [

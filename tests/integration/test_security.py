@@ -189,10 +189,10 @@ def test_pipeline_run_over_sasl_ssl(secured: devbroker.Cluster, tmp_path: Path) 
     dead-letter topic, and the group's offsets are committed to the end."""
     pytest.importorskip("pyspark")
     from kafka_handoff.cli.main import main
-    from kafka_handoff.cli.produce_sample import generate_events
     from kafka_handoff.pipeline import load_config
     from kafka_handoff.pipeline import testing as pt
     from kafka_handoff.pipeline.show import read_output
+    from kafka_handoff.sample import generate_events
     from kafka_handoff.types import TopicPartition
 
     path = sec_of(secured).client_json_path("sasl_ssl", "SCRAM-SHA-512")

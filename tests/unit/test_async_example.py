@@ -1,5 +1,6 @@
-"""The pure parts of ``examples/async_processing.py``: the in-order commit tracker, abandon-on-lost, and the
-poll loop's KIP-983 decisions (driven with a scripted fake consumer; no broker)."""
+"""The pure parts of ``examples/async_processing.py``: the in-order commit tracker (the library's
+``consumer/offset_tracker.py``, which the example uses), abandon-on-lost, and the poll loop's KIP-983
+decisions (driven with a scripted fake consumer; no broker)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kafka_handoff.consumer import Consumer
+from kafka_handoff.consumer.offset_tracker import OffsetTracker
 from kafka_handoff.consumer.records import ConsumerRecords
 from kafka_handoff.types import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
@@ -54,8 +56,11 @@ def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
 
 # ============================================================================================ OffsetTracker
 class TestOffsetTracker:
+    def test_the_example_uses_the_library_tracker(self) -> None:
+        assert ap.OffsetTracker is OffsetTracker
+
     def test_nothing_committable_until_the_first_record_finishes(self) -> None:
-        t = ap.OffsetTracker()
+        t = OffsetTracker()
         t.started(10)
         t.started(11)
         assert t.committable is None
@@ -65,7 +70,7 @@ class TestOffsetTracker:
         assert t.in_flight == 1
 
     def test_a_later_record_finishing_first_does_not_skip_the_running_one(self) -> None:
-        t = ap.OffsetTracker()
+        t = OffsetTracker()
         for offset in (0, 1, 2, 3):
             t.started(offset)
         assert t.finished(2) is False
@@ -78,7 +83,7 @@ class TestOffsetTracker:
         assert t.in_flight == 0
 
     def test_offsets_with_gaps_commit_one_past_the_last_finished(self) -> None:
-        t = ap.OffsetTracker()
+        t = OffsetTracker()
         for offset in (5, 9, 20):  # compaction / transaction markers leave gaps
             t.started(offset)
         t.finished(9)
@@ -89,7 +94,7 @@ class TestOffsetTracker:
         assert t.committable == 21
 
     def test_offsets_must_be_started_in_increasing_order(self) -> None:
-        t = ap.OffsetTracker()
+        t = OffsetTracker()
         t.started(3)
         with pytest.raises(ValueError, match="increasing order: 3 after 3"):
             t.started(3)
@@ -97,7 +102,7 @@ class TestOffsetTracker:
             t.started(2)
 
     def test_finishing_an_unknown_or_finished_offset_is_an_error(self) -> None:
-        t = ap.OffsetTracker()
+        t = OffsetTracker()
         t.started(0)
         with pytest.raises(ValueError, match="offset 7 was not started"):
             t.finished(7)
@@ -115,7 +120,7 @@ class TestOffsetTracker:
         for step in steps:
             position += step
             offsets.append(position)
-        t = ap.OffsetTracker()
+        t = OffsetTracker()
         for offset in offsets:
             t.started(offset)
         finished: set[int] = set()
@@ -132,7 +137,7 @@ class TestOffsetTracker:
             assert t.in_flight == len(offsets) - len(finished)
 
     def test_concurrent_completions_from_many_threads(self) -> None:
-        t = ap.OffsetTracker()
+        t = OffsetTracker()
         offsets = list(range(2000))
         for offset in offsets:
             t.started(offset)

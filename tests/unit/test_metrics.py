@@ -8,21 +8,23 @@ import threading
 import pytest
 
 from kafka_handoff.config import parse_consumer_config
-from kafka_handoff.group.membership import CallbackKind, RebalanceMetricsSink
-from kafka_handoff.metrics import (
+from kafka_handoff.consumer.metrics import (
     COORDINATOR_METRICS_GROUP,
     FETCH_MANAGER_METRICS_GROUP,
+    FetchMetrics,
+    RebalanceMetrics,
+)
+from kafka_handoff.group.membership import CallbackKind, RebalanceMetricsSink
+from kafka_handoff.metrics import (
     Avg,
     CumulativeCount,
     CumulativeSum,
-    FetchMetrics,
     Max,
     MetricConfig,
     MetricName,
     Metrics,
     Min,
     Rate,
-    RebalanceMetrics,
     TimeUnit,
     Value,
     WindowedCount,

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kafka_handoff.cli.main import build_parser
-from kafka_handoff.cli.produce_sample import (
+from kafka_handoff.sample import (
     DEFAULT_START_MS,
     REQUIRED_FIELDS,
     generate_events,
@@ -100,7 +100,7 @@ def test_cli_registers_produce_sample() -> None:
 
 
 def test_default_event_times_end_about_now_and_now_starts_now() -> None:
-    from kafka_handoff.cli.produce_sample import default_start_ms
+    from kafka_handoff.sample import default_start_ms
 
     now = 1_800_000_000_000
     start = default_start_ms(100_000, now_ms=now)

@@ -25,10 +25,13 @@ from kio.schema.errors import ErrorCode
 from kafka_handoff.admin.calls import (
     AdminCall,
     AdminCallManager,
+    Done,
     Pause,
     Steps,
     Target,
+    call_outcome,
     drives_steps,
+    next_step,
     raise_first,
     run_one,
     set_exception,
@@ -188,11 +191,9 @@ class AdminClient(TopicAdminMixin, ConfigAdminMixin, OffsetAdminMixin, GroupAdmi
         value: Any = None
         error: BaseException | None = None
         while True:
-            try:
-                step = steps.send(value) if error is None else steps.throw(error)
-            except StopIteration as stop:
-                result: T = stop.value
-                return result
+            step = next_step(steps, value, error)
+            if isinstance(step, Done):
+                return step.value
             value, error = None, None
             try:
                 if isinstance(step, Pause):
@@ -217,10 +218,7 @@ class AdminClient(TopicAdminMixin, ConfigAdminMixin, OffsetAdminMixin, GroupAdmi
             # (a call's own outcome) is too.
             done, _ = wait_futures([future], timeout=max(0.0, min(remaining_ms, 100) / 1000.0))
             if done:
-                if future.cancelled():
-                    return KafkaTimeoutError(f"{what} was cancelled")
-                error = future.exception()
-                return error if error is not None else future.result()
+                return call_outcome(future, what)
             if remaining_ms <= 0:
                 future.cancel()
                 return KafkaTimeoutError(f"{what} did not complete in time")

@@ -19,7 +19,7 @@ import inspect
 from collections.abc import Callable, Generator, Mapping, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from kafka_handoff.errors import (
     BrokerResponseError,
@@ -37,13 +37,16 @@ from kafka_handoff.types import BrokerNode
 __all__ = [
     "AdminCall",
     "AdminCallManager",
+    "Done",
     "GroupCoordinator",
     "NoRetry",
     "Pause",
     "RunCalls",
     "Steps",
+    "call_outcome",
     "drives_steps",
     "is_retriable",
+    "next_step",
     "run_calls",
     "run_one",
     "set_exception",
@@ -350,6 +353,31 @@ class Pause:
 
 Steps = Generator["RunCalls | Pause", Any, _R]
 """An admin operation: a generator of steps returning its result."""
+
+
+def call_outcome(future: Any, what: str) -> Any:
+    """A done call future's outcome as the drivers hand it to the operation: its result or its exception (a
+    cancelled call: a timeout naming ``what``).  ``future``: a ``concurrent.futures`` or asyncio future."""
+    if future.cancelled():
+        return KafkaTimeoutError(f"{what} was cancelled")
+    error = future.exception()
+    return error if error is not None else future.result()
+
+
+@dataclass(frozen=True, slots=True)
+class Done(Generic[_R]):
+    """What :func:`next_step` gives once the operation returned: its result."""
+
+    value: _R
+
+
+def next_step(steps: Steps[_R], value: Any, error: BaseException | None) -> RunCalls | Pause | Done[_R]:
+    """One turn of a driver (the blocking and the asyncio client's): send the last step's outcome into the
+    operation (``value``, or raise ``error`` where it waited); its next step, or :class:`Done`."""
+    try:
+        return steps.send(value) if error is None else steps.throw(error)
+    except StopIteration as stop:
+        return Done(stop.value)
 
 
 def run_calls(calls: Sequence[AdminCall], deadline_ms: int) -> Steps[list[Any]]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -13,6 +13,7 @@ from kafka_handoff.admin.calls import (
     drives_steps,
     run_one,
 )
+from kafka_handoff.admin.plumbing import AdminPlumbing, unique_names
 from kafka_handoff.admin.results import (
     ConfigEntry,
 )
@@ -36,22 +37,16 @@ _CONFIG_SOURCES = {
 _TOPIC_RESOURCE = 2
 
 
-class ConfigAdminMixin:
+class ConfigAdminMixin(AdminPlumbing):
     """Configuration administration: mixed into :class:`~kafka_handoff.admin.AdminClient` (uses its call
     plumbing)."""
-
-    if TYPE_CHECKING:
-
-        def _deadline(self, timeout: float | None) -> int: ...
-        @staticmethod
-        def _raise_first(errors: Sequence[BaseException]) -> None: ...
 
     @drives_steps
     def describe_configs(
         self, topics: Iterable[str], timeout: float | None = None
     ) -> Steps[dict[str, dict[str, ConfigEntry]]]:
         """Every configuration entry of each topic (its own settings and the defaults it inherits)."""
-        names = _unique(topics, "topic")
+        names = unique_names(topics, "topic")
         deadline = self._deadline(timeout)
 
         def build(version: int, timeout_ms: int) -> dict[str, Any]:
@@ -95,16 +90,3 @@ class ConfigAdminMixin:
         )
         self._raise_first([v for v in outcome.values() if isinstance(v, BaseException)])
         return {n: outcome[n] for n in names}
-
-
-def _unique(names: Iterable[str], what: str) -> list[str]:
-    if isinstance(names, str):
-        names = [names]
-    out: list[str] = []
-    for name in names:
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"{what} names must be non-empty strings, got {name!r}")
-        if name in out:
-            raise ValueError(f"{what} {name!r} is given more than once")
-        out.append(name)
-    return out

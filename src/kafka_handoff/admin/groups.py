@@ -5,19 +5,24 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kafka_handoff.admin.calls import (
     AdminCall,
-    AdminCallManager,
     GroupCoordinator,
     NoRetry,
     Steps,
     drives_steps,
     run_calls,
     run_one,
+)
+from kafka_handoff.admin.plumbing import (
+    AdminPlumbing,
+    group_describe_call,
+    merge_group_listings,
+    unique_names,
 )
 from kafka_handoff.admin.results import (
     GroupDescription,
@@ -31,24 +36,14 @@ from kafka_handoff.errors import (
 )
 from kafka_handoff.group.protocol_data import ConsumerProtocolError, decode_assignment, decode_subscription
 from kafka_handoff.protocol.versions import ApiKey
-from kafka_handoff.types import BrokerNode, ClusterMetadata, OffsetAndMetadata, TopicPartition
+from kafka_handoff.types import BrokerNode, OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
 
-class GroupAdminMixin:
+class GroupAdminMixin(AdminPlumbing):
     """Consumer group administration (both protocols): mixed into :class:`~kafka_handoff.admin.AdminClient`
     (uses its call plumbing)."""
-
-    if TYPE_CHECKING:
-        _calls: AdminCallManager
-
-        def _cluster_steps(
-            self, topics: Sequence[str] | None, deadline_ms: int
-        ) -> Steps[ClusterMetadata]: ...
-        def _deadline(self, timeout: float | None) -> int: ...
-        @staticmethod
-        def _raise_first(errors: Sequence[BaseException]) -> None: ...
 
     @drives_steps
     def list_groups(self, timeout: float | None = None) -> Steps[list[GroupListing]]:
@@ -78,16 +73,7 @@ class GroupAdminMixin:
             AdminCall(f"ListGroups(broker {b})", ApiKey.LIST_GROUPS, b, build, handle, deadline)
             for b in sorted(cluster.brokers)
         ]
-        listings: dict[str, GroupListing] = {}
-        errors: list[BaseException] = []
-        for outcome in (yield from run_calls(calls, deadline)):
-            if isinstance(outcome, BaseException):
-                errors.append(outcome)
-                continue
-            for g in outcome:
-                listings[g.group_id] = g
-        self._raise_first(errors)
-        return [listings[g] for g in sorted(listings)]
+        return merge_group_listings((yield from run_calls(calls, deadline)))
 
     @drives_steps
     def describe_groups(
@@ -99,7 +85,7 @@ class GroupAdminMixin:
         target assignments); groups it does not know (classic groups) are described with DescribeGroups,
         whose member assignments are decoded from the consumer protocol.  A group that does not exist raises
         :class:`~kafka_handoff.errors.GroupIdNotFoundError`."""
-        groups = _unique(group_ids, "group")
+        groups = unique_names(group_ids, "group")
         deadline = self._deadline(timeout)
         outcomes = yield from run_calls(
             [self._consumer_group_describe_call(g, deadline) for g in groups], deadline
@@ -130,19 +116,7 @@ class GroupAdminMixin:
         return {g: described[g].resolve(names_by_id) for g in groups}
 
     def _consumer_group_describe_call(self, group_id: str, deadline: int) -> AdminCall:
-        def build(version: int, timeout_ms: int) -> dict[str, Any]:
-            return {"group_ids": [group_id], "include_authorized_operations": False}
-
-        def handle(response: Any, version: int, node: int) -> _PendingDescription | None:
-            (g,) = [x for x in response.groups if x.group_id == group_id] or list(response.groups)
-            code = int(g.error_code)
-            if code == ErrorCode.group_id_not_found:
-                return None  # not a consumer-protocol group (or none at all): try DescribeGroups
-            if code != ErrorCode.none:
-                error = error_for_code(
-                    code, f"cannot describe group {group_id!r}: {g.error_message or ''}".strip()
-                )
-                raise error if error.retriable else NoRetry(error)
+        def describe(g: Any, node: int) -> _PendingDescription | None:
             members: list[tuple[Any, ...]] = []
             raw_members: list[list[tuple[uuid.UUID | None, str, tuple[int, ...]]]] = []
             for m in g.members:
@@ -163,13 +137,15 @@ class GroupAdminMixin:
                 raw_members=raw_members,
             )
 
-        return AdminCall(
-            f"ConsumerGroupDescribe(group {group_id!r})",
+        # GROUP_ID_NOT_FOUND: not a consumer-protocol group (or none at all): try DescribeGroups.
+        return group_describe_call(
+            "ConsumerGroupDescribe",
             ApiKey.CONSUMER_GROUP_DESCRIBE,
-            GroupCoordinator(group_id),
-            build,
-            handle,
+            group_id,
             deadline,
+            what="group",
+            describe=describe,
+            not_found=lambda: None,
         )
 
     def _describe_groups_call(self, group_id: str, deadline: int) -> AdminCall:
@@ -278,7 +254,7 @@ class GroupAdminMixin:
     @drives_steps
     def delete_groups(self, group_ids: Iterable[str], timeout: float | None = None) -> Steps[None]:
         """Delete groups (they must be empty: no active members)."""
-        groups = _unique(group_ids, "group")
+        groups = unique_names(group_ids, "group")
         deadline = self._deadline(timeout)
 
         def make(group_id: str) -> AdminCall:
@@ -315,19 +291,6 @@ class GroupAdminMixin:
                 if isinstance(o, BaseException)
             ]
         )
-
-
-def _unique(names: Iterable[str], what: str) -> list[str]:
-    if isinstance(names, str):
-        names = [names]
-    out: list[str] = []
-    for name in names:
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"{what} names must be non-empty strings, got {name!r}")
-        if name in out:
-            raise ValueError(f"{what} {name!r} is given more than once")
-        out.append(name)
-    return out
 
 
 def _raw_tp(t: Any) -> tuple[uuid.UUID | None, str, tuple[int, ...]]:

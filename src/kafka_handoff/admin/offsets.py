@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kafka_handoff.admin.calls import (
     AdminCall,
@@ -13,16 +13,15 @@ from kafka_handoff.admin.calls import (
     is_retriable,
     run_calls,
 )
-from kafka_handoff.config import AdminConfig
+from kafka_handoff.admin.plumbing import AdminPlumbing
 from kafka_handoff.errors import (
     KafkaTimeoutError,
     UnknownTopicOrPartitionError,
     error_for_code,
 )
 from kafka_handoff.protocol.backoff import ExponentialBackoff
-from kafka_handoff.protocol.requests import MonotonicClock
 from kafka_handoff.protocol.versions import ApiKey
-from kafka_handoff.types import ClusterMetadata, TopicPartition
+from kafka_handoff.types import TopicPartition
 
 
 class OffsetSpec:
@@ -34,22 +33,9 @@ class OffsetSpec:
     MAX_TIMESTAMP = -3
 
 
-class OffsetAdminMixin:
+class OffsetAdminMixin(AdminPlumbing):
     """Offset queries: mixed into :class:`~kafka_handoff.admin.AdminClient` (uses its call
     plumbing)."""
-
-    if TYPE_CHECKING:
-        _clock: MonotonicClock
-
-        def _cluster_steps(
-            self, topics: Sequence[str] | None, deadline_ms: int
-        ) -> Steps[ClusterMetadata]: ...
-
-        _config: AdminConfig
-
-        def _deadline(self, timeout: float | None) -> int: ...
-        @staticmethod
-        def _raise_first(errors: Sequence[BaseException]) -> None: ...
 
     @drives_steps
     def list_offsets(

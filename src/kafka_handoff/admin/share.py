@@ -13,18 +13,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from kafka_handoff.admin.calls import AdminCall, GroupCoordinator, NoRetry
+from kafka_handoff.admin.plumbing import AdminPlumbing, group_describe_call, merge_group_listings
 from kafka_handoff.admin.results import GroupListing
 from kafka_handoff.errors import GroupIdNotFoundError, error_for_code
 from kafka_handoff.protocol.requests import ANY_NODE
 from kafka_handoff.protocol.versions import ApiKey
-from kafka_handoff.types import ClusterMetadata, TopicPartition
+from kafka_handoff.types import TopicPartition
 
 __all__ = [
     "ShareAdminMixin",
@@ -71,17 +72,11 @@ class SharePartitionOffset:
     """Records at or past the start offset not acknowledged yet (``None`` when the broker did not say)."""
 
 
-class ShareAdminMixin:
+class ShareAdminMixin(AdminPlumbing):
     """Share group methods of :class:`~kafka_handoff.admin.AdminClient` (uses its call plumbing)."""
 
     if TYPE_CHECKING:
 
-        def _deadline(self, timeout: float | None) -> int: ...
-        def _run(self, calls: Sequence[AdminCall], deadline_ms: int) -> list[Any]: ...
-        def _run_one(self, call: AdminCall) -> Any: ...
-        def _cluster(self, topics: Sequence[str] | None, deadline_ms: int) -> ClusterMetadata: ...
-        @staticmethod
-        def _raise_first(errors: Sequence[BaseException]) -> None: ...
         def delete_groups(self, group_ids: Iterable[str], timeout: float | None = None) -> None: ...
 
     def list_share_groups(self, timeout: float | None = None) -> list[GroupListing]:
@@ -115,16 +110,7 @@ class ShareAdminMixin:
             )
             for b in sorted(cluster.brokers)
         ]
-        listings: dict[str, GroupListing] = {}
-        errors: list[BaseException] = []
-        for outcome in self._run(calls, deadline):
-            if isinstance(outcome, BaseException):
-                errors.append(outcome)
-                continue
-            for g in outcome:
-                listings[g.group_id] = g
-        self._raise_first(errors)
-        return [listings[g] for g in sorted(listings)]
+        return merge_group_listings(self._run(calls, deadline))
 
     def describe_share_groups(
         self, group_ids: Iterable[str], timeout: float | None = None
@@ -135,19 +121,7 @@ class ShareAdminMixin:
         deadline = self._deadline(timeout)
 
         def make(group_id: str) -> AdminCall:
-            def build(version: int, timeout_ms: int) -> dict[str, Any]:
-                return {"group_ids": [group_id], "include_authorized_operations": False}
-
-            def handle(response: Any, version: int, node: int) -> ShareGroupDescription:
-                (g,) = [x for x in response.groups if x.group_id == group_id] or list(response.groups)
-                code = int(g.error_code)
-                if code == ErrorCode.group_id_not_found:
-                    raise NoRetry(GroupIdNotFoundError(f"share group {group_id!r} does not exist"))
-                if code != ErrorCode.none:
-                    error = error_for_code(
-                        code, f"cannot describe share group {group_id!r}: {g.error_message or ''}"
-                    )
-                    raise error if error.retriable else NoRetry(error)
+            def describe(g: Any, node: int) -> ShareGroupDescription:
                 members = tuple(
                     ShareMemberDescription(
                         member_id=str(m.member_id),
@@ -174,13 +148,17 @@ class ShareAdminMixin:
                     coordinator=node,
                 )
 
-            return AdminCall(
-                f"ShareGroupDescribe(group {group_id!r})",
+            def not_found() -> ShareGroupDescription:
+                raise NoRetry(GroupIdNotFoundError(f"share group {group_id!r} does not exist"))
+
+            return group_describe_call(
+                "ShareGroupDescribe",
                 ApiKey.SHARE_GROUP_DESCRIBE,
-                GroupCoordinator(group_id),
-                build,
-                handle,
+                group_id,
                 deadline,
+                what="share group",
+                describe=describe,
+                not_found=not_found,
             )
 
         outcomes = self._run([make(g) for g in groups], deadline)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -11,11 +11,11 @@ from kafka_handoff.admin.calls import (
     AdminCall,
     NoRetry,
     Steps,
-    Target,
     drives_steps,
     raise_first,
     run_calls,
 )
+from kafka_handoff.admin.plumbing import AdminPlumbing, unique_names
 from kafka_handoff.admin.results import (
     CreateTopicResult,
     NewTopic,
@@ -29,7 +29,7 @@ from kafka_handoff.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from kafka_handoff.protocol.requests import ANY_NODE, MonotonicClock
+from kafka_handoff.protocol.requests import ANY_NODE
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import ClusterMetadata
 
@@ -43,29 +43,9 @@ class _NotReady(KafkaError):
     retriable = True
 
 
-class TopicAdminMixin:
+class TopicAdminMixin(AdminPlumbing):
     """Topic administration: mixed into :class:`~kafka_handoff.admin.AdminClient` (uses its call
     plumbing)."""
-
-    if TYPE_CHECKING:
-        _clock: MonotonicClock
-
-        def _cluster_steps(
-            self, topics: Sequence[str] | None, deadline_ms: int
-        ) -> Steps[ClusterMetadata]: ...
-        def _deadline(self, timeout: float | None) -> int: ...
-        def _metadata_call(
-            self,
-            topics: Sequence[str] | None,
-            deadline_ms: int,
-            *,
-            target: Target = ANY_NODE,
-            check: Callable[[ClusterMetadata], None] | None = None,
-            name: str = "Metadata",
-            backoff_max_ms: int | None = None,
-        ) -> AdminCall: ...
-        @staticmethod
-        def _raise_first(errors: Sequence[BaseException]) -> None: ...
 
     @drives_steps
     def list_topics(
@@ -85,7 +65,7 @@ class TopicAdminMixin:
         self, names: Iterable[str], timeout: float | None = None
     ) -> Steps[dict[str, TopicDescription]]:
         """Partitions (leader, replicas, ISR) and ids of ``names``; raises for a topic that does not exist."""
-        topics = _unique(names, "topic")
+        topics = unique_names(names, "topic")
         cluster = yield from self._cluster_steps(topics, self._deadline(timeout))
         return self._descriptions(cluster, topics)
 
@@ -129,7 +109,7 @@ class TopicAdminMixin:
         partition with a leader, so a created topic is usable at once.  A topic that exists already raises
         :class:`~kafka_handoff.errors.TopicAlreadyExistsError` unless ``if_not_exists``."""
         topics = list(new_topics)
-        _unique((t.name for t in topics), "topic")
+        unique_names((t.name for t in topics), "topic")
         deadline = self._deadline(timeout)
         outcomes = yield from run_calls(
             [self._create_topic_call(t, validate_only, deadline) for t in topics], deadline
@@ -286,7 +266,7 @@ class TopicAdminMixin:
         """Delete topics.  A topic that does not exist raises
         :class:`~kafka_handoff.errors.UnknownTopicOrPartitionError` unless ``if_exists``.  With ``wait``
         (the default) return once no broker's metadata lists them any more."""
-        topics = _unique(names, "topic")
+        topics = unique_names(names, "topic")
         deadline = self._deadline(timeout)
         outcomes = yield from run_calls([self._delete_topic_call(n, deadline) for n in topics], deadline)
         errors = [
@@ -367,16 +347,3 @@ class TopicAdminMixin:
         return AdminCall(
             f"CreatePartitions(topic {name!r})", ApiKey.CREATE_PARTITIONS, ANY_NODE, build, handle, deadline
         )
-
-
-def _unique(names: Iterable[str], what: str) -> list[str]:
-    if isinstance(names, str):
-        names = [names]
-    out: list[str] = []
-    for name in names:
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"{what} names must be non-empty strings, got {name!r}")
-        if name in out:
-            raise ValueError(f"{what} {name!r} is given more than once")
-        out.append(name)
-    return out

@@ -28,7 +28,7 @@ from kafka_handoff.admin import (
     TopicListing,
 )
 from kafka_handoff.admin.admin import _GRACE_MS
-from kafka_handoff.admin.calls import AdminCall, Pause, Steps, steps_of
+from kafka_handoff.admin.calls import AdminCall, Done, Pause, Steps, call_outcome, next_step, steps_of
 from kafka_handoff.aio._bridge import LoopBridge
 from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
 from kafka_handoff.types import OffsetAndMetadata, TopicPartition
@@ -60,11 +60,9 @@ class AsyncAdminClient:
         error: BaseException | None = None
         try:
             while True:
-                try:
-                    step = steps.send(value) if error is None else steps.throw(error)
-                except StopIteration as stop:
-                    result: T = stop.value
-                    return result
+                step = next_step(steps, value, error)
+                if isinstance(step, Done):
+                    return step.value
                 value, error = None, None
                 try:
                     if isinstance(step, Pause):
@@ -95,10 +93,7 @@ class AsyncAdminClient:
             remaining_ms = deadline_ms - a._clock.now_ms()
             done, _ = await asyncio.wait({target}, timeout=max(0, min(remaining_ms, _WAIT_SLICE_MS)) / 1000.0)
             if done:
-                if target.cancelled():
-                    return KafkaTimeoutError(f"{what} was cancelled")
-                error = target.exception()
-                return error if error is not None else target.result()
+                return call_outcome(target, what)
             if remaining_ms <= 0:
                 future.cancel()
                 return KafkaTimeoutError(f"{what} did not complete in time")

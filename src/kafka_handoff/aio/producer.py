@@ -17,12 +17,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future
 from typing import Any
 
 from kafka_handoff.aio._bridge import LoopBridge
 from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
+from kafka_handoff.network.events import TerminateTelemetryEvent
 from kafka_handoff.producer import Producer
+from kafka_handoff.producer.events import TopicMetadataEvent
 from kafka_handoff.types import PartitionInfo, RecordMetadata
 
 __all__ = ["AsyncProducer"]
@@ -72,12 +73,9 @@ class AsyncProducer:
             remaining_ms = deadline_ms - p._clock.now_ms()
             if remaining_ms <= 0:
                 raise KafkaTimeoutError(f"topic {topic} not present in metadata after {p._max_block_ms} ms")
-
-            def run(now: int, fut: Future[Any]) -> None:
-                p._add_topic_nt(topic, now)
-                p._metadata.wait_for_update(fut, frozenset({topic}))
-
-            fut = p._thread.call(run, deadline_ms=deadline_ms, name=f"metadata for topic {topic}")
+            fut = p._thread.submit(
+                TopicMetadataEvent(topic=topic, deadline_ms=deadline_ms, name=f"metadata for topic {topic}")
+            )
             try:
                 await asyncio.wait_for(self._bridge.wrap(fut), min(remaining_ms / 1000.0, _METADATA_SLICE_S))
             except TimeoutError:
@@ -194,8 +192,7 @@ class AsyncProducer:
         start, timeout_ms = started
         bridge = self._bridge
         if p._telemetry.enabled and timeout_ms > 0:  # KIP-714's terminating push, first (as Java)
-            telemetry = p._telemetry
-            pushed = p._thread.call(lambda now, f: telemetry.terminate(now, f))
+            pushed = p._thread.submit(TerminateTelemetryEvent())
             if not await bridge.wait_future(pushed, timeout_ms / 2000.0):
                 log.debug("terminating telemetry push did not complete")
         p._accumulator.close()

@@ -32,10 +32,12 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from kafka_handoff.bench.runs import peak_rss_mb
 
 __all__ = [
     "CLIENTS",
@@ -113,6 +115,97 @@ def _deadline(records: int) -> float:
     return time.monotonic() + 60.0 + records / 5_000.0
 
 
+def consume_loop(
+    m: _Meter,
+    deadline: float,
+    poll: Callable[[], Any],
+    visit: Callable[[Any], tuple[int, int]],
+    close: Callable[[], object],
+    finish: Callable[[], object] | None = None,
+) -> _Meter:
+    """The measured loop of every runner: ``poll()`` until the meter's records came or ``deadline``
+    (monotonic) passed; ``visit(batch)`` touches each record of a non-empty batch and returns its records
+    and value bytes.  Then ``finish()`` (e.g. a final acknowledgement) before the meter stops, and
+    ``close()`` the consumer in any case."""
+    records = m.records
+    count = nbytes = 0
+    try:
+        while count < records and time.monotonic() < deadline:
+            batch = poll()
+            if not batch:
+                continue
+            m.first()
+            n, b = visit(batch)
+            count += n
+            nbytes += b
+        if finish is not None:
+            finish()
+        m.done()
+    finally:
+        close()
+    m.count, m.value_bytes = count, nbytes
+    return m
+
+
+async def consume_loop_async(
+    m: _Meter,
+    records: int,
+    deadline: float,
+    poll: Callable[[], Awaitable[Any]],
+    visit: Callable[[Any], tuple[int, int]],
+) -> None:
+    """:func:`consume_loop` for the asyncio clients (``poll()`` is awaited)."""
+    count = nbytes = 0
+    while count < records and time.monotonic() < deadline:
+        batch = await poll()
+        if not batch:
+            continue
+        m.first()
+        n, b = visit(batch)
+        count += n
+        nbytes += b
+    m.count, m.value_bytes = count, nbytes
+
+
+def visit_records(batch: Any) -> tuple[int, int]:
+    """Records with ``.value`` (kafka-handoff's, aiokafka's and kafka-python's): counted, values summed."""
+    count = nbytes = 0
+    for record in batch:
+        count += 1
+        nbytes += len(record.value)
+    return count, nbytes
+
+
+def visit_confluent(msgs: Any) -> tuple[int, int]:
+    """confluent-kafka messages: an error message fails the run."""
+    count = nbytes = 0
+    for msg in msgs:
+        if msg.error() is not None:
+            raise RuntimeError(f"confluent-kafka: {msg.error()}")
+        count += 1
+        nbytes += len(msg.value() or b"")
+    return count, nbytes
+
+
+def _visit_per_partition(polled: Any) -> tuple[int, int]:
+    """kafka-python's and aiokafka's ``{partition: [records]}``."""
+    count = nbytes = 0
+    for batch in polled.values():
+        for record in batch:
+            count += 1
+            nbytes += len(record.value)
+    return count, nbytes
+
+
+def _visit_columns(result: Any) -> tuple[int, int]:
+    """kafka-handoff's ``poll_columns()``: a column chunk per partition, its value bytes summed."""
+    got = nbytes = 0
+    for chunk in result:
+        got += len(chunk)
+        nbytes += chunk.value_bytes()
+    return got, nbytes
+
+
 # ============================================================================================ kafka-handoff
 def _handoff_consumer(bootstrap: str, topic: str, partitions: int) -> Any:
     from kafka_handoff.consumer import Consumer
@@ -133,52 +226,29 @@ def _handoff_consumer(bootstrap: str, topic: str, partitions: int) -> Any:
 
 
 def run_handoff(bootstrap: str, topic: str, partitions: int, records: int) -> _Meter:
+    """kafka-handoff's record API: ``poll()``, every record visited."""
+    return _run_handoff(bootstrap, topic, partitions, records, lambda c: c.poll(1.0), visit_records)
+
+
+def run_handoff_batch(bootstrap: str, topic: str, partitions: int, records: int) -> _Meter:
+    """kafka-handoff's batch API: ``poll_columns()``, a column added up per partition."""
+    return _run_handoff(bootstrap, topic, partitions, records, lambda c: c.poll_columns(1.0), _visit_columns)
+
+
+def _run_handoff(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    records: int,
+    poll: Callable[[Any], Any],
+    visit: Callable[[Any], tuple[int, int]],
+) -> _Meter:
     import kafka_handoff.consumer  # noqa: F401  (imported before the clock starts, as for the peers)
 
     m = _Meter(records)
     m.start()
     consumer = _handoff_consumer(bootstrap, topic, partitions)
-    deadline = _deadline(records)
-    count = nbytes = 0
-    try:
-        while count < records and time.monotonic() < deadline:
-            batch = consumer.poll(1.0)
-            if not batch:
-                continue
-            m.first()
-            for record in batch:
-                count += 1
-                nbytes += len(record.value)
-        m.done()
-    finally:
-        consumer.close()
-    m.count, m.value_bytes = count, nbytes
-    return m
-
-
-def run_handoff_batch(bootstrap: str, topic: str, partitions: int, records: int) -> _Meter:
-    import kafka_handoff.consumer  # noqa: F401
-
-    m = _Meter(records)
-    m.start()
-    consumer = _handoff_consumer(bootstrap, topic, partitions)
-    deadline = _deadline(records)
-    count = nbytes = 0
-    try:
-        while count < records and time.monotonic() < deadline:
-            result = consumer.poll_columns(1.0)
-            got = 0
-            for chunk in result:
-                got += len(chunk)
-                nbytes += chunk.value_bytes()
-            if got:
-                m.first()
-                count += got
-        m.done()
-    finally:
-        consumer.close()
-    m.count, m.value_bytes = count, nbytes
-    return m
+    return consume_loop(m, _deadline(records), lambda: poll(consumer), visit, consumer.close)
 
 
 def run_handoff_aio(bootstrap: str, topic: str, partitions: int, records: int) -> _Meter:
@@ -202,23 +272,15 @@ def run_handoff_aio(bootstrap: str, topic: str, partitions: int, records: int) -
                 **client_settings(),
             }
         )
-        count = nbytes = 0
         try:
             await consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
             consumer.seek_to_beginning()
-            deadline = _deadline(records)
-            while count < records and time.monotonic() < deadline:
-                batch = await consumer.poll(1.0)
-                if not batch:
-                    continue
-                m.first()
-                for record in batch:
-                    count += 1
-                    nbytes += len(record.value)
+            await consume_loop_async(
+                m, records, _deadline(records), lambda: consumer.poll(1.0), visit_records
+            )
             m.done()
         finally:
             await consumer.close()
-        m.count, m.value_bytes = count, nbytes
 
     _run_loop(consume())
     return m
@@ -254,7 +316,6 @@ def run_confluent_aio(bootstrap: str, topic: str, partitions: int, records: int)
                 **client_settings(),
             }
         )
-        count = nbytes = 0
         try:
             await consumer.assign(
                 [
@@ -262,21 +323,16 @@ def run_confluent_aio(bootstrap: str, topic: str, partitions: int, records: int)
                     for p in range(partitions)
                 ]
             )
-            deadline = _deadline(records)
-            while count < records and time.monotonic() < deadline:
-                msgs = await consumer.consume(num_messages=BATCH, timeout=1.0)
-                if not msgs:
-                    continue
-                m.first()
-                for msg in msgs:
-                    if msg.error() is not None:
-                        raise RuntimeError(f"confluent-kafka: {msg.error()}")
-                    count += 1
-                    nbytes += len(msg.value() or b"")
+            await consume_loop_async(
+                m,
+                records,
+                _deadline(records),
+                lambda: consumer.consume(num_messages=BATCH, timeout=1.0),
+                visit_confluent,
+            )
             m.done()
         finally:
             await consumer.close()
-        m.count, m.value_bytes = count, nbytes
 
     _run_loop(consume())
     return m
@@ -305,24 +361,13 @@ def run_confluent(
             for p in range(partitions)
         ]
     )
-    deadline = _deadline(records)
-    count = nbytes = 0
-    try:
-        while count < records and time.monotonic() < deadline:
-            msgs = consumer.consume(num_messages=BATCH, timeout=1.0)
-            if not msgs:
-                continue
-            m.first()
-            for msg in msgs:
-                if msg.error() is not None:
-                    raise RuntimeError(f"confluent-kafka: {msg.error()}")
-                count += 1
-                nbytes += len(msg.value() or b"")
-        m.done()
-    finally:
-        consumer.close()
-    m.count, m.value_bytes = count, nbytes
-    return m
+    return consume_loop(
+        m,
+        _deadline(records),
+        lambda: consumer.consume(num_messages=BATCH, timeout=1.0),
+        visit_confluent,
+        consumer.close,
+    )
 
 
 def run_kafka_python(bootstrap: str, topic: str, partitions: int, records: int) -> _Meter:
@@ -335,23 +380,13 @@ def run_kafka_python(bootstrap: str, topic: str, partitions: int, records: int) 
     )
     consumer.assign([kafka.TopicPartition(topic, p) for p in range(partitions)])
     consumer.seek_to_beginning()
-    deadline = _deadline(records)
-    count = nbytes = 0
-    try:
-        while count < records and time.monotonic() < deadline:
-            polled = consumer.poll(timeout_ms=1000, max_records=BATCH)
-            if not polled:
-                continue
-            m.first()
-            for batch in polled.values():
-                for record in batch:
-                    count += 1
-                    nbytes += len(record.value)
-        m.done()
-    finally:
-        consumer.close()
-    m.count, m.value_bytes = count, nbytes
-    return m
+    return consume_loop(
+        m,
+        _deadline(records),
+        lambda: consumer.poll(timeout_ms=1000, max_records=BATCH),
+        _visit_per_partition,
+        consumer.close,
+    )
 
 
 def run_aiokafka(bootstrap: str, topic: str, partitions: int, records: int) -> _Meter:
@@ -366,24 +401,19 @@ def run_aiokafka(bootstrap: str, topic: str, partitions: int, records: int) -> _
             bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
         )
         await consumer.start()
-        count = nbytes = 0
         try:
             consumer.assign([AioTopicPartition(topic, p) for p in range(partitions)])
             await consumer.seek_to_beginning()
-            deadline = _deadline(records)
-            while count < records and time.monotonic() < deadline:
-                polled = await consumer.getmany(timeout_ms=1000, max_records=BATCH)
-                if not polled:
-                    continue
-                m.first()
-                for batch in polled.values():
-                    for record in batch:
-                        count += 1
-                        nbytes += len(record.value)
+            await consume_loop_async(
+                m,
+                records,
+                _deadline(records),
+                lambda: consumer.getmany(timeout_ms=1000, max_records=BATCH),
+                _visit_per_partition,
+            )
             m.done()
         finally:
             await consumer.stop()
-        m.count, m.value_bytes = count, nbytes
 
     _run_loop(consume())
     return m
@@ -568,18 +598,6 @@ def parse_java_output(text: str) -> JavaResult:
     raise ValueError(f"no ConsumerPerformance report in the output:\n{text[-2000:]}")
 
 
-def _peak_rss_mb() -> float | None:
-    """This process's peak resident set size (``VmHWM``; reset by ``exec``, unlike ``ru_maxrss``)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return None
-
-
 # ============================================================================================ CLI
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kafka_handoff.bench.peers", description=__doc__)
@@ -612,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             out.write_text(profiler.output_text(unicode=True, show_all=False), encoding="utf-8")
     result = meter.result(args.client_name or args.runner)
-    result["peak_rss_mb"] = _peak_rss_mb()
+    result["peak_rss_mb"] = peak_rss_mb()
     if args.runner.startswith("handoff"):
         from kafka_handoff.protocol import records as records_mod
 

@@ -100,8 +100,8 @@ class LiveProducer:
             self._thread.join(timeout)
 
     def _run(self, ready: Callable[[], bool], timeout: float) -> None:
-        from kafka_handoff.cli.produce_sample import iter_events
         from kafka_handoff.producer import Producer
+        from kafka_handoff.sample import iter_events
 
         try:
             deadline = time.monotonic() + timeout
@@ -583,7 +583,8 @@ def cli(args: Any) -> int:
     """``handoff bench pipeline`` (the argparse entry; ``args`` from :mod:`kafka_handoff.cli.bench`)."""
     from rich.console import Console
 
-    from kafka_handoff.cli.bench import _broker, _progress
+    from kafka_handoff.bench.runs import broker as _broker
+    from kafka_handoff.bench.runs import progress as _progress
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)

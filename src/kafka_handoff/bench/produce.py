@@ -39,9 +39,11 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from kafka_handoff.bench.runs import BenchReport, peak_rss_mb
 
 __all__ = [
     "CLIENTS",
@@ -387,22 +389,9 @@ def median_samples(samples: Sequence[Sample], order: Sequence[str]) -> list[dict
     return out
 
 
-@dataclass
-class ProduceReport:
-    config: dict[str, Any]
-    environment: dict[str, Any]
-    samples: list[Sample] = field(default_factory=list)
-
+class ProduceReport(BenchReport[Sample]):
     def medians(self) -> list[dict[str, Any]]:
         return median_samples(self.samples, list(self.config["clients"]))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "config": self.config,
-            "environment": self.environment,
-            "medians": self.medians(),
-            "samples": [s.as_dict() for s in self.samples],
-        }
 
 
 def _environment() -> dict[str, Any]:
@@ -531,17 +520,6 @@ def run_benchmark(
 
 
 # ============================================================================================ child CLI
-def _peak_rss_mb() -> float | None:
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     """One client's run in this process (the parent is ``handoff bench produce``); prints one JSON line."""
     parser = argparse.ArgumentParser(prog="python -m kafka_handoff.bench.produce", description=__doc__)
@@ -570,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     run = run_one(args.client, cfg, args.profile)
     result = {"client": args.client, "records": args.records, "value_bytes": args.value_bytes,
-              **asdict(run), "peak_rss_mb": _peak_rss_mb()}  # fmt: skip
+              **asdict(run), "peak_rss_mb": peak_rss_mb()}  # fmt: skip
     print(json.dumps(result), flush=True)
     return 0
 

@@ -82,28 +82,16 @@ class ScenarioConfig:
 
 # ============================================================================================ member side
 class _Partition:
-    """One owned partition: records waiting, the in-order commit position, and the records in flight."""
+    """One owned partition: records waiting, the in-order commit position and the records in flight (the
+    documented pattern's :class:`~kafka_handoff.consumer.offset_tracker.OffsetTracker`)."""
 
-    __slots__ = (
-        "abandoned",
-        "committable",
-        "committed",
-        "done",
-        "futures",
-        "lock",
-        "open",
-        "order",
-        "queued",
-        "revoking",
-        "sent",
-    )  # fmt: skip
+    __slots__ = ("abandoned", "committed", "futures", "lock", "queued", "revoking", "sent", "tracker")
 
     def __init__(self) -> None:
+        from kafka_handoff.consumer.offset_tracker import OffsetTracker
+
         self.queued: deque[tuple[int, Any]] = deque()  # (offset, record) fetched, not started
-        self.order: deque[int] = deque()  # started offsets not yet part of the committable prefix
-        self.done: set[int] = set()
-        self.open = 0
-        self.committable: int | None = None
+        self.tracker = OffsetTracker()
         self.committed: int | None = None
         self.sent: int | None = None
         self.revoking = False
@@ -149,29 +137,22 @@ class _Member:
         for partition, p in self.parts.items():
             if p.revoking or p.abandoned:
                 continue
-            while p.queued and p.open < self.cfg.in_flight:
+            while p.queued and p.tracker.in_flight < self.cfg.in_flight:
                 offset, _record = p.queued.popleft()
-                with p.lock:
-                    p.order.append(offset)
-                    p.open += 1
+                p.tracker.started(offset)
                 fut = self.pool.submit(self._run, partition, p, offset)
                 p.futures.add(fut)
                 fut.add_done_callback(p.futures.discard)
 
     def _run(self, partition: int, p: _Partition, offset: int) -> None:
         time.sleep(self.work_s(partition, offset))
-        with p.lock:
-            p.open -= 1
+        with p.lock:  # against abandon(): a result is recorded before the partition is abandoned, or never
             if p.abandoned:
                 self.discarded += 1
                 return
             with self._log_lock:
                 self.processed.append((time.time(), partition, offset))
-            p.done.add(offset)
-            while p.order and p.order[0] in p.done:
-                first = p.order.popleft()
-                p.done.discard(first)
-                p.committable = first + 1
+            p.tracker.finished(offset)
 
     def commit_positions(
         self, partitions: Iterable[int] | None = None, *, force: bool = False
@@ -182,8 +163,7 @@ class _Member:
             p = self.parts.get(partition)
             if p is None or p.abandoned:
                 continue
-            with p.lock:
-                position = p.committable
+            position = p.tracker.committable
             if position is None or position == p.committed or (position == p.sent and not force):
                 continue
             out[partition] = position
@@ -230,7 +210,7 @@ class _Member:
 
     def busy(self, partition: int) -> bool:
         p = self.parts.get(partition)
-        return p is not None and p.open > 0
+        return p is not None and p.tracker.in_flight > 0
 
     def dump(self, path: Path, extra: dict[str, Any]) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -347,7 +327,7 @@ def _member_handoff(args: argparse.Namespace, cfg: ScenarioConfig, stop: threadi
     if consumer.assignment():
         consumer.pause(consumer.assignment())
     deadline = time.monotonic() + 60
-    while any(p.open for p in m.parts.values()) and time.monotonic() < deadline:
+    while any(p.tracker.in_flight for p in m.parts.values()) and time.monotonic() < deadline:
         one_poll()
     final = m.commit_positions(force=True)
     if final:

@@ -21,18 +21,25 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kafka_handoff.bench.peers import BATCH, ClientSpec, _Meter, _peak_rss_mb
+from kafka_handoff.bench.peers import (
+    BATCH,
+    ClientSpec,
+    _Meter,
+    consume_loop,
+    visit_confluent,
+    visit_records,
+)
+from kafka_handoff.bench.runs import peak_rss_mb
 from kafka_handoff.bench.throughput import (
     Sample,
     ThroughputReport,
-    _failed,
-    _run_process,
-    _timeout,
+    child_sample,
     create_topic,
     delete_topic,
     environment,
     median_samples,
     produce_data,
+    sample_line,
 )
 
 __all__ = ["SHARE_CLIENTS", "run_share_benchmark"]
@@ -70,23 +77,15 @@ def run_handoff_share(bootstrap: str, topic: str, group: str, records: int) -> _
     m.start()
     consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "max.poll.records": BATCH})
     consumer.subscribe([topic])
-    deadline = _deadline(records)
-    count = nbytes = 0
-    try:
-        while count < records and time.monotonic() < deadline:
-            batch = consumer.poll(1.0)
-            if not batch:
-                continue
-            m.first()
-            for record in batch:
-                count += 1
-                nbytes += len(record.value)
-        consumer.commit_sync(30)  # the last poll's records: acknowledged before the clock stops
-        m.done()
-    finally:
-        consumer.close()
-    m.count, m.value_bytes = count, nbytes
-    return m
+    # finish: the last poll's records are acknowledged before the clock stops
+    return consume_loop(
+        m,
+        _deadline(records),
+        lambda: consumer.poll(1.0),
+        visit_records,
+        consumer.close,
+        finish=lambda: consumer.commit_sync(30),
+    )
 
 
 def run_confluent_share(bootstrap: str, topic: str, group: str, records: int) -> _Meter:
@@ -98,25 +97,14 @@ def run_confluent_share(bootstrap: str, topic: str, group: str, records: int) ->
         {"bootstrap.servers": bootstrap, "group.id": group, "max.poll.records": BATCH}
     )
     consumer.subscribe([topic])
-    deadline = _deadline(records)
-    count = nbytes = 0
-    try:
-        while count < records and time.monotonic() < deadline:
-            msgs = consumer.poll(1.0)
-            if not msgs:
-                continue
-            m.first()
-            for msg in msgs:
-                if msg.error() is not None:
-                    raise RuntimeError(f"confluent-kafka: {msg.error()}")
-                count += 1
-                nbytes += len(msg.value() or b"")
-        consumer.commit_sync(30)
-        m.done()
-    finally:
-        consumer.close()
-    m.count, m.value_bytes = count, nbytes
-    return m
+    return consume_loop(
+        m,
+        _deadline(records),
+        lambda: consumer.poll(1.0),
+        visit_confluent,
+        consumer.close,
+        finish=lambda: consumer.commit_sync(30),
+    )
 
 
 _RUNNERS: dict[str, Callable[[str, str, str, int], _Meter]] = {
@@ -143,25 +131,7 @@ def run_share_client(spec: ClientSpec, bootstrap: str, topic: str, records: int)
         sys.executable, "-m", "kafka_handoff.bench.share", spec.runner,
         "--bootstrap-servers", bootstrap, "--topic", topic, "--group", group, "--records", str(records),
     ]  # fmt: skip
-    stdout, stderr, code, cpu, rss = _run_process(cmd, env, _timeout(records))
-    line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith("{")), None)
-    if line is None:
-        return _failed(spec, records, load, f"exit {code}: {stderr.strip()[-500:]}")
-    data = json.loads(line)
-    if code != 0 or data["records"] < records:
-        return _failed(spec, records, load, f"exit {code}, {data['records']}/{records} records")
-    return Sample(
-        client=spec.name,
-        label=spec.label,
-        records=int(data["records"]),
-        value_bytes=int(data["value_bytes"]),
-        consume_s=float(data["consume_s"]),
-        cpu_window_s=float(data["cpu_s"]),
-        cpu_total_s=cpu,
-        peak_rss_mb=float(data.get("peak_rss_mb") or rss),
-        startup_s=float(data["startup_s"]),
-        load_1m=load,
-    )
+    return child_sample(spec, cmd, env, records, load)
 
 
 class ShareThroughputReport(ThroughputReport):
@@ -218,14 +188,7 @@ def run_share_benchmark(
             for name in clients:
                 sample = run_share_client(SHARE_CLIENTS[name], bootstrap, topic, records)
                 report.samples.append(sample)
-                if sample.ok:
-                    progress(
-                        f"round {round_no}/{repeat} {name:<16} {sample.records_per_s:>11,.0f} rec/s "
-                        f"{sample.mb_per_s:>7.1f} MB/s  cpu/M {sample.cpu_s_per_million:5.2f} s  "
-                        f"rss {sample.peak_rss_mb:6.0f} MB  (load {sample.load_1m:.1f})"
-                    )
-                else:
-                    progress(f"round {round_no}/{repeat} {name:<16} FAILED: {sample.error}")
+                progress(sample_line(f"round {round_no}/{repeat} {name:<16}", sample))
     finally:
         report.environment["load_avg_end"] = os.getloadavg()
         if not keep_topic:
@@ -243,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     meter = _RUNNERS[args.runner](args.bootstrap_servers, args.topic, args.group, args.records)
     result = meter.result(args.runner)
-    result["peak_rss_mb"] = _peak_rss_mb()
+    result["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(result), flush=True)
     return 0 if meter.count >= args.records else 1
 

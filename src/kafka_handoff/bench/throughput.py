@@ -31,7 +31,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from kafka_handoff.bench.peers import (
     java_command,
     parse_java_output,
 )
+from kafka_handoff.bench.runs import BenchReport
 
 __all__ = [
     "DEFAULT_CLIENTS",
@@ -96,22 +97,9 @@ class Sample:
         }
 
 
-@dataclass
-class ThroughputReport:
-    config: dict[str, Any]
-    environment: dict[str, Any]
-    samples: list[Sample] = field(default_factory=list)
-
+class ThroughputReport(BenchReport[Sample]):
     def medians(self) -> list[dict[str, Any]]:
         return median_samples(self.samples, list(self.config["clients"]))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "config": self.config,
-            "environment": self.environment,
-            "medians": self.medians(),
-            "samples": [s.as_dict() for s in self.samples],
-        }
 
 
 def median_samples(samples: Sequence[Sample], order: Sequence[str]) -> list[dict[str, Any]]:
@@ -306,6 +294,12 @@ def run_client(
     ]
     if profile:
         cmd += ["--profile", profile]
+    return child_sample(spec, cmd, env, records, load)
+
+
+def child_sample(spec: ClientSpec, cmd: list[str], env: dict[str, str], records: int, load: float) -> Sample:
+    """Run one runner process (``cmd``) and make its JSON line into a :class:`Sample` (a failed one when it
+    printed none, exited non-zero or fell short of ``records``)."""
     stdout, stderr, code, cpu, rss = _run_process(cmd, env, _timeout(records))
     line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith("{")), None)
     if line is None:
@@ -324,6 +318,17 @@ def run_client(
         peak_rss_mb=float(data.get("peak_rss_mb") or rss),
         startup_s=float(data["startup_s"]),
         load_1m=load,
+    )
+
+
+def sample_line(prefix: str, sample: Sample) -> str:
+    """A run's progress line: its figures, or why it failed."""
+    if not sample.ok:
+        return f"{prefix} FAILED: {sample.error}"
+    return (
+        f"{prefix} {sample.records_per_s:>11,.0f} rec/s {sample.mb_per_s:>7.1f} MB/s  "
+        f"cpu/M {sample.cpu_s_per_million:5.2f} s  rss {sample.peak_rss_mb:6.0f} MB  "
+        f"(load {sample.load_1m:.1f})"
     )
 
 
@@ -442,14 +447,7 @@ def run_benchmark(
                     client_config=client_config,
                 )
                 report.samples.append(sample)
-                if sample.ok:
-                    progress(
-                        f"round {round_no}/{repeat} {name:<14} {sample.records_per_s:>11,.0f} rec/s "
-                        f"{sample.mb_per_s:>7.1f} MB/s  cpu/M {sample.cpu_s_per_million:5.2f} s  "
-                        f"rss {sample.peak_rss_mb:6.0f} MB  (load {sample.load_1m:.1f})"
-                    )
-                else:
-                    progress(f"round {round_no}/{repeat} {name:<14} FAILED: {sample.error}")
+                progress(sample_line(f"round {round_no}/{repeat} {name:<14}", sample))
     finally:
         report.environment["load_avg_end"] = os.getloadavg()
         if not keep_topic:

@@ -8,14 +8,20 @@ given (and stop it at the end), write JSON and PNG files to ``--out`` and print 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from kafka_handoff.bench.runs import (
+    broker,
+    load_note,
+    private_broker,
+    progress,
+    unknown_clients,
+    write_throughput,
+)
 
 __all__ = ["register"]
 
@@ -29,11 +35,10 @@ def register(subparsers: Any) -> None:
     )
     actions = parser.add_subparsers(dest="bench_action", metavar="BENCHMARK", required=True)
 
-    tp = actions.add_parser(
+    tp = _benchmark(
+        actions,
         "throughput",
-        help="consume the same topic with every client; records/s, MB/s, CPU, RSS",
-        description=_doc("kafka_handoff.bench.throughput"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "consume the same topic with every client; records/s, MB/s, CPU, RSS",
     )
     tp.add_argument("--records", type=int, default=1_000_000)
     tp.add_argument("--value-bytes", type=int, default=100)
@@ -71,11 +76,10 @@ def register(subparsers: Any) -> None:
     )
     tp.set_defaults(func=_throughput)
 
-    rb = actions.add_parser(
+    rb = _benchmark(
+        actions,
         "rebalance",
-        help="3 members with async processing, a 4th joins, one leaves: duplicates, stalls, timelines",
-        description=_doc("kafka_handoff.bench.rebalance"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "3 members with async processing, a 4th joins, one leaves: duplicates, stalls, timelines",
     )
     rb.add_argument("--protocol", choices=("classic", "consumer", "both"), default="both")
     rb.add_argument("--clients", default="handoff,confluent", help="comma-separated: handoff, confluent")
@@ -99,11 +103,10 @@ def register(subparsers: Any) -> None:
     _common(rb)
     rb.set_defaults(func=_rebalance)
 
-    pl = actions.add_parser(
+    pl = _benchmark(
+        actions,
         "pipeline",
-        help="the pipeline worker beside Spark's built-in Kafka source: records/s, latency p50/p99",
-        description=_doc("kafka_handoff.bench.pipeline"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "the pipeline worker beside Spark's built-in Kafka source: records/s, latency p50/p99",
     )
     pl.add_argument("--events", type=int, default=200_000)
     pl.add_argument("--partitions", type=int, default=4)
@@ -124,12 +127,11 @@ def register(subparsers: Any) -> None:
     _common(pl)
     pl.set_defaults(func=lambda a: __import__("kafka_handoff.bench.pipeline", fromlist=["cli"]).cli(a))
 
-    fa = actions.add_parser(
+    fa = _benchmark(
+        actions,
         "faults",
-        help="broker kills, bounces, a hung broker and network faults under consuming groups: records "
+        "broker kills, bounces, a hung broker and network faults under consuming groups: records "
         "lost/duplicated, longest stall, bounded close; against confluent-kafka in the same run",
-        description=_doc("kafka_handoff.bench.faults"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     fa.add_argument(
         "--faults",
@@ -144,12 +146,11 @@ def register(subparsers: Any) -> None:
     fa.add_argument("--json", default="", help="also write the results as JSON to this file")
     fa.set_defaults(func=lambda a: __import__("kafka_handoff.bench.faults", fromlist=["cli"]).cli(a))
 
-    pr = actions.add_parser(
+    pr = _benchmark(
+        actions,
         "produce",
-        help="produce N records with every client (ours: send(), send_nowait(), send_many()); records/s, "
+        "produce N records with every client (ours: send(), send_nowait(), send_many()); records/s, "
         "MB/s, CPU, RSS",
-        description=_doc("kafka_handoff.bench.produce"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     pr.add_argument("--records", type=int, default=1_000_000)
     pr.add_argument("--value-bytes", type=int, default=100)
@@ -188,6 +189,17 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_passthrough, module="decode")
 
 
+def _benchmark(actions: Any, name: str, help: str) -> argparse.ArgumentParser:
+    """The ``handoff bench NAME`` parser, described by ``kafka_handoff.bench.NAME``'s docstring."""
+    parser: argparse.ArgumentParser = actions.add_parser(
+        name,
+        help=help,
+        description=_doc(f"kafka_handoff.bench.{name}"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
+
+
 def _doc(module: str) -> str:
     import importlib
 
@@ -203,38 +215,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="directory for JSON and PNG files")
 
 
-@contextlib.contextmanager
-def _broker(bootstrap: str | None) -> Iterator[str]:
-    with _private_broker(bootstrap, None) as (address, _cluster):
-        yield address
-
-
-@contextlib.contextmanager
-def _private_broker(bootstrap: str | None, security: str | None) -> Iterator[tuple[str, Any]]:
-    """``(bootstrap servers, the dev broker or None)``: ``bootstrap`` as given, else a private dev broker
-    (with the secured listener of ``security`` beside PLAINTEXT when given)."""
-    if bootstrap:
-        yield bootstrap, None
-        return
-    from kafka_handoff import devbroker
-
-    print("starting a private dev broker ...", file=sys.stderr, flush=True)
-    cluster = devbroker.start(nodes=1, security=security)
-    try:
-        print(f"broker at {cluster.bootstrap_servers}", file=sys.stderr, flush=True)
-        yield cluster.bootstrap_servers, cluster
-    finally:
-        cluster.stop()
-
-
-def _progress(msg: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} {msg}", file=sys.stderr, flush=True)
-
-
 def _throughput(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from kafka_handoff.bench import report, throughput
+    from kafka_handoff.bench import throughput
     from kafka_handoff.bench.peers import CLIENTS, SECURITY_RUNNERS
 
     if args.share:
@@ -244,10 +226,7 @@ def _throughput(args: argparse.Namespace) -> int:
         clients = [c.strip() for c in args.clients.split(",") if c]
     else:
         clients = secured_clients if args.security else list(CLIENTS)
-    unknown = [c for c in clients if c not in CLIENTS]
-    if unknown:
-        allowed = ", ".join(CLIENTS)
-        print(f"error: unknown client(s) {', '.join(unknown)} (allowed: {allowed})", file=sys.stderr)
+    if unknown_clients(clients, CLIENTS):
         return 2
     if args.security:
         if args.bootstrap_servers:
@@ -266,12 +245,12 @@ def _throughput(args: argparse.Namespace) -> int:
         return 2
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    with _private_broker(args.bootstrap_servers, args.security) as (bootstrap, cluster):
+    with private_broker(args.bootstrap_servers, args.security) as (bootstrap, cluster):
         client_config = None
         if cluster is not None and cluster.security is not None and args.security:
             mech = args.sasl_mechanism if args.security.startswith("sasl") else None
             client_config = str(cluster.security.client_json_path(args.security, mech))
-            _progress(f"consumers use {client_config} ({args.security}{' ' + mech if mech else ''})")
+            progress(f"consumers use {client_config} ({args.security}{' ' + mech if mech else ''})")
         result = throughput.run_benchmark(
             bootstrap,
             client_config=client_config,
@@ -283,26 +262,17 @@ def _throughput(args: argparse.Namespace) -> int:
             clients=clients,
             keep_topic=args.keep_topic,
             profile_dir=out if args.profile else None,
-            progress=_progress,
+            progress=progress,
         )
     data = result.as_dict()
-    (out / "throughput.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
-    env = data["environment"]
-    load = f"{env['load_avg_start'][0]:.1f}-{env['load_avg_end'][0]:.1f}"
     subtitle = (
         f"{args.records:,} records x {args.value_bytes} B, {args.partitions} partitions, median of "
-        f"{args.repeat}; {env['cpus']} CPUs, load {load}; {env['broker']} on loopback"
+        f"{args.repeat}; {load_note(data['environment'])}"
     )
     if args.security:
         subtitle += f"; consumers over {data['config']['security']}"
-    medians = data["medians"]
-    try:
-        report.plot_throughput(medians, out / "throughput.png", subtitle)
-    except ImportError as exc:
-        print(f"(no plot: {exc}; install the 'bench' extra)", file=sys.stderr)
-    Console(width=160).print(report.throughput_table(medians, title=subtitle))
-    print(f"wrote {out / 'throughput.json'} and {out / 'throughput.png'}", file=sys.stderr)
-    return 0 if all(m.get("runs") for m in medians) else 1
+    write_throughput(out, "throughput", data, subtitle)
+    return 0 if all(m.get("runs") for m in data["medians"]) else 1
 
 
 def _rebalance(args: argparse.Namespace) -> int:
@@ -312,10 +282,7 @@ def _rebalance(args: argparse.Namespace) -> int:
 
     protocols = ("classic", "consumer") if args.protocol == "both" else (args.protocol,)
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
-    unknown = [c for c in clients if c not in rebalance.CLIENT_LABELS]
-    if unknown:
-        allowed = ", ".join(rebalance.CLIENT_LABELS)
-        print(f"error: unknown client(s) {', '.join(unknown)} (allowed: {allowed})", file=sys.stderr)
+    if unknown_clients(clients, rebalance.CLIENT_LABELS):
         return 2
     if min(args.steady, args.leave_after, args.stop_after) < 2:
         print("error: --steady, --leave-after and --stop-after must be at least 2 seconds", file=sys.stderr)
@@ -334,7 +301,7 @@ def _rebalance(args: argparse.Namespace) -> int:
     )
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    with _broker(args.bootstrap_servers) as bootstrap:
+    with broker(args.bootstrap_servers) as bootstrap:
         data = rebalance.run_benchmark(
             bootstrap,
             protocols=protocols,
@@ -342,7 +309,7 @@ def _rebalance(args: argparse.Namespace) -> int:
             cfg=cfg,
             work_dir=out / "rebalance-runs",
             warm_up_s=args.warm_up,
-            progress=_progress,
+            progress=progress,
         )
     suffix = "" if args.protocol == "both" else f"-{args.protocol}"
     json_path = out / f"rebalance{suffix}.json"
@@ -364,25 +331,20 @@ def _rebalance(args: argparse.Namespace) -> int:
 
 
 def _produce(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from kafka_handoff.bench import produce, report
+    from kafka_handoff.bench import produce
 
     if args.clients == "all":
         clients = [c for c in produce.CLIENTS if produce.client_available(c)]
     else:
         clients = [c.strip() for c in args.clients.split(",") if c.strip()]
-    unknown = [c for c in clients if c not in produce.CLIENTS]
-    if unknown:
-        allowed = ", ".join(produce.CLIENTS)
-        print(f"error: unknown client(s) {', '.join(unknown)} (allowed: {allowed})", file=sys.stderr)
+    if unknown_clients(clients, produce.CLIENTS):
         return 2
     if args.records < 1 or args.value_bytes < 1 or args.repeat < 1 or args.chunk < 1:
         print("error: --records, --value-bytes, --repeat and --chunk must be at least 1", file=sys.stderr)
         return 2
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    with _broker(args.bootstrap_servers) as bootstrap:
+    with broker(args.bootstrap_servers) as bootstrap:
         result = produce.run_benchmark(
             bootstrap,
             records=args.records,
@@ -396,26 +358,17 @@ def _produce(args: argparse.Namespace) -> int:
             repeat=args.repeat,
             clients=clients,
             profile_dir=out if args.profile else None,
-            progress=_progress,
+            progress=progress,
         )
     data = result.as_dict()
-    (out / "produce.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
-    env = data["environment"]
-    load = f"{env['load_avg_start'][0]:.1f}-{env['load_avg_end'][0]:.1f}"
     idempotence = "idempotent" if args.acks == "all" else "not idempotent"
     subtitle = (
         f"produce {args.records:,} records x {args.value_bytes} B, {args.partitions} partitions, "
         f"acks={args.acks} ({idempotence}), compression={args.compression}, median of {args.repeat}; "
-        f"{env['cpus']} CPUs, load {load}; {env['broker']} on loopback"
+        f"{load_note(data['environment'])}"
     )
-    medians = data["medians"]
-    try:
-        report.plot_throughput(medians, out / "produce.png", subtitle)
-    except ImportError as exc:
-        print(f"(no plot: {exc}; install the 'bench' extra)", file=sys.stderr)
-    Console(width=170).print(report.throughput_table(medians, title=subtitle))
-    print(f"wrote {out / 'produce.json'} and {out / 'produce.png'}", file=sys.stderr)
-    return 0 if all(m.get("runs") and not m.get("failed") for m in medians) else 1
+    write_throughput(out, "produce", data, subtitle, width=170)
+    return 0 if all(m.get("runs") and not m.get("failed") for m in data["medians"]) else 1
 
 
 def _passthrough(args: argparse.Namespace) -> int:
@@ -429,23 +382,17 @@ def _passthrough(args: argparse.Namespace) -> int:
 
 
 def _share_throughput(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from kafka_handoff.bench import report
     from kafka_handoff.bench.share import SHARE_CLIENTS, run_share_benchmark
 
     if args.security:
         print("error: --share does not take --security", file=sys.stderr)
         return 2
     clients = None if args.clients == "all" else [c.strip() for c in args.clients.split(",") if c]
-    unknown = [c for c in clients or () if c not in SHARE_CLIENTS]
-    if unknown:
-        allowed = ", ".join(SHARE_CLIENTS)
-        print(f"error: unknown share client(s) {', '.join(unknown)} (allowed: {allowed})", file=sys.stderr)
+    if unknown_clients(clients or (), SHARE_CLIENTS, "share client"):
         return 2
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    with _private_broker(args.bootstrap_servers, None) as (bootstrap, _cluster):
+    with broker(args.bootstrap_servers) as bootstrap:
         result = run_share_benchmark(
             bootstrap,
             records=args.records,
@@ -454,17 +401,12 @@ def _share_throughput(args: argparse.Namespace) -> int:
             repeat=args.repeat,
             clients=clients,
             keep_topic=args.keep_topic,
-            progress=_progress,
+            progress=progress,
         )
     data = result.as_dict()
-    (out / "throughput-share.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
-    env = data["environment"]
-    load = f"{env['load_avg_start'][0]:.1f}-{env['load_avg_end'][0]:.1f}"
     subtitle = (
         f"share groups: {args.records:,} records x {args.value_bytes} B, {args.partitions} partitions, "
-        f"median of {args.repeat}; {env['cpus']} CPUs, load {load}; {env['broker']} on loopback"
+        f"median of {args.repeat}; {load_note(data['environment'])}"
     )
-    medians = data["medians"]
-    Console(width=160).print(report.throughput_table(medians, title=subtitle))
-    print(f"wrote {out / 'throughput-share.json'}", file=sys.stderr)
-    return 0 if all(m.get("runs") for m in medians) else 1
+    write_throughput(out, "throughput-share", data, subtitle, plot=False)
+    return 0 if all(m.get("runs") for m in data["medians"]) else 1

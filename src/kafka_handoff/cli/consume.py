@@ -73,6 +73,40 @@ def stop_on_signals(wakeup: Callable[[], None]) -> dict[str, bool]:
     return stop
 
 
+def poll_records(
+    consumer: Any, args: argparse.Namespace, stop: dict[str, bool], emit: Callable[[Any], None], start: float
+) -> tuple[int, int, float]:
+    """The poll loop of ``handoff consume`` (plain and share groups): ``emit`` every record until a signal,
+    ``--idle-timeout`` seconds without records or ``--max-records``.  Returns the records and value bytes
+    consumed and when the first record came (``start``, when none came)."""
+    from kafka_handoff.errors import WakeupError
+
+    count = 0
+    nbytes = 0
+    first: float | None = None
+    last_record = start  # the idle timeout counts from the start, subscribing included
+    while not stop["flag"]:
+        try:
+            records = consumer.poll(0.5)
+        except WakeupError:
+            break
+        if not records:
+            if args.idle_timeout and time.monotonic() - last_record > args.idle_timeout:
+                break
+            continue
+        last_record = time.monotonic()
+        if first is None:
+            first = last_record
+        for r in records:
+            count += 1
+            nbytes += len(r.value or b"")
+            emit(r)
+            if args.max_records and count >= args.max_records:
+                stop["flag"] = True
+                break
+    return count, nbytes, start if first is None else first
+
+
 def _text(value: bytes | None) -> str:
     if value is None:
         return "null"
@@ -84,7 +118,7 @@ def _text(value: bytes | None) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     from kafka_handoff.consumer import Consumer
-    from kafka_handoff.errors import ConfigError, KafkaError, WakeupError
+    from kafka_handoff.errors import ConfigError, KafkaError
     from kafka_handoff.types import TopicPartition
 
     try:
@@ -119,60 +153,42 @@ def _run(args: argparse.Namespace) -> int:
 
     stop = stop_on_signals(consumer.wakeup)
 
-    count = 0
-    nbytes = 0
     start = time.monotonic()
-    first: float | None = None
-    last_record = time.monotonic()
     out = sys.stdout
+
+    def emit(r: Any) -> None:
+        if args.format == "text":
+            out.write(f"{r.topic}-{r.partition}@{r.offset}\t{_text(r.key)}\t{_text(r.value)}\n")
+        elif args.format == "json":
+            out.write(
+                json.dumps(
+                    {
+                        "topic": r.topic,
+                        "partition": r.partition,
+                        "offset": r.offset,
+                        "timestamp": r.timestamp,
+                        "key": _text(r.key),
+                        "value": _text(r.value),
+                        "headers": [[k, _text(v)] for k, v in r.headers],
+                    }
+                )
+                + "\n"
+            )
+
     try:
         if args.group:
             consumer.subscribe([args.topic])
         else:
             parts = consumer.partitions_for(args.topic)
             consumer.assign([TopicPartition(args.topic, p.partition) for p in parts])
-        while not stop["flag"]:
-            try:
-                records = consumer.poll(0.5)
-            except WakeupError:
-                break
-            if not records:
-                if args.idle_timeout and time.monotonic() - last_record > args.idle_timeout:
-                    break
-                continue
-            last_record = time.monotonic()
-            if first is None:
-                first = last_record
-            for r in records:
-                count += 1
-                nbytes += len(r.value or b"")
-                if args.format == "text":
-                    out.write(f"{r.topic}-{r.partition}@{r.offset}\t{_text(r.key)}\t{_text(r.value)}\n")
-                elif args.format == "json":
-                    out.write(
-                        json.dumps(
-                            {
-                                "topic": r.topic,
-                                "partition": r.partition,
-                                "offset": r.offset,
-                                "timestamp": r.timestamp,
-                                "key": _text(r.key),
-                                "value": _text(r.value),
-                                "headers": [[k, _text(v)] for k, v in r.headers],
-                            }
-                        )
-                        + "\n"
-                    )
-                if args.max_records and count >= args.max_records:
-                    stop["flag"] = True
-                    break
+        count, nbytes, first = poll_records(consumer, args, stop, emit, start)
     except KafkaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     finally:
         consumer.close(10)
     end = time.monotonic()
-    span = end - (first if first is not None else start)
+    span = end - first
     rate = count / span if span > 0 and count else 0.0
     print(
         f"consumed {count} records, {nbytes / 1e6:.1f} MB in {span:.2f}s: {rate:,.0f} records/s, "

@@ -7,7 +7,7 @@ target assignments), then each partition's committed offset, log end offset and 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from kafka_handoff.cli.topics import add_connection_args, console, run_admin
@@ -138,10 +138,16 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
+    return run_delete(args, lambda admin: admin.delete_groups(args.groups, timeout=args.timeout), "group")
+
+
+def run_delete(args: argparse.Namespace, delete: Callable[[AdminClient], None], what: str) -> int:
+    """``delete GROUP...`` of ``groups`` and ``share-groups``: ``delete`` them, then one line per group."""
+
     def action(admin: AdminClient) -> int:
-        admin.delete_groups(args.groups, timeout=args.timeout)
+        delete(admin)
         for g in args.groups:
-            print(f"deleted group {g}")
+            print(f"deleted {what} {g}")
         return 0
 
     return run_admin(args, action)

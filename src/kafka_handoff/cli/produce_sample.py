@@ -8,8 +8,7 @@ partition), with the event time as the record timestamp::
 
 A configurable share of records is *malformed*, as real feeds are: either not valid JSON (cut short) or
 valid JSON with a required field missing.  Everything is derived from ``--seed`` and ``--start-ms``, so a
-run with both given is reproducible; :func:`generate_events` gives tests the same events, with the ground
-truth attached.
+run with both given is reproducible.  The generator is :mod:`kafka_handoff.sample`.
 
 Event times (also the record timestamps) end about now by default (``--start-ms`` = now - 25 ms x count, the
 mean spacing), so the broker's time-based retention (7 days by default) keeps the sample and its
@@ -19,15 +18,19 @@ mean spacing), so the broker's time-based retention (7 days by default) keeps th
 from __future__ import annotations
 
 import argparse
-import json
-import random
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from kafka_handoff.cli.command_config import add_command_config_arg
+from kafka_handoff.sample import (
+    DEFAULT_START_MS,
+    REQUIRED_FIELDS,
+    SampleEvent,
+    default_start_ms,
+    generate_events,
+    iter_events,
+)
 
 __all__ = [
     "DEFAULT_START_MS",
@@ -38,130 +41,6 @@ __all__ = [
     "iter_events",
     "register",
 ]
-
-#: Event time of the first event unless ``start_ms`` says otherwise (2023-11-14T22:13:20Z).
-DEFAULT_START_MS: Final = 1_700_000_000_000
-#: Fields every well-formed event has.
-REQUIRED_FIELDS: Final = ("event_id", "user", "session", "page", "action", "timestamp")
-
-_PAGES: Final = (
-    "/",
-    "/search",
-    "/cart",
-    "/checkout",
-    "/account",
-    "/help",
-    *(f"/products/{i}" for i in range(1, 41)),
-    *(f"/category/{c}" for c in ("books", "music", "garden", "toys", "tools", "sports")),
-)
-_ACTIONS: Final = ("view", "view", "view", "view", "click", "click", "scroll", "add_to_cart", "purchase")
-MALFORMED_KINDS: Final = ("invalid_json", "missing_field")
-
-
-@dataclass(frozen=True, slots=True)
-class SampleEvent:
-    """One generated record and its ground truth."""
-
-    index: int
-    key: bytes
-    """The user id, UTF-8."""
-    value: bytes
-    """The record value: the JSON event, or the malformed bytes."""
-    timestamp: int
-    """Event time in ms since the epoch; also the record's timestamp."""
-    event: dict[str, Any] | None
-    """The event as parsed from a well-formed value; None for a malformed record."""
-    malformed: str | None = None
-    """None, or which defect: ``invalid_json`` or ``missing_field``."""
-
-    @property
-    def is_malformed(self) -> bool:
-        return self.malformed is not None
-
-
-def iter_events(
-    count: int,
-    seed: int = 0,
-    malformed_share: float = 0.01,
-    *,
-    start_ms: int = DEFAULT_START_MS,
-    users: int = 1000,
-) -> Iterator[SampleEvent]:
-    """Yield ``count`` clickstream events, deterministically from ``seed``.
-
-    About ``malformed_share`` of them (each independently) are malformed.  Event times start at
-    ``start_ms`` and grow by 0-49 ms per event.  Users have sessions that end after a random number of
-    events.
-    """
-    if count < 0:
-        raise ValueError(f"count must not be negative, got {count}")
-    if not 0.0 <= malformed_share <= 1.0:
-        raise ValueError(f"malformed_share must be within [0, 1], got {malformed_share}")
-    if users < 1:
-        raise ValueError(f"users must be at least 1, got {users}")
-    rng = random.Random(seed)
-    sessions: dict[int, tuple[int, int]] = {}  # user -> (session number, events left in it)
-    ts = start_ms
-    prefix = f"e{seed & 0xFFFFFFFF:x}"
-    width = max(4, len(str(users - 1)))
-    for index in range(count):
-        ts += rng.randrange(50)
-        user = rng.randrange(users)
-        number, left = sessions.get(user, (0, 0))
-        if left <= 0:
-            number, left = number + 1, rng.randint(3, 30)
-        sessions[user] = (number, left - 1)
-        user_id = f"user-{user:0{width}d}"
-        event: dict[str, Any] = {
-            "event_id": f"{prefix}-{index:09d}",
-            "user": user_id,
-            "session": f"s-{user:0{width}d}-{number}",
-            "page": rng.choice(_PAGES),
-            "action": rng.choice(_ACTIONS),
-            "timestamp": ts,
-        }
-        malformed: str | None = None
-        if malformed_share and rng.random() < malformed_share:
-            malformed = MALFORMED_KINDS[rng.randrange(len(MALFORMED_KINDS))]
-        if malformed is None:
-            value = json.dumps(event, separators=(",", ":")).encode()
-            yield SampleEvent(index, user_id.encode(), value, ts, event)
-        elif malformed == "invalid_json":
-            text = json.dumps(event, separators=(",", ":"))
-            cut = rng.randrange(1, len(text) - 1)
-            yield SampleEvent(index, user_id.encode(), text[:cut].encode(), ts, None, malformed)
-        else:
-            broken = dict(event)
-            del broken[rng.choice(("user", "page", "timestamp", "event_id"))]
-            value = json.dumps(broken, separators=(",", ":")).encode()
-            yield SampleEvent(index, user_id.encode(), value, ts, None, malformed)
-
-
-def generate_events(
-    count: int,
-    seed: int = 0,
-    malformed_share: float = 0.01,
-    *,
-    start_ms: int = DEFAULT_START_MS,
-    users: int = 1000,
-) -> list[SampleEvent]:
-    """The events ``handoff produce-sample`` writes for the same arguments (see :func:`iter_events`)."""
-    return list(iter_events(count, seed, malformed_share, start_ms=start_ms, users=users))
-
-
-# ---------------------------------------------------------------------------------------------------------
-# command line
-
-
-#: Mean spacing of event times (0-49 ms per event).
-MEAN_SPACING_MS: Final = 25
-
-
-def default_start_ms(count: int, *, now: bool = False, now_ms: int | None = None) -> int:
-    """The first event time when ``--start-ms`` is not given: ``count`` events then end about now (``now``:
-    they start now)."""
-    current = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    return current if now else current - MEAN_SPACING_MS * count
 
 
 def register(subparsers: Any) -> None:

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from kafka_handoff.cli.groups import format_partitions
+from kafka_handoff.cli.groups import format_partitions, run_delete
 from kafka_handoff.cli.topics import add_connection_args, console, run_admin
 
 if TYPE_CHECKING:
@@ -168,13 +168,9 @@ def cmd_reset_offsets(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    def action(admin: AdminClient) -> int:
-        admin.delete_share_groups(args.groups, timeout=args.timeout)
-        for g in args.groups:
-            print(f"deleted share group {g}")
-        return 0
-
-    return run_admin(args, action)
+    return run_delete(
+        args, lambda admin: admin.delete_share_groups(args.groups, timeout=args.timeout), "share group"
+    )
 
 
 def run_share_consume(args: argparse.Namespace, config: dict[str, Any], text: Any) -> int:
@@ -184,7 +180,7 @@ def run_share_consume(args: argparse.Namespace, config: dict[str, Any], text: An
     ``--from-beginning`` sets the group config ``share.auto.offset.reset=earliest`` first."""
     from kafka_handoff.admin import AdminClient
     from kafka_handoff.config import ADMIN_CONFIG_DEF
-    from kafka_handoff.errors import ConfigError, KafkaError, WakeupError
+    from kafka_handoff.errors import ConfigError, KafkaError
     from kafka_handoff.share import ShareConsumer
 
     config = {k: v for k, v in config.items() if k != "auto.offset.reset"}
@@ -203,54 +199,36 @@ def run_share_consume(args: argparse.Namespace, config: dict[str, Any], text: An
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    from kafka_handoff.cli.consume import stop_on_signals  # (consume imports this module)
+    from kafka_handoff.cli.consume import poll_records, stop_on_signals  # (consume imports this module)
 
     stop = stop_on_signals(consumer.wakeup)
-    count = 0
-    nbytes = 0
     start = time.monotonic()
-    first: float | None = None
-    last_record = time.monotonic()
     out = sys.stdout
+
+    def emit(r: Any) -> None:
+        if args.format == "text":
+            out.write(
+                f"{r.topic}-{r.partition}@{r.offset}\tdelivery {r.delivery_count}\t{text(r.key)}\t"
+                f"{text(r.value)}\n"
+            )
+        elif args.format == "json":
+            record = {
+                "topic": r.topic,
+                "partition": r.partition,
+                "offset": r.offset,
+                "delivery_count": r.delivery_count,
+                "timestamp": r.timestamp,
+                "key": text(r.key),
+                "value": text(r.value),
+                "headers": [[k, text(v)] for k, v in r.headers],
+            }
+            out.write(json.dumps(record) + "\n")
+        if explicit:
+            consumer.acknowledge(r)
+
     try:
         consumer.subscribe([args.topic])
-        while not stop["flag"]:
-            try:
-                records = consumer.poll(0.5)
-            except WakeupError:
-                break
-            if not records:
-                if args.idle_timeout and time.monotonic() - last_record > args.idle_timeout:
-                    break
-                continue
-            last_record = time.monotonic()
-            if first is None:
-                first = last_record
-            for r in records:
-                count += 1
-                nbytes += len(r.value or b"")
-                if args.format == "text":
-                    out.write(
-                        f"{r.topic}-{r.partition}@{r.offset}\tdelivery {r.delivery_count}\t{text(r.key)}\t"
-                        f"{text(r.value)}\n"
-                    )
-                elif args.format == "json":
-                    record = {
-                        "topic": r.topic,
-                        "partition": r.partition,
-                        "offset": r.offset,
-                        "delivery_count": r.delivery_count,
-                        "timestamp": r.timestamp,
-                        "key": text(r.key),
-                        "value": text(r.value),
-                        "headers": [[k, text(v)] for k, v in r.headers],
-                    }
-                    out.write(json.dumps(record) + "\n")
-                if explicit:
-                    consumer.acknowledge(r)
-                if args.max_records and count >= args.max_records:
-                    stop["flag"] = True
-                    break
+        count, nbytes, first = poll_records(consumer, args, stop, emit, start)
         if explicit:
             consumer.commit_sync(10)
     except KafkaError as exc:
@@ -258,7 +236,7 @@ def run_share_consume(args: argparse.Namespace, config: dict[str, Any], text: An
         return 1
     finally:
         consumer.close(10)
-    span = time.monotonic() - (first if first is not None else start)
+    span = time.monotonic() - first
     rate = count / span if span > 0 and count else 0.0
     print(
         f"consumed {count} records (share group {args.share_group}), {nbytes / 1e6:.1f} MB in {span:.2f}s: "

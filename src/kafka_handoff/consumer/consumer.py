@@ -23,6 +23,8 @@ from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
 
+from kio.schema.errors import ErrorCode
+
 from kafka_handoff.config import ConsumerConfig, parse_consumer_config
 from kafka_handoff.consumer.batch import ColumnarRecords
 from kafka_handoff.consumer.collector import Collector
@@ -54,6 +56,7 @@ from kafka_handoff.consumer.listener import (
     RebalanceListenerHolder,
     invoke_callback,
 )
+from kafka_handoff.consumer.metrics import FetchMetrics, RebalanceMetrics
 from kafka_handoff.consumer.offsets import EARLIEST, LATEST, CommitManager, OffsetsManager
 from kafka_handoff.consumer.records import ConsumerRecords
 from kafka_handoff.consumer.subscription import SubscriptionState, SubscriptionType
@@ -77,7 +80,7 @@ from kafka_handoff.group.membership import (
     MetadataNeeded,
     Subscription,
 )
-from kafka_handoff.metrics import FetchMetrics, Metrics, RebalanceMetrics
+from kafka_handoff.metrics import Metrics
 from kafka_handoff.network.client import NetworkClient
 from kafka_handoff.network.events import ApplicationEvent
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
@@ -957,7 +960,7 @@ class Consumer:
         parts = cluster.partitions_for(topic)
         if parts is None:
             code = cluster.topic_errors.get(topic)
-            if code is not None and code != 3:
+            if code is not None and code != ErrorCode.unknown_topic_or_partition:
                 from kafka_handoff.errors import error_for_code
 
                 raise error_for_code(code, f"topic {topic}")

@@ -18,7 +18,7 @@ from kafka_handoff.consumer.offsets import CommitManager, OffsetsManager
 from kafka_handoff.consumer.subscription import SubscriptionState
 from kafka_handoff.group.coordinator import CoordinatorManager
 from kafka_handoff.group.membership import AppThreadTask, Membership, Subscription
-from kafka_handoff.network.events import ApplicationEvent, ApplicationEventProcessor
+from kafka_handoff.network.events import ApplicationEvent, ApplicationEventProcessor, TerminateTelemetryEvent
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.requests import RequestManager
 from kafka_handoff.protocol.telemetry import TelemetryManager
@@ -160,11 +160,6 @@ class MetadataUpdateEvent(ApplicationEvent):
     """Result: fresh cluster metadata for ``topics`` (``None``: all topics)."""
 
     topics: frozenset[str] | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TerminateTelemetryEvent(ApplicationEvent):
-    """KIP-714: the terminating push before close."""
 
 
 class ConsumerEventProcessor(ApplicationEventProcessor):

@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-__all__ = ["ApplicationEvent", "ApplicationEventProcessor", "RunClosure"]
+__all__ = ["ApplicationEvent", "ApplicationEventProcessor", "RunClosure", "TerminateTelemetryEvent"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,9 +33,15 @@ class ApplicationEvent:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TerminateTelemetryEvent(ApplicationEvent):
+    """KIP-714: the terminating telemetry push before close (consumer and producer; each client's processor
+    hands it to its telemetry manager)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunClosure(ApplicationEvent):
     """An untyped event: ``fn(now_ms, future)`` on the network thread.  Only for clients without typed
-    events yet (producer metadata waits, admin, share consumer) and for tests; the consumer uses none."""
+    events yet (admin, share consumer) and for tests; the consumer and the producer use none."""
 
     fn: Callable[[int, Future[Any]], None]
 

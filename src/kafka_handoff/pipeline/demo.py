@@ -39,8 +39,8 @@ def produce_events(
     timestamps more than an hour ahead (``log.message.timestamp.after.max.ms``) and deletes segments older
     than its retention, so neither "starting now" nor the generator's fixed 2023 default works for large
     counts."""
-    from kafka_handoff.cli.produce_sample import default_start_ms, iter_events
     from kafka_handoff.producer import Producer
+    from kafka_handoff.sample import default_start_ms, iter_events
 
     start_ms = default_start_ms(count)
     failures: list[BaseException] = []

@@ -40,6 +40,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from kio.schema.errors import ErrorCode
+
 from kafka_handoff.errors import KafkaError, error_for_code
 from kafka_handoff.producer.batch import NO_SEQUENCE, ProducerBatch
 from kafka_handoff.types import TopicPartition
@@ -53,14 +55,14 @@ MAX_EPOCH: Final = 0x7FFF
 INT32_MAX: Final = 0x7FFFFFFF
 
 # Broker error codes used by the state machine.
-OUT_OF_ORDER_SEQUENCE_NUMBER: Final = 45
-DUPLICATE_SEQUENCE_NUMBER: Final = 46
-INVALID_PRODUCER_EPOCH: Final = 47
-UNKNOWN_PRODUCER_ID: Final = 59
-CLUSTER_AUTHORIZATION_FAILED: Final = 31
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53
-PRODUCER_FENCED: Final = 90
-UNSUPPORTED_VERSION: Final = 35
+OUT_OF_ORDER_SEQUENCE_NUMBER: Final = ErrorCode.out_of_order_sequence_number
+DUPLICATE_SEQUENCE_NUMBER: Final = ErrorCode.duplicate_sequence_number
+INVALID_PRODUCER_EPOCH: Final = ErrorCode.invalid_producer_epoch
+UNKNOWN_PRODUCER_ID: Final = ErrorCode.unknown_producer_id
+CLUSTER_AUTHORIZATION_FAILED: Final = ErrorCode.cluster_authorization_failed
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = ErrorCode.transactional_id_authorization_failed
+PRODUCER_FENCED: Final = ErrorCode.producer_fenced
+UNSUPPORTED_VERSION: Final = ErrorCode.unsupported_version
 
 #: Produce errors after which the idempotent producer cannot go on (Java: fatal for a non-transactional
 #: producer).

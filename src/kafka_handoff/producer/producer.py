@@ -41,6 +41,8 @@ from concurrent.futures import wait as wait_futures
 from time import monotonic_ns, time_ns
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kafka_handoff.config import ProducerConfig, parse_producer_config
 from kafka_handoff.errors import (
     AuthenticationError,
@@ -54,6 +56,7 @@ from kafka_handoff.errors import (
 )
 from kafka_handoff.metrics import MetricConfig, Metrics
 from kafka_handoff.network.client import NetworkClient
+from kafka_handoff.network.events import ApplicationEvent, TerminateTelemetryEvent
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
 from kafka_handoff.producer.accumulator import RecordAccumulator
 from kafka_handoff.producer.batch import (
@@ -61,6 +64,15 @@ from kafka_handoff.producer.batch import (
     Callback,
     ProducerBatch,
     estimate_headers_size,
+)
+from kafka_handoff.producer.events import (
+    AbortTransactionEvent,
+    BeginTransactionEvent,
+    CommitTransactionEvent,
+    InitTransactionsEvent,
+    ProducerEventProcessor,
+    SendOffsetsToTransactionEvent,
+    TopicMetadataEvent,
 )
 from kafka_handoff.producer.future import (
     complete_all,
@@ -96,7 +108,7 @@ __all__ = ["Producer"]
 
 log = logging.getLogger(__name__)
 
-_FATAL_TOPIC_ERRORS = frozenset({17, 29})  # INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED
+_FATAL_TOPIC_ERRORS = frozenset({ErrorCode.invalid_topic_exception, ErrorCode.topic_authorization_failed})
 _Completion = tuple[ProducerBatch, int, int, BaseException | None]
 _future_of = operator.itemgetter(4)
 _callback_of = operator.itemgetter(5)
@@ -303,6 +315,12 @@ class Producer:
             self._clock,
             name=f"kafka-handoff-network-{self.client_id}",
             background_events=self._background,
+            processor=ProducerEventProcessor(
+                metadata=self._metadata,
+                telemetry=self._telemetry,
+                txn=self._txn,
+                add_topic=self._add_topic_nt,
+            ),
             on_close=self._on_close_nt,
         )
         self._completer.start()
@@ -804,12 +822,9 @@ class Producer:
                 raise KafkaTimeoutError(
                     f"topic {topic} not present in metadata after {self._max_block_ms} ms"
                 )
-
-            def run(now: int, fut: Future[Any]) -> None:
-                self._add_topic_nt(topic, now)
-                self._metadata.wait_for_update(fut, frozenset({topic}))
-
-            fut = self._thread.call(run, deadline_ms=deadline_ms, name=f"metadata for topic {topic}")
+            fut = self._thread.submit(
+                TopicMetadataEvent(topic=topic, deadline_ms=deadline_ms, name=f"metadata for topic {topic}")
+            )
             try:
                 # In slices: an authentication failure reported meanwhile ends the wait within moments.
                 while not fut.done() and self._clock.now_ms() < deadline_ms:
@@ -850,13 +865,14 @@ class Producer:
             self._raise_unreported()
 
     # ================================================================================ transactions
-    def _txn_call(self, what: str, run: Callable[[int, Future[Any]], None], timeout: float | None) -> None:
+    def _txn_call(self, event: ApplicationEvent, timeout: float | None) -> None:
+        what = event.name
         if self._closed:
             raise IllegalStateError(f"cannot {what}: the producer is closed")
         if self._txn is None:
             raise IllegalStateError(f"cannot {what}: the producer has no transactional.id")
         timeout_ms = self._max_block_ms if timeout is None else max(0, int(timeout * 1000))
-        fut = self._thread.call(run, name=what)
+        fut = self._thread.submit(event)
         try:
             fut.result(timeout_ms / 1000.0)
         except FutureTimeout:
@@ -869,20 +885,12 @@ class Producer:
         fences older producers with the same id and completes their open transaction.  Call once, before
         the first transaction; waits up to ``timeout`` s (default ``max.block.ms``) -- after a
         :class:`~kafka_handoff.errors.KafkaTimeoutError` calling it again resumes the wait."""
-        txn = self._txn
-        self._txn_call("init_transactions", lambda now, f: txn.init_transactions(f) if txn else None, timeout)
+        self._txn_call(InitTransactionsEvent(name="init_transactions"), timeout)
 
     def begin_transaction(self) -> None:
         """Start a transaction: what is sent until :meth:`commit_transaction` or :meth:`abort_transaction`
         becomes visible to ``read_committed`` consumers atomically, or never."""
-        txn = self._txn
-
-        def run(now: int, fut: Future[Any]) -> None:
-            if txn is not None:
-                txn.begin_transaction()
-            fut.set_result(None)
-
-        self._txn_call("begin_transaction", run, 5.0)
+        self._txn_call(BeginTransactionEvent(name="begin_transaction"), 5.0)
 
     def send_offsets_to_transaction(
         self,
@@ -898,10 +906,10 @@ class Producer:
             tp: om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(int(om))
             for tp, om in offsets.items()
         }
-        txn = self._txn
         self._txn_call(
-            "send_offsets_to_transaction",
-            lambda now, f: txn.send_offsets(normalized, group_metadata, f) if txn else None,
+            SendOffsetsToTransactionEvent(
+                offsets=normalized, group_metadata=group_metadata, name="send_offsets_to_transaction"
+            ),
             timeout,
         )
 
@@ -919,14 +927,13 @@ class Producer:
             except KafkaTimeoutError as exc:
                 raise KafkaTimeoutError(f"commit_transaction: {exc}") from None
         remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
-        self._txn_call("commit_transaction", lambda now, f: txn.commit(f), remaining)
+        self._txn_call(CommitTransactionEvent(name="commit_transaction"), remaining)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         """Abort the open transaction: queued records fail with
         :class:`~kafka_handoff.errors.TransactionAbortedError`, what was written stays invisible to
         ``read_committed`` consumers and the offsets sent with it are not committed."""
-        txn = self._txn
-        self._txn_call("abort_transaction", lambda now, f: txn.abort(f, now) if txn else None, timeout)
+        self._txn_call(AbortTransactionEvent(name="abort_transaction"), timeout)
 
     def partitions_for(self, topic: str, timeout: float | None = None) -> list[PartitionInfo]:
         """The topic's partitions (waits up to ``timeout`` s, default ``max.block.ms``, for metadata)."""
@@ -965,9 +972,8 @@ class Producer:
             return
         start, timeout_ms = started
         if self._telemetry.enabled and timeout_ms > 0:  # KIP-714's terminating push, first (as Java)
-            telemetry = self._telemetry
             try:
-                self._thread.call(lambda now, f: telemetry.terminate(now, f)).result(timeout_ms / 2000.0)
+                self._thread.submit(TerminateTelemetryEvent()).result(timeout_ms / 2000.0)
             except Exception:
                 log.debug("terminating telemetry push did not complete", exc_info=True)
         self._accumulator.close()

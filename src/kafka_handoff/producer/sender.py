@@ -27,6 +27,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+from kio.schema.errors import ErrorCode
+
 from kafka_handoff.errors import (
     IllegalStateError,
     KafkaError,
@@ -61,19 +63,31 @@ OnDone = Callable[[ProducerBatch, int, int, BaseException | None], None]
 _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _MS: Final = datetime.timedelta(milliseconds=1)
 
-NETWORK_EXCEPTION: Final = 13
-REQUEST_TIMED_OUT: Final = 7
-MESSAGE_TOO_LARGE: Final = 10
-RECORD_LIST_TOO_LARGE: Final = 18
-INVALID_RECORD: Final = 87
+NETWORK_EXCEPTION: Final = ErrorCode.network_exception
+REQUEST_TIMED_OUT: Final = ErrorCode.request_timed_out
+MESSAGE_TOO_LARGE: Final = ErrorCode.message_too_large
+RECORD_LIST_TOO_LARGE: Final = ErrorCode.record_list_too_large
+INVALID_RECORD: Final = ErrorCode.invalid_record
 
-NOT_LEADER_OR_FOLLOWER: Final = 6
-FENCED_LEADER_EPOCH: Final = 74
+NOT_LEADER_OR_FOLLOWER: Final = ErrorCode.not_leader_or_follower
+FENCED_LEADER_EPOCH: Final = ErrorCode.fenced_leader_epoch
 #: Produce errors that come with the new leader (KIP-951 ``current_leader``).
 _LEADER_HINT_ERRORS: Final = frozenset({NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH})
 
 #: Java's ``InvalidMetadataException`` subclasses: after these the leader may have moved.
-_METADATA_ERRORS: Final = frozenset({3, 5, 6, 13, 56, 74, 75, 100, 103})
+_METADATA_ERRORS: Final = frozenset(
+    {
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.leader_not_available,
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.network_exception,
+        ErrorCode.kafka_storage_error,
+        ErrorCode.fenced_leader_epoch,
+        ErrorCode.unknown_leader_epoch,
+        ErrorCode.unknown_topic_id,
+        ErrorCode.inconsistent_topic_id,
+    }
+)
 
 
 @functools.cache

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from crc32c import crc32c
+from kio.schema.errors import ErrorCode
 
 from kafka_handoff.errors import (
     CommitFailedError,
@@ -55,7 +56,7 @@ from kafka_handoff.errors import (
 )
 from kafka_handoff.group.coordinator import parse_find_coordinator
 from kafka_handoff.producer.batch import ProducerBatch
-from kafka_handoff.producer.idempotence import INVALID_PRODUCER_EPOCH, IdempotenceManager
+from kafka_handoff.producer.idempotence import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, IdempotenceManager
 from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.requests import ANY_NODE, COORDINATOR, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
@@ -66,20 +67,20 @@ __all__ = ["TransactionManager", "TxnState", "mark_transactional"]
 log = logging.getLogger(__name__)
 
 # Error codes.
-COORDINATOR_LOAD_IN_PROGRESS: Final = 14
-COORDINATOR_NOT_AVAILABLE: Final = 15
-NOT_COORDINATOR: Final = 16
-ILLEGAL_GENERATION: Final = 22
-UNKNOWN_MEMBER_ID: Final = 25
-TOPIC_AUTHORIZATION_FAILED: Final = 29
-GROUP_AUTHORIZATION_FAILED: Final = 30
-CONCURRENT_TRANSACTIONS: Final = 51
-OPERATION_NOT_ATTEMPTED: Final = 55
-FENCED_INSTANCE_ID: Final = 82
-TRANSACTION_ABORTABLE: Final = 120
-INVALID_TXN_STATE: Final = 48
-OUT_OF_ORDER_SEQUENCE_NUMBER: Final = 45
-UNKNOWN_PRODUCER_ID: Final = 59
+COORDINATOR_LOAD_IN_PROGRESS: Final = ErrorCode.coordinator_load_in_progress
+COORDINATOR_NOT_AVAILABLE: Final = ErrorCode.coordinator_not_available
+NOT_COORDINATOR: Final = ErrorCode.not_coordinator
+ILLEGAL_GENERATION: Final = ErrorCode.illegal_generation
+UNKNOWN_MEMBER_ID: Final = ErrorCode.unknown_member_id
+TOPIC_AUTHORIZATION_FAILED: Final = ErrorCode.topic_authorization_failed
+GROUP_AUTHORIZATION_FAILED: Final = ErrorCode.group_authorization_failed
+CONCURRENT_TRANSACTIONS: Final = ErrorCode.concurrent_transactions
+OPERATION_NOT_ATTEMPTED: Final = ErrorCode.operation_not_attempted
+FENCED_INSTANCE_ID: Final = ErrorCode.fenced_instance_id
+TRANSACTION_ABORTABLE: Final = ErrorCode.transaction_abortable
+INVALID_TXN_STATE: Final = ErrorCode.invalid_txn_state
+OUT_OF_ORDER_SEQUENCE_NUMBER: Final = ErrorCode.out_of_order_sequence_number
+UNKNOWN_PRODUCER_ID: Final = ErrorCode.unknown_producer_id
 
 _COORDINATOR_MOVED: Final = frozenset({COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
 _ABORTABLE: Final = frozenset({TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED, TRANSACTION_ABORTABLE})
@@ -154,8 +155,8 @@ def _set_error(futures: list[Future[None]], error: BaseException) -> None:
 
 
 class TransactionManager:
-    """Network-thread request manager; the producer's app-thread calls reach it through ``NetworkThread.call``
-    (every public method except :meth:`check_send` runs on the network thread)."""
+    """Network-thread request manager; the producer's app-thread calls reach it as typed events
+    (``producer/events.py``; every public method except :meth:`check_send` runs on the network thread)."""
 
     def __init__(
         self,
@@ -348,7 +349,7 @@ class TransactionManager:
             self._epoch_invalid = True
         if isinstance(error, TransactionAbortedError):
             return
-        if code == 90:  # PRODUCER_FENCED
+        if code == PRODUCER_FENCED:
             self._fatal(error_for_code(code, "a newer producer with the same transactional.id exists"))
         else:
             self._abortable(error if isinstance(error, KafkaError) else KafkaError(str(error)))
@@ -479,7 +480,7 @@ class TransactionManager:
                 code = int(getattr(found, "code", -1)) if hasattr(found, "code") else -1
                 if code in (GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED) and key_type == 0:
                     self._abortable(KafkaError(str(found)))
-                elif code == 53:  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                elif code == ErrorCode.transactional_id_authorization_failed:
                     self._fatal(error_for_code(code, f"transactional.id {key!r}"))
                 else:
                     log.debug("FindCoordinator for %r: %s", key, found)
@@ -577,7 +578,7 @@ class TransactionManager:
             if code == 0:  # only OPERATION_NOT_ATTEMPTED / missing: try again
                 self._retry_later(now)
                 return
-            if code == 3:  # UNKNOWN_TOPIC_OR_PARTITION: metadata not there yet
+            if code == ErrorCode.unknown_topic_or_partition:  # metadata not there yet
                 self._request_metadata()
                 self._retry_later(now)
                 return
@@ -670,7 +671,7 @@ class TransactionManager:
                 self._group_coordinators.pop(group.group_id, None)
                 self._retry_later(now)
                 return
-            if code == 3:  # UNKNOWN_TOPIC_OR_PARTITION
+            if code == ErrorCode.unknown_topic_or_partition:
                 self._retry_later(now)
                 return
             self._handle_common(code, "TxnOffsetCommit", now, txn_coordinator=False)
@@ -713,7 +714,7 @@ class TransactionManager:
                     idem.set_producer_id_and_epoch(int(response.producer_id), int(response.producer_epoch))
                 self._end_done(step, now)
                 return
-            if not step.commit and self._epoch_invalid and code in (INVALID_PRODUCER_EPOCH, 90):
+            if not step.commit and self._epoch_invalid and code in (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED):
                 # KIP-588: claim the epoch the coordinator bumped when it aborted the transaction itself
                 self._steps.popleft()
                 self._steps.appendleft(_Step("init", list(step.futures), bump=True))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from kafka_handoff.types import TopicPartition
 
@@ -71,8 +71,14 @@ class PartitionAssignor(Protocol):
 
 
 class EagerAssignor:
-    """Defaults for a stateless EAGER-only assignor (``range``, ``roundrobin``): no user data, nothing
-    to remember from an assignment.  A subclass gives ``name`` and ``assign``."""
+    """Base of the stateless EAGER-only assignors (``range``, ``roundrobin``): no subscription user data,
+    nothing kept from an assignment.  A subclass sets ``_name`` and implements ``assign``."""
+
+    _name: ClassVar[str]
+
+    @property
+    def name(self) -> str:
+        return self._name
 
     @property
     def supported_protocols(self) -> tuple[RebalanceProtocol, ...]:

@@ -28,9 +28,7 @@ def member_order_key(member_id: str, subscription: MemberSubscription) -> tuple[
 class RangeAssignor(EagerAssignor):
     """Java's ``org.apache.kafka.clients.consumer.RangeAssignor``."""
 
-    @property
-    def name(self) -> str:
-        return "range"
+    _name = "range"
 
     def assign(
         self,

@@ -23,9 +23,7 @@ __all__ = ["RoundRobinAssignor"]
 class RoundRobinAssignor(EagerAssignor):
     """Java's ``org.apache.kafka.clients.consumer.RoundRobinAssignor``."""
 
-    @property
-    def name(self) -> str:
-        return "roundrobin"
+    _name = "roundrobin"
 
     def assign(
         self,
