@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import os
 import struct
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
@@ -56,19 +55,25 @@ from typing import Any, Final, Literal, NamedTuple
 
 from crc32c import crc32c
 
+from kafka_handoff._native import pure_python_requested
 from kafka_handoff.errors import CorruptRecordError
 from kafka_handoff.protocol.compression import CompressionType, compress, decompress
+from kafka_handoff.protocol.varint import ZIGZAG_CACHE, ZIGZAG_CACHE_HALF, zigzag_varint
 from kafka_handoff.types import ConsumerRecord
 
 __all__ = [
+    "ATTRIBUTES_OFFSET",
     "ATTR_COMPRESSION_MASK",
     "ATTR_CONTROL",
     "ATTR_DELETE_HORIZON",
     "ATTR_TIMESTAMP_TYPE",
     "ATTR_TRANSACTIONAL",
+    "CRC_OFFSET",
     "C_UNAVAILABLE_REASON",
+    "ENCODER_IMPLEMENTATION",
     "IMPLEMENTATION",
     "LOG_OVERHEAD",
+    "PRODUCER_OFFSET",
     "RECORD_BATCH_OVERHEAD",
     "BatchHeader",
     "Buffer",
@@ -77,20 +82,24 @@ __all__ = [
     "DecodedBuffers",
     "DecodedColumns",
     "DecodedRecords",
+    "EncodeEntry",
     "Header",
     "RecordBatchBuilder",
     "RecordColumns",
     "RecordInput",
     "TimestampType",
+    "assemble_batch",
     "available_implementations",
     "decode_batches",
     "decode_batches_buffers",
     "decode_batches_columnar",
     "encode_batch",
     "encode_control_batch",
+    "encode_records",
     "iter_batch_headers",
     "lists_to_buffers",
     "parse_control_key",
+    "restamp_batch",
     "set_gc_tracking",
 ]
 
@@ -600,28 +609,6 @@ def _zz2_table() -> tuple[int, ...]:
 _ZZ2: Final[tuple[int, ...]] = _zz2_table()
 
 
-def _zz_bytes(value: int) -> bytes:
-    u = (value << 1) ^ (value >> 63)
-    u &= 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
-_ZZ_CACHE_HALF: Final = 1 << 13  # every value whose varint takes at most two bytes
-_ZZ_ENC: Final[tuple[bytes, ...]] = tuple(_zz_bytes(v) for v in range(-_ZZ_CACHE_HALF, _ZZ_CACHE_HALF))
-
-
-def _zz_enc(value: int) -> bytes:
-    i = value + _ZZ_CACHE_HALF
-    if 0 <= i < 2 * _ZZ_CACHE_HALF:
-        return _ZZ_ENC[i]
-    return _zz_bytes(value)
-
-
 def _read_headers(buf: bytes, pos: int) -> tuple[tuple[Header, ...], int]:
     count, pos = _read_zz(buf, pos)
     if count < 0:
@@ -963,19 +950,23 @@ _records_to_buffers: Any = _py_records_to_buffers
 _new_builder: Any = _PyColumnBuilder
 
 
-def _load_extension() -> tuple[Any, str | None]:
-    """(the configured ``_fastrecords`` module or None, why it is not available)."""
-    if not _FAST_NEW:
-        return None, "ConsumerRecord's fields are not the ones records.py knows"
+def _load_extension() -> tuple[Any, Any, str | None]:
+    """(the ``_fastrecords`` module or None, the same configured for decoding or None, why decoding in C is
+    not available)."""
     try:
         module = importlib.import_module("kafka_handoff.protocol._fastrecords")
+    except ImportError as exc:
+        return None, None, f"{type(exc).__name__}: {exc}"
+    if not _FAST_NEW:
+        return module, None, "ConsumerRecord's fields are not the ones records.py knows"
+    try:
         module.configure(ConsumerRecord, _Malformed, True)
-    except (ImportError, TypeError) as exc:
-        return None, f"{type(exc).__name__}: {exc}"
-    return module, None
+    except TypeError as exc:
+        return module, None, f"{type(exc).__name__}: {exc}"
+    return module, module, None
 
 
-_fast, C_UNAVAILABLE_REASON = _load_extension()
+_extension, _fast, C_UNAVAILABLE_REASON = _load_extension()
 
 
 def _use_implementation(name: Implementation) -> None:
@@ -1009,12 +1000,7 @@ def available_implementations() -> list[Implementation]:
     return ["c", "python"] if _fast is not None else ["python"]
 
 
-_PURE_PYTHON_REQUESTED: Final = os.environ.get("KAFKA_HANDOFF_PURE_PYTHON", "").strip().lower() not in (
-    "",
-    "0",
-    "false",
-    "no",
-)
+_PURE_PYTHON_REQUESTED: Final = pure_python_requested()
 if _fast is not None and not _PURE_PYTHON_REQUESTED:
     _use_implementation("c")
 
@@ -1315,8 +1301,156 @@ def decode_batches_buffers(
 # encoding
 
 
+# The one encoder of v2 record batches: the producer's batches (``producer/batch.py``) and
+# :class:`RecordBatchBuilder` (tests, benchmarks, the transaction markers below) both go through
+# :func:`encode_records` (the records section), :func:`assemble_batch` (header and CRC) and
+# :func:`restamp_batch` (new producer fields or attribute bits on an encoded batch).
+
+CRC_OFFSET: Final = 17
+"""Byte offset of the CRC in a v2 batch; the CRC covers the bytes from :data:`ATTRIBUTES_OFFSET` on."""
+ATTRIBUTES_OFFSET: Final = _ATTRIBUTES_OFFSET
+"""Byte offset of the attributes (int16) in a v2 batch."""
+PRODUCER_OFFSET: Final = 43
+"""Byte offset of producer id (int64), producer epoch (int16) and base sequence (int32) in a v2 batch."""
+_PRODUCER: Final = struct.Struct(">qhi")
+_CRC: Final = struct.Struct(">I")
+_ATTRIBUTES: Final = struct.Struct(">h")
+
+EncodeEntry = tuple[Any, ...]
+"""An entry :func:`encode_records` takes: ``(key, value, timestamp, headers, ...)`` -- key and value bytes or
+None, headers None or a sequence of ``(str, bytes | None)`` tuples; further items are ignored (the producer
+keeps its future and callback there)."""
+
+
+def _encode_headers(headers: Sequence[Header]) -> bytes:
+    zz = ZIGZAG_CACHE
+    half = ZIGZAG_CACHE_HALF
+    n = len(headers)
+    parts = [zz[n + half] if n < half else zigzag_varint(n)]
+    for hkey, hvalue in headers:
+        kb = hkey.encode("utf-8")
+        parts.append(zz[len(kb) + half] if len(kb) < half else zigzag_varint(len(kb)))
+        parts.append(kb)
+        if hvalue is None:
+            parts.append(b"\x01")
+        else:
+            hv = bytes(hvalue)
+            parts.append(zz[len(hv) + half] if len(hv) < half else zigzag_varint(len(hv)))
+            parts.append(hv)
+    return b"".join(parts)
+
+
+def _py_encode_records(
+    entries: Sequence[EncodeEntry], base_timestamp: int, first_offset_delta: int = 0
+) -> tuple[bytes, int]:
+    """The records section (uncompressed) of a batch whose offset deltas are ``first_offset_delta``, +1, +2,
+    ..., and the largest timestamp (-1 without records)."""
+    zz = ZIGZAG_CACHE
+    half = ZIGZAG_CACHE_HALF
+    top = 2 * half
+    parts: list[bytes] = []
+    extend = parts.extend
+    max_ts = -1
+    for delta, entry in enumerate(entries, first_offset_delta):
+        key = entry[0]
+        value = entry[1]
+        ts = entry[2]
+        headers = entry[3]
+        if ts > max_ts:
+            max_ts = ts
+        d = ts - base_timestamp + half
+        ts_v = zz[d] if 0 <= d < top else zigzag_varint(d - half)
+        off_v = zz[delta + half] if delta < half else zigzag_varint(delta)
+        if key is None:
+            key_v = b"\x01"
+            key = b""
+        else:
+            n = len(key)
+            key_v = zz[n + half] if n < half else zigzag_varint(n)
+        if value is None:
+            value_v = b"\x01"
+            value = b""
+        else:
+            n = len(value)
+            value_v = zz[n + half] if n < half else zigzag_varint(n)
+        hdr = b"\x00" if not headers else _encode_headers(headers)
+        body = 1 + len(ts_v) + len(off_v) + len(key_v) + len(key) + len(value_v) + len(value) + len(hdr)
+        extend(
+            (
+                zz[body + half] if body < half else zigzag_varint(body),
+                b"\x00",
+                ts_v,
+                off_v,
+                key_v,
+                key,
+                value_v,
+                value,
+                hdr,
+            )
+        )
+    return b"".join(parts), max_ts
+
+
+#: The active implementation of :func:`encode_records`: ``"c"`` (``_fastrecords``) or ``"python"``.
+ENCODER_IMPLEMENTATION: Final[Implementation] = (
+    "c" if _extension is not None and not _PURE_PYTHON_REQUESTED else "python"
+)
+encode_records: Any = _extension.encode_records if ENCODER_IMPLEMENTATION == "c" else _py_encode_records
+"""``encode_records(entries, base_timestamp, first_offset_delta=0) -> (records bytes, max timestamp)``: the
+records section of a batch from a *list* of :data:`EncodeEntry` tuples (the C loop when the extension is
+built -- the same bytes -- else the Python one)."""
+
+
+def assemble_batch(
+    records: bytes,
+    *,
+    count: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    base_offset: int = 0,
+    partition_leader_epoch: int = -1,
+) -> bytes:
+    """One v2 batch: the 61-byte header (with its CRC) and ``records``, the records section as
+    :func:`encode_records` made it, compressed already when ``attributes`` names a codec."""
+    tail = _TAIL.pack(
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+    crc = crc32c(records, crc32c(tail))
+    length = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(records)
+    return _HEAD.pack(base_offset, length, partition_leader_epoch, MAGIC_V2, crc) + tail + records
+
+
+def restamp_batch(
+    payload: bytes, *, producer: tuple[int, int, int] | None = None, set_attributes: int = 0
+) -> bytes:
+    """``payload`` (one encoded batch) with new ``producer`` fields (id, epoch, base sequence) and/or the
+    attribute bits ``set_attributes`` added, and its CRC recomputed (Java's ``ProducerBatch`` does the same
+    after an epoch bump)."""
+    buf = bytearray(payload)
+    if producer is not None:
+        _PRODUCER.pack_into(buf, PRODUCER_OFFSET, *producer)
+    if set_attributes:
+        (attributes,) = _ATTRIBUTES.unpack_from(buf, ATTRIBUTES_OFFSET)
+        _ATTRIBUTES.pack_into(buf, ATTRIBUTES_OFFSET, attributes | set_attributes)
+    _CRC.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
+
+
 class RecordBatchBuilder:
-    """Builds one v2 record batch with the same layout as Java's ``MemoryRecordsBuilder``.
+    """Builds one v2 record batch with the same layout as Java's ``MemoryRecordsBuilder`` (and the same bytes
+    as the producer's batches, through the same :func:`encode_records`).
 
     ``append`` serializes each record at once (so :attr:`size_in_bytes` is exact for uncompressed data);
     ``build`` compresses the records section when a codec is set and fills in the CRC.  The base timestamp is
@@ -1405,37 +1539,20 @@ class RecordBatchBuilder:
         base_ts = self._base_ts
         if base_ts is None:
             base_ts = self._base_ts = timestamp
-        if timestamp > self._max_ts:
-            self._max_ts = timestamp
         if offset_delta is None:
             offset_delta = self._next_delta
         elif offset_delta < self._next_delta:
             raise ValueError(
                 f"offset delta {offset_delta} is not above the previous one ({self._next_delta - 1})"
             )
+        record, _ = encode_records([(key, value, timestamp, headers or None)], base_ts, offset_delta)
+        if timestamp > self._max_ts:
+            self._max_ts = timestamp
         self._next_delta = offset_delta + 1
         self._last_delta = offset_delta
         self._count += 1
-        enc = _ZZ_ENC
-        half = _ZZ_CACHE_HALF
-        i = timestamp - base_ts + half
-        ts_v = enc[i] if 0 <= i < 2 * half else _zz_bytes(timestamp - base_ts)
-        off_v = enc[offset_delta + half] if offset_delta < half else _zz_bytes(offset_delta)
-        if key is None:
-            key_v = b"\x01"
-            key = b""
-        else:
-            key_v = enc[len(key) + half] if len(key) < half else _zz_bytes(len(key))
-        if value is None:
-            value_v = b"\x01"
-            value = b""
-        else:
-            value_v = enc[len(value) + half] if len(value) < half else _zz_bytes(len(value))
-        hdr = _encode_headers(headers) if headers else b"\x00"
-        body = 1 + len(ts_v) + len(off_v) + len(key_v) + len(key) + len(value_v) + len(value) + len(hdr)
-        len_v = enc[body + half] if body < half else _zz_bytes(body)
-        self._parts += (len_v, b"\x00", ts_v, off_v, key_v, key, value_v, value, hdr)
-        self._size += body + len(len_v)
+        self._parts.append(record)
+        self._size += len(record)
         return offset_delta
 
     def build(self, last_offset_delta: int | None = None) -> bytes:
@@ -1450,40 +1567,24 @@ class RecordBatchBuilder:
             attributes |= ATTR_TRANSACTIONAL
         if self.is_control:
             attributes |= ATTR_CONTROL
-        base_ts = self._base_ts if self._base_ts is not None else -1
         max_ts = self._max_ts if self._count else -1
         if self.timestamp_type == TimestampType.LOG_APPEND_TIME and self.log_append_time is not None:
             max_ts = self.log_append_time
         if last_offset_delta is None:
             last_offset_delta = self._last_delta if self._count else 0
-        tail = _TAIL.pack(
-            attributes,
-            last_offset_delta,
-            base_ts,
-            max_ts,
-            self.producer_id,
-            self.producer_epoch,
-            self.base_sequence,
-            self._count,
+        return assemble_batch(
+            payload,
+            count=self._count,
+            attributes=attributes,
+            last_offset_delta=last_offset_delta,
+            base_timestamp=self._base_ts if self._base_ts is not None else -1,
+            max_timestamp=max_ts,
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            base_sequence=self.base_sequence,
+            base_offset=self.base_offset,
+            partition_leader_epoch=self.partition_leader_epoch,
         )
-        crc = crc32c(payload, crc32c(tail))
-        length = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(payload)
-        head = _HEAD.pack(self.base_offset, length, self.partition_leader_epoch, MAGIC_V2, crc)
-        return head + tail + payload
-
-
-def _encode_headers(headers: Sequence[Header]) -> bytes:
-    parts = [_zz_enc(len(headers))]
-    for hkey, hvalue in headers:
-        kb = hkey.encode("utf-8")
-        parts.append(_zz_enc(len(kb)))
-        parts.append(kb)
-        if hvalue is None:
-            parts.append(b"\x01")
-        else:
-            parts.append(_zz_enc(len(hvalue)))
-            parts.append(bytes(hvalue))
-    return b"".join(parts)
 
 
 RecordInput = (
