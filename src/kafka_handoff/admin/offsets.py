@@ -13,6 +13,7 @@ from kafka_handoff.admin.calls import (
     is_retriable,
     run_calls,
 )
+from kafka_handoff.clock import MonotonicClock
 from kafka_handoff.config import AdminConfig
 from kafka_handoff.errors import (
     KafkaTimeoutError,
@@ -20,7 +21,6 @@ from kafka_handoff.errors import (
     error_for_code,
 )
 from kafka_handoff.protocol.backoff import ExponentialBackoff
-from kafka_handoff.protocol.requests import MonotonicClock
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import ClusterMetadata, TopicPartition
 

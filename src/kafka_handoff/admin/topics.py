@@ -22,6 +22,7 @@ from kafka_handoff.admin.results import (
     TopicDescription,
     TopicListing,
 )
+from kafka_handoff.clock import MonotonicClock
 from kafka_handoff.errors import (
     KafkaError,
     RequestTimedOutError,
@@ -29,7 +30,7 @@ from kafka_handoff.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from kafka_handoff.protocol.requests import ANY_NODE, MonotonicClock
+from kafka_handoff.protocol.requests import ANY_NODE
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import ClusterMetadata
 
