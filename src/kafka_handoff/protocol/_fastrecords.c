@@ -228,6 +228,30 @@ fail:
     return NULL;
 }
 
+/* The bytes of a key or value whose length ``len`` was just read, at *p: *out is NULL for -1 (null), else
+   the data, and *p moves past it.  -1 with an exception for another negative length (malformed) or data that
+   runs past n (IndexError) -- the checks of records.py's loop, in its order. */
+static inline int take_bytes(module_state *st, const uint8_t *buf, Py_ssize_t n, Py_ssize_t *p, int64_t len,
+                             const char *what, const uint8_t **out)
+{
+    *out = NULL;
+    if (len >= 0) {
+        if (len > n - *p)
+            return out_of_data();
+        *out = buf + *p;
+        *p += (Py_ssize_t)len;
+        return 0;
+    }
+    if (len != -1)
+        return malformed(st, "invalid %s length %lld", what, (long long)len);
+    return 0;
+}
+
+static inline PyObject *new_bytes_or_none(const uint8_t *data, int64_t len)
+{
+    return data != NULL ? PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)len) : Py_NewRef(Py_None);
+}
+
 /* Parse the record at *pos (the same reads, in the same order, as records.py's loop). */
 static int parse_record(module_state *st, const uint8_t *buf, Py_ssize_t n, Py_ssize_t *pos, parsed_record *r)
 {
@@ -241,35 +265,13 @@ static int parse_record(module_state *st, const uint8_t *buf, Py_ssize_t n, Py_s
     if (read_zz(st, buf, n, &p, &r->ts_delta) < 0 || read_zz(st, buf, n, &p, &r->off_delta) < 0 ||
         read_zz(st, buf, n, &p, &r->klen) < 0)
         return -1;
-    if (r->klen >= 0) {
-        if (r->klen > n - p)
-            return out_of_data();
-        r->key = PyBytes_FromStringAndSize((const char *)buf + p, (Py_ssize_t)r->klen);
-        if (r->key == NULL)
-            return -1;
-        p += (Py_ssize_t)r->klen;
-    } else if (r->klen == -1) {
-        r->key = Py_NewRef(Py_None);
-    } else {
-        return malformed(st, "invalid key length %lld", (long long)r->klen);
-    }
-    if (read_zz(st, buf, n, &p, &r->vlen) < 0)
+    const uint8_t *data;
+    if (take_bytes(st, buf, n, &p, r->klen, "key", &data) < 0 ||
+        (r->key = new_bytes_or_none(data, r->klen)) == NULL)
+        return -1;
+    if (read_zz(st, buf, n, &p, &r->vlen) < 0 || take_bytes(st, buf, n, &p, r->vlen, "value", &data) < 0 ||
+        (r->value = new_bytes_or_none(data, r->vlen)) == NULL)
         goto fail;
-    if (r->vlen >= 0) {
-        if (r->vlen > n - p) {
-            out_of_data();
-            goto fail;
-        }
-        r->value = PyBytes_FromStringAndSize((const char *)buf + p, (Py_ssize_t)r->vlen);
-        if (r->value == NULL)
-            goto fail;
-        p += (Py_ssize_t)r->vlen;
-    } else if (r->vlen == -1) {
-        r->value = Py_NewRef(Py_None);
-    } else {
-        malformed(st, "invalid value length %lld", (long long)r->vlen);
-        goto fail;
-    }
     if (p >= n) {
         out_of_data();
         goto fail;
@@ -336,20 +338,29 @@ fail:
     return -1;
 }
 
+/* The checks every decoding entry point starts with: its argument count, and configure() having run (it sets
+   the record type and the malformed exception together). */
+static int check_call(module_state *st, const char *name, Py_ssize_t nargs, Py_ssize_t expected)
+{
+    if (nargs != expected) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, expected, nargs);
+        return -1;
+    }
+    if (st->record_type == NULL || st->malformed == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_fastrecords.configure() was not called");
+        return -1;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------------------------------------ */
 /* records_to_objects(buf, pos, count, base_offset, base_ts, ts_type, epoch, topic, partition, out) -> pos */
 
 static PyObject *records_to_objects(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     module_state *st = get_state(module);
-    if (nargs != 10) {
-        PyErr_Format(PyExc_TypeError, "records_to_objects() takes 10 arguments (%zd given)", nargs);
+    if (check_call(st, "records_to_objects", nargs, 10) < 0)
         return NULL;
-    }
-    if (st->record_type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "_fastrecords.configure() was not called");
-        return NULL;
-    }
     PyObject *ts_type = args[5], *epoch = args[6], *topic = args[7], *partition = args[8], *out = args[9];
     if (!PyList_Check(out)) {
         PyErr_SetString(PyExc_TypeError, "out must be a list");
@@ -423,14 +434,8 @@ static PyObject *get_list(PyObject *obj, PyObject *name)
 static PyObject *records_to_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     module_state *st = get_state(module);
-    if (nargs != 6) {
-        PyErr_Format(PyExc_TypeError, "records_to_columns() takes 6 arguments (%zd given)", nargs);
+    if (check_call(st, "records_to_columns", nargs, 6) < 0)
         return NULL;
-    }
-    if (st->malformed == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "_fastrecords.configure() was not called");
-        return NULL;
-    }
     PyObject *lists[5] = {NULL, NULL, NULL, NULL, NULL};
     PyObject *names[5] = {st->s_offsets, st->s_timestamps, st->s_keys, st->s_values, st->s_headers};
     for (int j = 0; j < 5; j++) {
@@ -831,29 +836,12 @@ static int append_record(module_state *st, ColumnBuilder *bl, const uint8_t *buf
             keep = off >= min_offset;
     }
     Py_ssize_t row = bl->rows;
-    const uint8_t *kp = NULL;
-    if (klen >= 0) {
-        if (klen > n - p)
-            return out_of_data();
-        kp = buf + p;
-        p += (Py_ssize_t)klen;
-    } else if (klen != -1) {
-        return malformed(st, "invalid key length %lld", (long long)klen);
-    }
-    if (keep && put_binary(&b[B_KVALID], &b[B_KOFF], &b[B_KDATA], row, kp, klen) < 0)
+    const uint8_t *kp, *vp;
+    if (take_bytes(st, buf, n, &p, klen, "key", &kp) < 0 ||
+        (keep && put_binary(&b[B_KVALID], &b[B_KOFF], &b[B_KDATA], row, kp, klen) < 0))
         return -1;
-    if (read_zz(st, buf, n, &p, &vlen) < 0)
-        return -1;
-    const uint8_t *vp = NULL;
-    if (vlen >= 0) {
-        if (vlen > n - p)
-            return out_of_data();
-        vp = buf + p;
-        p += (Py_ssize_t)vlen;
-    } else if (vlen != -1) {
-        return malformed(st, "invalid value length %lld", (long long)vlen);
-    }
-    if (keep && put_binary(&b[B_VVALID], &b[B_VOFF], &b[B_VDATA], row, vp, vlen) < 0)
+    if (read_zz(st, buf, n, &p, &vlen) < 0 || take_bytes(st, buf, n, &p, vlen, "value", &vp) < 0 ||
+        (keep && put_binary(&b[B_VVALID], &b[B_VOFF], &b[B_VDATA], row, vp, vlen) < 0))
         return -1;
     if (p >= n)
         return out_of_data();
@@ -936,14 +924,8 @@ static int append_record(module_state *st, ColumnBuilder *bl, const uint8_t *buf
 static PyObject *records_to_buffers(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     module_state *st = get_state(module);
-    if (nargs != 8) {
-        PyErr_Format(PyExc_TypeError, "records_to_buffers() takes 8 arguments (%zd given)", nargs);
+    if (check_call(st, "records_to_buffers", nargs, 8) < 0)
         return NULL;
-    }
-    if (st->malformed == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "_fastrecords.configure() was not called");
-        return NULL;
-    }
     if (!PyObject_TypeCheck(args[7], &ColumnBuilder_Type)) {
         PyErr_SetString(PyExc_TypeError, "builder must be a ColumnBuilder");
         return NULL;

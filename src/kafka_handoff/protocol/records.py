@@ -661,8 +661,9 @@ _FAST_NEW: Final = tuple(
 ) == _CONSUMER_RECORD_FIELDS and not hasattr(ConsumerRecord, "__post_init__")
 
 # ---------------------------------------------------------------------------------------------------------
-# the hot loops: records of one batch.  Both are the same parser; they differ only in what they emit.
-# Every varint has inline fast paths for one and two bytes; longer ones go through _read_zz.
+# the hot loops: records of one batch.  One Python parser (_py_records_to_columns, which inlines a fast path
+# for one- and two-byte varints; longer ones go through _read_zz); the object and buffer forms are made from
+# its lists.
 
 
 def _py_records_to_objects(
@@ -677,115 +678,34 @@ def _py_records_to_objects(
     partition: int,
     out: list[ConsumerRecord],
 ) -> int:
-    zz1 = _ZZ1
-    zz2 = _ZZ2
-    read_zz = _read_zz
-    read_headers = _read_headers
-    make = ConsumerRecord
-    new = object.__new__
-    fast_new = _FAST_NEW
+    """The records of one batch as :class:`ConsumerRecord` objects appended to ``out``: parsed by
+    :func:`_py_records_to_columns` (the one Python parser), then made into objects."""
+    cols = RecordColumns()
+    pos = _py_records_to_columns(buf, pos, count, base_offset, base_ts, cols)
     append = out.append
-    for _ in repeat(None, count):
-        # record length
-        b = buf[pos]
-        if b < 0x80:
-            rec_end = pos + 1 + zz1[b]
-            pos += 1
-        else:
-            c = buf[pos + 1]
-            if c < 0x80:
-                pos += 2
-                rec_end = pos + zz2[b + (c << 7)]
-            else:
-                n, pos = read_zz(buf, pos)
-                rec_end = pos + n
-        # attributes (unused), timestamp delta
-        b = buf[pos + 1]
-        if b < 0x80:
-            ts_delta = zz1[b]
-            pos += 2
-        else:
-            c = buf[pos + 2]
-            if c < 0x80:
-                ts_delta = zz2[b + (c << 7)]
-                pos += 3
-            else:
-                ts_delta, pos = read_zz(buf, pos + 1)
-        # offset delta
-        b = buf[pos]
-        if b < 0x80:
-            off_delta = zz1[b]
-            pos += 1
-        else:
-            c = buf[pos + 1]
-            if c < 0x80:
-                off_delta = zz2[b + (c << 7)]
-                pos += 2
-            else:
-                off_delta, pos = read_zz(buf, pos)
-        # key
-        b = buf[pos]
-        if b < 0x80:
-            klen = zz1[b]
-            pos += 1
-        else:
-            c = buf[pos + 1]
-            if c < 0x80:
-                klen = zz2[b + (c << 7)]
-                pos += 2
-            else:
-                klen, pos = read_zz(buf, pos)
-        if klen >= 0:
-            key: bytes | None = buf[pos : pos + klen]
-            pos += klen
-        elif klen == -1:
-            key = None
-        else:
-            raise _bad_length("key", klen)
-        # value
-        b = buf[pos]
-        if b < 0x80:
-            vlen = zz1[b]
-            pos += 1
-        else:
-            c = buf[pos + 1]
-            if c < 0x80:
-                vlen = zz2[b + (c << 7)]
-                pos += 2
-            else:
-                vlen, pos = read_zz(buf, pos)
-        if vlen >= 0:
-            value: bytes | None = buf[pos : pos + vlen]
-            pos += vlen
-        elif vlen == -1:
-            value = None
-        else:
-            raise _bad_length("value", vlen)
-        # headers
-        if buf[pos] == 0:
-            headers: tuple[Header, ...] = ()
-            pos += 1
-        else:
-            headers, pos = read_headers(buf, pos)
-        if pos != rec_end:
-            raise _Malformed(f"record length says it ends at byte {rec_end} but its fields end at byte {pos}")
-        if fast_new:  # object.__new__ + slot stores: ~80 ns/record cheaper than the dataclass __init__
+    make = ConsumerRecord
+    rows = zip(cols.offsets, cols.timestamps, cols.keys, cols.values, cols.headers, strict=False)
+    if _FAST_NEW:  # object.__new__ + slot stores: ~80 ns/record cheaper than the dataclass __init__
+        new = object.__new__
+        for offset, ts, key, value, headers in rows:
             rec = new(make)
             rec.topic = topic
             rec.partition = partition
-            rec.offset = base_offset + off_delta
-            rec.timestamp = base_ts + ts_delta
+            rec.offset = offset
+            rec.timestamp = ts
             rec.timestamp_type = ts_type
             rec.key = key
             rec.value = value
             rec.headers = headers
             rec.leader_epoch = epoch
-            rec.serialized_key_size = klen
-            rec.serialized_value_size = vlen
-        else:
-            rec = make(topic, partition, base_offset + off_delta, base_ts + ts_delta, ts_type, key, value,
-                       headers, epoch, klen, vlen)  # fmt: skip
-        append(rec)
+            rec.serialized_key_size = -1 if key is None else len(key)
+            rec.serialized_value_size = -1 if value is None else len(value)
+            append(rec)
+    else:
+        for offset, ts, key, value, headers in rows:
+            klen = -1 if key is None else len(key)
+            vlen = -1 if value is None else len(value)
+            append(make(topic, partition, offset, ts, ts_type, key, value, headers, epoch, klen, vlen))
     return pos
 
 
