@@ -28,11 +28,16 @@ Errors never lose good data: decoding stops at the first bad batch and the resul
 batches before it, ``next_offset`` just past them and the error in ``result.error`` (call
 :meth:`DecodedRecords.raise_error` once those records are handed out).
 
-The per-record loop has two implementations, for each of the three result forms (objects, lists, Arrow
-buffers), with identical results and errors: the C extension ``kafka_handoff.protocol._fastrecords`` (built
-by ``pip install``; optional) and pure Python.  The C one is used when it is importable, unless the
-environment variable ``KAFKA_HANDOFF_PURE_PYTHON`` is set (to anything but ``""``/``0``/``false``/``no``) at
-import time.  :data:`IMPLEMENTATION` says which one is active (``"c"`` or ``"python"``).
+Encoding (:func:`encode_records`, :func:`assemble_batch`, :func:`restamp_batch`; :class:`RecordBatchBuilder`,
+:func:`encode_batch`, :func:`encode_control_batch` on top) is the one encoder of the project: the producer's
+batches use it too, and write the same bytes as the builder.
+
+The per-record loops have two implementations, for each of the three decoded forms (objects, lists, Arrow
+buffers) and for encoding, with identical results and errors: the C extension
+``kafka_handoff.protocol._fastrecords`` (built by ``pip install``; optional) and pure Python.  The C one is
+used when it is importable, unless the environment variable ``KAFKA_HANDOFF_PURE_PYTHON`` is set (to anything
+but ``""``/``0``/``false``/``no``) at import time (``kafka_handoff._native``).  :data:`IMPLEMENTATION`
+(decoding) and :data:`ENCODER_IMPLEMENTATION` say which one is active (``"c"`` or ``"python"``).
 
 Records built by the C loop are not tracked by the cyclic garbage collector (when created they hold only
 str/int/bytes/tuples, which cannot form a cycle), which makes decoding ~3x faster because the collector no
