@@ -52,7 +52,7 @@ import dataclasses
 import importlib
 import struct
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from itertools import accumulate, repeat
@@ -1320,7 +1320,9 @@ def _py_encode_records(
 ENCODER_IMPLEMENTATION: Final[Implementation] = (
     "c" if _extension is not None and not _PURE_PYTHON_REQUESTED else "python"
 )
-encode_records: Any = _extension.encode_records if ENCODER_IMPLEMENTATION == "c" else _py_encode_records
+encode_records: Callable[..., tuple[bytes, int]] = (
+    _extension.encode_records if ENCODER_IMPLEMENTATION == "c" else _py_encode_records
+)
 """``encode_records(entries, base_timestamp, first_offset_delta=0) -> (records bytes, max timestamp)``: the
 records section of a batch from a *list* of :data:`EncodeEntry` tuples (the C loop when the extension is
 built -- the same bytes -- else the Python one)."""
