@@ -1,8 +1,9 @@
 """Build of the optional C extensions; the project metadata lives in pyproject.toml.
 
-``kafka_handoff.protocol._fastrecords`` speeds up record batch decoding.  It is optional: without a C
-compiler the install still succeeds and the pure-Python decoder is used (see ``records.IMPLEMENTATION``).
-``kafka_handoff.producer._fastencode`` (optional the same way) speeds up the producer's batch encoding.
+``kafka_handoff.protocol._fastrecords`` speeds up record batch decoding and encoding.  It is optional: without
+a C compiler the install still succeeds and the pure-Python loops are used (see ``records.IMPLEMENTATION`` and
+``records.ENCODER_IMPLEMENTATION``).  ``kafka_handoff.producer._fastencode`` (optional the same way) speeds up
+the producer's per-record work (appends, futures, murmur2).
 """
 
 from setuptools import Extension, setup

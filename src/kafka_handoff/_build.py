@@ -19,7 +19,7 @@ class BuildInfo(TypedDict):
     record_decoder_unavailable: str | None
     """Why the C decoder is not in use (``None`` when it is)."""
     record_encoder: str
-    """``"c"`` when the ``_fastencode`` extension encodes produced records, else ``"python"``."""
+    """``"c"`` when the ``_fastrecords`` extension encodes record batches, else ``"python"``."""
     crc32c: str
     compression: list[str]
     extras: dict[str, bool]
@@ -35,7 +35,6 @@ def _has(module: str) -> bool:
 def build_info() -> BuildInfo:
     """Report the version and which fast paths are active (the C record loops, CRC32C, codecs, extras)."""
     from kafka_handoff import __version__
-    from kafka_handoff.producer import batch
     from kafka_handoff.protocol import records
 
     crc = "crc32c (hardware or C)" if _has("crc32c") else "unavailable"
@@ -48,7 +47,7 @@ def build_info() -> BuildInfo:
         platform=platform.platform(),
         record_decoder=records.IMPLEMENTATION,
         record_decoder_unavailable=records.C_UNAVAILABLE_REASON,
-        record_encoder=batch.IMPLEMENTATION,
+        record_encoder=records.ENCODER_IMPLEMENTATION,
         crc32c=crc,
         compression=codecs,
         extras={name: _has(name) for name in ("pyspark", "pyarrow", "deltalake", "prometheus_client")},
@@ -62,5 +61,5 @@ def missing_fast_paths() -> list[str]:
     if info["record_decoder"] != "c":
         missing.append(f"C record decoder ({info['record_decoder_unavailable']})")
     if info["record_encoder"] != "c":
-        missing.append("C record encoder (kafka_handoff.producer._fastencode)")
+        missing.append("C record encoder (kafka_handoff.protocol._fastrecords)")
     return missing

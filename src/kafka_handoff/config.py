@@ -30,7 +30,7 @@ import difflib
 import enum
 import itertools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Final, Protocol
 
@@ -55,6 +55,7 @@ __all__ = [
     "Validator",
     "parse_admin_config",
     "parse_bootstrap_address",
+    "parse_bootstrap_servers",
     "parse_consumer_config",
     "parse_iso8601_duration_ms",
     "parse_producer_config",
@@ -440,6 +441,22 @@ def _validate_bootstrap(key: str, value: Any) -> Any:
 
 _BOOTSTRAP_ALLOWED = "comma-separated host:port pairs, e.g. 'localhost:9092,[::1]:9093'"
 _BOOTSTRAP = _Check(_validate_bootstrap, _BOOTSTRAP_ALLOWED)
+
+
+def parse_bootstrap_servers(
+    value: str | Iterable[str], key: str = "bootstrap.servers"
+) -> list[tuple[str, int]]:
+    """``"host:port,host:port"`` (or a sequence of such entries) -> ``[(host, port), ...]``: the one parser of
+    broker address lists (the clients' config, the dev broker's probe).
+
+    Raises :class:`ConfigError` (a ``ValueError``) naming ``key`` and the value when the list is empty, has a
+    duplicate or an entry that is not ``host:port``."""
+    entries = value.split(",") if isinstance(value, str) else list(value)
+    items = tuple(entry.strip() if isinstance(entry, str) else entry for entry in entries)
+    items = tuple(entry for entry in items if entry != "")
+    _validate_bootstrap(key, items)
+    return [parse_bootstrap_address(entry) for entry in items]
+
 
 _DURATION_RE = re.compile(
     r"(?P<sign>[-+]?)P(?:(?P<d>[-+]?\d+)D)?"

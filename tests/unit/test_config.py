@@ -20,6 +20,7 @@ from kafka_handoff.config import (
     Range,
     parse_admin_config,
     parse_bootstrap_address,
+    parse_bootstrap_servers,
     parse_consumer_config,
     parse_iso8601_duration_ms,
     parse_producer_config,
@@ -683,6 +684,20 @@ def test_bootstrap_addresses() -> None:
     assert parse_bootstrap_address("10.0.0.1:1") == ("10.0.0.1", 1)
     with pytest.raises(ValueError, match="host:port"):
         parse_bootstrap_address("a:b")
+
+
+def test_parse_bootstrap_servers_is_the_one_parser() -> None:
+    assert parse_bootstrap_servers(" a:1 , [::1]:2,PLAINTEXT://b:3 ") == [("a", 1), ("::1", 2), ("b", 3)]
+    assert parse_bootstrap_servers(["a:1", "b:2"]) == [("a", 1), ("b", 2)]
+    with pytest.raises(ConfigError, match=r"Invalid value 'a:1,b' for configuration 'servers': entry 'b' is "
+                       r"not of the form host:port \(allowed: comma-separated host:port"):  # fmt: skip
+        parse_bootstrap_servers("a:1, b", key="servers")
+    with pytest.raises(ConfigError, match=r"'bootstrap.servers': entry 'a:0' has port 0 outside 1..65535"):
+        parse_bootstrap_servers("a:0")
+    with pytest.raises(ConfigError, match=r"'bootstrap.servers': duplicate entry 'a:1'"):
+        parse_bootstrap_servers("a:1,a:1")
+    with pytest.raises(ConfigError, match="at least one broker address is required"):
+        parse_bootstrap_servers(" , ")
 
 
 # ---------------------------------------------------------------------------------------------------------

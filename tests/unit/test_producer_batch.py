@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import Future
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafka_handoff.producer import batch as batch_module
 from kafka_handoff.producer.batch import (
     RECORD_OVERHEAD_ESTIMATE,
     Entry,
@@ -18,6 +18,7 @@ from kafka_handoff.producer.batch import (
     encode_records,
     estimate_headers_size,
 )
+from kafka_handoff.protocol import records as records_module
 from kafka_handoff.protocol.compression import CompressionType
 from kafka_handoff.protocol.records import RecordBatchBuilder, decode_batches, iter_batch_headers
 from kafka_handoff.types import RecordMetadata, TopicPartition
@@ -124,12 +125,16 @@ def test_last_sequence_wraps() -> None:
     assert batch.has_sequence
 
 
+_C_ENCODE: Any = getattr(records_module._extension, "encode_records", None)
+"""The C loop of the one record encoder (``protocol/_fastrecords.c``), None when it is not built."""
+
+
 def test_encode_records_empty() -> None:
     assert encode_records([], T0) == (b"", -1)
-    assert batch_module._py_encode_records([], T0) == (b"", -1)
+    assert records_module._py_encode_records([], T0) == (b"", -1)
 
 
-@pytest.mark.skipif(batch_module._c_encode_records is None, reason="the C encoder is not built")
+@pytest.mark.skipif(_C_ENCODE is None, reason="the C encoder is not built")
 @settings(max_examples=200, deadline=None)
 @given(
     records=st.lists(_record, max_size=30),
@@ -137,23 +142,23 @@ def test_encode_records_empty() -> None:
 )
 def test_c_encoder_writes_the_same_bytes_as_python(records: list[Rec], base: int) -> None:
     entries = _batch(records).entries
-    c_encode = batch_module._c_encode_records
+    c_encode = _C_ENCODE
     assert c_encode is not None
-    assert c_encode(entries, base) == batch_module._py_encode_records(entries, base)
+    assert c_encode(entries, base) == records_module._py_encode_records(entries, base)
 
 
-@pytest.mark.skipif(batch_module._c_encode_records is None, reason="the C encoder is not built")
+@pytest.mark.skipif(_C_ENCODE is None, reason="the C encoder is not built")
 def test_c_encoder_rejects_bad_entries() -> None:
-    c_encode = batch_module._c_encode_records
+    c_encode = _C_ENCODE
     assert c_encode is not None
     fut: Future[RecordMetadata] = Future()
     with pytest.raises(TypeError, match="key must be bytes"):
-        c_encode([("k", b"v", 1, None, fut, None)], 0)  # type: ignore[list-item]
+        c_encode([("k", b"v", 1, None, fut, None)], 0)
     with pytest.raises(TypeError, match="header"):
-        c_encode([(None, b"v", 1, (("h",),), fut, None)], 0)  # type: ignore[list-item]
+        c_encode([(None, b"v", 1, (("h",),), fut, None)], 0)
     with pytest.raises(OverflowError):
         c_encode([(None, b"v", 2**70, None, fut, None)], 0)
     with pytest.raises(TypeError):
         c_encode(((None, b"v", 1, None, fut, None),), 0)  # not a list
     big = [(None, b"x" * 10, T0 + i, (("k", b"v"),), fut, None) for i in range(1000)]  # > 256: heap path
-    assert c_encode(big, T0) == batch_module._py_encode_records(big, T0)
+    assert c_encode(big, T0) == records_module._py_encode_records(big, T0)

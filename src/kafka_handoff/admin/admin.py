@@ -44,6 +44,7 @@ from kafka_handoff.admin.results import (
 )
 from kafka_handoff.admin.share import ShareAdminMixin
 from kafka_handoff.admin.topics import TopicAdminMixin
+from kafka_handoff.clock import MonotonicClock
 from kafka_handoff.config import AdminConfig, parse_admin_config
 from kafka_handoff.errors import (
     IllegalStateError,
@@ -55,7 +56,7 @@ from kafka_handoff.errors import (
 from kafka_handoff.network.client import NetworkClient
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
 from kafka_handoff.protocol.metadata import MetadataManager, parse_metadata
-from kafka_handoff.protocol.requests import ANY_NODE, MonotonicClock
+from kafka_handoff.protocol.requests import ANY_NODE
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.security import build_security
 from kafka_handoff.types import BrokerNode, ClusterMetadata

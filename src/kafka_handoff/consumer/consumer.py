@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from kafka_handoff.clock import MonotonicClock
 from kafka_handoff.config import ConsumerConfig, parse_consumer_config
 from kafka_handoff.consumer.batch import ColumnarRecords
 from kafka_handoff.consumer.collector import Collector
@@ -85,7 +86,7 @@ from kafka_handoff.network.client import NetworkClient
 from kafka_handoff.network.events import ApplicationEvent
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
 from kafka_handoff.protocol.metadata import MetadataManager
-from kafka_handoff.protocol.requests import MonotonicClock, RequestManager
+from kafka_handoff.protocol.requests import RequestManager
 from kafka_handoff.protocol.telemetry import TelemetryManager
 from kafka_handoff.protocol.telemetry import client_instance_id as telemetry_client_instance_id
 from kafka_handoff.security import build_security
@@ -205,6 +206,7 @@ class Consumer:
             retry_backoff_ms=int(cfg.get("retry.backoff.ms")),
             retry_backoff_max_ms=int(cfg.get("retry.backoff.max.ms")),
             committed_lookup=self._committed_lookup_nt if self._commits is not None else None,
+            wall_clock_ms=self._clock.wall_ms,
             on_error=lambda exc: self._background.put(BackgroundError(exc)),
         )
         self._fetcher = FetchManager(
@@ -229,6 +231,7 @@ class Consumer:
             retry_backoff_ms=int(cfg.get("retry.backoff.ms")),
             retry_backoff_max_ms=int(cfg.get("retry.backoff.max.ms")),
             resource=lambda: {"group_id": group_id} if group_id else {},
+            now_unix_nanos=self._clock.wall_ns,
         )
         managers.append(self._telemetry)
         self._managers = managers

@@ -31,7 +31,7 @@ from kafka_handoff.errors import (
 from kafka_handoff.group.coordinator import CoordinatorManager
 from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.metadata import MetadataManager
-from kafka_handoff.protocol.requests import COORDINATOR, MonotonicClock, PollResult, UnsentRequest
+from kafka_handoff.protocol.requests import COORDINATOR, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import ConsumerGroupMetadata, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
@@ -101,7 +101,7 @@ class OffsetsManager:
             [set[TopicPartition], Callable[[dict[TopicPartition, Any], int], None]], bool
         ]
         | None = None,
-        wall_clock_ms: Callable[[], int] | None = None,
+        wall_clock_ms: Callable[[], int],
         on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
         self._subs = subscriptions
@@ -110,7 +110,7 @@ class OffsetsManager:
         self._backoff = retry_backoff_ms
         self._lookup_backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
         self._committed_lookup = committed_lookup
-        self._wall = wall_clock_ms or MonotonicClock().wall_ms
+        self._wall = wall_clock_ms
         self._on_error = on_error
         self._lookups: list[_Lookup] = []
         self._resetting: set[TopicPartition] = set()

@@ -16,6 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafka_handoff.config import parse_bootstrap_servers
 from kafka_handoff.errors import KafkaTimeoutError, raise_for_code
 from kafka_handoff.protocol.metadata import parse_metadata
 from kafka_handoff.protocol.versions import ApiKey
@@ -49,19 +50,8 @@ _CLIENT_ID = "kafka-handoff-devbroker"
 
 
 def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
-    """``"host:port,host:port"`` -> ``[(host, port), ...]``."""
-    out: list[tuple[str, int]] = []
-    for item in bootstrap.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        host, sep, port = item.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError(f"bootstrap servers: {item!r} is not host:port")
-        out.append((host.strip("[]"), int(port)))
-    if not out:
-        raise ValueError("bootstrap servers: empty")
-    return out
+    """``"host:port,host:port"`` -> ``[(host, port), ...]`` (``config.parse_bootstrap_servers``)."""
+    return parse_bootstrap_servers(bootstrap)
 
 
 class ProbeConnection:

@@ -34,27 +34,13 @@ from kafka_handoff.types import BrokerNode
 if TYPE_CHECKING:
     from kafka_handoff.security import SecuritySettings
 
-__all__ = ["NetworkClient", "parse_bootstrap"]
+__all__ = ["NetworkClient"]
 
 log = logging.getLogger(__name__)
 
 _BOOTSTRAP_BASE = -1000
 _COORDINATOR_BASE = 1 << 30
 _UNREACHABLE_WARN_MS = 10_000  # a warning about unreachable brokers at most this often
-
-
-def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
-    items = servers.split(",") if isinstance(servers, str) else list(servers)
-    out: list[tuple[str, int]] = []
-    for raw in items:
-        item = raw.strip()
-        if not item:
-            continue
-        host, sep, port = item.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError(f"bootstrap server {item!r} is not host:port")
-        out.append((host.strip("[]"), int(port)))
-    return out
 
 
 @dataclass(slots=True)

@@ -24,10 +24,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from kafka_handoff.clock import Clock
 from kafka_handoff.errors import KafkaError, KafkaTimeoutError
 from kafka_handoff.network.client import NetworkClient
 from kafka_handoff.network.events import ApplicationEvent, ApplicationEventProcessor, RunClosure
-from kafka_handoff.protocol.requests import MAX_POLL_WAIT_MS, Clock, RequestManager
+from kafka_handoff.protocol.requests import MAX_POLL_WAIT_MS, RequestManager
 
 __all__ = ["ApplicationEvent", "BackgroundError", "NetworkThread"]
 

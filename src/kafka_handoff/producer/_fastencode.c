@@ -1,7 +1,7 @@
 /*
- * kafka_handoff.producer._fastencode: the per-record loop of the producer's batch encoder, in C.
+ * kafka_handoff.producer._fastencode: the producer's per-record helpers, in C (the record batch encoding
+ * itself is protocol/_fastrecords.c's encode_records).
  *
- * encode_records(entries, base_timestamp) -> (records_bytes, max_timestamp)
  * murmur2(data) -> int   (Kafka's Utils.murmur2, a signed 32-bit result; see partitioner.py)
  * untrack(obj), track(obj) -> None   (take an object out of / back into the cyclic garbage collector)
  * make_entry(future_type, key, value, timestamp, headers, callback) -> entry
@@ -20,242 +20,11 @@
  * They cannot be part of garbage cycles while untracked (the future only refers to its result and error;
  * anything that could make it part of a cycle -- waiters, done callbacks -- first creates its condition,
  * which puts it back under the collector's control).
- *
- * A drop-in replacement for batch.py's pure-Python loop (same bytes; batch.py keeps the framing, CRC and
- * compression).  ``entries`` is a list of tuples whose first four items are (key, value, timestamp,
- * headers): key and value are bytes or None, timestamp an int, headers None or a sequence of
- * (str, bytes-or-None) pairs.  Records get offset deltas 0, 1, 2, ...; each record is
- *
- *   length varint | attributes int8 (0) | timestampDelta varlong | offsetDelta varint |
- *   keyLength varint | key | valueLength varint | value | headerCount varint |
- *   (headerKeyLength varint, key utf-8, headerValueLength varint, value)*
- *
- * with zig-zag varints and -1 for a null key, value or header value.  Raises TypeError for an entry of the
- * wrong shape (the Python loop would fail too), OverflowError for a timestamp outside int64.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
-
-static inline uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
-
-static inline Py_ssize_t varint_size(int64_t v)
-{
-    uint64_t u = zigzag(v);
-    Py_ssize_t n = 1;
-    while (u >= 0x80) {
-        u >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static inline char *put_varint(char *p, int64_t v)
-{
-    uint64_t u = zigzag(v);
-    while (u >= 0x80) {
-        *p++ = (char)((u & 0x7F) | 0x80);
-        u >>= 7;
-    }
-    *p++ = (char)u;
-    return p;
-}
-
-/* Size and pointer of a bytes-or-None item: returns -1 with an exception for other types. */
-static int bytes_or_none(PyObject *obj, const char *what, const char **data, Py_ssize_t *len)
-{
-    if (obj == Py_None) {
-        *data = NULL;
-        *len = -1;
-        return 0;
-    }
-    if (PyBytes_Check(obj)) {
-        *data = PyBytes_AS_STRING(obj);
-        *len = PyBytes_GET_SIZE(obj);
-        return 0;
-    }
-    PyErr_Format(PyExc_TypeError, "record %s must be bytes or None, not %.100s", what, Py_TYPE(obj)->tp_name);
-    return -1;
-}
-
-typedef struct {
-    const char *key;
-    Py_ssize_t key_len;
-    const char *value;
-    Py_ssize_t value_len;
-    int64_t ts_delta;
-    Py_ssize_t body;       /* record size without its length prefix */
-    PyObject *headers;     /* borrowed: a sequence or NULL */
-} rec_info;
-
-/* Header bytes (without the count) of one record; fills *count.  -1 on error. */
-static Py_ssize_t headers_size(PyObject *headers, Py_ssize_t *count)
-{
-    PyObject *seq = PySequence_Fast(headers, "record headers must be a sequence of (key, value) pairs");
-    if (seq == NULL)
-        return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    Py_ssize_t size = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
-            Py_DECREF(seq);
-            PyErr_SetString(PyExc_TypeError, "a record header must be a (str, bytes | None) tuple");
-            return -1;
-        }
-        Py_ssize_t klen;
-        if (PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &klen) == NULL) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        const char *v;
-        Py_ssize_t vlen;
-        if (bytes_or_none(PyTuple_GET_ITEM(pair, 1), "header value", &v, &vlen) < 0) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        size += varint_size(klen) + klen + varint_size(vlen) + (vlen > 0 ? vlen : 0);
-    }
-    Py_DECREF(seq);
-    *count = n;
-    return size;
-}
-
-static char *put_headers(char *p, PyObject *headers)
-{
-    PyObject *seq = PySequence_Fast(headers, "record headers must be a sequence");
-    if (seq == NULL)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    p = put_varint(p, n);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
-        Py_ssize_t klen;
-        const char *k = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &klen);
-        const char *v;
-        Py_ssize_t vlen;
-        if (k == NULL || bytes_or_none(PyTuple_GET_ITEM(pair, 1), "header value", &v, &vlen) < 0) {
-            Py_DECREF(seq);
-            return NULL;
-        }
-        p = put_varint(p, klen);
-        memcpy(p, k, (size_t)klen);
-        p += klen;
-        p = put_varint(p, vlen);
-        if (vlen > 0) {
-            memcpy(p, v, (size_t)vlen);
-            p += vlen;
-        }
-    }
-    Py_DECREF(seq);
-    return p;
-}
-
-static PyObject *encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "encode_records(entries, base_timestamp) takes 2 arguments");
-        return NULL;
-    }
-    PyObject *entries = args[0];
-    if (!PyList_Check(entries)) {
-        PyErr_SetString(PyExc_TypeError, "entries must be a list");
-        return NULL;
-    }
-    int overflow = 0;
-    long long base_ts = PyLong_AsLongLongAndOverflow(args[1], &overflow);
-    if (overflow || (base_ts == -1 && PyErr_Occurred())) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_OverflowError, "base timestamp out of int64 range");
-        return NULL;
-    }
-    Py_ssize_t n = PyList_GET_SIZE(entries);
-    rec_info stack_infos[256];
-    rec_info *infos = n <= 256 ? stack_infos : PyMem_Malloc(sizeof(rec_info) * (size_t)n);
-    if (infos == NULL)
-        return PyErr_NoMemory();
-    PyObject *result = NULL;
-    PyObject *out = NULL;
-    long long max_ts = -1;
-    Py_ssize_t total = 0;
-
-    /* pass 1: sizes (entries are not mutated while we run: we hold the GIL and call no Python code
-       besides str->utf8, which cannot run arbitrary code) */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *entry = PyList_GET_ITEM(entries, i);
-        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 4) {
-            PyErr_SetString(PyExc_TypeError, "an entry must be a (key, value, timestamp, headers, ...) tuple");
-            goto done;
-        }
-        rec_info *r = &infos[i];
-        if (bytes_or_none(PyTuple_GET_ITEM(entry, 0), "key", &r->key, &r->key_len) < 0)
-            goto done;
-        if (bytes_or_none(PyTuple_GET_ITEM(entry, 1), "value", &r->value, &r->value_len) < 0)
-            goto done;
-        long long ts = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(entry, 2), &overflow);
-        if (overflow || (ts == -1 && PyErr_Occurred())) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_OverflowError, "record timestamp out of int64 range");
-            goto done;
-        }
-        if (ts > max_ts)
-            max_ts = ts;
-        r->ts_delta = (int64_t)((uint64_t)ts - (uint64_t)base_ts);
-        PyObject *headers = PyTuple_GET_ITEM(entry, 3);
-        Py_ssize_t hcount = 0, hsize = 0;
-        if (headers != Py_None) {
-            hsize = headers_size(headers, &hcount);
-            if (hsize < 0)
-                goto done;
-        }
-        r->headers = (headers != Py_None && hcount > 0) ? headers : NULL;
-        r->body = 1 + varint_size(r->ts_delta) + varint_size(i) + varint_size(r->key_len) +
-                  (r->key_len > 0 ? r->key_len : 0) + varint_size(r->value_len) +
-                  (r->value_len > 0 ? r->value_len : 0) + varint_size(hcount) + hsize;
-        total += varint_size(r->body) + r->body;
-    }
-
-    /* pass 2: write */
-    out = PyBytes_FromStringAndSize(NULL, total);
-    if (out == NULL)
-        goto done;
-    char *p = PyBytes_AS_STRING(out);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        rec_info *r = &infos[i];
-        p = put_varint(p, r->body);
-        *p++ = 0; /* attributes */
-        p = put_varint(p, r->ts_delta);
-        p = put_varint(p, i);
-        p = put_varint(p, r->key_len);
-        if (r->key_len > 0) {
-            memcpy(p, r->key, (size_t)r->key_len);
-            p += r->key_len;
-        }
-        p = put_varint(p, r->value_len);
-        if (r->value_len > 0) {
-            memcpy(p, r->value, (size_t)r->value_len);
-            p += r->value_len;
-        }
-        if (r->headers == NULL) {
-            *p++ = 0;
-        } else {
-            p = put_headers(p, r->headers);
-            if (p == NULL)
-                goto done;
-        }
-    }
-    if (p != PyBytes_AS_STRING(out) + total) {
-        PyErr_SetString(PyExc_RuntimeError, "record sizes changed while encoding");
-        goto done;
-    }
-    result = Py_BuildValue("(OL)", out, max_ts);
-done:
-    Py_XDECREF(out);
-    if (infos != stack_infos)
-        PyMem_Free(infos);
-    return result;
-}
 
 /* Kafka's murmur2 (seed 0x9747b28c), as partitioner.murmur2 computes it. */
 static PyObject *murmur2(PyObject *module, PyObject *arg)
@@ -496,15 +265,13 @@ static PyMethodDef methods[] = {
     {"untrack", (PyCFunction)untrack, METH_O, "untrack(obj): remove obj from the cyclic garbage collector"},
     {"track", (PyCFunction)track, METH_O, "track(obj): put obj back under the cyclic garbage collector"},
     {"murmur2", (PyCFunction)murmur2, METH_O, "murmur2(data) -> Kafka's murmur2 hash as a signed 32-bit int"},
-    {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,
-     "encode_records(entries, base_timestamp) -> (records bytes, max timestamp)"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT,
     .m_name = "kafka_handoff.producer._fastencode",
-    .m_doc = "The per-record loop of the producer's record batch encoder (see batch.py).",
+    .m_doc = "The producer's per-record helpers (see batch.py, future.py, partitioner.py).",
     .m_size = 0,
     .m_methods = methods,
 };

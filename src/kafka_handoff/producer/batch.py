@@ -10,19 +10,21 @@ producer fields of the header are rewritten and the CRC recomputed, as Java's ``
 
 from __future__ import annotations
 
-import importlib
 import logging
-import os
-import struct
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, Final
 
-from crc32c import crc32c
-
+from kafka_handoff._native import load_extension
 from kafka_handoff.protocol.compression import CompressionType, compress
-from kafka_handoff.protocol.records import RECORD_BATCH_OVERHEAD
+from kafka_handoff.protocol.records import (
+    ENCODER_IMPLEMENTATION,
+    RECORD_BATCH_OVERHEAD,
+    assemble_batch,
+    encode_records,
+    restamp_batch,
+)
 from kafka_handoff.types import RecordMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -55,109 +57,12 @@ Entry = tuple[
     bytes | None, bytes | None, int, Sequence[Header] | None, "Future[RecordMetadata] | None", Callback | None
 ]
 
-_HALF: Final = 1 << 13
-_HEAD: Final = struct.Struct(">qiibI")  # base offset, length, partition leader epoch, magic, crc
-_TAIL: Final = struct.Struct(">hiqqqhii")  # attributes .. record count (covered by the crc)
-_PRODUCER: Final = struct.Struct(">qhi")  # producer id, epoch, base sequence
-_PRODUCER_OFFSET: Final = 43
-_CRC_OFFSET: Final = 17
-_ATTRIBUTES_OFFSET: Final = 21
-
-
-def _zz(value: int) -> bytes:
-    u = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
-_ZZ: Final[tuple[bytes, ...]] = tuple(_zz(v) for v in range(-_HALF, _HALF))
-
 
 def estimate_headers_size(headers: Sequence[Header]) -> int:
     size = 1
     for hkey, hvalue in headers:
         size += 10 + len(hkey) * 3 + (len(hvalue) if hvalue is not None else 0)
     return size
-
-
-def _headers(headers: Sequence[Header] | None) -> bytes:
-    if not headers:
-        return b"\x00"
-    zz = _ZZ
-    n = len(headers)
-    parts = [zz[n + _HALF] if n < _HALF else _zz(n)]
-    for hkey, hvalue in headers:
-        kb = hkey.encode("utf-8")
-        parts.append(zz[len(kb) + _HALF] if len(kb) < _HALF else _zz(len(kb)))
-        parts.append(kb)
-        if hvalue is None:
-            parts.append(b"\x01")
-        else:
-            hv = bytes(hvalue)
-            parts.append(zz[len(hv) + _HALF] if len(hv) < _HALF else _zz(len(hv)))
-            parts.append(hv)
-    return b"".join(parts)
-
-
-def _py_encode_records(entries: Sequence[Entry], base_timestamp: int) -> tuple[bytes, int]:
-    """The records section (uncompressed) of a batch whose offset deltas are 0, 1, 2, ..., and the largest
-    timestamp (-1 without records)."""
-    zz = _ZZ
-    half = _HALF
-    top = 2 * half
-    parts: list[bytes] = []
-    extend = parts.extend
-    max_ts = -1
-    for delta, (key, value, ts, headers, _f, _c) in enumerate(entries):
-        if ts > max_ts:
-            max_ts = ts
-        d = ts - base_timestamp + half
-        ts_v = zz[d] if 0 <= d < top else _zz(d - half)
-        off_v = zz[delta + half] if delta < half else _zz(delta)
-        if key is None:
-            key_v = b"\x01"
-            key = b""
-        else:
-            n = len(key)
-            key_v = zz[n + half] if n < half else _zz(n)
-        if value is None:
-            value_v = b"\x01"
-            value = b""
-        else:
-            n = len(value)
-            value_v = zz[n + half] if n < half else _zz(n)
-        hdr = b"\x00" if not headers else _headers(headers)
-        body = 1 + len(ts_v) + len(off_v) + len(key_v) + len(key) + len(value_v) + len(value) + len(hdr)
-        extend(
-            (
-                zz[body + half] if body < half else _zz(body),
-                b"\x00",
-                ts_v,
-                off_v,
-                key_v,
-                key,
-                value_v,
-                value,
-                hdr,
-            )
-        )
-    return b"".join(parts), max_ts
-
-
-def _load_extension() -> Callable[[Sequence[Entry], int], tuple[bytes, int]] | None:
-    flag = os.environ.get("KAFKA_HANDOFF_PURE_PYTHON", "").strip().lower()
-    if flag not in ("", "0", "false", "no"):
-        return None
-    try:
-        module = importlib.import_module("kafka_handoff.producer._fastencode")
-    except ImportError:
-        return None
-    fn: Callable[[Sequence[Entry], int], tuple[bytes, int]] = module.encode_records
-    return fn
 
 
 def _py_append_values(
@@ -202,13 +107,7 @@ AppendValues = Callable[
 
 
 def _load_append_values() -> AppendValues:
-    flag = os.environ.get("KAFKA_HANDOFF_PURE_PYTHON", "").strip().lower()
-    if flag not in ("", "0", "false", "no"):
-        return _py_append_values
-    try:
-        module = importlib.import_module("kafka_handoff.producer._fastencode")
-    except ImportError:
-        return _py_append_values
+    module = load_extension("kafka_handoff.producer._fastencode")
     fn: AppendValues = getattr(module, "append_values", _py_append_values)
     return fn
 
@@ -216,14 +115,8 @@ def _load_append_values() -> AppendValues:
 append_values: AppendValues = _load_append_values()
 """``append_values(entries, values, keys, start, timestamp, callback, room, overhead) -> (count, size)``."""
 
-_c_encode_records = _load_extension()
-#: ``"c"`` when the ``_fastencode`` extension encodes records, else ``"python"``.
-IMPLEMENTATION: Final = "c" if _c_encode_records is not None else "python"
-encode_records: Callable[[Sequence[Entry], int], tuple[bytes, int]] = (
-    _c_encode_records if _c_encode_records is not None else _py_encode_records
-)
-"""``encode_records(entries, base_timestamp) -> (records bytes, max timestamp)``: the C loop when the
-optional extension is built (same bytes), else the Python one."""
+#: ``"c"`` when the ``_fastrecords`` extension encodes records (:data:`records.ENCODER_IMPLEMENTATION`).
+IMPLEMENTATION: Final = ENCODER_IMPLEMENTATION
 
 
 class ProducerBatch:
@@ -344,12 +237,8 @@ class ProducerBatch:
         self.producer_id = producer_id
         self.producer_epoch = epoch
         self.base_sequence = base_sequence
-        payload = self.payload
-        if payload is not None:
-            buf = bytearray(payload)
-            _PRODUCER.pack_into(buf, _PRODUCER_OFFSET, producer_id, epoch, base_sequence)
-            struct.pack_into(">I", buf, _CRC_OFFSET, crc32c(memoryview(buf)[_ATTRIBUTES_OFFSET:]))
-            self.payload = bytes(buf)
+        if self.payload is not None:
+            self.payload = restamp_batch(self.payload, producer=(producer_id, epoch, base_sequence))
 
     def reset_producer_state(self, producer_id: int, epoch: int, base_sequence: int) -> None:
         """Move the batch to a new epoch/sequence (Java ``ProducerBatch.resetProducerState``)."""
@@ -388,17 +277,15 @@ class ProducerBatch:
         self.prepared = None
         self.max_timestamp = max_ts
         count = len(entries)
-        tail = _TAIL.pack(
-            int(compression),
-            max(0, count - 1),
-            base_ts,
-            max_ts,
-            self.producer_id,
-            self.producer_epoch,
-            self.base_sequence,
-            count,
+        payload = self.payload = assemble_batch(
+            records,
+            count=count,
+            attributes=int(compression),
+            last_offset_delta=max(0, count - 1),
+            base_timestamp=base_ts,
+            max_timestamp=max_ts,
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            base_sequence=self.base_sequence,
         )
-        crc = crc32c(records, crc32c(tail))
-        head = _HEAD.pack(0, RECORD_BATCH_OVERHEAD - 12 + len(records), -1, 2, crc)
-        payload = self.payload = head + tail + records
         return payload

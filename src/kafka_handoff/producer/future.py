@@ -20,14 +20,13 @@ uses plain futures) if a future Python changes them.
 from __future__ import annotations
 
 import functools
-import importlib
-import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures._base import FINISHED, PENDING
 from typing import Any, Final
 
+from kafka_handoff._native import load_extension
 from kafka_handoff.types import RecordMetadata
 
 __all__ = [
@@ -43,16 +42,7 @@ __all__ = [
 _create_lock = threading.Lock()
 
 
-def _extension() -> Any:
-    if os.environ.get("KAFKA_HANDOFF_PURE_PYTHON", "").strip().lower() not in ("", "0", "false", "no"):
-        return None
-    try:
-        return importlib.import_module("kafka_handoff.producer._fastencode")
-    except ImportError:
-        return None
-
-
-_ext = _extension()
+_ext: Any = load_extension("kafka_handoff.producer._fastencode")
 #: ``untrack(obj)`` / ``track(obj)`` from the optional C extension (None without it): see :func:`new_future`.
 untrack: Callable[[object], None] | None = _ext.untrack if _ext is not None else None
 track: Callable[[object], None] | None = _ext.track if _ext is not None else None

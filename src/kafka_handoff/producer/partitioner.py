@@ -16,12 +16,12 @@ Sans-I/O: the accumulator calls these under its lock; randomness comes from an i
 from __future__ import annotations
 
 import bisect
-import importlib
-import os
 import random
 import struct
 from collections.abc import Callable, Sequence
 from typing import Final
+
+from kafka_handoff._native import load_extension
 
 __all__ = ["BuiltInPartitioner", "key_partition", "murmur2", "to_positive"]
 
@@ -58,11 +58,8 @@ def _py_murmur2(data: bytes | bytearray | memoryview) -> int:
 
 
 def _load_c_murmur2() -> Callable[[bytes | bytearray | memoryview], int] | None:
-    if os.environ.get("KAFKA_HANDOFF_PURE_PYTHON", "").strip().lower() not in ("", "0", "false", "no"):
-        return None
-    try:
-        module = importlib.import_module("kafka_handoff.producer._fastencode")
-    except ImportError:
+    module = load_extension("kafka_handoff.producer._fastencode")
+    if module is None:
         return None
     fn: Callable[[bytes | bytearray | memoryview], int] = module.murmur2
     return fn

@@ -19,6 +19,8 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+from kafka_handoff.protocol.varint import uvarint
+
 __all__ = ["MAX_VERSION", "MIN_VERSION", "encode_produce_body"]
 
 MIN_VERSION: Final = 3
@@ -28,15 +30,6 @@ _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
 _ACKS_TIMEOUT: Final = struct.Struct(">hi")
 _INDEX_LEN: Final = struct.Struct(">ii")  # partition index, records length (non-flexible)
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def encode_produce_body(
@@ -53,7 +46,7 @@ def encode_produce_body(
     add = parts.append
     tid = None if transactional_id is None else transactional_id.encode("utf-8")
     if version >= 9:
-        uv = _uvarint
+        uv = uvarint
         add(b"\0" if tid is None else uv(len(tid) + 1) + tid)
         add(_ACKS_TIMEOUT.pack(acks, timeout_ms))
         add(uv(len(topics) + 1))

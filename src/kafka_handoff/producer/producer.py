@@ -308,6 +308,7 @@ class Producer:
             enabled=cfg.enable_metrics_push,
             retry_backoff_ms=cfg.retry_backoff_ms,
             retry_backoff_max_ms=cfg.retry_backoff_max_ms,
+            now_unix_nanos=self._clock.wall_ns,
         )
         self._thread = NetworkThread(
             client,

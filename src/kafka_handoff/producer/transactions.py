@@ -37,14 +37,12 @@ from __future__ import annotations
 
 import enum
 import logging
-import struct
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
 from kafka_handoff.errors import (
@@ -58,6 +56,7 @@ from kafka_handoff.group.coordinator import parse_find_coordinator
 from kafka_handoff.producer.batch import ProducerBatch
 from kafka_handoff.producer.idempotence import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, IdempotenceManager
 from kafka_handoff.protocol.backoff import ExponentialBackoff
+from kafka_handoff.protocol.records import ATTR_TRANSACTIONAL, ATTRIBUTES_OFFSET, restamp_batch
 from kafka_handoff.protocol.requests import ANY_NODE, COORDINATOR, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import BrokerNode, ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
@@ -102,22 +101,14 @@ PRODUCE_V2: Final = 12
 _WAIT_FOR_BATCHES_MS: Final = 20
 
 
-_CRC_OFFSET: Final = 17
-_ATTRIBUTES_OFFSET: Final = 21
-_ATTR_TRANSACTIONAL: Final = 0x10
-
-
 def mark_transactional(batch: ProducerBatch) -> bytes:
     """Set the *transactional* attribute (bit 4) of the batch's encoded bytes, once, and return them: the
     broker then keeps the records invisible to ``read_committed`` readers until the transaction's marker."""
     payload = batch.payload
     assert payload is not None, "encode the batch first"
-    if payload[_ATTRIBUTES_OFFSET + 1] & _ATTR_TRANSACTIONAL:
+    if payload[ATTRIBUTES_OFFSET + 1] & ATTR_TRANSACTIONAL:
         return payload
-    buf = bytearray(payload)
-    buf[_ATTRIBUTES_OFFSET + 1] |= _ATTR_TRANSACTIONAL
-    struct.pack_into(">I", buf, _CRC_OFFSET, crc32c(memoryview(buf)[_ATTRIBUTES_OFFSET:]))
-    batch.payload = bytes(buf)
+    batch.payload = restamp_batch(payload, set_attributes=ATTR_TRANSACTIONAL)
     return batch.payload
 
 

@@ -1,5 +1,5 @@
 /*
- * kafka_handoff.protocol._fastrecords: the per-record loop of the v2 record batch decoder, in C.
+ * kafka_handoff.protocol._fastrecords: the per-record loops of the v2 record batch decoder and encoder, in C.
  *
  * This is a drop-in replacement for records.py's _records_to_objects / _records_to_columns (same arguments,
  * same return value, same errors).  Only the loop over the records of ONE batch lives here; the batch framing,
@@ -228,6 +228,30 @@ fail:
     return NULL;
 }
 
+/* The bytes of a key or value whose length ``len`` was just read, at *p: *out is NULL for -1 (null), else
+   the data, and *p moves past it.  -1 with an exception for another negative length (malformed) or data that
+   runs past n (IndexError) -- the checks of records.py's loop, in its order. */
+static inline int take_bytes(module_state *st, const uint8_t *buf, Py_ssize_t n, Py_ssize_t *p, int64_t len,
+                             const char *what, const uint8_t **out)
+{
+    *out = NULL;
+    if (len >= 0) {
+        if (len > n - *p)
+            return out_of_data();
+        *out = buf + *p;
+        *p += (Py_ssize_t)len;
+        return 0;
+    }
+    if (len != -1)
+        return malformed(st, "invalid %s length %lld", what, (long long)len);
+    return 0;
+}
+
+static inline PyObject *new_bytes_or_none(const uint8_t *data, int64_t len)
+{
+    return data != NULL ? PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)len) : Py_NewRef(Py_None);
+}
+
 /* Parse the record at *pos (the same reads, in the same order, as records.py's loop). */
 static int parse_record(module_state *st, const uint8_t *buf, Py_ssize_t n, Py_ssize_t *pos, parsed_record *r)
 {
@@ -241,35 +265,13 @@ static int parse_record(module_state *st, const uint8_t *buf, Py_ssize_t n, Py_s
     if (read_zz(st, buf, n, &p, &r->ts_delta) < 0 || read_zz(st, buf, n, &p, &r->off_delta) < 0 ||
         read_zz(st, buf, n, &p, &r->klen) < 0)
         return -1;
-    if (r->klen >= 0) {
-        if (r->klen > n - p)
-            return out_of_data();
-        r->key = PyBytes_FromStringAndSize((const char *)buf + p, (Py_ssize_t)r->klen);
-        if (r->key == NULL)
-            return -1;
-        p += (Py_ssize_t)r->klen;
-    } else if (r->klen == -1) {
-        r->key = Py_NewRef(Py_None);
-    } else {
-        return malformed(st, "invalid key length %lld", (long long)r->klen);
-    }
-    if (read_zz(st, buf, n, &p, &r->vlen) < 0)
+    const uint8_t *data;
+    if (take_bytes(st, buf, n, &p, r->klen, "key", &data) < 0 ||
+        (r->key = new_bytes_or_none(data, r->klen)) == NULL)
+        return -1;
+    if (read_zz(st, buf, n, &p, &r->vlen) < 0 || take_bytes(st, buf, n, &p, r->vlen, "value", &data) < 0 ||
+        (r->value = new_bytes_or_none(data, r->vlen)) == NULL)
         goto fail;
-    if (r->vlen >= 0) {
-        if (r->vlen > n - p) {
-            out_of_data();
-            goto fail;
-        }
-        r->value = PyBytes_FromStringAndSize((const char *)buf + p, (Py_ssize_t)r->vlen);
-        if (r->value == NULL)
-            goto fail;
-        p += (Py_ssize_t)r->vlen;
-    } else if (r->vlen == -1) {
-        r->value = Py_NewRef(Py_None);
-    } else {
-        malformed(st, "invalid value length %lld", (long long)r->vlen);
-        goto fail;
-    }
     if (p >= n) {
         out_of_data();
         goto fail;
@@ -336,20 +338,29 @@ fail:
     return -1;
 }
 
+/* The checks every decoding entry point starts with: its argument count, and configure() having run (it sets
+   the record type and the malformed exception together). */
+static int check_call(module_state *st, const char *name, Py_ssize_t nargs, Py_ssize_t expected)
+{
+    if (nargs != expected) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, expected, nargs);
+        return -1;
+    }
+    if (st->record_type == NULL || st->malformed == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_fastrecords.configure() was not called");
+        return -1;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------------------------------------ */
 /* records_to_objects(buf, pos, count, base_offset, base_ts, ts_type, epoch, topic, partition, out) -> pos */
 
 static PyObject *records_to_objects(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     module_state *st = get_state(module);
-    if (nargs != 10) {
-        PyErr_Format(PyExc_TypeError, "records_to_objects() takes 10 arguments (%zd given)", nargs);
+    if (check_call(st, "records_to_objects", nargs, 10) < 0)
         return NULL;
-    }
-    if (st->record_type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "_fastrecords.configure() was not called");
-        return NULL;
-    }
     PyObject *ts_type = args[5], *epoch = args[6], *topic = args[7], *partition = args[8], *out = args[9];
     if (!PyList_Check(out)) {
         PyErr_SetString(PyExc_TypeError, "out must be a list");
@@ -423,14 +434,8 @@ static PyObject *get_list(PyObject *obj, PyObject *name)
 static PyObject *records_to_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     module_state *st = get_state(module);
-    if (nargs != 6) {
-        PyErr_Format(PyExc_TypeError, "records_to_columns() takes 6 arguments (%zd given)", nargs);
+    if (check_call(st, "records_to_columns", nargs, 6) < 0)
         return NULL;
-    }
-    if (st->malformed == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "_fastrecords.configure() was not called");
-        return NULL;
-    }
     PyObject *lists[5] = {NULL, NULL, NULL, NULL, NULL};
     PyObject *names[5] = {st->s_offsets, st->s_timestamps, st->s_keys, st->s_values, st->s_headers};
     for (int j = 0; j < 5; j++) {
@@ -831,29 +836,12 @@ static int append_record(module_state *st, ColumnBuilder *bl, const uint8_t *buf
             keep = off >= min_offset;
     }
     Py_ssize_t row = bl->rows;
-    const uint8_t *kp = NULL;
-    if (klen >= 0) {
-        if (klen > n - p)
-            return out_of_data();
-        kp = buf + p;
-        p += (Py_ssize_t)klen;
-    } else if (klen != -1) {
-        return malformed(st, "invalid key length %lld", (long long)klen);
-    }
-    if (keep && put_binary(&b[B_KVALID], &b[B_KOFF], &b[B_KDATA], row, kp, klen) < 0)
+    const uint8_t *kp, *vp;
+    if (take_bytes(st, buf, n, &p, klen, "key", &kp) < 0 ||
+        (keep && put_binary(&b[B_KVALID], &b[B_KOFF], &b[B_KDATA], row, kp, klen) < 0))
         return -1;
-    if (read_zz(st, buf, n, &p, &vlen) < 0)
-        return -1;
-    const uint8_t *vp = NULL;
-    if (vlen >= 0) {
-        if (vlen > n - p)
-            return out_of_data();
-        vp = buf + p;
-        p += (Py_ssize_t)vlen;
-    } else if (vlen != -1) {
-        return malformed(st, "invalid value length %lld", (long long)vlen);
-    }
-    if (keep && put_binary(&b[B_VVALID], &b[B_VOFF], &b[B_VDATA], row, vp, vlen) < 0)
+    if (read_zz(st, buf, n, &p, &vlen) < 0 || take_bytes(st, buf, n, &p, vlen, "value", &vp) < 0 ||
+        (keep && put_binary(&b[B_VVALID], &b[B_VOFF], &b[B_VDATA], row, vp, vlen) < 0))
         return -1;
     if (p >= n)
         return out_of_data();
@@ -936,14 +924,8 @@ static int append_record(module_state *st, ColumnBuilder *bl, const uint8_t *buf
 static PyObject *records_to_buffers(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     module_state *st = get_state(module);
-    if (nargs != 8) {
-        PyErr_Format(PyExc_TypeError, "records_to_buffers() takes 8 arguments (%zd given)", nargs);
+    if (check_call(st, "records_to_buffers", nargs, 8) < 0)
         return NULL;
-    }
-    if (st->malformed == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "_fastrecords.configure() was not called");
-        return NULL;
-    }
     if (!PyObject_TypeCheck(args[7], &ColumnBuilder_Type)) {
         PyErr_SetString(PyExc_TypeError, "builder must be a ColumnBuilder");
         return NULL;
@@ -1133,6 +1115,253 @@ static PyObject *configure(PyObject *module, PyObject *args)
 }
 
 /* ------------------------------------------------------------------------------------------------------ */
+/* encoding: the per-record loop of the record batch encoder (records.py's _py_encode_records in C; the
+ * producer's batches and RecordBatchBuilder both use it).
+ *
+ * encode_records(entries, base_timestamp, first_offset_delta=0) -> (records_bytes, max_timestamp)
+ *
+ * ``entries`` is a list of tuples whose first four items are (key, value, timestamp, headers): key and value
+ * are bytes or None, timestamp an int, headers None or a sequence of (str, bytes-or-None) tuples.  Records get
+ * offset deltas first_offset_delta, +1, +2, ...; each record is
+ *
+ *   length varint | attributes int8 (0) | timestampDelta varlong | offsetDelta varint |
+ *   keyLength varint | key | valueLength varint | value | headerCount varint |
+ *   (headerKeyLength varint, key utf-8, headerValueLength varint, value)*
+ *
+ * with zig-zag varints and -1 for a null key, value or header value.  Raises TypeError for an entry of the
+ * wrong shape, OverflowError for a timestamp outside int64.
+ */
+
+static inline uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
+
+static inline Py_ssize_t varint_size(int64_t v)
+{
+    uint64_t u = zigzag(v);
+    Py_ssize_t n = 1;
+    while (u >= 0x80) {
+        u >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline char *put_varint(char *p, int64_t v)
+{
+    uint64_t u = zigzag(v);
+    while (u >= 0x80) {
+        *p++ = (char)((u & 0x7F) | 0x80);
+        u >>= 7;
+    }
+    *p++ = (char)u;
+    return p;
+}
+
+/* Size and pointer of a bytes-or-None item: returns -1 with an exception for other types. */
+static int bytes_or_none(PyObject *obj, const char *what, const char **data, Py_ssize_t *len)
+{
+    if (obj == Py_None) {
+        *data = NULL;
+        *len = -1;
+        return 0;
+    }
+    if (PyBytes_Check(obj)) {
+        *data = PyBytes_AS_STRING(obj);
+        *len = PyBytes_GET_SIZE(obj);
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "record %s must be bytes or None, not %.100s", what, Py_TYPE(obj)->tp_name);
+    return -1;
+}
+
+typedef struct {
+    const char *key;
+    Py_ssize_t key_len;
+    const char *value;
+    Py_ssize_t value_len;
+    int64_t ts_delta;
+    Py_ssize_t body;       /* record size without its length prefix */
+    PyObject *headers;     /* borrowed: a sequence or NULL */
+} rec_info;
+
+/* Header bytes (without the count) of one record; fills *count.  -1 on error. */
+static Py_ssize_t headers_size(PyObject *headers, Py_ssize_t *count)
+{
+    PyObject *seq = PySequence_Fast(headers, "record headers must be a sequence of (key, value) pairs");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t size = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_TypeError, "a record header must be a (str, bytes | None) tuple");
+            return -1;
+        }
+        Py_ssize_t klen;
+        if (PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &klen) == NULL) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        const char *v;
+        Py_ssize_t vlen;
+        if (bytes_or_none(PyTuple_GET_ITEM(pair, 1), "header value", &v, &vlen) < 0) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        size += varint_size(klen) + klen + varint_size(vlen) + (vlen > 0 ? vlen : 0);
+    }
+    Py_DECREF(seq);
+    *count = n;
+    return size;
+}
+
+static char *put_headers(char *p, PyObject *headers)
+{
+    PyObject *seq = PySequence_Fast(headers, "record headers must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    p = put_varint(p, n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
+        Py_ssize_t klen;
+        const char *k = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &klen);
+        const char *v;
+        Py_ssize_t vlen;
+        if (k == NULL || bytes_or_none(PyTuple_GET_ITEM(pair, 1), "header value", &v, &vlen) < 0) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        p = put_varint(p, klen);
+        memcpy(p, k, (size_t)klen);
+        p += klen;
+        p = put_varint(p, vlen);
+        if (vlen > 0) {
+            memcpy(p, v, (size_t)vlen);
+            p += vlen;
+        }
+    }
+    Py_DECREF(seq);
+    return p;
+}
+
+static PyObject *encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 && nargs != 3) {
+        PyErr_SetString(PyExc_TypeError,
+                        "encode_records(entries, base_timestamp, first_offset_delta=0) takes 2 or 3 arguments");
+        return NULL;
+    }
+    PyObject *entries = args[0];
+    if (!PyList_Check(entries)) {
+        PyErr_SetString(PyExc_TypeError, "entries must be a list");
+        return NULL;
+    }
+    int overflow = 0;
+    long long base_ts = PyLong_AsLongLongAndOverflow(args[1], &overflow);
+    if (overflow || (base_ts == -1 && PyErr_Occurred())) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_OverflowError, "base timestamp out of int64 range");
+        return NULL;
+    }
+    long long first_delta = 0;
+    if (nargs == 3) {
+        first_delta = PyLong_AsLongLongAndOverflow(args[2], &overflow);
+        if (overflow || (first_delta == -1 && PyErr_Occurred()) || first_delta < 0 || first_delta > INT32_MAX) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_OverflowError, "first offset delta out of 0..2**31-1");
+            return NULL;
+        }
+    }
+    Py_ssize_t n = PyList_GET_SIZE(entries);
+    rec_info stack_infos[256];
+    rec_info *infos = n <= 256 ? stack_infos : PyMem_Malloc(sizeof(rec_info) * (size_t)n);
+    if (infos == NULL)
+        return PyErr_NoMemory();
+    PyObject *result = NULL;
+    PyObject *out = NULL;
+    long long max_ts = -1;
+    Py_ssize_t total = 0;
+
+    /* pass 1: sizes (entries are not mutated while we run: we hold the GIL and call no Python code
+       besides str->utf8, which cannot run arbitrary code) */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *entry = PyList_GET_ITEM(entries, i);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 4) {
+            PyErr_SetString(PyExc_TypeError, "an entry must be a (key, value, timestamp, headers, ...) tuple");
+            goto done;
+        }
+        rec_info *r = &infos[i];
+        if (bytes_or_none(PyTuple_GET_ITEM(entry, 0), "key", &r->key, &r->key_len) < 0)
+            goto done;
+        if (bytes_or_none(PyTuple_GET_ITEM(entry, 1), "value", &r->value, &r->value_len) < 0)
+            goto done;
+        long long ts = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(entry, 2), &overflow);
+        if (overflow || (ts == -1 && PyErr_Occurred())) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_OverflowError, "record timestamp out of int64 range");
+            goto done;
+        }
+        if (ts > max_ts)
+            max_ts = ts;
+        r->ts_delta = (int64_t)((uint64_t)ts - (uint64_t)base_ts);
+        PyObject *headers = PyTuple_GET_ITEM(entry, 3);
+        Py_ssize_t hcount = 0, hsize = 0;
+        if (headers != Py_None) {
+            hsize = headers_size(headers, &hcount);
+            if (hsize < 0)
+                goto done;
+        }
+        r->headers = (headers != Py_None && hcount > 0) ? headers : NULL;
+        r->body = 1 + varint_size(r->ts_delta) + varint_size(first_delta + i) + varint_size(r->key_len) +
+                  (r->key_len > 0 ? r->key_len : 0) + varint_size(r->value_len) +
+                  (r->value_len > 0 ? r->value_len : 0) + varint_size(hcount) + hsize;
+        total += varint_size(r->body) + r->body;
+    }
+
+    /* pass 2: write */
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        goto done;
+    char *p = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        rec_info *r = &infos[i];
+        p = put_varint(p, r->body);
+        *p++ = 0; /* attributes */
+        p = put_varint(p, r->ts_delta);
+        p = put_varint(p, first_delta + i);
+        p = put_varint(p, r->key_len);
+        if (r->key_len > 0) {
+            memcpy(p, r->key, (size_t)r->key_len);
+            p += r->key_len;
+        }
+        p = put_varint(p, r->value_len);
+        if (r->value_len > 0) {
+            memcpy(p, r->value, (size_t)r->value_len);
+            p += r->value_len;
+        }
+        if (r->headers == NULL) {
+            *p++ = 0;
+        } else {
+            p = put_headers(p, r->headers);
+            if (p == NULL)
+                goto done;
+        }
+    }
+    if (p != PyBytes_AS_STRING(out) + total) {
+        PyErr_SetString(PyExc_RuntimeError, "record sizes changed while encoding");
+        goto done;
+    }
+    result = Py_BuildValue("(OL)", out, max_ts);
+done:
+    Py_XDECREF(out);
+    if (infos != stack_infos)
+        PyMem_Free(infos);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
 /* module */
 
 static PyMethodDef methods[] = {
@@ -1148,6 +1377,9 @@ static PyMethodDef methods[] = {
     {"binary_list", (PyCFunction)(void (*)(void))binary_list, METH_FASTCALL,
      "binary_list(validity, offsets, data, start, stop) -> list\n"
      "Rows start:stop of an Arrow binary array as bytes (None where the validity bit is clear)."},
+    {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,
+     "encode_records(entries, base_timestamp, first_offset_delta=0) -> (records bytes, max timestamp)\n"
+     "The records section (uncompressed) of a v2 record batch."},
     {"configure", configure, METH_VARARGS,
      "configure(record_type, malformed, untrack=False)\n"
      "Set the record class (a __slots__ dataclass with ConsumerRecord's fields) and the exception raised for "

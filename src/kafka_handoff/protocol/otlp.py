@@ -12,6 +12,8 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from kafka_handoff.protocol.varint import uvarint
+
 __all__ = ["CUMULATIVE", "DELTA", "OtlpMetric", "OtlpPoint", "encode_metrics_data"]
 
 DELTA = 1
@@ -37,24 +39,12 @@ class OtlpMetric:
     temporality: int = CUMULATIVE
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def _key(field_no: int, wire_type: int) -> bytes:
-    return _varint((field_no << 3) | wire_type)
+    return uvarint((field_no << 3) | wire_type)
 
 
 def _bytes(field_no: int, payload: bytes) -> bytes:
-    return _key(field_no, 2) + _varint(len(payload)) + payload
+    return _key(field_no, 2) + uvarint(len(payload)) + payload
 
 
 def _str(field_no: int, text: str) -> bytes:
@@ -95,7 +85,7 @@ def _metric(metric: OtlpMetric) -> bytes:
     points = b"".join(_bytes(1, _point(p)) for p in metric.points)
     if metric.is_sum:
         # Sum: data_points = 1, aggregation_temporality = 2, is_monotonic = 3
-        body = points + _key(2, 0) + _varint(metric.temporality) + _key(3, 0) + _varint(1)
+        body = points + _key(2, 0) + uvarint(metric.temporality) + _key(3, 0) + uvarint(1)
         out += _bytes(7, body)
     else:
         out += _bytes(5, points)

@@ -28,11 +28,16 @@ Errors never lose good data: decoding stops at the first bad batch and the resul
 batches before it, ``next_offset`` just past them and the error in ``result.error`` (call
 :meth:`DecodedRecords.raise_error` once those records are handed out).
 
-The per-record loop has two implementations, for each of the three result forms (objects, lists, Arrow
-buffers), with identical results and errors: the C extension ``kafka_handoff.protocol._fastrecords`` (built
-by ``pip install``; optional) and pure Python.  The C one is used when it is importable, unless the
-environment variable ``KAFKA_HANDOFF_PURE_PYTHON`` is set (to anything but ``""``/``0``/``false``/``no``) at
-import time.  :data:`IMPLEMENTATION` says which one is active (``"c"`` or ``"python"``).
+Encoding (:func:`encode_records`, :func:`assemble_batch`, :func:`restamp_batch`; :class:`RecordBatchBuilder`,
+:func:`encode_batch`, :func:`encode_control_batch` on top) is the one encoder of the project: the producer's
+batches use it too, and write the same bytes as the builder.
+
+The per-record loops have two implementations, for each of the three decoded forms (objects, lists, Arrow
+buffers) and for encoding, with identical results and errors: the C extension
+``kafka_handoff.protocol._fastrecords`` (built by ``pip install``; optional) and pure Python.  The C one is
+used when it is importable, unless the environment variable ``KAFKA_HANDOFF_PURE_PYTHON`` is set (to anything
+but ``""``/``0``/``false``/``no``) at import time (``kafka_handoff._native``).  :data:`IMPLEMENTATION`
+(decoding) and :data:`ENCODER_IMPLEMENTATION` say which one is active (``"c"`` or ``"python"``).
 
 Records built by the C loop are not tracked by the cyclic garbage collector (when created they hold only
 str/int/bytes/tuples, which cannot form a cycle), which makes decoding ~3x faster because the collector no
@@ -45,10 +50,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import os
 import struct
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from itertools import accumulate, repeat
@@ -56,19 +60,25 @@ from typing import Any, Final, Literal, NamedTuple
 
 from crc32c import crc32c
 
+from kafka_handoff._native import pure_python_requested
 from kafka_handoff.errors import CorruptRecordError
 from kafka_handoff.protocol.compression import CompressionType, compress, decompress
+from kafka_handoff.protocol.varint import ZIGZAG_CACHE, ZIGZAG_CACHE_HALF, zigzag_varint
 from kafka_handoff.types import ConsumerRecord
 
 __all__ = [
+    "ATTRIBUTES_OFFSET",
     "ATTR_COMPRESSION_MASK",
     "ATTR_CONTROL",
     "ATTR_DELETE_HORIZON",
     "ATTR_TIMESTAMP_TYPE",
     "ATTR_TRANSACTIONAL",
+    "CRC_OFFSET",
     "C_UNAVAILABLE_REASON",
+    "ENCODER_IMPLEMENTATION",
     "IMPLEMENTATION",
     "LOG_OVERHEAD",
+    "PRODUCER_OFFSET",
     "RECORD_BATCH_OVERHEAD",
     "BatchHeader",
     "Buffer",
@@ -77,20 +87,24 @@ __all__ = [
     "DecodedBuffers",
     "DecodedColumns",
     "DecodedRecords",
+    "EncodeEntry",
     "Header",
     "RecordBatchBuilder",
     "RecordColumns",
     "RecordInput",
     "TimestampType",
+    "assemble_batch",
     "available_implementations",
     "decode_batches",
     "decode_batches_buffers",
     "decode_batches_columnar",
     "encode_batch",
     "encode_control_batch",
+    "encode_records",
     "iter_batch_headers",
     "lists_to_buffers",
     "parse_control_key",
+    "restamp_batch",
     "set_gc_tracking",
 ]
 
@@ -600,28 +614,6 @@ def _zz2_table() -> tuple[int, ...]:
 _ZZ2: Final[tuple[int, ...]] = _zz2_table()
 
 
-def _zz_bytes(value: int) -> bytes:
-    u = (value << 1) ^ (value >> 63)
-    u &= 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
-_ZZ_CACHE_HALF: Final = 1 << 13  # every value whose varint takes at most two bytes
-_ZZ_ENC: Final[tuple[bytes, ...]] = tuple(_zz_bytes(v) for v in range(-_ZZ_CACHE_HALF, _ZZ_CACHE_HALF))
-
-
-def _zz_enc(value: int) -> bytes:
-    i = value + _ZZ_CACHE_HALF
-    if 0 <= i < 2 * _ZZ_CACHE_HALF:
-        return _ZZ_ENC[i]
-    return _zz_bytes(value)
-
-
 def _read_headers(buf: bytes, pos: int) -> tuple[tuple[Header, ...], int]:
     count, pos = _read_zz(buf, pos)
     if count < 0:
@@ -674,8 +666,9 @@ _FAST_NEW: Final = tuple(
 ) == _CONSUMER_RECORD_FIELDS and not hasattr(ConsumerRecord, "__post_init__")
 
 # ---------------------------------------------------------------------------------------------------------
-# the hot loops: records of one batch.  Both are the same parser; they differ only in what they emit.
-# Every varint has inline fast paths for one and two bytes; longer ones go through _read_zz.
+# the hot loops: records of one batch.  One Python parser (_py_records_to_columns, which inlines a fast path
+# for one- and two-byte varints; longer ones go through _read_zz); the object and buffer forms are made from
+# its lists.
 
 
 def _py_records_to_objects(
@@ -690,115 +683,34 @@ def _py_records_to_objects(
     partition: int,
     out: list[ConsumerRecord],
 ) -> int:
-    zz1 = _ZZ1
-    zz2 = _ZZ2
-    read_zz = _read_zz
-    read_headers = _read_headers
-    make = ConsumerRecord
-    new = object.__new__
-    fast_new = _FAST_NEW
+    """The records of one batch as :class:`ConsumerRecord` objects appended to ``out``: parsed by
+    :func:`_py_records_to_columns` (the one Python parser), then made into objects."""
+    cols = RecordColumns()
+    pos = _py_records_to_columns(buf, pos, count, base_offset, base_ts, cols)
     append = out.append
-    for _ in repeat(None, count):
-        # record length
-        b = buf[pos]
-        if b < 0x80:
-            rec_end = pos + 1 + zz1[b]
-            pos += 1
-        else:
-            c = buf[pos + 1]
-            if c < 0x80:
-                pos += 2
-                rec_end = pos + zz2[b + (c << 7)]
-            else:
-                n, pos = read_zz(buf, pos)
-                rec_end = pos + n
-        # attributes (unused), timestamp delta
-        b = buf[pos + 1]
-        if b < 0x80:
-            ts_delta = zz1[b]
-            pos += 2
-        else:
-            c = buf[pos + 2]
-            if c < 0x80:
-                ts_delta = zz2[b + (c << 7)]
-                pos += 3
-            else:
-                ts_delta, pos = read_zz(buf, pos + 1)
-        # offset delta
-        b = buf[pos]
-        if b < 0x80:
-            off_delta = zz1[b]
-            pos += 1
-        else:
-            c = buf[pos + 1]
-            if c < 0x80:
-                off_delta = zz2[b + (c << 7)]
-                pos += 2
-            else:
-                off_delta, pos = read_zz(buf, pos)
-        # key
-        b = buf[pos]
-        if b < 0x80:
-            klen = zz1[b]
-            pos += 1
-        else:
-            c = buf[pos + 1]
-            if c < 0x80:
-                klen = zz2[b + (c << 7)]
-                pos += 2
-            else:
-                klen, pos = read_zz(buf, pos)
-        if klen >= 0:
-            key: bytes | None = buf[pos : pos + klen]
-            pos += klen
-        elif klen == -1:
-            key = None
-        else:
-            raise _bad_length("key", klen)
-        # value
-        b = buf[pos]
-        if b < 0x80:
-            vlen = zz1[b]
-            pos += 1
-        else:
-            c = buf[pos + 1]
-            if c < 0x80:
-                vlen = zz2[b + (c << 7)]
-                pos += 2
-            else:
-                vlen, pos = read_zz(buf, pos)
-        if vlen >= 0:
-            value: bytes | None = buf[pos : pos + vlen]
-            pos += vlen
-        elif vlen == -1:
-            value = None
-        else:
-            raise _bad_length("value", vlen)
-        # headers
-        if buf[pos] == 0:
-            headers: tuple[Header, ...] = ()
-            pos += 1
-        else:
-            headers, pos = read_headers(buf, pos)
-        if pos != rec_end:
-            raise _Malformed(f"record length says it ends at byte {rec_end} but its fields end at byte {pos}")
-        if fast_new:  # object.__new__ + slot stores: ~80 ns/record cheaper than the dataclass __init__
+    make = ConsumerRecord
+    rows = zip(cols.offsets, cols.timestamps, cols.keys, cols.values, cols.headers, strict=False)
+    if _FAST_NEW:  # object.__new__ + slot stores: ~80 ns/record cheaper than the dataclass __init__
+        new = object.__new__
+        for offset, ts, key, value, headers in rows:
             rec = new(make)
             rec.topic = topic
             rec.partition = partition
-            rec.offset = base_offset + off_delta
-            rec.timestamp = base_ts + ts_delta
+            rec.offset = offset
+            rec.timestamp = ts
             rec.timestamp_type = ts_type
             rec.key = key
             rec.value = value
             rec.headers = headers
             rec.leader_epoch = epoch
-            rec.serialized_key_size = klen
-            rec.serialized_value_size = vlen
-        else:
-            rec = make(topic, partition, base_offset + off_delta, base_ts + ts_delta, ts_type, key, value,
-                       headers, epoch, klen, vlen)  # fmt: skip
-        append(rec)
+            rec.serialized_key_size = -1 if key is None else len(key)
+            rec.serialized_value_size = -1 if value is None else len(value)
+            append(rec)
+    else:
+        for offset, ts, key, value, headers in rows:
+            klen = -1 if key is None else len(key)
+            vlen = -1 if value is None else len(value)
+            append(make(topic, partition, offset, ts, ts_type, key, value, headers, epoch, klen, vlen))
     return pos
 
 
@@ -963,19 +875,23 @@ _records_to_buffers: Any = _py_records_to_buffers
 _new_builder: Any = _PyColumnBuilder
 
 
-def _load_extension() -> tuple[Any, str | None]:
-    """(the configured ``_fastrecords`` module or None, why it is not available)."""
-    if not _FAST_NEW:
-        return None, "ConsumerRecord's fields are not the ones records.py knows"
+def _load_extension() -> tuple[Any, Any, str | None]:
+    """(the ``_fastrecords`` module or None, the same configured for decoding or None, why decoding in C is
+    not available)."""
     try:
         module = importlib.import_module("kafka_handoff.protocol._fastrecords")
+    except ImportError as exc:
+        return None, None, f"{type(exc).__name__}: {exc}"
+    if not _FAST_NEW:
+        return module, None, "ConsumerRecord's fields are not the ones records.py knows"
+    try:
         module.configure(ConsumerRecord, _Malformed, True)
-    except (ImportError, TypeError) as exc:
-        return None, f"{type(exc).__name__}: {exc}"
-    return module, None
+    except TypeError as exc:
+        return module, None, f"{type(exc).__name__}: {exc}"
+    return module, module, None
 
 
-_fast, C_UNAVAILABLE_REASON = _load_extension()
+_extension, _fast, C_UNAVAILABLE_REASON = _load_extension()
 
 
 def _use_implementation(name: Implementation) -> None:
@@ -1009,12 +925,7 @@ def available_implementations() -> list[Implementation]:
     return ["c", "python"] if _fast is not None else ["python"]
 
 
-_PURE_PYTHON_REQUESTED: Final = os.environ.get("KAFKA_HANDOFF_PURE_PYTHON", "").strip().lower() not in (
-    "",
-    "0",
-    "false",
-    "no",
-)
+_PURE_PYTHON_REQUESTED: Final = pure_python_requested()
 if _fast is not None and not _PURE_PYTHON_REQUESTED:
     _use_implementation("c")
 
@@ -1315,8 +1226,158 @@ def decode_batches_buffers(
 # encoding
 
 
+# The one encoder of v2 record batches: the producer's batches (``producer/batch.py``) and
+# :class:`RecordBatchBuilder` (tests, benchmarks, the transaction markers below) both go through
+# :func:`encode_records` (the records section), :func:`assemble_batch` (header and CRC) and
+# :func:`restamp_batch` (new producer fields or attribute bits on an encoded batch).
+
+CRC_OFFSET: Final = 17
+"""Byte offset of the CRC in a v2 batch; the CRC covers the bytes from :data:`ATTRIBUTES_OFFSET` on."""
+ATTRIBUTES_OFFSET: Final = _ATTRIBUTES_OFFSET
+"""Byte offset of the attributes (int16) in a v2 batch."""
+PRODUCER_OFFSET: Final = 43
+"""Byte offset of producer id (int64), producer epoch (int16) and base sequence (int32) in a v2 batch."""
+_PRODUCER: Final = struct.Struct(">qhi")
+_CRC: Final = struct.Struct(">I")
+_ATTRIBUTES: Final = struct.Struct(">h")
+
+EncodeEntry = tuple[Any, ...]
+"""An entry :func:`encode_records` takes: ``(key, value, timestamp, headers, ...)`` -- key and value bytes or
+None, headers None or a sequence of ``(str, bytes | None)`` tuples; further items are ignored (the producer
+keeps its future and callback there)."""
+
+
+def _encode_headers(headers: Sequence[Header]) -> bytes:
+    zz = ZIGZAG_CACHE
+    half = ZIGZAG_CACHE_HALF
+    n = len(headers)
+    parts = [zz[n + half] if n < half else zigzag_varint(n)]
+    for hkey, hvalue in headers:
+        kb = hkey.encode("utf-8")
+        parts.append(zz[len(kb) + half] if len(kb) < half else zigzag_varint(len(kb)))
+        parts.append(kb)
+        if hvalue is None:
+            parts.append(b"\x01")
+        else:
+            hv = bytes(hvalue)
+            parts.append(zz[len(hv) + half] if len(hv) < half else zigzag_varint(len(hv)))
+            parts.append(hv)
+    return b"".join(parts)
+
+
+def _py_encode_records(
+    entries: Sequence[EncodeEntry], base_timestamp: int, first_offset_delta: int = 0
+) -> tuple[bytes, int]:
+    """The records section (uncompressed) of a batch whose offset deltas are ``first_offset_delta``, +1, +2,
+    ..., and the largest timestamp (-1 without records)."""
+    zz = ZIGZAG_CACHE
+    half = ZIGZAG_CACHE_HALF
+    top = 2 * half
+    parts: list[bytes] = []
+    extend = parts.extend
+    max_ts = -1
+    for delta, entry in enumerate(entries, first_offset_delta):
+        key = entry[0]
+        value = entry[1]
+        ts = entry[2]
+        headers = entry[3]
+        if ts > max_ts:
+            max_ts = ts
+        d = ts - base_timestamp + half
+        ts_v = zz[d] if 0 <= d < top else zigzag_varint(d - half)
+        off_v = zz[delta + half] if delta < half else zigzag_varint(delta)
+        if key is None:
+            key_v = b"\x01"
+            key = b""
+        else:
+            n = len(key)
+            key_v = zz[n + half] if n < half else zigzag_varint(n)
+        if value is None:
+            value_v = b"\x01"
+            value = b""
+        else:
+            n = len(value)
+            value_v = zz[n + half] if n < half else zigzag_varint(n)
+        hdr = b"\x00" if not headers else _encode_headers(headers)
+        body = 1 + len(ts_v) + len(off_v) + len(key_v) + len(key) + len(value_v) + len(value) + len(hdr)
+        extend(
+            (
+                zz[body + half] if body < half else zigzag_varint(body),
+                b"\x00",
+                ts_v,
+                off_v,
+                key_v,
+                key,
+                value_v,
+                value,
+                hdr,
+            )
+        )
+    return b"".join(parts), max_ts
+
+
+#: The active implementation of :func:`encode_records`: ``"c"`` (``_fastrecords``) or ``"python"``.
+ENCODER_IMPLEMENTATION: Final[Implementation] = (
+    "c" if _extension is not None and not _PURE_PYTHON_REQUESTED else "python"
+)
+encode_records: Callable[..., tuple[bytes, int]] = (
+    _extension.encode_records if ENCODER_IMPLEMENTATION == "c" else _py_encode_records
+)
+"""``encode_records(entries, base_timestamp, first_offset_delta=0) -> (records bytes, max timestamp)``: the
+records section of a batch from a *list* of :data:`EncodeEntry` tuples (the C loop when the extension is
+built -- the same bytes -- else the Python one)."""
+
+
+def assemble_batch(
+    records: bytes,
+    *,
+    count: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    base_offset: int = 0,
+    partition_leader_epoch: int = -1,
+) -> bytes:
+    """One v2 batch: the 61-byte header (with its CRC) and ``records``, the records section as
+    :func:`encode_records` made it, compressed already when ``attributes`` names a codec."""
+    tail = _TAIL.pack(
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+    crc = crc32c(records, crc32c(tail))
+    length = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(records)
+    return _HEAD.pack(base_offset, length, partition_leader_epoch, MAGIC_V2, crc) + tail + records
+
+
+def restamp_batch(
+    payload: bytes, *, producer: tuple[int, int, int] | None = None, set_attributes: int = 0
+) -> bytes:
+    """``payload`` (one encoded batch) with new ``producer`` fields (id, epoch, base sequence) and/or the
+    attribute bits ``set_attributes`` added, and its CRC recomputed (Java's ``ProducerBatch`` does the same
+    after an epoch bump)."""
+    buf = bytearray(payload)
+    if producer is not None:
+        _PRODUCER.pack_into(buf, PRODUCER_OFFSET, *producer)
+    if set_attributes:
+        (attributes,) = _ATTRIBUTES.unpack_from(buf, ATTRIBUTES_OFFSET)
+        _ATTRIBUTES.pack_into(buf, ATTRIBUTES_OFFSET, attributes | set_attributes)
+    _CRC.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
+
+
 class RecordBatchBuilder:
-    """Builds one v2 record batch with the same layout as Java's ``MemoryRecordsBuilder``.
+    """Builds one v2 record batch with the same layout as Java's ``MemoryRecordsBuilder`` (and the same bytes
+    as the producer's batches, through the same :func:`encode_records`).
 
     ``append`` serializes each record at once (so :attr:`size_in_bytes` is exact for uncompressed data);
     ``build`` compresses the records section when a codec is set and fills in the CRC.  The base timestamp is
@@ -1405,37 +1466,20 @@ class RecordBatchBuilder:
         base_ts = self._base_ts
         if base_ts is None:
             base_ts = self._base_ts = timestamp
-        if timestamp > self._max_ts:
-            self._max_ts = timestamp
         if offset_delta is None:
             offset_delta = self._next_delta
         elif offset_delta < self._next_delta:
             raise ValueError(
                 f"offset delta {offset_delta} is not above the previous one ({self._next_delta - 1})"
             )
+        record, _ = encode_records([(key, value, timestamp, headers or None)], base_ts, offset_delta)
+        if timestamp > self._max_ts:
+            self._max_ts = timestamp
         self._next_delta = offset_delta + 1
         self._last_delta = offset_delta
         self._count += 1
-        enc = _ZZ_ENC
-        half = _ZZ_CACHE_HALF
-        i = timestamp - base_ts + half
-        ts_v = enc[i] if 0 <= i < 2 * half else _zz_bytes(timestamp - base_ts)
-        off_v = enc[offset_delta + half] if offset_delta < half else _zz_bytes(offset_delta)
-        if key is None:
-            key_v = b"\x01"
-            key = b""
-        else:
-            key_v = enc[len(key) + half] if len(key) < half else _zz_bytes(len(key))
-        if value is None:
-            value_v = b"\x01"
-            value = b""
-        else:
-            value_v = enc[len(value) + half] if len(value) < half else _zz_bytes(len(value))
-        hdr = _encode_headers(headers) if headers else b"\x00"
-        body = 1 + len(ts_v) + len(off_v) + len(key_v) + len(key) + len(value_v) + len(value) + len(hdr)
-        len_v = enc[body + half] if body < half else _zz_bytes(body)
-        self._parts += (len_v, b"\x00", ts_v, off_v, key_v, key, value_v, value, hdr)
-        self._size += body + len(len_v)
+        self._parts.append(record)
+        self._size += len(record)
         return offset_delta
 
     def build(self, last_offset_delta: int | None = None) -> bytes:
@@ -1450,40 +1494,24 @@ class RecordBatchBuilder:
             attributes |= ATTR_TRANSACTIONAL
         if self.is_control:
             attributes |= ATTR_CONTROL
-        base_ts = self._base_ts if self._base_ts is not None else -1
         max_ts = self._max_ts if self._count else -1
         if self.timestamp_type == TimestampType.LOG_APPEND_TIME and self.log_append_time is not None:
             max_ts = self.log_append_time
         if last_offset_delta is None:
             last_offset_delta = self._last_delta if self._count else 0
-        tail = _TAIL.pack(
-            attributes,
-            last_offset_delta,
-            base_ts,
-            max_ts,
-            self.producer_id,
-            self.producer_epoch,
-            self.base_sequence,
-            self._count,
+        return assemble_batch(
+            payload,
+            count=self._count,
+            attributes=attributes,
+            last_offset_delta=last_offset_delta,
+            base_timestamp=self._base_ts if self._base_ts is not None else -1,
+            max_timestamp=max_ts,
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            base_sequence=self.base_sequence,
+            base_offset=self.base_offset,
+            partition_leader_epoch=self.partition_leader_epoch,
         )
-        crc = crc32c(payload, crc32c(tail))
-        length = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(payload)
-        head = _HEAD.pack(self.base_offset, length, self.partition_leader_epoch, MAGIC_V2, crc)
-        return head + tail + payload
-
-
-def _encode_headers(headers: Sequence[Header]) -> bytes:
-    parts = [_zz_enc(len(headers))]
-    for hkey, hvalue in headers:
-        kb = hkey.encode("utf-8")
-        parts.append(_zz_enc(len(kb)))
-        parts.append(kb)
-        if hvalue is None:
-            parts.append(b"\x01")
-        else:
-            parts.append(_zz_enc(len(hvalue)))
-            parts.append(bytes(hvalue))
-    return b"".join(parts)
 
 
 RecordInput = (

@@ -10,10 +10,11 @@ drive managers with a fake clock.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
+
+from kafka_handoff.clock import Clock, FakeClock, MonotonicClock
 
 if TYPE_CHECKING:
     from kafka_handoff.protocol.wire import EncodedBody
@@ -23,6 +24,7 @@ __all__ = [
     "COORDINATOR",
     "Clock",
     "FakeClock",
+    "MonotonicClock",
     "PollResult",
     "RequestManager",
     "UnsentRequest",
@@ -88,39 +90,3 @@ class PollResult:
 
 class RequestManager(Protocol):
     def poll(self, now_ms: int) -> PollResult: ...
-
-
-class Clock(Protocol):
-    def now_ms(self) -> int: ...
-
-
-class FakeClock:
-    """A clock for sans-I/O tests: time moves only when the test says so."""
-
-    def __init__(self, start_ms: int = 1_000_000, wall_start_ms: int = 1_700_000_000_000) -> None:
-        self._now = start_ms
-        self._wall_offset = wall_start_ms - start_ms
-
-    def now_ms(self) -> int:
-        return self._now
-
-    def wall_ms(self) -> int:
-        """Wall-clock (epoch) milliseconds; moves with :meth:`advance`."""
-        return self._now + self._wall_offset
-
-    def advance(self, ms: int) -> int:
-        self._now += ms
-        return self._now
-
-
-class MonotonicClock:
-    """The real clock: ``now_ms`` is monotonic (for deadlines and timers), ``wall_ms`` is epoch time (for
-    timestamps sent to brokers, such as a ``by_duration`` offset reset)."""
-
-    __slots__ = ()
-
-    def now_ms(self) -> int:
-        return time.monotonic_ns() // 1_000_000
-
-    def wall_ms(self) -> int:
-        return time.time_ns() // 1_000_000

@@ -75,11 +75,9 @@ class TelemetryManager:
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1000,
         resource: Callable[[], Mapping[str, str]] | None = None,
-        now_unix_nanos: Callable[[], int] | None = None,
+        now_unix_nanos: Callable[[], int],
         rand: Callable[[], float] = random.random,
     ) -> None:
-        import time
-
         self._metrics = metrics
         self.state = SUBSCRIPTION_NEEDED if enabled else DISABLED
         self.enabled = enabled
@@ -87,7 +85,7 @@ class TelemetryManager:
         self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
         self._failures = 0
         self._resource = resource or (lambda: {})
-        self._unix_nanos = now_unix_nanos or time.time_ns
+        self._unix_nanos = now_unix_nanos
         self._rand = rand
         self._next_ms = 0
         self.instance_id: uuid.UUID | None = None

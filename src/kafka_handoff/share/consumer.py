@@ -37,6 +37,7 @@ from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
 
+from kafka_handoff.clock import MonotonicClock
 from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError, SerializationError, WakeupError
 from kafka_handoff.group.coordinator import CoordinatorManager
 from kafka_handoff.group.membership import CoordinatorNeeded, MembershipError, MetadataNeeded
@@ -47,7 +48,7 @@ from kafka_handoff.network.events import ApplicationEvent
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.records import decode_batches_columnar
-from kafka_handoff.protocol.requests import MonotonicClock, RequestManager
+from kafka_handoff.protocol.requests import RequestManager
 from kafka_handoff.security import build_security
 from kafka_handoff.share.config import ShareConsumerConfig, parse_share_consumer_config
 from kafka_handoff.share.events import (
