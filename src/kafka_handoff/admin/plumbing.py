@@ -17,8 +17,8 @@ from kafka_handoff.protocol.requests import ANY_NODE
 if TYPE_CHECKING:
     from kafka_handoff.admin.calls import AdminCallManager, Steps, Target
     from kafka_handoff.admin.results import GroupListing
+    from kafka_handoff.clock import MonotonicClock
     from kafka_handoff.config import AdminConfig
-    from kafka_handoff.protocol.requests import MonotonicClock
     from kafka_handoff.types import ClusterMetadata
 
 __all__ = ["AdminPlumbing", "group_describe_call", "merge_group_listings", "unique_names"]

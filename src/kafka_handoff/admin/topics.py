@@ -22,7 +22,6 @@ from kafka_handoff.admin.results import (
     TopicDescription,
     TopicListing,
 )
-from kafka_handoff.clock import MonotonicClock
 from kafka_handoff.errors import (
     KafkaError,
     RequestTimedOutError,

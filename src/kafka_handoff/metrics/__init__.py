@@ -12,7 +12,7 @@
   at least ``(samples - 1)`` whole windows so that a burst right after start-up does not read as a huge
   rate (the same rule as Java's ``Rate.windowSize``).
 * Time comes from an injectable clock (an object with ``now_ms()`` or a callable, integer milliseconds),
-  so tests use :class:`~kafka_handoff.protocol.requests.FakeClock`.  Whoever passes ``now_ms`` explicitly to
+  so tests use :class:`~kafka_handoff.clock.FakeClock`.  Whoever passes ``now_ms`` explicitly to
   ``record`` (e.g. the membership calling ``RebalanceMetrics``) must use the same clock.
 
 The clients' metric sets with the Java client's names live with their clients: ``producer.metrics`` and
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Protocol, cast
 
-from kafka_handoff.protocol.requests import Clock, MonotonicClock
+from kafka_handoff.clock import Clock, MonotonicClock
 
 __all__ = [
     "Avg",
