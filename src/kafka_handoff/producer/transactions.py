@@ -75,6 +75,8 @@ TOPIC_AUTHORIZATION_FAILED: Final = ErrorCode.topic_authorization_failed
 GROUP_AUTHORIZATION_FAILED: Final = ErrorCode.group_authorization_failed
 CONCURRENT_TRANSACTIONS: Final = ErrorCode.concurrent_transactions
 OPERATION_NOT_ATTEMPTED: Final = ErrorCode.operation_not_attempted
+_NOT_ALL_ADDED: Final = -1000
+"""AddPartitionsToTxn left partitions out or OPERATION_NOT_ATTEMPTED (no error of its own): try again."""
 FENCED_INSTANCE_ID: Final = ErrorCode.fenced_instance_id
 TRANSACTION_ABORTABLE: Final = ErrorCode.transaction_abortable
 INVALID_TXN_STATE: Final = ErrorCode.invalid_txn_state
@@ -429,6 +431,41 @@ class TransactionManager:
 
         return on_failure
 
+    def _to_coordinator(
+        self,
+        api_key: int,
+        what: str,
+        values: dict[str, Any],
+        on_success: Callable[[Any, int, int], None],
+        on_error: Callable[[int, int, int], bool] | None = None,
+        *,
+        error_code: Callable[[Any], int] = lambda response: int(response.error_code),
+        min_version: int = 0,
+        max_version: int | None = None,
+    ) -> UnsentRequest:
+        """A request to the transaction coordinator.  ``error_code`` reads the answer's error (0: done, then
+        ``on_success(response, version, now)``); ``on_error(code, version, now)`` handles the errors
+        particular to the request (True when it did), the rest go to :meth:`_handle_common`."""
+
+        def on_response(response: Any, version: int, now: int) -> None:
+            self._in_flight = False
+            code = error_code(response)
+            if code == 0:
+                self._failures = 0
+                on_success(response, version, now)
+            elif on_error is None or not on_error(code, version, now):
+                self._handle_common(code, what, now)
+
+        return UnsentRequest(
+            api_key=api_key,
+            node=COORDINATOR,
+            values=values,
+            on_response=on_response,
+            on_failure=self._on_failure(what, True),
+            min_version=min_version,
+            max_version=max_version,
+        )
+
     def _handle_common(self, code: int, what: str, now: int, *, txn_coordinator: bool = True) -> bool:
         """Retry, rediscovery and fatal errors shared by every coordinator request; True when handled."""
         if code in _COORDINATOR_MOVED:
@@ -505,33 +542,22 @@ class TransactionManager:
             "producer_epoch": idem.epoch if step.bump else -1,
         }
 
-        def on_response(response: Any, _version: int, now: int) -> None:
-            self._in_flight = False
-            code = int(response.error_code)
-            if code == 0:
-                self._failures = 0
-                self._steps.popleft()
-                idem.set_producer_id_and_epoch(int(response.producer_id), int(response.producer_epoch))
-                self._epoch_invalid = False
-                self._bump_after_abort = False
-                log.info(
-                    "transactional.id %r: producer id %d, epoch %d",
-                    self.transactional_id,
-                    idem.producer_id,
-                    idem.epoch,
-                )
-                self.state = TxnState.READY
-                _set_result(step.futures)
-                return
-            self._handle_common(code, "InitProducerId", now)
+        def on_success(response: Any, _version: int, _now: int) -> None:
+            self._steps.popleft()
+            idem.set_producer_id_and_epoch(int(response.producer_id), int(response.producer_epoch))
+            self._epoch_invalid = False
+            self._bump_after_abort = False
+            log.info(
+                "transactional.id %r: producer id %d, epoch %d",
+                self.transactional_id,
+                idem.producer_id,
+                idem.epoch,
+            )
+            self.state = TxnState.READY
+            _set_result(step.futures)
 
-        return UnsentRequest(
-            api_key=ApiKey.INIT_PRODUCER_ID,
-            node=COORDINATOR,
-            values=values,
-            on_response=on_response,
-            on_failure=self._on_failure("InitProducerId", True),
-            min_version=3 if step.bump else 0,
+        return self._to_coordinator(
+            ApiKey.INIT_PRODUCER_ID, "InitProducerId", values, on_success, min_version=3 if step.bump else 0
         )
 
     # ---------------------------------------------------------------- AddPartitionsToTxn (v1: up to v3)
@@ -548,8 +574,7 @@ class TransactionManager:
             "v3_and_below_topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
         }
 
-        def on_response(response: Any, _version: int, now: int) -> None:
-            self._in_flight = False
+        def error_code(response: Any) -> int:
             codes: dict[TopicPartition, int] = {}
             results = getattr(response, "results_by_topic_v3_and_below", None) or ()
             for topic in results:
@@ -559,28 +584,33 @@ class TransactionManager:
                     )
             top = int(getattr(response, "error_code", 0) or 0)
             failed = {tp: c for tp, c in codes.items() if c not in (0, OPERATION_NOT_ATTEMPTED)}
-            if top == 0 and not failed and all(codes.get(tp, -1) == 0 for tp in partitions):
-                self._failures = 0
-                self.partitions_in_txn.update(partitions)
-                self._new_partitions.difference_update(partitions)
-                self._txn_started = True
-                return
             code = top or next(iter(failed.values()), 0)
-            if code == 0:  # only OPERATION_NOT_ATTEMPTED / missing: try again
+            if code == 0 and not all(codes.get(tp, -1) == 0 for tp in partitions):
+                return _NOT_ALL_ADDED
+            return code
+
+        def on_success(_response: Any, _version: int, _now: int) -> None:
+            self.partitions_in_txn.update(partitions)
+            self._new_partitions.difference_update(partitions)
+            self._txn_started = True
+
+        def on_error(code: int, _version: int, now: int) -> bool:
+            if code == _NOT_ALL_ADDED:  # only OPERATION_NOT_ATTEMPTED / missing: try again
                 self._retry_later(now)
-                return
+                return True
             if code == ErrorCode.unknown_topic_or_partition:  # metadata not there yet
                 self._request_metadata()
                 self._retry_later(now)
-                return
-            self._handle_common(code, "AddPartitionsToTxn", now)
+                return True
+            return False
 
-        return UnsentRequest(
-            api_key=ApiKey.ADD_PARTITIONS_TO_TXN,
-            node=COORDINATOR,
-            values=values,
-            on_response=on_response,
-            on_failure=self._on_failure("AddPartitionsToTxn", True),
+        return self._to_coordinator(
+            ApiKey.ADD_PARTITIONS_TO_TXN,
+            "AddPartitionsToTxn",
+            values,
+            on_success,
+            on_error,
+            error_code=error_code,
             max_version=ADD_PARTITIONS_MAX_VERSION,
         )
 
@@ -595,23 +625,11 @@ class TransactionManager:
             "group_id": step.group.group_id,
         }
 
-        def on_response(response: Any, _version: int, now: int) -> None:
-            self._in_flight = False
-            code = int(response.error_code)
-            if code == 0:
-                self._failures = 0
-                self._txn_started = True
-                step.kind = "txn_offset_commit"  # the same step goes on, to the group coordinator
-                return
-            self._handle_common(code, "AddOffsetsToTxn", now)
+        def on_success(_response: Any, _version: int, _now: int) -> None:
+            self._txn_started = True
+            step.kind = "txn_offset_commit"  # the same step goes on, to the group coordinator
 
-        return UnsentRequest(
-            api_key=ApiKey.ADD_OFFSETS_TO_TXN,
-            node=COORDINATOR,
-            values=values,
-            on_response=on_response,
-            on_failure=self._on_failure("AddOffsetsToTxn", True),
-        )
+        return self._to_coordinator(ApiKey.ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", values, on_success)
 
     # ---------------------------------------------------------------- TxnOffsetCommit
     def _txn_offset_commit(self, step: _Step, node: BrokerNode) -> UnsentRequest:
@@ -694,22 +712,19 @@ class TransactionManager:
             "committed": step.commit,
         }
 
-        def on_response(response: Any, version: int, now: int) -> None:
-            self._in_flight = False
-            code = int(response.error_code)
-            if code == 0:
-                self._failures = 0
-                self._steps.popleft()
-                if version >= END_TXN_V2 and int(getattr(response, "producer_id", -1)) >= 0:
-                    # v2: the coordinator bumped the epoch (or gave a new id at the epoch's end)
-                    idem.set_producer_id_and_epoch(int(response.producer_id), int(response.producer_epoch))
-                self._end_done(step, now)
-                return
+        def on_success(response: Any, version: int, now: int) -> None:
+            self._steps.popleft()
+            if version >= END_TXN_V2 and int(getattr(response, "producer_id", -1)) >= 0:
+                # v2: the coordinator bumped the epoch (or gave a new id at the epoch's end)
+                idem.set_producer_id_and_epoch(int(response.producer_id), int(response.producer_epoch))
+            self._end_done(step, now)
+
+        def on_error(code: int, version: int, now: int) -> bool:
             if not step.commit and self._epoch_invalid and code in (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED):
                 # KIP-588: claim the epoch the coordinator bumped when it aborted the transaction itself
                 self._steps.popleft()
                 self._steps.appendleft(_Step("init", list(step.futures), bump=True))
-                return
+                return True
             if step.commit and code == INVALID_TXN_STATE and version >= END_TXN_V2:
                 # v2: the coordinator aborted the transaction itself (transaction.timeout.ms) while this
                 # commit was under way; brokers before KAFKA-20785 answer INVALID_TXN_STATE, later ones
@@ -720,20 +735,21 @@ class TransactionManager:
                     "transaction itself, most likely after transaction.timeout.ms",
                     self.transactional_id,
                 )
-                code = INVALID_PRODUCER_EPOCH
+                self._handle_common(INVALID_PRODUCER_EPOCH, "EndTxn", now)
+                return True
             if step.commit and code == TRANSACTION_ABORTABLE:
                 self._steps.popleft()
                 self._abortable(error_for_code(code, "EndTxn"))
                 _set_error(step.futures, self.last_error or KafkaError("abortable"))
-                return
-            self._handle_common(code, "EndTxn", now)
+                return True
+            return False
 
-        return UnsentRequest(
-            api_key=ApiKey.END_TXN,
-            node=COORDINATOR,
-            values=values,
-            on_response=on_response,
-            on_failure=self._on_failure("EndTxn", True),
+        return self._to_coordinator(
+            ApiKey.END_TXN,
+            "EndTxn",
+            values,
+            on_success,
+            on_error,
             min_version=END_TXN_V2 if self.v2 else 0,
             max_version=END_TXN_V2 if self.v2 else END_TXN_MAX_VERSION,
         )
