@@ -14,10 +14,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableSequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -388,6 +388,9 @@ class _Fetch:
     last_error: BaseException | None = None
 
 
+_Pending = TypeVar("_Pending", _Commit, _Fetch)
+
+
 class CommitManager:
     def __init__(
         self,
@@ -501,28 +504,10 @@ class CommitManager:
                     self._auto_commit(now_ms)
         requests: list[UnsentRequest] = []
         wait = 5000 if self._next_auto_ms is None else max(0, self._next_auto_ms - now_ms)
-        for c in list(self._commits):
-            if c.future.done():
-                self._commits.remove(c)
-                continue
-            if now_ms >= c.deadline_ms:
-                self._commits.remove(c)
-                c.future.set_exception(
-                    KafkaTimeoutError(
-                        "offset commit did not complete within the timeout"
-                        + (f" (last error: {c.last_error})" if c.last_error is not None else "")
-                    )
-                )
-                continue
-            if c.in_flight:
-                continue
-            if c.next_ms > now_ms:
-                wait = min(wait, c.next_ms - now_ms)
-                continue
-            if self._coordinator.coordinator is None:
-                self._coordinator.wanted = True
-                wait = min(wait, self._backoff)
-                continue
+        commits, wait = self._due(
+            self._commits, now_ms, wait, "offset commit did not complete within the timeout"
+        )
+        for c in commits:
             if self._stable_group_metadata is not None and self._stable_group_metadata() is None:
                 c.deferred = True  # sent once the rebalance completed, with the new generation
                 wait = min(wait, self._backoff)
@@ -530,30 +515,36 @@ class CommitManager:
             if c.deferred and not self._still_owned(c):
                 continue
             requests.append(self._commit_request(c))
-        for f in list(self._fetches):
-            if f.future.done():
-                self._fetches.remove(f)
+        fetches, wait = self._due(self._fetches, now_ms, wait, "fetching committed offsets timed out")
+        requests.extend(self._fetch_request(f) for f in fetches)
+        return PollResult(requests, wait)
+
+    def _due(
+        self, pending: MutableSequence[_Pending], now_ms: int, wait: int, timed_out: str
+    ) -> tuple[list[_Pending], int]:
+        """The commits or fetches to send now, and ``wait`` shortened to the next one due; drops the done
+        ones and fails the timed-out ones (``timed_out``, with the last error)."""
+        due: list[_Pending] = []
+        for item in list(pending):
+            if item.future.done():
+                pending.remove(item)
                 continue
-            if now_ms >= f.deadline_ms:
-                self._fetches.remove(f)
-                f.future.set_exception(
-                    KafkaTimeoutError(
-                        "fetching committed offsets timed out"
-                        + (f" (last error: {f.last_error})" if f.last_error is not None else "")
-                    )
-                )
+            if now_ms >= item.deadline_ms:
+                pending.remove(item)
+                last = f" (last error: {item.last_error})" if item.last_error is not None else ""
+                item.future.set_exception(KafkaTimeoutError(timed_out + last))
                 continue
-            if f.in_flight:
+            if item.in_flight:
                 continue
-            if f.next_ms > now_ms:
-                wait = min(wait, f.next_ms - now_ms)
+            if item.next_ms > now_ms:
+                wait = min(wait, item.next_ms - now_ms)
                 continue
             if self._coordinator.coordinator is None:
                 self._coordinator.wanted = True
                 wait = min(wait, self._backoff)
                 continue
-            requests.append(self._fetch_request(f))
-        return PollResult(requests, wait)
+            due.append(item)
+        return due, wait
 
     def _auto_commit(self, now_ms: int) -> None:
         offsets = self.auto_commit_offsets()
