@@ -44,6 +44,7 @@ from kafka_handoff.admin.results import (
 )
 from kafka_handoff.admin.share import ShareAdminMixin
 from kafka_handoff.admin.topics import TopicAdminMixin
+from kafka_handoff.client_setup import client_properties, metadata_and_client
 from kafka_handoff.clock import MonotonicClock
 from kafka_handoff.config import AdminConfig, parse_admin_config
 from kafka_handoff.errors import (
@@ -53,12 +54,10 @@ from kafka_handoff.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from kafka_handoff.network.client import NetworkClient
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
-from kafka_handoff.protocol.metadata import MetadataManager, parse_metadata
+from kafka_handoff.protocol.metadata import parse_metadata
 from kafka_handoff.protocol.requests import ANY_NODE
 from kafka_handoff.protocol.versions import ApiKey
-from kafka_handoff.security import build_security
 from kafka_handoff.types import BrokerNode, ClusterMetadata
 
 T = TypeVar("T")
@@ -75,10 +74,7 @@ class AdminClient(TopicAdminMixin, ConfigAdminMixin, OffsetAdminMixin, GroupAdmi
     """A small Kafka admin client.  Thread-safe: calls from several threads are fine."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
-        props = dict(config or {})
-        for key, value in kwargs.items():
-            props[key.replace("_", ".")] = value
-        self._config: AdminConfig = parse_admin_config(props)
+        self._config: AdminConfig = parse_admin_config(client_properties(config, kwargs))
         cfg = self._config
         self._closed = False
         self._clock = MonotonicClock()
@@ -87,25 +83,8 @@ class AdminClient(TopicAdminMixin, ConfigAdminMixin, OffsetAdminMixin, GroupAdmi
         self._background: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._fatal: BaseException | None = None
 
-        self._metadata = MetadataManager(
-            max_age_ms=int(cfg.metadata_max_age_ms),
-            retry_backoff_ms=int(cfg.retry_backoff_ms),
-            retry_backoff_max_ms=int(cfg.retry_backoff_max_ms),
-            allow_auto_topic_creation=False,
-        )
-        client = NetworkClient(
-            list(cfg.bootstrap_addresses()),
-            client_id=self.client_id,
-            request_timeout_ms=int(cfg.request_timeout_ms),
-            connect_timeout_ms=int(cfg.socket_connection_setup_timeout_ms),
-            reconnect_backoff_ms=int(cfg.reconnect_backoff_ms),
-            reconnect_backoff_max_ms=int(cfg.reconnect_backoff_max_ms),
-            receive_buffer_bytes=int(cfg.receive_buffer_bytes),
-            send_buffer_bytes=int(cfg.send_buffer_bytes),
-            security=build_security(cfg),
-        )
+        self._metadata, client = metadata_and_client(cfg, self.client_id, allow_auto_topic_creation=False)
         self._client = client
-        self._metadata.listeners.append(lambda cluster, now: client.update_brokers(cluster.brokers.values()))
         self._calls = AdminCallManager(
             retry_backoff_ms=int(cfg.retry_backoff_ms),
             retry_backoff_max_ms=int(cfg.retry_backoff_max_ms),

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from kafka_handoff.client_setup import client_properties, group_coordinator, metadata_and_client
 from kafka_handoff.clock import MonotonicClock
 from kafka_handoff.config import ConsumerConfig, parse_consumer_config
 from kafka_handoff.consumer.batch import ColumnarRecords
@@ -82,14 +83,11 @@ from kafka_handoff.group.membership import (
     Subscription,
 )
 from kafka_handoff.metrics import Metrics
-from kafka_handoff.network.client import NetworkClient
 from kafka_handoff.network.events import ApplicationEvent
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
-from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.requests import RequestManager
 from kafka_handoff.protocol.telemetry import TelemetryManager
 from kafka_handoff.protocol.telemetry import client_instance_id as telemetry_client_instance_id
-from kafka_handoff.security import build_security
 from kafka_handoff.types import (
     ClusterMetadata,
     ConsumerGroupMetadata,
@@ -112,10 +110,7 @@ class Consumer:
     """A Kafka consumer.  Not thread-safe, except :meth:`wakeup` (as in Java)."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
-        props = dict(config or {})
-        for key, value in kwargs.items():
-            props[key.replace("_", ".")] = value
-        self._config: ConsumerConfig = parse_consumer_config(props)
+        self._config: ConsumerConfig = parse_consumer_config(client_properties(config, kwargs))
         cfg = self._config
         self._closed = False
         self._clock = MonotonicClock()
@@ -142,47 +137,23 @@ class Consumer:
         isolation = 1 if cfg.get("isolation.level") == "read_committed" else 0
         self._read_committed = isolation == 1
         self._lag_assignment: frozenset[TopicPartition] = frozenset()
-        self._metadata = MetadataManager(
-            max_age_ms=int(cfg.get("metadata.max.age.ms")),
-            retry_backoff_ms=int(cfg.get("retry.backoff.ms")),
-            retry_backoff_max_ms=int(cfg.get("retry.backoff.max.ms")),
-            allow_auto_topic_creation=bool(cfg.get("allow.auto.create.topics")),
+        self._extra_metadata_topics: set[str] = set()
+        self._metadata, client = metadata_and_client(
+            cfg,
+            self.client_id,
+            allow_auto_topic_creation=cfg.allow_auto_create_topics,
             topics=self._metadata_topics,
         )
-        self._extra_metadata_topics: set[str] = set()
-        client = NetworkClient(
-            list(cfg.bootstrap_addresses()),
-            client_id=self.client_id,
-            request_timeout_ms=int(cfg.get("request.timeout.ms")),
-            connect_timeout_ms=int(cfg.get("socket.connection.setup.timeout.ms")),
-            reconnect_backoff_ms=int(cfg.get("reconnect.backoff.ms")),
-            reconnect_backoff_max_ms=int(cfg.get("reconnect.backoff.max.ms")),
-            receive_buffer_bytes=int(cfg.get("receive.buffer.bytes")),
-            send_buffer_bytes=int(cfg.get("send.buffer.bytes")),
-            security=build_security(cfg),
-        )
         self._client = client
-        self._metadata.listeners.append(lambda cluster, now: client.update_brokers(cluster.brokers.values()))
 
         self._coordinator: CoordinatorManager | None = None
         self._commits: CommitManager | None = None
         self.membership: Membership | None = None
         managers: list[RequestManager] = [self._metadata]
         if self.group_id is not None:
-            self._coordinator = CoordinatorManager(
-                self.group_id,
-                retry_backoff_ms=int(cfg.get("retry.backoff.ms")),
-                retry_backoff_max_ms=int(cfg.get("retry.backoff.max.ms")),
-                on_error=lambda exc: self._background.put(BackgroundError(exc)),
+            self._coordinator = group_coordinator(
+                self.group_id, cfg, client, lambda exc: self._background.put(BackgroundError(exc))
             )
-            coordinator = self._coordinator
-            coordinator.listeners.append(lambda node, now: client.set_coordinator(node, now))
-
-            def on_disconnect(node: int, is_coordinator: bool, now: int) -> None:
-                if is_coordinator:
-                    coordinator.mark_unknown(now, "connection lost", node_id=node)
-
-            client.disconnect_listeners.append(on_disconnect)
             self._commits = CommitManager(
                 self.group_id,
                 self._coordinator,

@@ -43,6 +43,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafka_handoff.client_setup import client_properties, metadata_and_client
 from kafka_handoff.config import ProducerConfig, parse_producer_config
 from kafka_handoff.errors import (
     AuthenticationError,
@@ -55,7 +56,6 @@ from kafka_handoff.errors import (
     error_for_code,
 )
 from kafka_handoff.metrics import MetricConfig, Metrics
-from kafka_handoff.network.client import NetworkClient
 from kafka_handoff.network.events import ApplicationEvent, TerminateTelemetryEvent
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
 from kafka_handoff.producer.accumulator import RecordAccumulator
@@ -88,13 +88,11 @@ from kafka_handoff.producer.partitioner import murmur2
 from kafka_handoff.producer.sender import Sender
 from kafka_handoff.producer.transactions import TransactionManager, TxnState
 from kafka_handoff.protocol.compression import CompressionType, compression_type_from_name
-from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.records import RECORD_BATCH_OVERHEAD
 from kafka_handoff.protocol.requests import MonotonicClock
 from kafka_handoff.protocol.telemetry import TelemetryManager
 from kafka_handoff.protocol.telemetry import client_instance_id as telemetry_client_instance_id
 from kafka_handoff.protocol.versions import ApiKey
-from kafka_handoff.security import build_security
 from kafka_handoff.types import (
     ClusterMetadata,
     ConsumerGroupMetadata,
@@ -164,10 +162,7 @@ class Producer:
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
-        props = dict(config or {})
-        for key, value in kwargs.items():
-            props[key.replace("_", ".")] = value
-        self._config: ProducerConfig = parse_producer_config(props)
+        self._config: ProducerConfig = parse_producer_config(client_properties(config, kwargs))
         cfg = self._config
         self.client_id: str = cfg.client_id
         self._clock = MonotonicClock()
@@ -219,24 +214,12 @@ class Producer:
         # Published by the network thread (replaced, never mutated): topic -> partition count.
         self._partition_counts: dict[str, int] = {}
         self._topic_errors: Mapping[str, int] = {}
-        self._metadata = MetadataManager(
-            max_age_ms=cfg.metadata_max_age_ms,
-            retry_backoff_ms=cfg.retry_backoff_ms,
-            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
+        self._metadata, client = metadata_and_client(
+            cfg,
+            self.client_id,
             allow_auto_topic_creation=True,
             topics=self._metadata_topics_nt,
-        )
-        client = NetworkClient(
-            list(cfg.bootstrap_addresses()),
-            client_id=self.client_id,
-            request_timeout_ms=cfg.request_timeout_ms,
-            connect_timeout_ms=cfg.socket_connection_setup_timeout_ms,
-            reconnect_backoff_ms=cfg.reconnect_backoff_ms,
-            reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
-            receive_buffer_bytes=cfg.receive_buffer_bytes,
-            send_buffer_bytes=cfg.send_buffer_bytes,
             max_in_flight_per_connection=cfg.max_in_flight_requests_per_connection,
-            security=build_security(cfg),
         )
         self._client = client
         self._idempotence = IdempotenceManager() if cfg.enable_idempotence else None
@@ -271,7 +254,6 @@ class Producer:
             metrics=self._producer_metrics,
             transactions=self._txn,
         )
-        self._metadata.listeners.append(lambda cluster, now: client.update_brokers(cluster.brokers.values()))
         self._metadata.listeners.append(self._on_metadata_nt)
         acc = self._accumulator
         acc.waker = client.wakeup

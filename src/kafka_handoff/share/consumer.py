@@ -37,19 +37,16 @@ from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
 
+from kafka_handoff.client_setup import client_properties, group_coordinator, metadata_and_client
 from kafka_handoff.clock import MonotonicClock
 from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError, SerializationError, WakeupError
-from kafka_handoff.group.coordinator import CoordinatorManager
 from kafka_handoff.group.membership import CoordinatorNeeded, MembershipError, MetadataNeeded
 from kafka_handoff.group.share_membership import ShareAssignmentChanged, ShareMembership
 from kafka_handoff.metrics import Avg, Max, Metrics
-from kafka_handoff.network.client import NetworkClient
 from kafka_handoff.network.events import ApplicationEvent
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
-from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.records import decode_batches_columnar
 from kafka_handoff.protocol.requests import RequestManager
-from kafka_handoff.security import build_security
 from kafka_handoff.share.config import ShareConsumerConfig, parse_share_consumer_config
 from kafka_handoff.share.events import (
     ShareAssignmentEvent,
@@ -96,10 +93,7 @@ class ShareConsumer:
     """A member of a share group.  Not thread-safe, except :meth:`wakeup`."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
-        props = dict(config or {})
-        for key, value in kwargs.items():
-            props[key.replace("_", ".")] = value
-        self._config: ShareConsumerConfig = parse_share_consumer_config(props)
+        self._config: ShareConsumerConfig = parse_share_consumer_config(client_properties(config, kwargs))
         cfg = self._config
         self._closed = False
         self._clock = MonotonicClock()
@@ -132,40 +126,14 @@ class ShareConsumer:
         self._metrics = Metrics(clock=self._clock.now_ms, default_tags={"client-id": self.client_id})
         self._init_metrics()
 
-        self._metadata = MetadataManager(
-            max_age_ms=cfg.metadata_max_age_ms,
-            retry_backoff_ms=cfg.retry_backoff_ms,
-            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
-            allow_auto_topic_creation=False,
-            topics=lambda: self._subscription,
-        )
-        client = NetworkClient(
-            list(cfg.bootstrap_addresses()),
-            client_id=self.client_id,
-            request_timeout_ms=cfg.request_timeout_ms,
-            connect_timeout_ms=cfg.socket_connection_setup_timeout_ms,
-            reconnect_backoff_ms=cfg.reconnect_backoff_ms,
-            reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
-            receive_buffer_bytes=cfg.receive_buffer_bytes,
-            send_buffer_bytes=cfg.send_buffer_bytes,
-            security=build_security(cfg),
+        self._metadata, client = metadata_and_client(
+            cfg, self.client_id, allow_auto_topic_creation=False, topics=lambda: self._subscription
         )
         self._client = client
-        self._metadata.listeners.append(lambda cluster, now: client.update_brokers(cluster.brokers.values()))
-        coordinator = CoordinatorManager(
-            self.group_id,
-            retry_backoff_ms=cfg.retry_backoff_ms,
-            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
-            on_error=lambda exc: self._background.put(BackgroundError(exc)),
+        coordinator = group_coordinator(
+            self.group_id, cfg, client, lambda exc: self._background.put(BackgroundError(exc))
         )
         self._coordinator = coordinator
-        coordinator.listeners.append(lambda node, now: client.set_coordinator(node, now))
-
-        def on_disconnect(node: int, is_coordinator: bool, now: int) -> None:
-            if is_coordinator:
-                coordinator.mark_unknown(now, "connection lost", node_id=node)
-
-        client.disconnect_listeners.append(on_disconnect)
         self.membership = ShareMembership(
             self.group_id,
             rack_id=cfg.client_rack or None,
