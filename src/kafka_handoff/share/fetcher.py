@@ -26,7 +26,7 @@ import enum
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,6 +219,19 @@ class _Session:
     commits: list[_Commit] = field(default_factory=list)
     renew_commits: list[_Commit] = field(default_factory=list)
     renew_acks: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)
+
+
+def _response_partitions(
+    responses: Iterable[Any], names: Mapping[Any, str]
+) -> Iterator[tuple[TopicPartition, Any]]:
+    """Each partition of a ShareFetch/ShareAcknowledge response's topics (by id), with its answer; topics
+    whose id ``names`` does not know are skipped."""
+    for topic in responses:
+        name = names.get(topic.topic_id) if topic.topic_id is not None else None
+        if name is None:
+            continue
+        for part in topic.partitions:
+            yield TopicPartition(name, int(part.partition_index)), part
 
 
 def _merge(
@@ -554,34 +567,27 @@ class ShareFetchManager:
             fetched: list[ShareFetchedData] = []
             num_bytes = 0
             num_records = 0
-            for topic in response.responses:
-                name = names.get(topic.topic_id) if topic.topic_id is not None else None
-                if name is None:
-                    continue
-                for part in topic.partitions:
-                    tp = TopicPartition(name, int(part.partition_index))
-                    if tp in sent_acks:
-                        ack_err = int(part.acknowledge_error_code)
-                        results[tp] = (
-                            None if ack_err == 0 else error_for_code(ack_err, part.acknowledge_error_message)
-                        )
-                    perr = ErrorCode(int(part.error_code))
-                    if perr is not ErrorCode.none:
-                        self._partition_error(tp, perr, part.error_message)
-                        continue
-                    acquired = [
-                        (int(a.first_offset), int(a.last_offset), int(a.delivery_count))
-                        for a in part.acquired_records
-                    ]
-                    if not acquired:
-                        continue
-                    self._acquired_from[tp] = session.node
-                    data = bytes(part.records) if part.records is not None else None
-                    num_bytes += len(data or b"")
-                    num_records += sum(last - first + 1 for first, last, _c in acquired)
-                    fetched.append(
-                        ShareFetchedData(tp, session.node, data, acquired, now + (lock_ms or 30_000))
+            for tp, part in _response_partitions(response.responses, names):
+                if tp in sent_acks:
+                    ack_err = int(part.acknowledge_error_code)
+                    results[tp] = (
+                        None if ack_err == 0 else error_for_code(ack_err, part.acknowledge_error_message)
                     )
+                perr = ErrorCode(int(part.error_code))
+                if perr is not ErrorCode.none:
+                    self._partition_error(tp, perr, part.error_message)
+                    continue
+                acquired = [
+                    (int(a.first_offset), int(a.last_offset), int(a.delivery_count))
+                    for a in part.acquired_records
+                ]
+                if not acquired:
+                    continue
+                self._acquired_from[tp] = session.node
+                data = bytes(part.records) if part.records is not None else None
+                num_bytes += len(data or b"")
+                num_records += sum(last - first + 1 for first, last, _c in acquired)
+                fetched.append(ShareFetchedData(tp, session.node, data, acquired, now + (lock_ms or 30_000)))
             self._ack_results(sent_acks, None, results)
             if self._on_fetch is not None:
                 self._on_fetch(now - sent_ms, num_bytes, num_records, now)
@@ -670,16 +676,11 @@ class ShareFetchManager:
                 if epoch != CLOSE_EPOCH:
                     session.failures = 0
                     session.epoch = next_epoch(epoch)
-                for topic in response.responses:
-                    name = names.get(topic.topic_id) if topic.topic_id is not None else None
-                    if name is None:
-                        continue
-                    for part in topic.partitions:
-                        tp = TopicPartition(name, int(part.partition_index))
-                        perr = int(part.error_code)
-                        results[tp] = None if perr == 0 else error_for_code(perr, part.error_message)
-                        if perr in (int(c) for c in _LEADER_ERRORS):
-                            self._metadata.request_update()
+                for tp, part in _response_partitions(response.responses, names):
+                    perr = int(part.error_code)
+                    results[tp] = None if perr == 0 else error_for_code(perr, part.error_message)
+                    if perr in (int(c) for c in _LEADER_ERRORS):
+                        self._metadata.request_update()
                 for tp in acks:
                     results.setdefault(tp, None)
             self._ack_results(acks, None, results)
