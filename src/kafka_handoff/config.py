@@ -1076,6 +1076,19 @@ def _reconnect_backoff(values: dict[str, Any], explicit: frozenset[str]) -> None
         values["reconnect.backoff.max.ms"] = values["reconnect.backoff.ms"]
 
 
+def parse_client_values(
+    config_def: ConfigDef, props: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], frozenset[str]]:
+    """What every client's parser does first: librdkafka's aliases resolved, every key parsed and validated
+    against ``config_def``, the reconnect back-off and the security settings checked.  Returns the resolved
+    properties, every key's value and the keys given explicitly."""
+    props = resolve_aliases(props) if isinstance(props, Mapping) else props
+    values, explicit = config_def.parse(props)
+    _reconnect_backoff(values, explicit)
+    _validate_security(values, explicit)
+    return props, values, explicit
+
+
 def _is_set(props: Mapping[str, Any], name: str) -> bool:
     """Java counts a key as set when its original value is non-null and not blank."""
     if name not in props or props[name] is None:
@@ -1086,10 +1099,7 @@ def _is_set(props: Mapping[str, Any], name: str) -> bool:
 
 def parse_consumer_config(props: Mapping[str, Any]) -> ConsumerConfig:
     """Parse consumer configuration (Kafka's dotted names, Java 4.x defaults and rules)."""
-    props = resolve_aliases(props) if isinstance(props, Mapping) else props
-    values, explicit = CONSUMER_CONFIG_DEF.parse(props)
-    _reconnect_backoff(values, explicit)
-    _validate_security(values, explicit)
+    props, values, explicit = parse_client_values(CONSUMER_CONFIG_DEF, props)
 
     protocol = values["group.protocol"]
     unsupported = _CONSUMER_PROTOCOL_UNSUPPORTED if protocol == "consumer" else _CLASSIC_PROTOCOL_UNSUPPORTED
@@ -1123,10 +1133,7 @@ def parse_consumer_config(props: Mapping[str, Any]) -> ConsumerConfig:
 
 def parse_producer_config(props: Mapping[str, Any]) -> ProducerConfig:
     """Parse producer configuration (Kafka's dotted names, Java 4.x defaults and rules)."""
-    props = resolve_aliases(props) if isinstance(props, Mapping) else props
-    values, explicit = PRODUCER_CONFIG_DEF.parse(props)
-    _reconnect_backoff(values, explicit)
-    _validate_security(values, explicit)
+    _props, values, explicit = parse_client_values(PRODUCER_CONFIG_DEF, props)
 
     if values["transactional.id"] is not None and not values["enable.idempotence"]:
         raise ConfigError(
@@ -1173,10 +1180,7 @@ def parse_producer_config(props: Mapping[str, Any]) -> ProducerConfig:
 
 def parse_admin_config(props: Mapping[str, Any]) -> AdminConfig:
     """Parse admin client configuration (Kafka's dotted names, Java 4.x defaults)."""
-    props = resolve_aliases(props) if isinstance(props, Mapping) else props
-    values, explicit = ADMIN_CONFIG_DEF.parse(props)
-    _reconnect_backoff(values, explicit)
-    _validate_security(values, explicit)
+    _props, values, explicit = parse_client_values(ADMIN_CONFIG_DEF, props)
     if not values["client.id"]:
         values["client.id"] = f"adminclient-{next(_admin_seq)}"
     config: AdminConfig = AdminConfig._build(values, explicit)

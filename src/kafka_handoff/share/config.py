@@ -20,9 +20,8 @@ from kafka_handoff.config import (
     _common_rows,
     _CommonFields,
     _make_def,
-    _reconnect_backoff,
     _Row,
-    _validate_security,
+    parse_client_values,
     python_name,
     resolve_aliases,
 )
@@ -123,9 +122,7 @@ def parse_share_consumer_config(props: Mapping[str, Any]) -> ShareConsumerConfig
                 for name in sorted(rejected)
             )
         )
-    values, explicit = SHARE_CONSUMER_CONFIG_DEF.parse(props)
-    _reconnect_backoff(values, explicit)
-    _validate_security(values, explicit)
+    _props, values, explicit = parse_client_values(SHARE_CONSUMER_CONFIG_DEF, props)
     group = values["group.id"]
     if not isinstance(group, str) or not group.strip():
         raise ConfigError(
@@ -134,8 +131,8 @@ def parse_share_consumer_config(props: Mapping[str, Any]) -> ShareConsumerConfig
         )
     if not values["client.id"]:
         values["client.id"] = f"share-consumer-{group}-{next(_share_seq)}"
-    kwargs = {python_name(name): value for name, value in values.items()}
-    return ShareConsumerConfig(explicit=explicit, **kwargs)
+    config: ShareConsumerConfig = ShareConsumerConfig._build(values, explicit)
+    return config
 
 
 def _check_fields() -> None:
