@@ -619,19 +619,9 @@ class AsyncConsumer:
         if membership is not None:
             c._thread.submit(AppCallEvent(inside=True))  # the poll timer stands still meanwhile
         try:
-            while True:
-                c._raise_background_errors()
-                pos = c._subs.position(tp)
-                if pos is not None:
-                    return pos.offset
-                if tp in c._subs.partitions_without_offset():
-                    c._raise_no_offset()
-                if loop.time() >= deadline:
-                    raise KafkaTimeoutError(
-                        f"the position of {tp} could not be determined within the timeout"
-                    )
-                c._thread.wakeup()
+            while (offset := c._position_round(tp, loop.time() >= deadline)) is None:
                 await asyncio.sleep(_POSITION_RECHECK_S)
+            return offset
         finally:
             if membership is not None and not self._closed:
                 c._thread.submit(AppCallEvent(inside=False))

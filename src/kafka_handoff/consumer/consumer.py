@@ -701,19 +701,24 @@ class Consumer:
         if pos is not None:
             return pos.offset
         with self._blocking_call():
-            while True:
-                self._raise_background_errors()
-                pos = self._subs.position(tp)
-                if pos is not None:
-                    return pos.offset
-                if tp in self._subs.partitions_without_offset():
-                    self._raise_no_offset()
-                if time.monotonic() >= deadline:
-                    raise KafkaTimeoutError(
-                        f"the position of {tp} could not be determined within the timeout"
-                    )
-                self._thread.wakeup()
+            while (offset := self._position_round(tp, time.monotonic() >= deadline)) is None:
                 self._buffer.wait(0.02, lambda: False)
+            return offset
+
+    def _position_round(self, tp: TopicPartition, expired: bool) -> int | None:
+        """One round of waiting for ``tp``'s position (``position()`` and its async twin): the offset once
+        known; raises a background error, NoOffsetForPartitionError, or KafkaTimeoutError once ``expired``;
+        otherwise wakes the network thread to work on it and returns None."""
+        self._raise_background_errors()
+        pos = self._subs.position(tp)
+        if pos is not None:
+            return pos.offset
+        if tp in self._subs.partitions_without_offset():
+            self._raise_no_offset()
+        if expired:
+            raise KafkaTimeoutError(f"the position of {tp} could not be determined within the timeout")
+        self._thread.wakeup()
+        return None
 
     def seek(self, partition: TopicPartition, offset: int | OffsetAndMetadata) -> None:
         self._ensure_open()
