@@ -1,11 +1,17 @@
 """The set-up the clients (consumer, share consumer, producer, admin) do alike: their properties from the
-constructor's arguments, their metadata manager wired to their network client, and a group's coordinator."""
+constructor's arguments, their metadata manager wired to their network client, a group's coordinator; and
+the application thread's wait for a network-thread result."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from kafka_handoff.errors import KafkaTimeoutError, WakeupError
 from kafka_handoff.group.coordinator import CoordinatorManager
 from kafka_handoff.network.client import NetworkClient
 from kafka_handoff.protocol.metadata import MetadataManager
@@ -14,7 +20,9 @@ from kafka_handoff.security import build_security
 if TYPE_CHECKING:
     from kafka_handoff.config import _CommonFields
 
-__all__ = ["client_properties", "group_coordinator", "metadata_and_client"]
+__all__ = ["client_properties", "group_coordinator", "metadata_and_client", "wait_result"]
+
+T = TypeVar("T")
 
 
 def client_properties(config: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -81,3 +89,34 @@ def group_coordinator(
 
     client.disconnect_listeners.append(on_disconnect)
     return coordinator
+
+
+def wait_result(
+    future: Future[T],
+    timeout_ms: int,
+    what: str,
+    *,
+    before_each: Callable[[], None],
+    wakeup: threading.Event | None,
+    cancel_on_timeout: bool,
+) -> T:
+    """Wait on the application thread for a network-thread result, in slices of at most 0.1 s.  Before
+    each slice ``before_each()`` takes the network thread's events (it may raise their errors) and, unless
+    ``wakeup`` is None, a pending ``wakeup()`` raises WakeupError.  After ``timeout_ms``: KafkaTimeoutError
+    (the future cancelled first when ``cancel_on_timeout``)."""
+    deadline = time.monotonic() + timeout_ms / 1000.0
+    while True:
+        before_each()
+        if wakeup is not None and wakeup.is_set():
+            wakeup.clear()
+            raise WakeupError(f"{what} was interrupted by wakeup()")
+        remaining = deadline - time.monotonic()
+        # concurrent.futures.wait, not result(timeout): a future failed with KafkaTimeoutError (a
+        # TimeoutError) must surface as that error, not look like "not done yet".
+        done, _ = futures_wait([future], max(0.0, min(remaining, 0.1)))
+        if done:
+            return future.result()
+        if remaining <= 0:
+            if cancel_on_timeout:
+                future.cancel()
+            raise KafkaTimeoutError(f"{what} did not complete within {timeout_ms} ms")

@@ -20,12 +20,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
-from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from kafka_handoff.client_setup import client_properties, group_coordinator, metadata_and_client
+from kafka_handoff.client_setup import client_properties, group_coordinator, metadata_and_client, wait_result
 from kafka_handoff.clock import MonotonicClock
 from kafka_handoff.config import ConsumerConfig, parse_consumer_config
 from kafka_handoff.consumer.batch import ColumnarRecords
@@ -411,24 +410,14 @@ class Consumer:
         """Wait for a network-thread result; honours wakeup() and surfaces background errors.  An
         ``internal`` wait (a step of the consumer's own, e.g. the auto-commit before a revocation) does
         neither: errors and a wakeup that arrive meanwhile stay pending for the application's next call."""
-        deadline = time.monotonic() + timeout_ms / 1000.0
-        while True:
-            if internal:
-                self._drain_background()
-            else:
-                self._raise_background_errors()
-            if not internal and self._wakeup_requested.is_set():
-                self._wakeup_requested.clear()
-                raise WakeupError(f"{what} was interrupted by wakeup()")
-            remaining = deadline - time.monotonic()
-            # concurrent.futures.wait, not result(timeout): a future failed with KafkaTimeoutError (a
-            # TimeoutError) must surface as that error, not look like "not done yet".
-            done, _ = futures_wait([future], max(0.0, min(remaining, 0.1)))
-            if done:
-                return future.result()
-            if remaining <= 0:
-                future.cancel()
-                raise KafkaTimeoutError(f"{what} did not complete within {timeout_ms} ms")
+        return wait_result(
+            future,
+            timeout_ms,
+            what,
+            before_each=self._drain_background if internal else self._raise_background_errors,
+            wakeup=None if internal else self._wakeup_requested,
+            cancel_on_timeout=True,
+        )
 
     def _deadline_ms(self, timeout_ms: int) -> int:
         return self._clock.now_ms() + timeout_ms

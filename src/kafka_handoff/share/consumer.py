@@ -34,12 +34,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from concurrent.futures import wait as futures_wait
 from typing import Any, TypeVar
 
-from kafka_handoff.client_setup import client_properties, group_coordinator, metadata_and_client
+from kafka_handoff.client_setup import client_properties, group_coordinator, metadata_and_client, wait_result
 from kafka_handoff.clock import MonotonicClock
-from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError, SerializationError, WakeupError
+from kafka_handoff.errors import IllegalStateError, SerializationError, WakeupError
 from kafka_handoff.group.membership import CoordinatorNeeded, MembershipError, MetadataNeeded
 from kafka_handoff.group.share_membership import ShareAssignmentChanged, ShareMembership
 from kafka_handoff.metrics import Avg, Max, Metrics
@@ -346,18 +345,14 @@ class ShareConsumer:
             raise self._errors.popleft()
 
     def _wait(self, future: Future[T], timeout_ms: int, what: str) -> T:
-        deadline = time.monotonic() + timeout_ms / 1000.0
-        while True:
-            self._drain_background()
-            if self._wakeup_requested.is_set():
-                self._wakeup_requested.clear()
-                raise WakeupError(f"{what} was interrupted by wakeup()")
-            remaining = deadline - time.monotonic()
-            done, _ = futures_wait([future], max(0.0, min(remaining, 0.1)))
-            if done:
-                return future.result()
-            if remaining <= 0:
-                raise KafkaTimeoutError(f"{what} did not complete within {timeout_ms} ms")
+        return wait_result(
+            future,
+            timeout_ms,
+            what,
+            before_each=self._drain_background,
+            wakeup=self._wakeup_requested,
+            cancel_on_timeout=False,
+        )
 
     def _send(self, event: ApplicationEvent) -> Any:
         """Submit ``event`` to the network thread and wait for its result."""
