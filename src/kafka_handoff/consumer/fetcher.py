@@ -325,10 +325,9 @@ class FetchManager:
         for tp, (pos, pepoch, known_epoch) in candidates.items():
             if tp in buffered:
                 continue
-            info = self.leader_of(tp)
-            if info is None or info[0] < 0:
+            info = self.stalls.leader(self.leader_of, tp, now_ms, "no leader in metadata")
+            if info is None:
                 missing_leader = True
-                self.stalls.failed(tp, now_ms, "no leader in metadata")
                 continue
             leader, epoch = info
             if epoch != known_epoch:

@@ -80,6 +80,21 @@ class StallTracker:
         self._since.setdefault(tp, now_ms)
         self._reason[tp] = reason
 
+    def leader(
+        self,
+        leader_of: Callable[[TopicPartition], tuple[int, int] | None],
+        tp: TopicPartition,
+        now_ms: int,
+        reason: str,
+    ) -> tuple[int, int] | None:
+        """``tp``'s (leader id, leader epoch) from ``leader_of``; None while it has no leader, which counts
+        as a stall for ``reason``."""
+        info = leader_of(tp)
+        if info is None or info[0] < 0:
+            self.failed(tp, now_ms, reason)
+            return None
+        return info
+
     def ok(self, tp: TopicPartition, now_ms: int) -> None:
         since = self._since.pop(tp, None)
         if since is None:
@@ -176,10 +191,11 @@ class PositionValidator:
             if retry is not None and retry.position_epoch == pepoch and retry.next_ms > now_ms:
                 wait = min(wait, retry.next_ms - now_ms)
                 continue
-            info = self._leader_of(tp)
-            if info is None or info[0] < 0:
+            info = self._stalls.leader(
+                self._leader_of, tp, now_ms, "no leader known, validating its position"
+            )
+            if info is None:
                 missing = True
-                self._stalls.failed(tp, now_ms, "no leader known, validating its position")
                 continue
             leader, epoch = info
             if pos.leader_epoch is None or epoch < 0 or leader in self._unsupported:
