@@ -4,6 +4,9 @@ the application thread's wait for a network-thread result."""
 
 from __future__ import annotations
 
+import collections
+import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -14,13 +17,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kafka_handoff.errors import KafkaTimeoutError, WakeupError
 from kafka_handoff.group.coordinator import CoordinatorManager
 from kafka_handoff.network.client import NetworkClient
+from kafka_handoff.network.thread import BackgroundError
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.security import build_security
 
 if TYPE_CHECKING:
     from kafka_handoff.config import _CommonFields
 
-__all__ = ["client_properties", "group_coordinator", "metadata_and_client", "wait_result"]
+__all__ = ["client_properties", "drain_background", "group_coordinator", "metadata_and_client", "wait_result"]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -120,3 +126,34 @@ def wait_result(
             if cancel_on_timeout:
                 future.cancel()
             raise KafkaTimeoutError(f"{what} did not complete within {timeout_ms} ms")
+
+
+def drain_background(
+    background: queue.SimpleQueue[Any],
+    errors: collections.deque[BaseException],
+    on_event: Callable[[Any], None],
+) -> BaseException | None:
+    """Take every event the network thread posted, in order, on the application thread; raises nothing.
+    A :class:`BackgroundError` queues its error in ``errors``, once: the same error again while the
+    application has not seen the first (e.g. every heartbeat) is dropped, so the queue does not grow while
+    it is busy.  Any other event goes to ``on_event`` (application-thread work such as a user's callback);
+    what that raises is queued too.  Returns the first fatal error among the events, if any."""
+    fatal: BaseException | None = None
+    while True:
+        try:
+            event = background.get_nowait()
+        except queue.Empty:
+            return fatal
+        if isinstance(event, BackgroundError):
+            error = event.error
+            if event.fatal and fatal is None:
+                fatal = error
+            if any(type(e) is type(error) and str(e) == str(error) for e in errors):
+                log.debug("background error repeated before the application saw it: %r", error)
+                continue
+            errors.append(error)
+            continue
+        try:
+            on_event(event)
+        except Exception as exc:  # e.g. a user's callback raised: the application sees it once
+            errors.append(exc)

@@ -24,7 +24,13 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from kafka_handoff.client_setup import client_properties, group_coordinator, metadata_and_client, wait_result
+from kafka_handoff.client_setup import (
+    client_properties,
+    drain_background,
+    group_coordinator,
+    metadata_and_client,
+    wait_result,
+)
 from kafka_handoff.clock import MonotonicClock
 from kafka_handoff.config import ConsumerConfig, parse_consumer_config
 from kafka_handoff.consumer.batch import ColumnarRecords
@@ -464,26 +470,9 @@ class Consumer:
     def _drain_background(self) -> None:
         """Take every event the network thread posted: run its application-thread work and queue its
         errors, in order.  Raises nothing."""
-        while True:
-            try:
-                event = self._background.get_nowait()
-            except queue.Empty:
-                return
-            if isinstance(event, BackgroundError):
-                if event.fatal and self._fatal is None:
-                    self._fatal = event.error
-                error = event.error
-                if any(type(e) is type(error) and str(e) == str(error) for e in self._errors):
-                    # The same error again (e.g. every heartbeat) while the application has not seen the
-                    # first one yet: it learns of it once, the queue does not grow while it is busy.
-                    log.debug("background error repeated before the application saw it: %r", error)
-                    continue
-                self._errors.append(error)
-                continue
-            try:
-                self._handle_background_event(event)
-            except Exception as exc:  # a user's commit callback raised: the application sees it once
-                self._errors.append(exc)
+        fatal = drain_background(self._background, self._errors, self._handle_background_event)
+        if fatal is not None and self._fatal is None:
+            self._fatal = fatal
 
     def _handle_background_event(self, event: Any) -> None:
         """Run application-thread work posted by the network thread (commit callbacks; the group layer

@@ -36,7 +36,13 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from kafka_handoff.client_setup import client_properties, group_coordinator, metadata_and_client, wait_result
+from kafka_handoff.client_setup import (
+    client_properties,
+    drain_background,
+    group_coordinator,
+    metadata_and_client,
+    wait_result,
+)
 from kafka_handoff.clock import MonotonicClock
 from kafka_handoff.errors import IllegalStateError, SerializationError, WakeupError
 from kafka_handoff.group.membership import CoordinatorNeeded, MembershipError, MetadataNeeded
@@ -319,23 +325,16 @@ class ShareConsumer:
         return max(0, int(timeout * 1000))
 
     def _drain_background(self) -> None:
-        while True:
-            try:
-                event = self._background.get_nowait()
-            except queue.Empty:
-                return
-            if isinstance(event, BackgroundError):
-                if event.fatal and self._fatal is None:
-                    self._fatal = event.error
-                if not any(type(e) is type(event.error) and str(e) == str(event.error) for e in self._errors):
-                    self._errors.append(event.error)
-            elif isinstance(event, _AckOutcome):
-                callback = self._ack_callback
-                if callback is not None:
-                    try:
-                        callback(event.offsets, event.error)
-                    except Exception as exc:
-                        self._errors.append(exc)
+        fatal = drain_background(self._background, self._errors, self._on_background_event)
+        if fatal is not None and self._fatal is None:
+            self._fatal = fatal
+
+    def _on_background_event(self, event: Any) -> None:
+        """Application-thread work the network thread posted: the acknowledgement commit callback."""
+        if isinstance(event, _AckOutcome):
+            callback = self._ack_callback
+            if callback is not None:
+                callback(event.offsets, event.error)
 
     def _raise_background_errors(self) -> None:
         if self._fatal is not None:
