@@ -44,7 +44,6 @@ from kafka_handoff.consumer.events import (
     AssignEvent,
     CommitEvent,
     EnforceRebalanceEvent,
-    FetchCommittedEvent,
     GroupMetadataEvent,
     MetadataUpdateEvent,
     OwnedPartitionsEvent,
@@ -454,16 +453,7 @@ class AsyncConsumer:
             # Errors the network thread posted (as Consumer.commit_sync).  Not while a rebalance step runs on
             # the worker: draining the queue there is that step's job (it may run callbacks).
             c._raise_background_errors()
-        to_commit = self._consumed_offsets() if offsets is None else c._normalize_offsets(offsets)
-        timeout_ms = c._timeout_ms(timeout)
-        event = CommitEvent(
-            offsets=to_commit,
-            timeout_ms=timeout_ms,
-            retry=True,
-            only_owned=offsets is None,
-            deadline_ms=c._deadline_ms(timeout_ms),
-            name="commit()",
-        )
+        event, timeout_ms = c._commit_event(offsets, self._consumed_offsets, timeout, "commit()")
         await self._native(event, timeout_ms, "commit()")
 
     commit_sync = commit
@@ -509,15 +499,7 @@ class AsyncConsumer:
         self, partitions: Iterable[TopicPartition], timeout: float | None = None
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         c = self._check()
-        c._require_group("committed()")
-        parts = frozenset(TopicPartition(*p) for p in partitions)
-        timeout_ms = c._timeout_ms(timeout)
-        event = FetchCommittedEvent(
-            partitions=parts,
-            timeout_ms=timeout_ms,
-            deadline_ms=c._deadline_ms(timeout_ms),
-            name="committed()",
-        )
+        event, timeout_ms = c._committed_event(partitions, timeout)
         result: dict[TopicPartition, OffsetAndMetadata | None] = await self._native(
             event, timeout_ms, "committed()"
         )

@@ -839,7 +839,19 @@ class Consumer:
         """Commit ``offsets`` (default: the consumed positions of all assigned partitions) and wait."""
         self._ensure_open()
         self._require_group("commit_sync()")
-        to_commit = self._consumed_offsets() if offsets is None else self._normalize_offsets(offsets)
+        event, timeout_ms = self._commit_event(offsets, self._consumed_offsets, timeout, "commit_sync()")
+        self._call(event, timeout_ms, "commit_sync()")
+
+    def _commit_event(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None,
+        consumed: Callable[[], dict[TopicPartition, OffsetAndMetadata]],
+        timeout: float | None,
+        what: str,
+    ) -> tuple[CommitEvent, int]:
+        """The event of a waited-for commit (``commit_sync()``, the async ``commit()``) and its timeout in
+        ms: ``offsets``, or else ``consumed()``, the consumed positions (of the owned partitions only)."""
+        to_commit = consumed() if offsets is None else self._normalize_offsets(offsets)
         timeout_ms = self._timeout_ms(timeout)
         event = CommitEvent(
             offsets=to_commit,
@@ -847,9 +859,9 @@ class Consumer:
             retry=True,
             only_owned=offsets is None,
             deadline_ms=self._deadline_ms(timeout_ms),
-            name="commit_sync()",
+            name=what,
         )
-        self._call(event, timeout_ms, "commit_sync()")
+        return event, timeout_ms
 
     def commit_async(
         self,
@@ -885,17 +897,23 @@ class Consumer:
         self, partitions: Iterable[TopicPartition], timeout: float | None = None
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         self._ensure_open()
+        event, timeout_ms = self._committed_event(partitions, timeout)
+        result: dict[TopicPartition, OffsetAndMetadata | None] = self._call(event, timeout_ms, "committed()")
+        return result
+
+    def _committed_event(
+        self, partitions: Iterable[TopicPartition], timeout: float | None
+    ) -> tuple[FetchCommittedEvent, int]:
+        """``committed()``'s event (sync and async) and its timeout in ms; needs a group."""
         self._require_group("committed()")
-        parts = frozenset(TopicPartition(*p) for p in partitions)
         timeout_ms = self._timeout_ms(timeout)
         event = FetchCommittedEvent(
-            partitions=parts,
+            partitions=frozenset(TopicPartition(*p) for p in partitions),
             timeout_ms=timeout_ms,
             deadline_ms=self._deadline_ms(timeout_ms),
             name="committed()",
         )
-        result: dict[TopicPartition, OffsetAndMetadata | None] = self._call(event, timeout_ms, "committed()")
-        return result
+        return event, timeout_ms
 
     # ==================================================================================== metadata
     def _fresh_metadata(
