@@ -37,6 +37,8 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
+#include <structmember.h>
 
 static inline uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
 
@@ -257,14 +259,9 @@ done:
     return result;
 }
 
-/* Kafka's murmur2 (seed 0x9747b28c), as partitioner.murmur2 computes it. */
-static PyObject *murmur2(PyObject *module, PyObject *arg)
+/* Kafka's murmur2 (seed 0x9747b28c), as partitioner.murmur2 computes it (the unsigned bits). */
+static inline uint32_t murmur2_raw(const uint8_t *data, Py_ssize_t length)
 {
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    const uint8_t *data = (const uint8_t *)view.buf;
-    Py_ssize_t length = view.len;
     const uint32_t m = 0x5bd1e995u;
     uint32_t h = 0x9747b28cu ^ (uint32_t)length;
     Py_ssize_t words = length / 4;
@@ -292,6 +289,15 @@ static PyObject *murmur2(PyObject *module, PyObject *arg)
     h ^= h >> 13;
     h *= m;
     h ^= h >> 15;
+    return h;
+}
+
+static PyObject *murmur2(PyObject *module, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t h = murmur2_raw((const uint8_t *)view.buf, view.len);
     PyBuffer_Release(&view);
     return PyLong_FromLong((long)(int32_t)h);
 }
@@ -486,6 +492,577 @@ error:
     return NULL;
 }
 
+
+/* ================================================================================ the send fast path
+ *
+ * set_future_type(type, pending, finished): the RecordFuture class (producer/future.py) and the PENDING /
+ *     FINISHED state constants of concurrent.futures; new_future() and SendPath create RecordFutures
+ *     without running __init__ (object.__new__, then the six slots set directly, as __init__ sets them).
+ * new_future() -> a new pending RecordFuture, untracked by the collector (as future.new_future).
+ * complete_futures(lock, futures, results, error) -> list of indices
+ *     future.complete_all's loop: under ``lock`` (the module-wide creation lock), every RecordFuture
+ *     without a condition that is pending gets results[i] (or, when results is None, ``error``) and
+ *     FINISHED; returns the indices of the other non-None futures (the caller completes them the ordinary
+ *     way).
+ * SendPath(producer, accumulator, slow, with_future): a callable with Producer.send's signature that
+ *     appends the common record -- bytes-or-None key and value, no headers, no serializers, the topic's
+ *     partition count known, the partition's open batch with room, the accumulator's lock free -- to the
+ *     open batch in one call and returns its future (None when with_future is false: send_nowait).  Every
+ *     other case, and every case in doubt, calls ``slow`` (the Python method) with the same arguments.
+ *     The checks and updates are those of Producer.send/_prepare and RecordAccumulator.append's fast path;
+ *     they run under the accumulator's lock, taken without blocking (if the network thread holds it, the
+ *     slow path waits for it), and no Python code runs while it is held.
+ */
+
+static PyTypeObject *fut_type = NULL;
+static PyObject *st_pending = NULL, *st_finished = NULL;
+enum { F_STATE, F_RESULT, F_EXCEPTION, F_COND, F_WAITERS, F_CALLBACKS, F_COUNT };
+static Py_ssize_t fut_off[F_COUNT];
+static const char *const fut_slot_names[F_COUNT] = {"_state",  "_result",        "_exception",
+                                                    "_cond", "_waiters_list", "_callbacks_list"};
+static PyObject *empty_tuple = NULL;
+
+#define SLOT(obj, i) (*(PyObject **)((char *)(obj) + fut_off[i]))
+
+static PyObject *set_future_type(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyType_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "set_future_type(type, pending, finished)");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)args[0];
+    Py_ssize_t offs[F_COUNT];
+    for (int i = 0; i < F_COUNT; i++) {
+        PyObject *descr = PyDict_GetItemString(type->tp_dict, fut_slot_names[i]);
+        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
+            ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+            PyErr_Format(PyExc_TypeError, "set_future_type: %s is not a __slots__ member of %s",
+                         fut_slot_names[i], type->tp_name);
+            return NULL;
+        }
+        offs[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+    memcpy(fut_off, offs, sizeof(offs));
+    Py_XSETREF(fut_type, (PyTypeObject *)Py_NewRef(type));
+    Py_XSETREF(st_pending, Py_NewRef(args[1]));
+    Py_XSETREF(st_finished, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+}
+
+/* A pending RecordFuture with the slots __init__ would set, out of the collector's sight. */
+static PyObject *make_future(void)
+{
+    if (fut_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "set_future_type() was not called");
+        return NULL;
+    }
+    PyObject *f = fut_type->tp_new(fut_type, empty_tuple, NULL);
+    if (f == NULL)
+        return NULL;
+    SLOT(f, F_STATE) = Py_NewRef(st_pending);
+    for (int i = F_RESULT; i < F_COUNT; i++)
+        SLOT(f, i) = Py_NewRef(Py_None);
+    if (PyObject_IS_GC(f) && PyObject_GC_IsTracked(f))
+        PyObject_GC_UnTrack(f);
+    return f;
+}
+
+static PyObject *new_future(PyObject *module, PyObject *unused) { return make_future(); }
+
+static PyObject *str_acquire, *str_release, *str_empty;
+
+static int same_state(PyObject *a, PyObject *b)
+{
+    if (a == b)
+        return 1;
+    if (a == NULL || !PyUnicode_Check(a))
+        return 0;
+    return PyUnicode_Compare(a, b) == 0;
+}
+
+static PyObject *complete_futures(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "complete_futures(lock, futures, results, error) takes 4 arguments");
+        return NULL;
+    }
+    PyObject *lock = args[0], *futures = args[1], *results = args[2], *error = args[3];
+    if (!PyList_Check(futures) || (results != Py_None && !PyList_Check(results))) {
+        PyErr_SetString(PyExc_TypeError, "complete_futures: futures (and results) must be lists");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(futures);
+    if (results != Py_None && PyList_GET_SIZE(results) < n) {
+        PyErr_SetString(PyExc_ValueError, "complete_futures: fewer results than futures");
+        return NULL;
+    }
+    PyObject *slow = PyList_New(0);
+    if (slow == NULL)
+        return NULL;
+    PyObject *r = PyObject_CallMethodNoArgs(lock, str_acquire); /* may block (and release the GIL) */
+    if (r == NULL) {
+        Py_DECREF(slow);
+        return NULL;
+    }
+    Py_DECREF(r);
+    /* From here to the release no Python code runs (the list appends below cannot run any). */
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *f = PyList_GET_ITEM(futures, i);
+        if (f == Py_None)
+            continue;
+        if (fut_type != NULL && Py_IS_TYPE(f, fut_type) && SLOT(f, F_COND) == Py_None) {
+            if (same_state(SLOT(f, F_STATE), st_pending)) {
+                if (results != Py_None)
+                    Py_SETREF(SLOT(f, F_RESULT), Py_NewRef(PyList_GET_ITEM(results, i)));
+                else
+                    Py_SETREF(SLOT(f, F_EXCEPTION), Py_NewRef(error));
+                Py_SETREF(SLOT(f, F_STATE), Py_NewRef(st_finished));
+            }
+            continue;
+        }
+        PyObject *index = PyLong_FromSsize_t(i);
+        if (index == NULL || PyList_Append(slow, index) < 0) {
+            Py_XDECREF(index);
+            failed = 1;
+            break;
+        }
+        Py_DECREF(index);
+    }
+    r = PyObject_CallMethodNoArgs(lock, str_release);
+    if (r == NULL || failed) {
+        Py_XDECREF(r);
+        Py_DECREF(slow);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return slow;
+}
+
+/* ---------------------------------------------------------------- SendPath */
+enum { A_TOPIC, A_VALUE, A_KEY, A_PARTITION, A_HEADERS, A_TIMESTAMP, A_CALLBACK, A_COUNT };
+static PyObject *arg_names[A_COUNT];
+static const char *const arg_cnames[A_COUNT] = {"topic",   "value",     "key",     "partition",
+                                                "headers", "timestamp", "callback"};
+/* interned attribute names */
+static PyObject *n_closed, *n_txn, *n_fatal, *n_unreported, *n_background, *n_partition_counts,
+    *n_key_serializer, *n_value_serializer, *n_max_record_size, *n_ignore_keys, *n_lock, *n_topics,
+    *n_batches, *n_open_batch, *n_partitioner, *n_num_partitions, *n_tps, *n_closed_attr, *n_size, *n_limit,
+    *n_entries, *n_produced, *n_switch_bytes;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *pdict;   /* the producer's __dict__ */
+    PyObject *adict;   /* the accumulator's __dict__ */
+    PyObject *slow;    /* the Python method (bound) */
+    int with_future;
+} SendPathObject;
+
+static int sendpath_traverse(SendPathObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->pdict);
+    Py_VISIT(self->adict);
+    Py_VISIT(self->slow);
+    return 0;
+}
+
+static int sendpath_clear(SendPathObject *self)
+{
+    Py_CLEAR(self->pdict);
+    Py_CLEAR(self->adict);
+    Py_CLEAR(self->slow);
+    return 0;
+}
+
+static void sendpath_dealloc(SendPathObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    sendpath_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A dict item (borrowed; NULL without an exception when absent). */
+static inline PyObject *item(PyObject *dict, PyObject *name) { return PyDict_GetItemWithError(dict, name); }
+
+/* An attribute as a C long (-1 with an exception on error). */
+static int long_attr(PyObject *obj, PyObject *name, long long *out)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+    Py_DECREF(v);
+    if (*out == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "SendPath: an accumulator size is out of range");
+        return -1;
+    }
+    return 0;
+}
+
+static int set_long_attr(PyObject *obj, PyObject *name, long long value)
+{
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL)
+        return -1;
+    int rc = PyObject_SetAttr(obj, name, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The fast path proper.  Returns 1 with *out set (the future or None), 0 for "take the slow path" (no
+   exception), -1 on error. */
+static int sendpath_fast(SendPathObject *self, PyObject **a, PyObject **out)
+{
+    PyObject *topic = a[A_TOPIC];
+    PyObject *value = a[A_VALUE] ? a[A_VALUE] : Py_None;
+    PyObject *key = a[A_KEY] ? a[A_KEY] : Py_None;
+    PyObject *partition = a[A_PARTITION] ? a[A_PARTITION] : Py_None;
+    PyObject *timestamp = a[A_TIMESTAMP] ? a[A_TIMESTAMP] : Py_None;
+    PyObject *callback = a[A_CALLBACK] ? a[A_CALLBACK] : Py_None;
+    if (topic == NULL || !PyUnicode_CheckExact(topic))
+        return 0;
+    if (a[A_HEADERS] != NULL && a[A_HEADERS] != Py_None)
+        return 0;
+    Py_ssize_t size = 12; /* RECORD_OVERHEAD_ESTIMATE (batch.py) */
+    if (value != Py_None) {
+        if (!PyBytes_CheckExact(value))
+            return 0;
+        size += PyBytes_GET_SIZE(value);
+    }
+    if (key != Py_None) {
+        if (!PyBytes_CheckExact(key))
+            return 0;
+        size += PyBytes_GET_SIZE(key);
+    }
+    if (timestamp != Py_None) {
+        if (!PyLong_CheckExact(timestamp))
+            return 0;
+        int overflow = 0;
+        long long ts = PyLong_AsLongLongAndOverflow(timestamp, &overflow);
+        if (ts == -1 && PyErr_Occurred())
+            return -1;
+        if (overflow || ts < 0)
+            return 0;
+    }
+    if (partition != Py_None && !PyLong_CheckExact(partition))
+        return 0;
+
+    /* The producer's state (Producer.send's checks and _prepare's). */
+    PyObject *d = self->pdict, *v;
+    if ((v = item(d, n_closed)) != Py_False || (v = item(d, n_txn)) != Py_None ||
+        (v = item(d, n_fatal)) != Py_None || (v = item(d, n_key_serializer)) != Py_None ||
+        (v = item(d, n_value_serializer)) != Py_None)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!self->with_future && (v = item(d, n_unreported)) != Py_None)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *counts = item(d, n_partition_counts);
+    PyObject *limit_obj = item(d, n_max_record_size);
+    PyObject *ignore_keys = item(d, n_ignore_keys);
+    PyObject *background = item(d, n_background);
+    if (counts == NULL || limit_obj == NULL || ignore_keys == NULL || background == NULL || !PyDict_Check(counts))
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *count_obj = item(counts, topic);
+    if (count_obj == NULL || !PyLong_CheckExact(count_obj))
+        return PyErr_Occurred() ? -1 : 0;
+    long num_partitions = PyLong_AsLong(count_obj);
+    if (num_partitions == -1 && PyErr_Occurred())
+        return -1;
+    long long max_record_size = PyLong_AsLongLong(limit_obj);
+    if (max_record_size == -1 && PyErr_Occurred())
+        return -1;
+    if (size > max_record_size || num_partitions <= 0)
+        return 0;
+    long part = -1; /* -1: the sticky partition */
+    if (partition != Py_None) {
+        int overflow = 0;
+        part = PyLong_AsLongAndOverflow(partition, &overflow);
+        if (part == -1 && PyErr_Occurred())
+            return -1;
+        if (overflow || part < 0 || part >= num_partitions)
+            return 0; /* the slow path raises the error */
+    } else if (key != Py_None && ignore_keys != Py_True) {
+        if (ignore_keys != Py_False)
+            return 0;
+        uint32_t h = murmur2_raw((const uint8_t *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
+        part = (long)((h & 0x7FFFFFFFu) % (uint32_t)num_partitions);
+    }
+    PyObject *r = PyObject_CallMethodNoArgs(background, str_empty);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    if (r != Py_True)
+        return 0;
+
+    /* The entry (and its future), made before the lock is taken: allocating may run the collector. */
+    PyObject *future = Py_None;
+    if (self->with_future) {
+        future = make_future();
+        if (future == NULL)
+            return -1;
+    } else {
+        Py_INCREF(future);
+    }
+    PyObject *ts_obj = timestamp != Py_None ? Py_NewRef(timestamp) : PyLong_FromLongLong(now_ms());
+    if (ts_obj == NULL) {
+        Py_DECREF(future);
+        return -1;
+    }
+    PyObject *entry = PyTuple_New(6);
+    if (entry == NULL) {
+        Py_DECREF(future);
+        Py_DECREF(ts_obj);
+        return -1;
+    }
+    PyTuple_SET_ITEM(entry, 0, Py_NewRef(key));
+    PyTuple_SET_ITEM(entry, 1, Py_NewRef(value));
+    PyTuple_SET_ITEM(entry, 2, ts_obj);
+    PyTuple_SET_ITEM(entry, 3, Py_NewRef(Py_None));
+    PyTuple_SET_ITEM(entry, 4, Py_NewRef(future));
+    PyTuple_SET_ITEM(entry, 5, Py_NewRef(callback));
+    if (PyObject_GC_IsTracked(entry))
+        PyObject_GC_UnTrack(entry);
+
+    /* The accumulator's lock, without blocking. */
+    PyObject *ad = self->adict;
+    PyObject *lock = item(ad, n_lock);
+    if (lock == NULL) {
+        Py_DECREF(entry);
+        Py_DECREF(future);
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    PyObject *acq_args[2] = {lock, Py_False};
+    r = PyObject_VectorcallMethod(str_acquire, acq_args, 2, NULL);
+    if (r == NULL) {
+        Py_DECREF(entry);
+        Py_DECREF(future);
+        return -1;
+    }
+    Py_DECREF(r);
+    if (r != Py_True) {
+        Py_DECREF(entry);
+        Py_DECREF(future);
+        return 0;
+    }
+    /* Under the lock: RecordAccumulator.append's fast path. */
+    int rc = 0;
+    PyObject *last = NULL, *pt = NULL, *entries = NULL;
+    PyObject *topics = item(ad, n_topics);
+    PyObject *info = topics != NULL && PyDict_Check(topics) ? item(topics, topic) : NULL;
+    if (info == NULL || item(ad, n_closed) != Py_False) {
+        rc = PyErr_Occurred() ? -1 : 0;
+        goto unlock;
+    }
+    long long bsize, blimit, produced = 0, switch_bytes = 0;
+    if (part < 0) {
+        last = PyObject_GetAttr(info, n_open_batch);
+        if (last == NULL) {
+            rc = -1;
+            goto unlock;
+        }
+        if (last == Py_None)
+            goto unlock;
+    } else {
+        long long info_parts;
+        if (long_attr(info, n_num_partitions, &info_parts) < 0) {
+            rc = -1;
+            goto unlock;
+        }
+        if (part >= info_parts)
+            goto unlock;
+        PyObject *tps = PyObject_GetAttr(info, n_tps);
+        if (tps == NULL) {
+            rc = -1;
+            goto unlock;
+        }
+        if (!PyTuple_Check(tps) || PyTuple_GET_SIZE(tps) <= part) {
+            Py_DECREF(tps);
+            goto unlock;
+        }
+        PyObject *batches = item(ad, n_batches);
+        PyObject *dq = batches != NULL && PyDict_Check(batches) ? item(batches, PyTuple_GET_ITEM(tps, part)) : NULL;
+        Py_DECREF(tps);
+        if (dq == NULL) {
+            rc = PyErr_Occurred() ? -1 : 0;
+            goto unlock;
+        }
+        Py_ssize_t dq_len = PyObject_Length(dq);
+        if (dq_len < 0) {
+            rc = -1;
+            goto unlock;
+        }
+        if (dq_len == 0)
+            goto unlock;
+        last = PySequence_GetItem(dq, dq_len - 1);
+        if (last == NULL) {
+            rc = -1;
+            goto unlock;
+        }
+    }
+    v = PyObject_GetAttr(last, n_closed_attr);
+    if (v == NULL) {
+        rc = -1;
+        goto unlock;
+    }
+    Py_DECREF(v);
+    if (v != Py_False)
+        goto unlock;
+    if (long_attr(last, n_size, &bsize) < 0 || long_attr(last, n_limit, &blimit) < 0) {
+        rc = -1;
+        goto unlock;
+    }
+    if (bsize + size > blimit)
+        goto unlock;
+    if (part < 0) {
+        pt = PyObject_GetAttr(info, n_partitioner);
+        if (pt == NULL || long_attr(pt, n_produced, &produced) < 0 ||
+            long_attr(pt, n_switch_bytes, &switch_bytes) < 0) {
+            rc = -1;
+            goto unlock;
+        }
+        if (produced + size >= switch_bytes)
+            goto unlock;
+    }
+    entries = PyObject_GetAttr(last, n_entries);
+    if (entries == NULL) {
+        rc = -1;
+        goto unlock;
+    }
+    if (!PyList_CheckExact(entries))
+        goto unlock;
+    if (PyList_Append(entries, entry) < 0 || set_long_attr(last, n_size, bsize + size) < 0 ||
+        (pt != NULL && set_long_attr(pt, n_produced, produced + size) < 0)) {
+        rc = -1; /* (an allocation failure: the record may be in the batch; the caller sees the error) */
+        goto unlock;
+    }
+    rc = 1;
+unlock:
+    Py_XDECREF(entries);
+    Py_XDECREF(pt);
+    Py_XDECREF(last);
+    Py_DECREF(entry);
+    {
+        PyObject *exc_type, *exc_value, *exc_tb;
+        PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+        r = PyObject_CallMethodNoArgs(lock, str_release);
+        if (r == NULL) {
+            Py_XDECREF(exc_type);
+            Py_XDECREF(exc_value);
+            Py_XDECREF(exc_tb);
+            Py_DECREF(future);
+            return -1;
+        }
+        Py_DECREF(r);
+        PyErr_Restore(exc_type, exc_value, exc_tb);
+    }
+    if (rc == 1) {
+        *out = future;
+        return 1;
+    }
+    Py_DECREF(future);
+    return rc;
+}
+
+static PyObject *sendpath_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    SendPathObject *self = (SendPathObject *)self_;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *a[A_COUNT] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    if (nargs <= A_COUNT) {
+        for (Py_ssize_t i = 0; i < nargs; i++)
+            a[i] = args[i];
+        Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+        int ok = 1;
+        for (Py_ssize_t j = 0; j < nkw && ok; j++) {
+            PyObject *name = PyTuple_GET_ITEM(kwnames, j);
+            int idx = -1;
+            for (int k = 0; k < A_COUNT; k++) {
+                if (name == arg_names[k]) {
+                    idx = k;
+                    break;
+                }
+            }
+            if (idx < 0) {
+                for (int k = 0; k < A_COUNT; k++) {
+                    if (PyUnicode_Check(name) && PyUnicode_Compare(name, arg_names[k]) == 0) {
+                        idx = k;
+                        break;
+                    }
+                }
+            }
+            if (idx < 0 || a[idx] != NULL)
+                ok = 0;
+            else
+                a[idx] = args[nargs + j];
+        }
+        if (ok) {
+            PyObject *out = NULL;
+            int rc = sendpath_fast(self, a, &out);
+            if (rc > 0)
+                return out;
+            if (rc < 0)
+                return NULL;
+        }
+    }
+    return PyObject_Vectorcall(self->slow, args, nargs, kwnames);
+}
+
+static PyObject *sendpath_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *producer, *accumulator, *slow;
+    int with_future;
+    if (!PyArg_ParseTuple(args, "OOOp:SendPath", &producer, &accumulator, &slow, &with_future))
+        return NULL;
+    if (with_future && fut_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "SendPath: set_future_type() was not called");
+        return NULL;
+    }
+    PyObject *pdict = PyObject_GenericGetDict(producer, NULL);
+    if (pdict == NULL)
+        return NULL;
+    PyObject *adict = PyObject_GenericGetDict(accumulator, NULL);
+    if (adict == NULL) {
+        Py_DECREF(pdict);
+        return NULL;
+    }
+    SendPathObject *self = (SendPathObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        Py_DECREF(pdict);
+        Py_DECREF(adict);
+        return NULL;
+    }
+    self->vectorcall = sendpath_vectorcall;
+    self->pdict = pdict;
+    self->adict = adict;
+    self->slow = Py_NewRef(slow);
+    self->with_future = with_future;
+    return (PyObject *)self;
+}
+
+static PyTypeObject SendPathType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kafka_handoff.producer._fastencode.SendPath",
+    .tp_basicsize = sizeof(SendPathObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "SendPath(producer, accumulator, slow, with_future): Producer.send's common case in C",
+    .tp_new = sendpath_new,
+    .tp_traverse = (traverseproc)sendpath_traverse,
+    .tp_clear = (inquiry)sendpath_clear,
+    .tp_dealloc = (destructor)sendpath_dealloc,
+    .tp_vectorcall_offset = offsetof(SendPathObject, vectorcall),
+    .tp_call = PyVectorcall_Call,
+};
+
 static PyMethodDef methods[] = {
     {"make_entry", (PyCFunction)(void (*)(void))make_entry, METH_FASTCALL,
      "make_entry(future_type, key, value, timestamp, headers, callback) -> untracked entry with a new future"},
@@ -495,6 +1072,11 @@ static PyMethodDef methods[] = {
      "record_metadata(md_type, topic, partition, base_offset, log_append_ms, entries) -> untracked metadata list"},
     {"untrack", (PyCFunction)untrack, METH_O, "untrack(obj): remove obj from the cyclic garbage collector"},
     {"track", (PyCFunction)track, METH_O, "track(obj): put obj back under the cyclic garbage collector"},
+    {"set_future_type", (PyCFunction)(void (*)(void))set_future_type, METH_FASTCALL,
+     "set_future_type(RecordFuture, PENDING, FINISHED): the future class SendPath and new_future create"},
+    {"new_future", (PyCFunction)new_future, METH_NOARGS, "new_future() -> a pending RecordFuture, untracked"},
+    {"complete_futures", (PyCFunction)(void (*)(void))complete_futures, METH_FASTCALL,
+     "complete_futures(lock, futures, results, error) -> indices of the futures left to complete"},
     {"murmur2", (PyCFunction)murmur2, METH_O, "murmur2(data) -> Kafka's murmur2 hash as a signed 32-bit int"},
     {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,
      "encode_records(entries, base_timestamp) -> (records bytes, max timestamp)"},
@@ -509,4 +1091,50 @@ static struct PyModuleDef moduledef = {
     .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit__fastencode(void) { return PyModule_Create(&moduledef); }
+PyMODINIT_FUNC PyInit__fastencode(void)
+{
+#define INTERN(var, text)                                                                                        \
+    if ((var = PyUnicode_InternFromString(text)) == NULL)                                                        \
+        return NULL;
+    INTERN(str_acquire, "acquire");
+    INTERN(str_release, "release");
+    INTERN(str_empty, "empty");
+    INTERN(n_closed, "_closed");
+    INTERN(n_txn, "_txn");
+    INTERN(n_fatal, "_fatal");
+    INTERN(n_unreported, "_unreported");
+    INTERN(n_background, "_background");
+    INTERN(n_partition_counts, "_partition_counts");
+    INTERN(n_key_serializer, "_key_serializer");
+    INTERN(n_value_serializer, "_value_serializer");
+    INTERN(n_max_record_size, "_max_record_size");
+    INTERN(n_ignore_keys, "_ignore_keys");
+    INTERN(n_lock, "_lock");
+    INTERN(n_topics, "_topics");
+    INTERN(n_batches, "_batches");
+    INTERN(n_open_batch, "open_batch");
+    INTERN(n_partitioner, "partitioner");
+    INTERN(n_num_partitions, "num_partitions");
+    INTERN(n_tps, "tps");
+    INTERN(n_closed_attr, "closed");
+    INTERN(n_size, "size");
+    INTERN(n_limit, "limit");
+    INTERN(n_entries, "entries");
+    INTERN(n_produced, "produced");
+    INTERN(n_switch_bytes, "switch_bytes");
+    for (int i = 0; i < A_COUNT; i++)
+        INTERN(arg_names[i], arg_cnames[i]);
+#undef INTERN
+    if ((empty_tuple = PyTuple_New(0)) == NULL)
+        return NULL;
+    if (PyType_Ready(&SendPathType) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&moduledef);
+    if (module == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(module, "SendPath", (PyObject *)&SendPathType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

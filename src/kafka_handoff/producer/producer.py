@@ -63,6 +63,7 @@ from kafka_handoff.producer.batch import (
     estimate_headers_size,
 )
 from kafka_handoff.producer.future import (
+    C_FUTURES,
     complete_all,
     complete_exception,
     make_entry,
@@ -305,8 +306,24 @@ class Producer:
             background_events=self._background,
             on_close=self._on_close_nt,
         )
+        self._install_send_path()
         self._completer.start()
         self._thread.start()
+
+    def _install_send_path(self) -> None:
+        """With the C extension, ``send``/``send_nowait`` become C callables for the common record (bytes
+        key/value, no headers, room in the partition's open batch): one call appends the record and makes
+        its future; everything else goes on to the Python methods below (the same behaviour)."""
+        ext = C_FUTURES
+        if ext is None or not hasattr(ext, "SendPath"):
+            return
+        cls = type(self)
+        if cls.send is Producer.send:  # a subclass that overrides send() keeps its own
+            self.__dict__["send"] = ext.SendPath(self, self._accumulator, Producer.send.__get__(self), True)
+        if cls.send_nowait is Producer.send_nowait:
+            self.__dict__["send_nowait"] = ext.SendPath(
+                self, self._accumulator, Producer.send_nowait.__get__(self), False
+            )
 
     # ================================================================================ network thread side
     def _metadata_topics_nt(self) -> frozenset[str]:
