@@ -216,6 +216,20 @@ def _load_append_values() -> AppendValues:
 append_values: AppendValues = _load_append_values()
 """``append_values(entries, values, keys, start, timestamp, callback, room, overhead) -> (count, size)``."""
 
+def _load_untrack() -> Callable[[object], None] | None:
+    flag = os.environ.get("KAFKA_HANDOFF_PURE_PYTHON", "").strip().lower()
+    if flag not in ("", "0", "false", "no"):
+        return None
+    try:
+        module = importlib.import_module("kafka_handoff.producer._fastencode")
+    except ImportError:
+        return None
+    fn: Callable[[object], None] | None = getattr(module, "untrack", None)
+    return fn
+
+
+_untrack = _load_untrack()
+_event_lock = threading.Lock()  # ProducerBatch.done_event's creation against mark_done
 _c_encode_records = _load_extension()
 #: ``"c"`` when the ``_fastencode`` extension encodes records, else ``"python"``.
 IMPLEMENTATION: Final = "c" if _c_encode_records is not None else "python"
@@ -234,12 +248,13 @@ class ProducerBatch:
     """
 
     __slots__ = (
+        "_completed",
+        "_done_event",
         "attempts",
         "base_sequence",
         "closed",
         "created_ms",
         "done",
-        "done_event",
         "done_hooks",
         "entries",
         "expired",
@@ -268,6 +283,10 @@ class ProducerBatch:
         self.topic = tp.topic
         self.partition = tp.partition
         self.entries: list[Entry] = []
+        if _untrack is not None:
+            # Out of the cyclic collector's sight, as its entries are (see future.new_future): a full
+            # collection would otherwise walk every queued record.  The entries cannot lead back to it.
+            _untrack(self.entries)
         self.size = RECORD_BATCH_OVERHEAD
         """Estimated encoded size (uncompressed)."""
         self.limit = limit
@@ -295,7 +314,8 @@ class ProducerBatch:
         self.done = False
         self.expired = False
         self.max_timestamp = -1
-        self.done_event = threading.Event()
+        self._done_event: threading.Event | None = None  # made when someone waits (see done_event)
+        self._completed = False
         self.done_hooks: list[Callable[[], None]] | None = None
 
     def add_done_hook(self, hook: Callable[[], None]) -> None:
@@ -306,8 +326,37 @@ class ProducerBatch:
         if hooks is None:
             hooks = self.done_hooks = []
         hooks.append(hook)
-        if self.done_event.is_set():  # set before the append was seen: the completion thread may miss it
+        if self._completed:  # completed before the append was seen: the completion thread may miss it
             hook()
+
+    @property
+    def done_event(self) -> threading.Event:
+        """Set once the batch's outcome was delivered (callbacks and futures completed).  Made on first use:
+        most batches are never waited for one by one, and an Event (with its Condition) per batch is
+        work for the send path and the garbage collector."""
+        event = self._done_event
+        if event is None:
+            with _event_lock:
+                event = self._done_event
+                if event is None:
+                    event = threading.Event()
+                    if self._completed:
+                        event.set()
+                    self._done_event = event
+        return event
+
+    def mark_done(self) -> None:
+        """On the completion thread, once the outcome was delivered: sets :attr:`done_event`."""
+        with _event_lock:
+            self._completed = True
+            event = self._done_event
+        if event is not None:
+            event.set()
+
+    @property
+    def completed(self) -> bool:
+        """Whether :meth:`mark_done` ran (``done_event.is_set()`` without making the event)."""
+        return self._completed
 
     def run_done_hooks(self) -> None:
         """On the completion thread, right after ``done_event`` was set."""

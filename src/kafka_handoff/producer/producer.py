@@ -403,7 +403,7 @@ class Producer:
                 if silent:
                     self._note_unreported(batch, error, silent)
         finally:
-            batch.done_event.set()
+            batch.mark_done()
             batch.run_done_hooks()
             self._accumulator.deallocate(batch)
 
@@ -857,7 +857,7 @@ class Producer:
             for batch in batches:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                 if not batch.done_event.wait(remaining):
-                    pending = sum(len(b.entries) for b in batches if not b.done_event.is_set())
+                    pending = sum(len(b.entries) for b in batches if not b.completed)
                     raise KafkaTimeoutError(
                         f"flush timed out after {timeout} s with {pending} record(s) not delivered"
                     )

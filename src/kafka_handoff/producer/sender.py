@@ -236,7 +236,13 @@ class Sender:
         if self._expiry_heap:
             wait = min(wait, self._expiry_heap[0][0] - now_ms)
         wait = max(0, wait)
-        if self.accumulator.finish_poll(now_ms + wait):
+        # With requests in flight (or just made), look again within coalesce_ms instead of being woken by
+        # each batch that fills meanwhile (see RecordAccumulator.finish_poll).
+        coalesce = self.accumulator.coalesce_ms
+        coalescing = coalesce > 0 and (bool(unsent) or bool(self._in_flight))
+        if coalescing:
+            wait = min(wait, coalesce)
+        if self.accumulator.finish_poll(now_ms + wait, coalescing):
             wait = 0
         return PollResult(unsent, wait)
 
