@@ -216,6 +216,7 @@ def _load_append_values() -> AppendValues:
 append_values: AppendValues = _load_append_values()
 """``append_values(entries, values, keys, start, timestamp, callback, room, overhead) -> (count, size)``."""
 
+
 def _load_untrack() -> Callable[[object], None] | None:
     flag = os.environ.get("KAFKA_HANDOFF_PURE_PYTHON", "").strip().lower()
     if flag not in ("", "0", "false", "no"):
