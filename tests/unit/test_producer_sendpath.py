@@ -25,8 +25,10 @@ import pytest
 
 from kafka_handoff.errors import IllegalStateError, KafkaError, SerializationError
 from kafka_handoff.producer import Producer
+from kafka_handoff.producer.accumulator import _TopicInfo
 from kafka_handoff.producer.batch import ProducerBatch
 from kafka_handoff.producer.future import C_FUTURES, RecordFuture
+from kafka_handoff.producer.partitioner import BuiltInPartitioner
 from kafka_handoff.protocol.compression import CompressionType
 from kafka_handoff.types import RecordMetadata, TopicPartition
 
@@ -122,8 +124,9 @@ def test_send_is_the_c_path_and_send_nowait_too(pair: tuple[Producer, Producer])
 
 @needs_c
 @pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("slots", [True, False], ids=["slots", "getattr"])
 def test_c_send_makes_the_same_batches_and_futures_as_python(
-    pair: tuple[Producer, Producer], seed: int
+    pair: tuple[Producer, Producer], seed: int, slots: bool
 ) -> None:
     fast, slow = pair
     seen: list[tuple[str, RecordMetadata | None]] = []
@@ -140,7 +143,8 @@ def test_c_send_makes_the_same_batches_and_futures_as_python(
         return python_send(*args, **kwargs)
 
     assert C_FUTURES is not None
-    send = C_FUTURES.SendPath(fast, fast._accumulator, counted, True)
+    types = (_TopicInfo, ProducerBatch, BuiltInPartitioner) if slots else None
+    send = C_FUTURES.SendPath(fast, fast._accumulator, counted, True, types)
     fast_futures = []
     slow_futures = []
     for i, record in enumerate(_records(seed, 600)):

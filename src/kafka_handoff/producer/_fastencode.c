@@ -504,14 +504,17 @@ error:
  *     without a condition that is pending gets results[i] (or, when results is None, ``error``) and
  *     FINISHED; returns the indices of the other non-None futures (the caller completes them the ordinary
  *     way).
- * SendPath(producer, accumulator, slow, with_future): a callable with Producer.send's signature that
+ * SendPath(producer, accumulator, slow, with_future, types=None): a callable with Producer.send's signature that
  *     appends the common record -- bytes-or-None key and value, no headers, no serializers, the topic's
  *     partition count known, the partition's open batch with room, the accumulator's lock free -- to the
  *     open batch in one call and returns its future (None when with_future is false: send_nowait).  Every
  *     other case, and every case in doubt, calls ``slow`` (the Python method) with the same arguments.
  *     The checks and updates are those of Producer.send/_prepare and RecordAccumulator.append's fast path;
  *     they run under the accumulator's lock, taken without blocking (if the network thread holds it, the
- *     slow path waits for it), and no Python code runs while it is held.
+ *     slow path waits for it), and no Python code runs while it is held.  ``types`` (_TopicInfo,
+ *     ProducerBatch, BuiltInPartitioner): their __slots__ are read directly (else through getattr).  The
+ *     accumulator's lock, queues and topics, the producer's background queue, max record size and
+ *     partitioner.ignore.keys are taken once, at construction (they are never replaced).
  */
 
 static PyTypeObject *fut_type = NULL;
@@ -650,13 +653,74 @@ static PyObject *n_closed, *n_txn, *n_fatal, *n_unreported, *n_background, *n_pa
     *n_batches, *n_open_batch, *n_partitioner, *n_num_partitions, *n_tps, *n_closed_attr, *n_size, *n_limit,
     *n_entries, *n_produced, *n_switch_bytes;
 
+/* Where an attribute of a __slots__ class lives, to read it without the attribute machinery (~10x faster);
+   objects of another type go through PyObject_GetAttr/SetAttr. */
+typedef struct {
+    PyTypeObject *type; /* borrowed from SendPathObject.types; NULL: always use the attribute machinery */
+    Py_ssize_t off;
+    PyObject *name;
+} slotref;
+
+static void resolve_slot(PyTypeObject *type, PyObject *name, slotref *ref)
+{
+    ref->type = NULL;
+    ref->off = 0;
+    ref->name = name;
+    if (type == NULL)
+        return;
+    PyObject *descr = _PyType_Lookup(type, name); /* borrowed */
+    if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+        ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX) {
+        ref->type = type;
+        ref->off = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+}
+
+/* New reference, or NULL with an exception. */
+static inline PyObject *get_slot(PyObject *obj, const slotref *ref)
+{
+    if (Py_TYPE(obj) == ref->type) {
+        PyObject *v = *(PyObject **)((char *)obj + ref->off);
+        if (v != NULL)
+            return Py_NewRef(v);
+    }
+    return PyObject_GetAttr(obj, ref->name);
+}
+
+static inline int set_slot(PyObject *obj, const slotref *ref, PyObject *value)
+{
+    if (Py_TYPE(obj) == ref->type) {
+        PyObject **p = (PyObject **)((char *)obj + ref->off);
+        PyObject *old = *p;
+        *p = Py_NewRef(value);
+        Py_XDECREF(old); /* an int: no code runs */
+        return 0;
+    }
+    return PyObject_SetAttr(obj, ref->name, value);
+}
+
+enum {
+    S_OPEN_BATCH, S_PARTITIONER, S_NUM_PARTITIONS, S_TPS, /* _TopicInfo */
+    S_CLOSED, S_SIZE, S_LIMIT, S_ENTRIES,                /* ProducerBatch */
+    S_PRODUCED, S_SWITCH_BYTES,                          /* BuiltInPartitioner */
+    S_COUNT
+};
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *pdict;   /* the producer's __dict__ */
-    PyObject *adict;   /* the accumulator's __dict__ */
-    PyObject *slow;    /* the Python method (bound) */
+    PyObject *pdict;      /* the producer's __dict__ */
+    PyObject *adict;      /* the accumulator's __dict__ */
+    PyObject *slow;       /* the Python method (bound) */
+    PyObject *lock;       /* the accumulator's _lock, _topics, _batches (never replaced) */
+    PyObject *topics;
+    PyObject *batches;
+    PyObject *background; /* the producer's _background queue (never replaced) */
+    PyObject *types;      /* (_TopicInfo, ProducerBatch, BuiltInPartitioner) or None */
+    long long max_record_size;
+    int ignore_keys;
     int with_future;
+    slotref slots[S_COUNT];
 } SendPathObject;
 
 static int sendpath_traverse(SendPathObject *self, visitproc visit, void *arg)
@@ -664,6 +728,11 @@ static int sendpath_traverse(SendPathObject *self, visitproc visit, void *arg)
     Py_VISIT(self->pdict);
     Py_VISIT(self->adict);
     Py_VISIT(self->slow);
+    Py_VISIT(self->lock);
+    Py_VISIT(self->topics);
+    Py_VISIT(self->batches);
+    Py_VISIT(self->background);
+    Py_VISIT(self->types);
     return 0;
 }
 
@@ -672,6 +741,13 @@ static int sendpath_clear(SendPathObject *self)
     Py_CLEAR(self->pdict);
     Py_CLEAR(self->adict);
     Py_CLEAR(self->slow);
+    Py_CLEAR(self->lock);
+    Py_CLEAR(self->topics);
+    Py_CLEAR(self->batches);
+    Py_CLEAR(self->background);
+    Py_CLEAR(self->types);
+    for (int i = 0; i < S_COUNT; i++)
+        self->slots[i].type = NULL;
     return 0;
 }
 
@@ -685,10 +761,10 @@ static void sendpath_dealloc(SendPathObject *self)
 /* A dict item (borrowed; NULL without an exception when absent). */
 static inline PyObject *item(PyObject *dict, PyObject *name) { return PyDict_GetItemWithError(dict, name); }
 
-/* An attribute as a C long (-1 with an exception on error). */
-static int long_attr(PyObject *obj, PyObject *name, long long *out)
+/* A slot (or attribute) as a C long long; -1 with an exception on error. */
+static int long_slot(PyObject *obj, const slotref *ref, long long *out)
 {
-    PyObject *v = PyObject_GetAttr(obj, name);
+    PyObject *v = get_slot(obj, ref);
     if (v == NULL)
         return -1;
     int overflow = 0;
@@ -703,16 +779,15 @@ static int long_attr(PyObject *obj, PyObject *name, long long *out)
     return 0;
 }
 
-static int set_long_attr(PyObject *obj, PyObject *name, long long value)
+static int set_long_slot(PyObject *obj, const slotref *ref, long long value)
 {
     PyObject *v = PyLong_FromLongLong(value);
     if (v == NULL)
         return -1;
-    int rc = PyObject_SetAttr(obj, name, v);
+    int rc = set_slot(obj, ref, v);
     Py_DECREF(v);
     return rc;
 }
-
 
 static long long now_ms(void)
 {
@@ -731,6 +806,7 @@ static int sendpath_fast(SendPathObject *self, PyObject **a, PyObject **out)
     PyObject *partition = a[A_PARTITION] ? a[A_PARTITION] : Py_None;
     PyObject *timestamp = a[A_TIMESTAMP] ? a[A_TIMESTAMP] : Py_None;
     PyObject *callback = a[A_CALLBACK] ? a[A_CALLBACK] : Py_None;
+    const slotref *sl = self->slots;
     if (topic == NULL || !PyUnicode_CheckExact(topic))
         return 0;
     if (a[A_HEADERS] != NULL && a[A_HEADERS] != Py_None)
@@ -758,20 +834,17 @@ static int sendpath_fast(SendPathObject *self, PyObject **a, PyObject **out)
     }
     if (partition != Py_None && !PyLong_CheckExact(partition))
         return 0;
+    if (size > self->max_record_size)
+        return 0;
 
     /* The producer's state (Producer.send's checks and _prepare's). */
-    PyObject *d = self->pdict, *v;
-    if ((v = item(d, n_closed)) != Py_False || (v = item(d, n_txn)) != Py_None ||
-        (v = item(d, n_fatal)) != Py_None || (v = item(d, n_key_serializer)) != Py_None ||
-        (v = item(d, n_value_serializer)) != Py_None)
-        return PyErr_Occurred() ? -1 : 0;
-    if (!self->with_future && (v = item(d, n_unreported)) != Py_None)
+    PyObject *d = self->pdict;
+    if (item(d, n_closed) != Py_False || item(d, n_txn) != Py_None || item(d, n_fatal) != Py_None ||
+        item(d, n_key_serializer) != Py_None || item(d, n_value_serializer) != Py_None ||
+        (!self->with_future && item(d, n_unreported) != Py_None))
         return PyErr_Occurred() ? -1 : 0;
     PyObject *counts = item(d, n_partition_counts);
-    PyObject *limit_obj = item(d, n_max_record_size);
-    PyObject *ignore_keys = item(d, n_ignore_keys);
-    PyObject *background = item(d, n_background);
-    if (counts == NULL || limit_obj == NULL || ignore_keys == NULL || background == NULL || !PyDict_Check(counts))
+    if (counts == NULL || !PyDict_Check(counts))
         return PyErr_Occurred() ? -1 : 0;
     PyObject *count_obj = item(counts, topic);
     if (count_obj == NULL || !PyLong_CheckExact(count_obj))
@@ -779,10 +852,7 @@ static int sendpath_fast(SendPathObject *self, PyObject **a, PyObject **out)
     long num_partitions = PyLong_AsLong(count_obj);
     if (num_partitions == -1 && PyErr_Occurred())
         return -1;
-    long long max_record_size = PyLong_AsLongLong(limit_obj);
-    if (max_record_size == -1 && PyErr_Occurred())
-        return -1;
-    if (size > max_record_size || num_partitions <= 0)
+    if (num_partitions <= 0)
         return 0;
     long part = -1; /* -1: the sticky partition */
     if (partition != Py_None) {
@@ -792,13 +862,11 @@ static int sendpath_fast(SendPathObject *self, PyObject **a, PyObject **out)
             return -1;
         if (overflow || part < 0 || part >= num_partitions)
             return 0; /* the slow path raises the error */
-    } else if (key != Py_None && ignore_keys != Py_True) {
-        if (ignore_keys != Py_False)
-            return 0;
+    } else if (key != Py_None && !self->ignore_keys) {
         uint32_t h = murmur2_raw((const uint8_t *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
         part = (long)((h & 0x7FFFFFFFu) % (uint32_t)num_partitions);
     }
-    PyObject *r = PyObject_CallMethodNoArgs(background, str_empty);
+    PyObject *r = PyObject_CallMethodNoArgs(self->background, str_empty);
     if (r == NULL)
         return -1;
     Py_DECREF(r);
@@ -835,14 +903,7 @@ static int sendpath_fast(SendPathObject *self, PyObject **a, PyObject **out)
         PyObject_GC_UnTrack(entry);
 
     /* The accumulator's lock, without blocking. */
-    PyObject *ad = self->adict;
-    PyObject *lock = item(ad, n_lock);
-    if (lock == NULL) {
-        Py_DECREF(entry);
-        Py_DECREF(future);
-        return PyErr_Occurred() ? -1 : 0;
-    }
-    PyObject *acq_args[2] = {lock, Py_False};
+    PyObject *acq_args[2] = {self->lock, Py_False};
     r = PyObject_VectorcallMethod(str_acquire, acq_args, 2, NULL);
     if (r == NULL) {
         Py_DECREF(entry);
@@ -855,18 +916,17 @@ static int sendpath_fast(SendPathObject *self, PyObject **a, PyObject **out)
         Py_DECREF(future);
         return 0;
     }
-    /* Under the lock: RecordAccumulator.append's fast path. */
+    /* Under the lock: RecordAccumulator.append's fast path.  No Python code runs until the release. */
     int rc = 0;
-    PyObject *last = NULL, *pt = NULL, *entries = NULL;
-    PyObject *topics = item(ad, n_topics);
-    PyObject *info = topics != NULL && PyDict_Check(topics) ? item(topics, topic) : NULL;
-    if (info == NULL || item(ad, n_closed) != Py_False) {
+    PyObject *last = NULL, *pt = NULL, *entries = NULL, *v;
+    PyObject *info = item(self->topics, topic);
+    if (info == NULL || item(self->adict, n_closed) != Py_False) {
         rc = PyErr_Occurred() ? -1 : 0;
         goto unlock;
     }
     long long bsize, blimit, produced = 0, switch_bytes = 0;
     if (part < 0) {
-        last = PyObject_GetAttr(info, n_open_batch);
+        last = get_slot(info, &sl[S_OPEN_BATCH]);
         if (last == NULL) {
             rc = -1;
             goto unlock;
@@ -875,13 +935,13 @@ static int sendpath_fast(SendPathObject *self, PyObject **a, PyObject **out)
             goto unlock;
     } else {
         long long info_parts;
-        if (long_attr(info, n_num_partitions, &info_parts) < 0) {
+        if (long_slot(info, &sl[S_NUM_PARTITIONS], &info_parts) < 0) {
             rc = -1;
             goto unlock;
         }
         if (part >= info_parts)
             goto unlock;
-        PyObject *tps = PyObject_GetAttr(info, n_tps);
+        PyObject *tps = get_slot(info, &sl[S_TPS]);
         if (tps == NULL) {
             rc = -1;
             goto unlock;
@@ -890,8 +950,7 @@ static int sendpath_fast(SendPathObject *self, PyObject **a, PyObject **out)
             Py_DECREF(tps);
             goto unlock;
         }
-        PyObject *batches = item(ad, n_batches);
-        PyObject *dq = batches != NULL && PyDict_Check(batches) ? item(batches, PyTuple_GET_ITEM(tps, part)) : NULL;
+        PyObject *dq = item(self->batches, PyTuple_GET_ITEM(tps, part));
         Py_DECREF(tps);
         if (dq == NULL) {
             rc = PyErr_Occurred() ? -1 : 0;
@@ -910,7 +969,7 @@ static int sendpath_fast(SendPathObject *self, PyObject **a, PyObject **out)
             goto unlock;
         }
     }
-    v = PyObject_GetAttr(last, n_closed_attr);
+    v = get_slot(last, &sl[S_CLOSED]);
     if (v == NULL) {
         rc = -1;
         goto unlock;
@@ -918,31 +977,31 @@ static int sendpath_fast(SendPathObject *self, PyObject **a, PyObject **out)
     Py_DECREF(v);
     if (v != Py_False)
         goto unlock;
-    if (long_attr(last, n_size, &bsize) < 0 || long_attr(last, n_limit, &blimit) < 0) {
+    if (long_slot(last, &sl[S_SIZE], &bsize) < 0 || long_slot(last, &sl[S_LIMIT], &blimit) < 0) {
         rc = -1;
         goto unlock;
     }
     if (bsize + size > blimit)
         goto unlock;
     if (part < 0) {
-        pt = PyObject_GetAttr(info, n_partitioner);
-        if (pt == NULL || long_attr(pt, n_produced, &produced) < 0 ||
-            long_attr(pt, n_switch_bytes, &switch_bytes) < 0) {
+        pt = get_slot(info, &sl[S_PARTITIONER]);
+        if (pt == NULL || long_slot(pt, &sl[S_PRODUCED], &produced) < 0 ||
+            long_slot(pt, &sl[S_SWITCH_BYTES], &switch_bytes) < 0) {
             rc = -1;
             goto unlock;
         }
         if (produced + size >= switch_bytes)
             goto unlock;
     }
-    entries = PyObject_GetAttr(last, n_entries);
+    entries = get_slot(last, &sl[S_ENTRIES]);
     if (entries == NULL) {
         rc = -1;
         goto unlock;
     }
     if (!PyList_CheckExact(entries))
         goto unlock;
-    if (PyList_Append(entries, entry) < 0 || set_long_attr(last, n_size, bsize + size) < 0 ||
-        (pt != NULL && set_long_attr(pt, n_produced, produced + size) < 0)) {
+    if (PyList_Append(entries, entry) < 0 || set_long_slot(last, &sl[S_SIZE], bsize + size) < 0 ||
+        (pt != NULL && set_long_slot(pt, &sl[S_PRODUCED], produced + size) < 0)) {
         rc = -1; /* (an allocation failure: the record may be in the batch; the caller sees the error) */
         goto unlock;
     }
@@ -955,7 +1014,7 @@ unlock:
     {
         PyObject *exc_type, *exc_value, *exc_tb;
         PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
-        r = PyObject_CallMethodNoArgs(lock, str_release);
+        r = PyObject_CallMethodNoArgs(self->lock, str_release);
         if (r == NULL) {
             Py_XDECREF(exc_type);
             Py_XDECREF(exc_value);
@@ -1020,41 +1079,77 @@ static PyObject *sendpath_vectorcall(PyObject *self_, PyObject *const *args, siz
 
 static PyObject *sendpath_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *producer, *accumulator, *slow;
+    PyObject *producer, *accumulator, *slow, *types = Py_None;
     int with_future;
-    if (!PyArg_ParseTuple(args, "OOOp:SendPath", &producer, &accumulator, &slow, &with_future))
+    if (!PyArg_ParseTuple(args, "OOOp|O:SendPath", &producer, &accumulator, &slow, &with_future, &types))
         return NULL;
     if (with_future && fut_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "SendPath: set_future_type() was not called");
         return NULL;
     }
-    PyObject *pdict = PyObject_GenericGetDict(producer, NULL);
-    if (pdict == NULL)
-        return NULL;
-    PyObject *adict = PyObject_GenericGetDict(accumulator, NULL);
-    if (adict == NULL) {
-        Py_DECREF(pdict);
+    if (types != Py_None && (!PyTuple_Check(types) || PyTuple_GET_SIZE(types) != 3 ||
+                             !PyType_Check(PyTuple_GET_ITEM(types, 0)) ||
+                             !PyType_Check(PyTuple_GET_ITEM(types, 1)) ||
+                             !PyType_Check(PyTuple_GET_ITEM(types, 2)))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "SendPath: types must be (_TopicInfo, ProducerBatch, BuiltInPartitioner) or None");
         return NULL;
     }
     SendPathObject *self = (SendPathObject *)type->tp_alloc(type, 0);
-    if (self == NULL) {
-        Py_DECREF(pdict);
-        Py_DECREF(adict);
+    if (self == NULL)
         return NULL;
-    }
     self->vectorcall = sendpath_vectorcall;
-    self->pdict = pdict;
-    self->adict = adict;
     self->slow = Py_NewRef(slow);
+    self->types = Py_NewRef(types);
     self->with_future = with_future;
+    if ((self->pdict = PyObject_GenericGetDict(producer, NULL)) == NULL ||
+        (self->adict = PyObject_GenericGetDict(accumulator, NULL)) == NULL)
+        goto error;
+    PyObject *lock = item(self->adict, n_lock), *topics = item(self->adict, n_topics);
+    PyObject *batches = item(self->adict, n_batches), *background = item(self->pdict, n_background);
+    PyObject *limit = item(self->pdict, n_max_record_size), *ignore = item(self->pdict, n_ignore_keys);
+    if (lock == NULL || topics == NULL || batches == NULL || background == NULL || limit == NULL ||
+        ignore == NULL || !PyDict_Check(topics) || !PyDict_Check(batches)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "SendPath: not a Producer and its RecordAccumulator");
+        goto error;
+    }
+    self->lock = Py_NewRef(lock);
+    self->topics = Py_NewRef(topics);
+    self->batches = Py_NewRef(batches);
+    self->background = Py_NewRef(background);
+    self->max_record_size = PyLong_AsLongLong(limit);
+    if (self->max_record_size == -1 && PyErr_Occurred())
+        goto error;
+    if ((self->ignore_keys = PyObject_IsTrue(ignore)) < 0)
+        goto error;
+    PyTypeObject *info_t = NULL, *batch_t = NULL, *pt_t = NULL;
+    if (types != Py_None) {
+        info_t = (PyTypeObject *)PyTuple_GET_ITEM(types, 0);
+        batch_t = (PyTypeObject *)PyTuple_GET_ITEM(types, 1);
+        pt_t = (PyTypeObject *)PyTuple_GET_ITEM(types, 2);
+    }
+    resolve_slot(info_t, n_open_batch, &self->slots[S_OPEN_BATCH]);
+    resolve_slot(info_t, n_partitioner, &self->slots[S_PARTITIONER]);
+    resolve_slot(info_t, n_num_partitions, &self->slots[S_NUM_PARTITIONS]);
+    resolve_slot(info_t, n_tps, &self->slots[S_TPS]);
+    resolve_slot(batch_t, n_closed_attr, &self->slots[S_CLOSED]);
+    resolve_slot(batch_t, n_size, &self->slots[S_SIZE]);
+    resolve_slot(batch_t, n_limit, &self->slots[S_LIMIT]);
+    resolve_slot(batch_t, n_entries, &self->slots[S_ENTRIES]);
+    resolve_slot(pt_t, n_produced, &self->slots[S_PRODUCED]);
+    resolve_slot(pt_t, n_switch_bytes, &self->slots[S_SWITCH_BYTES]);
     return (PyObject *)self;
+error:
+    Py_DECREF(self);
+    return NULL;
 }
 
 static PyTypeObject SendPathType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kafka_handoff.producer._fastencode.SendPath",
     .tp_basicsize = sizeof(SendPathObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "SendPath(producer, accumulator, slow, with_future): Producer.send's common case in C",
+    .tp_doc = "SendPath(producer, accumulator, slow, with_future, types=None): Producer.send's common case in C",
     .tp_new = sendpath_new,
     .tp_traverse = (traverseproc)sendpath_traverse,
     .tp_clear = (inquiry)sendpath_clear,

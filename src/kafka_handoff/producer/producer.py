@@ -56,6 +56,7 @@ from kafka_handoff.metrics import MetricConfig, Metrics
 from kafka_handoff.network.client import NetworkClient
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
 from kafka_handoff.producer.accumulator import RecordAccumulator
+from kafka_handoff.producer.accumulator import _TopicInfo as TopicInfo
 from kafka_handoff.producer.batch import (
     RECORD_OVERHEAD_ESTIMATE,
     Callback,
@@ -73,7 +74,7 @@ from kafka_handoff.producer.future import (
 )
 from kafka_handoff.producer.idempotence import IdempotenceManager
 from kafka_handoff.producer.metrics import ProducerMetrics
-from kafka_handoff.producer.partitioner import murmur2
+from kafka_handoff.producer.partitioner import BuiltInPartitioner, murmur2
 from kafka_handoff.producer.sender import Sender
 from kafka_handoff.producer.transactions import TransactionManager, TxnState
 from kafka_handoff.protocol.compression import CompressionType, compression_type_from_name
@@ -318,11 +319,13 @@ class Producer:
         if ext is None or not hasattr(ext, "SendPath"):
             return
         cls = type(self)
+        acc = self._accumulator
+        types = (TopicInfo, ProducerBatch, BuiltInPartitioner)  # their __slots__ are read directly
         if cls.send is Producer.send:  # a subclass that overrides send() keeps its own
-            self.__dict__["send"] = ext.SendPath(self, self._accumulator, Producer.send.__get__(self), True)
+            self.__dict__["send"] = ext.SendPath(self, acc, Producer.send.__get__(self), True, types)
         if cls.send_nowait is Producer.send_nowait:
             self.__dict__["send_nowait"] = ext.SendPath(
-                self, self._accumulator, Producer.send_nowait.__get__(self), False
+                self, acc, Producer.send_nowait.__get__(self), False, types
             )
 
     # ================================================================================ network thread side
