@@ -357,11 +357,19 @@ class RecordAccumulator:
             return True
         return False
 
-    @staticmethod
-    def _after_sticky_append(info: _TopicInfo, part: int, batch: ProducerBatch, size: int) -> None:
+    def _after_sticky_append(self, info: _TopicInfo, part: int, batch: ProducerBatch, size: int) -> None:
         pt = info.partitioner
         pt.on_append(part, size, False, info.num_partitions, info.available)
-        info.open_batch = batch if pt.current == part else None
+        current = pt.current
+        if current == part:
+            info.open_batch = batch
+        elif 0 <= current < info.num_partitions:
+            # Switched: the new sticky partition's open batch, if it has one, takes the next records on the
+            # fast path (what _append_slow would do with them: append while they fit).
+            dq = self._batches.get(info.tps[current])
+            info.open_batch = dq[-1] if dq and not dq[-1].closed else None
+        else:
+            info.open_batch = None
 
     def _limit(self, topic: str) -> int:
         if self.compression == CompressionType.NONE:
