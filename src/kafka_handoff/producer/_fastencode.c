@@ -559,7 +559,10 @@ static PyObject *make_future(void)
         PyErr_SetString(PyExc_RuntimeError, "set_future_type() was not called");
         return NULL;
     }
-    PyObject *f = fut_type->tp_new(fut_type, empty_tuple, NULL);
+    /* tp_alloc without object.__new__'s instance-dict set-up: the (inherited) __dict__ stays unmade until
+       someone stores an attribute that is not a slot (CPython handles such objects everywhere: it is what
+       PyType_GenericNew makes). */
+    PyObject *f = fut_type->tp_alloc(fut_type, 0);
     if (f == NULL)
         return NULL;
     SLOT(f, F_STATE) = Py_NewRef(st_pending);
@@ -716,8 +719,13 @@ typedef struct {
     PyObject *topics;
     PyObject *batches;
     PyObject *background; /* the producer's _background queue (never replaced) */
+    PyObject *acquire;    /* bound methods: lock.acquire, lock.release, background.empty */
+    PyObject *release;
+    PyObject *empty;
     PyObject *types;      /* (_TopicInfo, ProducerBatch, BuiltInPartitioner) or None */
     long long max_record_size;
+    long long last_ms;    /* the last "now" timestamp and its int object (records of one ms share it) */
+    PyObject *last_ts;
     int ignore_keys;
     int with_future;
     slotref slots[S_COUNT];
@@ -733,6 +741,10 @@ static int sendpath_traverse(SendPathObject *self, visitproc visit, void *arg)
     Py_VISIT(self->batches);
     Py_VISIT(self->background);
     Py_VISIT(self->types);
+    Py_VISIT(self->last_ts);
+    Py_VISIT(self->acquire);
+    Py_VISIT(self->release);
+    Py_VISIT(self->empty);
     return 0;
 }
 
@@ -746,6 +758,10 @@ static int sendpath_clear(SendPathObject *self)
     Py_CLEAR(self->batches);
     Py_CLEAR(self->background);
     Py_CLEAR(self->types);
+    Py_CLEAR(self->last_ts);
+    Py_CLEAR(self->acquire);
+    Py_CLEAR(self->release);
+    Py_CLEAR(self->empty);
     for (int i = 0; i < S_COUNT; i++)
         self->slots[i].type = NULL;
     return 0;
@@ -866,7 +882,7 @@ static int sendpath_fast(SendPathObject *self, PyObject **a, PyObject **out)
         uint32_t h = murmur2_raw((const uint8_t *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
         part = (long)((h & 0x7FFFFFFFu) % (uint32_t)num_partitions);
     }
-    PyObject *r = PyObject_CallMethodNoArgs(self->background, str_empty);
+    PyObject *r = PyObject_CallNoArgs(self->empty);
     if (r == NULL)
         return -1;
     Py_DECREF(r);
@@ -882,10 +898,21 @@ static int sendpath_fast(SendPathObject *self, PyObject **a, PyObject **out)
     } else {
         Py_INCREF(future);
     }
-    PyObject *ts_obj = timestamp != Py_None ? Py_NewRef(timestamp) : PyLong_FromLongLong(now_ms());
-    if (ts_obj == NULL) {
-        Py_DECREF(future);
-        return -1;
+    PyObject *ts_obj;
+    if (timestamp != Py_None) {
+        ts_obj = Py_NewRef(timestamp);
+    } else {
+        long long now = now_ms();
+        if (self->last_ts == NULL || now != self->last_ms) {
+            PyObject *fresh = PyLong_FromLongLong(now);
+            if (fresh == NULL) {
+                Py_DECREF(future);
+                return -1;
+            }
+            Py_XSETREF(self->last_ts, fresh);
+            self->last_ms = now;
+        }
+        ts_obj = Py_NewRef(self->last_ts);
     }
     PyObject *entry = PyTuple_New(6);
     if (entry == NULL) {
@@ -903,8 +930,7 @@ static int sendpath_fast(SendPathObject *self, PyObject **a, PyObject **out)
         PyObject_GC_UnTrack(entry);
 
     /* The accumulator's lock, without blocking. */
-    PyObject *acq_args[2] = {self->lock, Py_False};
-    r = PyObject_VectorcallMethod(str_acquire, acq_args, 2, NULL);
+    r = PyObject_CallOneArg(self->acquire, Py_False);
     if (r == NULL) {
         Py_DECREF(entry);
         Py_DECREF(future);
@@ -1014,7 +1040,7 @@ unlock:
     {
         PyObject *exc_type, *exc_value, *exc_tb;
         PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
-        r = PyObject_CallMethodNoArgs(self->lock, str_release);
+        r = PyObject_CallNoArgs(self->release);
         if (r == NULL) {
             Py_XDECREF(exc_type);
             Py_XDECREF(exc_value);
@@ -1118,6 +1144,10 @@ static PyObject *sendpath_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     self->topics = Py_NewRef(topics);
     self->batches = Py_NewRef(batches);
     self->background = Py_NewRef(background);
+    if ((self->acquire = PyObject_GetAttr(lock, str_acquire)) == NULL ||
+        (self->release = PyObject_GetAttr(lock, str_release)) == NULL ||
+        (self->empty = PyObject_GetAttr(background, str_empty)) == NULL)
+        goto error;
     self->max_record_size = PyLong_AsLongLong(limit);
     if (self->max_record_size == -1 && PyErr_Occurred())
         goto error;
