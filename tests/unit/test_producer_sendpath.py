@@ -29,6 +29,7 @@ from kafka_handoff.producer.accumulator import _TopicInfo
 from kafka_handoff.producer.batch import ProducerBatch
 from kafka_handoff.producer.future import C_FUTURES, RecordFuture
 from kafka_handoff.producer.partitioner import BuiltInPartitioner
+from kafka_handoff.producer.transactions import TxnState
 from kafka_handoff.protocol.compression import CompressionType
 from kafka_handoff.types import RecordMetadata, TopicPartition
 
@@ -259,6 +260,42 @@ def test_a_held_accumulator_lock_makes_send_wait_for_it(pair: tuple[Producer, Pr
     thread.join(5)
     (batch,) = _batches(fast)[1]
     assert [e[1] for e in batch.entries] == [b"first", b"second"]
+
+
+@needs_c
+def test_a_transactional_producer_takes_the_c_path_only_in_a_transaction() -> None:
+    producer = _producer(_dead_port(), **{"transactional.id": "tx-1"})
+    try:
+        txn = producer._txn
+        assert txn is not None
+        calls = 0
+        python_send = Producer.send.__get__(producer)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            return python_send(*args, **kwargs)
+
+        assert C_FUTURES is not None
+        types = (_TopicInfo, ProducerBatch, BuiltInPartitioner)
+        send = C_FUTURES.SendPath(
+            producer, producer._accumulator, counted, True, types, TxnState.IN_TRANSACTION
+        )
+        with pytest.raises(IllegalStateError, match="begin_transaction"):
+            send(TOPIC, b"v", partition=0)  # not in a transaction: Python's check_send raises
+        assert calls == 1
+        txn.state = TxnState.IN_TRANSACTION  # (what begin_transaction() does, without a broker)
+        for _ in range(5):
+            send(TOPIC, b"v", partition=0)
+        assert calls == 2  # the first record made the batch; the other four took the C path
+        (batch,) = _batches(producer)[0]
+        assert len(batch.entries) == 5
+        txn.state = TxnState.ABORTABLE_ERROR
+        txn.last_error = KafkaError("boom")
+        with pytest.raises(KafkaError, match="abort the transaction"):
+            send(TOPIC, b"v", partition=0)
+    finally:
+        producer.close(0)
 
 
 def test_a_subclass_that_overrides_send_keeps_it() -> None:

@@ -504,8 +504,8 @@ error:
  *     without a condition that is pending gets results[i] (or, when results is None, ``error``) and
  *     FINISHED; returns the indices of the other non-None futures (the caller completes them the ordinary
  *     way).
- * SendPath(producer, accumulator, slow, with_future, types=None): a callable with Producer.send's signature that
- *     appends the common record -- bytes-or-None key and value, no headers, no serializers, the topic's
+ * SendPath(producer, accumulator, slow, with_future, types=None, in_txn=None): a callable with
+ *     Producer.send's signature that appends the common record -- bytes-or-None key and value, no headers, no serializers, the topic's
  *     partition count known, the partition's open batch with room, the accumulator's lock free -- to the
  *     open batch in one call and returns its future (None when with_future is false: send_nowait).  Every
  *     other case, and every case in doubt, calls ``slow`` (the Python method) with the same arguments.
@@ -513,8 +513,10 @@ error:
  *     they run under the accumulator's lock, taken without blocking (if the network thread holds it, the
  *     slow path waits for it), and no Python code runs while it is held.  ``types`` (_TopicInfo,
  *     ProducerBatch, BuiltInPartitioner): their __slots__ are read directly (else through getattr).  The
- *     accumulator's lock, queues and topics, the producer's background queue, max record size and
- *     partitioner.ignore.keys are taken once, at construction (they are never replaced).
+ *     accumulator's lock, queues and topics, the producer's background queue, max record size,
+ *     serializers, transaction manager and partitioner.ignore.keys are taken once, at construction (they
+ *     are never replaced).  ``in_txn``: TxnState.IN_TRANSACTION, required with a transactional producer
+ *     (a record takes the C path only in that state, where TransactionManager.check_send passes).
  */
 
 static PyTypeObject *fut_type = NULL;
@@ -654,7 +656,7 @@ static const char *const arg_cnames[A_COUNT] = {"topic",   "value",     "key",  
 static PyObject *n_closed, *n_txn, *n_fatal, *n_unreported, *n_background, *n_partition_counts,
     *n_key_serializer, *n_value_serializer, *n_max_record_size, *n_ignore_keys, *n_lock, *n_topics,
     *n_batches, *n_open_batch, *n_partitioner, *n_num_partitions, *n_tps, *n_closed_attr, *n_size, *n_limit,
-    *n_entries, *n_produced, *n_switch_bytes;
+    *n_entries, *n_produced, *n_switch_bytes, *n_state;
 
 /* Where an attribute of a __slots__ class lives, to read it without the attribute machinery (~10x faster);
    objects of another type go through PyObject_GetAttr/SetAttr. */
@@ -722,6 +724,9 @@ typedef struct {
     PyObject *acquire;    /* bound methods: lock.acquire, lock.release, background.empty */
     PyObject *release;
     PyObject *empty;
+    PyObject *txn;        /* the TransactionManager and TxnState.IN_TRANSACTION, or NULL (no transactions) */
+    PyObject *in_txn;
+    int serializers;      /* a key or value serializer is configured: always the Python path */
     PyObject *types;      /* (_TopicInfo, ProducerBatch, BuiltInPartitioner) or None */
     long long max_record_size;
     long long last_ms;    /* the last "now" timestamp and its int object (records of one ms share it) */
@@ -745,6 +750,8 @@ static int sendpath_traverse(SendPathObject *self, visitproc visit, void *arg)
     Py_VISIT(self->acquire);
     Py_VISIT(self->release);
     Py_VISIT(self->empty);
+    Py_VISIT(self->txn);
+    Py_VISIT(self->in_txn);
     return 0;
 }
 
@@ -762,6 +769,8 @@ static int sendpath_clear(SendPathObject *self)
     Py_CLEAR(self->acquire);
     Py_CLEAR(self->release);
     Py_CLEAR(self->empty);
+    Py_CLEAR(self->txn);
+    Py_CLEAR(self->in_txn);
     for (int i = 0; i < S_COUNT; i++)
         self->slots[i].type = NULL;
     return 0;
@@ -850,15 +859,22 @@ static int sendpath_fast(SendPathObject *self, PyObject **a, PyObject **out)
     }
     if (partition != Py_None && !PyLong_CheckExact(partition))
         return 0;
-    if (size > self->max_record_size)
+    if (size > self->max_record_size || self->serializers)
         return 0;
 
     /* The producer's state (Producer.send's checks and _prepare's). */
     PyObject *d = self->pdict;
-    if (item(d, n_closed) != Py_False || item(d, n_txn) != Py_None || item(d, n_fatal) != Py_None ||
-        item(d, n_key_serializer) != Py_None || item(d, n_value_serializer) != Py_None ||
+    if (item(d, n_closed) != Py_False || item(d, n_fatal) != Py_None ||
         (!self->with_future && item(d, n_unreported) != Py_None))
         return PyErr_Occurred() ? -1 : 0;
+    if (self->txn != NULL) { /* TransactionManager.check_send passes only in this state */
+        PyObject *state = PyObject_GetAttr(self->txn, n_state);
+        if (state == NULL)
+            return -1;
+        Py_DECREF(state);
+        if (state != self->in_txn)
+            return 0;
+    }
     PyObject *counts = item(d, n_partition_counts);
     if (counts == NULL || !PyDict_Check(counts))
         return PyErr_Occurred() ? -1 : 0;
@@ -1105,9 +1121,10 @@ static PyObject *sendpath_vectorcall(PyObject *self_, PyObject *const *args, siz
 
 static PyObject *sendpath_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *producer, *accumulator, *slow, *types = Py_None;
+    PyObject *producer, *accumulator, *slow, *types = Py_None, *in_txn = Py_None;
     int with_future;
-    if (!PyArg_ParseTuple(args, "OOOp|O:SendPath", &producer, &accumulator, &slow, &with_future, &types))
+    if (!PyArg_ParseTuple(args, "OOOp|OO:SendPath", &producer, &accumulator, &slow, &with_future, &types,
+                          &in_txn))
         return NULL;
     if (with_future && fut_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "SendPath: set_future_type() was not called");
@@ -1134,11 +1151,19 @@ static PyObject *sendpath_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     PyObject *lock = item(self->adict, n_lock), *topics = item(self->adict, n_topics);
     PyObject *batches = item(self->adict, n_batches), *background = item(self->pdict, n_background);
     PyObject *limit = item(self->pdict, n_max_record_size), *ignore = item(self->pdict, n_ignore_keys);
+    PyObject *txn = item(self->pdict, n_txn), *ks = item(self->pdict, n_key_serializer);
+    PyObject *vs = item(self->pdict, n_value_serializer);
     if (lock == NULL || topics == NULL || batches == NULL || background == NULL || limit == NULL ||
-        ignore == NULL || !PyDict_Check(topics) || !PyDict_Check(batches)) {
+        ignore == NULL || txn == NULL || ks == NULL || vs == NULL || !PyDict_Check(topics) ||
+        !PyDict_Check(batches) || (txn != Py_None && in_txn == Py_None)) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "SendPath: not a Producer and its RecordAccumulator");
         goto error;
+    }
+    self->serializers = ks != Py_None || vs != Py_None;
+    if (txn != Py_None) {
+        self->txn = Py_NewRef(txn);
+        self->in_txn = Py_NewRef(in_txn);
     }
     self->lock = Py_NewRef(lock);
     self->topics = Py_NewRef(topics);
@@ -1179,7 +1204,7 @@ static PyTypeObject SendPathType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kafka_handoff.producer._fastencode.SendPath",
     .tp_basicsize = sizeof(SendPathObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "SendPath(producer, accumulator, slow, with_future, types=None): Producer.send's common case in C",
+    .tp_doc = "SendPath(producer, accumulator, slow, with_future, types=None, in_txn=None): send() in C",
     .tp_new = sendpath_new,
     .tp_traverse = (traverseproc)sendpath_traverse,
     .tp_clear = (inquiry)sendpath_clear,
@@ -1247,6 +1272,7 @@ PyMODINIT_FUNC PyInit__fastencode(void)
     INTERN(n_entries, "entries");
     INTERN(n_produced, "produced");
     INTERN(n_switch_bytes, "switch_bytes");
+    INTERN(n_state, "state");
     for (int i = 0; i < A_COUNT; i++)
         INTERN(arg_names[i], arg_cnames[i]);
 #undef INTERN

@@ -321,11 +321,12 @@ class Producer:
         cls = type(self)
         acc = self._accumulator
         types = (TopicInfo, ProducerBatch, BuiltInPartitioner)  # their __slots__ are read directly
+        in_txn = TxnState.IN_TRANSACTION
         if cls.send is Producer.send:  # a subclass that overrides send() keeps its own
-            self.__dict__["send"] = ext.SendPath(self, acc, Producer.send.__get__(self), True, types)
+            self.__dict__["send"] = ext.SendPath(self, acc, Producer.send.__get__(self), True, types, in_txn)
         if cls.send_nowait is Producer.send_nowait:
             self.__dict__["send_nowait"] = ext.SendPath(
-                self, acc, Producer.send_nowait.__get__(self), False, types
+                self, acc, Producer.send_nowait.__get__(self), False, types, in_txn
             )
 
     # ================================================================================ network thread side
