@@ -592,6 +592,11 @@ class RecordAccumulator:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def urgent(self) -> bool:
+        """Everything is sendable at once: a flush or close is in progress, or senders wait for memory."""
+        return self._flushes > 0 or self._closed or self._waiting > 0
+
     def has_undrained(self) -> bool:
         with self._lock:
             return any(self._batches.values())
