@@ -322,3 +322,30 @@ def test_pure_python_mode_keeps_the_python_methods() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["method", "method"]
+
+
+@needs_c
+def test_batches_are_untracked_until_they_hold_an_error_or_a_hook() -> None:
+    tp = TopicPartition(TOPIC, 0)
+    batch = ProducerBatch(tp, 0, 1000, 1000)
+    assert not gc.is_tracked(batch) and not gc.is_tracked(batch.entries)
+    batch.last_error = KafkaError("boom")  # its traceback could lead back to the batch
+    assert gc.is_tracked(batch) and isinstance(batch.last_error, KafkaError)
+    other = ProducerBatch(tp, 0, 1000, 1000)
+    other.add_done_hook(lambda: None)
+    assert gc.is_tracked(other)
+
+
+def test_done_event_is_made_on_first_use_and_set_by_mark_done() -> None:
+    tp = TopicPartition(TOPIC, 0)
+    early = ProducerBatch(tp, 0, 1000, 1000)
+    event = early.done_event  # made before completion
+    assert not event.is_set() and not early.completed
+    early.mark_done()
+    assert event.is_set() and early.completed
+    late = ProducerBatch(tp, 0, 1000, 1000)
+    late.mark_done()
+    assert late.done_event.is_set()  # made after completion: already set
+    ran: list[int] = []
+    late.add_done_hook(lambda: ran.append(1))
+    assert ran == [1]  # a hook added after completion runs at once

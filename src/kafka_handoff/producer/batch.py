@@ -230,6 +230,11 @@ def _load_untrack() -> Callable[[object], None] | None:
 
 
 _untrack = _load_untrack()
+_track: Callable[[object], None] | None = None
+if _untrack is not None:
+    _track = getattr(importlib.import_module("kafka_handoff.producer._fastencode"), "track", None)
+    if _track is None:
+        _untrack = None
 _event_lock = threading.Lock()  # ProducerBatch.done_event's creation against mark_done
 _c_encode_records = _load_extension()
 #: ``"c"`` when the ``_fastencode`` extension encodes records, else ``"python"``.
@@ -251,6 +256,7 @@ class ProducerBatch:
     __slots__ = (
         "_completed",
         "_done_event",
+        "_last_error",
         "attempts",
         "base_sequence",
         "closed",
@@ -261,7 +267,6 @@ class ProducerBatch:
         "expired",
         "in_flight",
         "last_attempt_ms",
-        "last_error",
         "limit",
         "max_timestamp",
         "memory",
@@ -297,8 +302,7 @@ class ProducerBatch:
         self.created_ms = created_ms
         self.last_attempt_ms = created_ms
         self.attempts = 0
-        self.last_error: BaseException | None = None
-        """Why the last attempt failed (a retried batch), for the stall warning."""
+        self._last_error: BaseException | None = None
         self.retry_at_ms = 0
         self.sent_to = -1
         """The broker the last attempt went to: a retry to another (new) leader skips the backoff."""
@@ -318,6 +322,23 @@ class ProducerBatch:
         self._done_event: threading.Event | None = None  # made when someone waits (see done_event)
         self._completed = False
         self.done_hooks: list[Callable[[], None]] | None = None
+        if _untrack is not None:
+            # Out of the cyclic collector's sight while it holds nothing that could lead back to it (a
+            # full collection otherwise walks every queued batch, and a queue of them makes collections
+            # frequent): an error (its traceback) or a done hook puts it back (see last_error,
+            # add_done_hook).
+            _untrack(self)
+
+    @property
+    def last_error(self) -> BaseException | None:
+        """Why the last attempt failed (a retried batch), for the stall warning."""
+        return self._last_error
+
+    @last_error.setter
+    def last_error(self, error: BaseException | None) -> None:
+        if error is not None and _track is not None:
+            _track(self)  # its traceback may lead back to this batch
+        self._last_error = error
 
     def add_done_hook(self, hook: Callable[[], None]) -> None:
         """Call ``hook()`` once the batch is done (``done_event`` set), on the completion thread -- or now,
@@ -325,6 +346,8 @@ class ProducerBatch:
         idempotent (an asynchronous ``flush()`` uses it)."""
         hooks = self.done_hooks
         if hooks is None:
+            if _track is not None:
+                _track(self)  # a hook (a closure) may lead back to this batch
             hooks = self.done_hooks = []
         hooks.append(hook)
         if self._completed:  # completed before the append was seen: the completion thread may miss it
