@@ -11,6 +11,7 @@ accumulator's lock held by another thread) must behave as the Python methods do.
 from __future__ import annotations
 
 import gc
+import inspect
 import os
 import random
 import socket
@@ -121,6 +122,10 @@ def test_send_is_the_c_path_and_send_nowait_too(pair: tuple[Producer, Producer])
     fast, _ = pair
     assert type(fast.send).__name__ == "SendPath"
     assert type(fast.send_nowait).__name__ == "SendPath"
+    # Introspection sees the Python methods (help(), IDEs, inspect.signature).
+    assert inspect.signature(fast.send) == inspect.signature(Producer.send.__get__(fast))
+    assert inspect.signature(fast.send_nowait) == inspect.signature(Producer.send_nowait.__get__(fast))
+    assert fast.send.__doc__ == Producer.send.__doc__
 
 
 @needs_c

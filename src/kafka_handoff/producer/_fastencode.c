@@ -1200,6 +1200,22 @@ error:
     return NULL;
 }
 
+/* What introspection sees (inspect.signature follows __wrapped__, help() reads __doc__): the Python method. */
+static PyObject *sendpath_wrapped(SendPathObject *self, void *closure) { return Py_NewRef(self->slow); }
+
+static PyObject *sendpath_slow_attr(SendPathObject *self, void *closure)
+{
+    return PyObject_GetAttrString(self->slow, (const char *)closure);
+}
+
+static PyGetSetDef sendpath_getset[] = {
+    {"__wrapped__", (getter)sendpath_wrapped, NULL, "the Python method this fast path stands for", NULL},
+    {"__doc__", (getter)sendpath_slow_attr, NULL, NULL, "__doc__"},
+    {"__name__", (getter)sendpath_slow_attr, NULL, NULL, "__name__"},
+    {"__qualname__", (getter)sendpath_slow_attr, NULL, NULL, "__qualname__"},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyTypeObject SendPathType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kafka_handoff.producer._fastencode.SendPath",
     .tp_basicsize = sizeof(SendPathObject),
@@ -1211,6 +1227,7 @@ static PyTypeObject SendPathType = {
     .tp_dealloc = (destructor)sendpath_dealloc,
     .tp_vectorcall_offset = offsetof(SendPathObject, vectorcall),
     .tp_call = PyVectorcall_Call,
+    .tp_getset = sendpath_getset,
 };
 
 static PyMethodDef methods[] = {
