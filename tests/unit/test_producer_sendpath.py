@@ -131,8 +131,9 @@ def test_send_is_the_c_path_and_send_nowait_too(pair: tuple[Producer, Producer])
 @needs_c
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("slots", [True, False], ids=["slots", "getattr"])
+@pytest.mark.parametrize("append", [True, False], ids=["append_entry", "python_send"])
 def test_c_send_makes_the_same_batches_and_futures_as_python(
-    pair: tuple[Producer, Producer], seed: int, slots: bool
+    pair: tuple[Producer, Producer], seed: int, slots: bool, append: bool
 ) -> None:
     fast, slow = pair
     seen: list[tuple[str, RecordMetadata | None]] = []
@@ -149,8 +150,17 @@ def test_c_send_makes_the_same_batches_and_futures_as_python(
         return python_send(*args, **kwargs)
 
     assert C_FUTURES is not None
+    appended = 0
+
+    def append_entry(*args: Any) -> Any:
+        nonlocal appended
+        appended += 1
+        return fast._append_entry(*args)
+
     types = (_TopicInfo, ProducerBatch, BuiltInPartitioner) if slots else None
-    send = C_FUTURES.SendPath(fast, fast._accumulator, counted, True, types)
+    send = C_FUTURES.SendPath(
+        fast, fast._accumulator, counted, True, types, None, append_entry if append else None
+    )
     fast_futures = []
     slow_futures = []
     for i, record in enumerate(_records(seed, 600)):
@@ -160,8 +170,10 @@ def test_c_send_makes_the_same_batches_and_futures_as_python(
         else:
             fast_futures.append(send(TOPIC, **record, **extra))
         assert isinstance(fast_futures[-1], RecordFuture)
-    # Most records took the C path (the rest: headers, new batches, sticky switches).
-    assert python_calls < 200, python_calls
+    # Most records took the C path (the rest: headers, new batches, sticky switches); with append_entry the
+    # records that need a new batch skip send()'s Python checks (only the ones with headers remain).
+    assert python_calls < (60 if append else 200), python_calls
+    assert (appended > 50) if append else (appended == 0)
     for i, record in enumerate(_records(seed, 600)):
         extra = {"callback": callback} if i % 7 == 0 else {}
         slow_futures.append(Producer.send(slow, TOPIC, **record, **extra))
@@ -354,3 +366,26 @@ def test_done_event_is_made_on_first_use_and_set_by_mark_done() -> None:
     ran: list[int] = []
     late.add_done_hook(lambda: ran.append(1))
     assert ran == [1]  # a hook added after completion runs at once
+
+
+@needs_c
+@pytest.mark.parametrize("c_path", [True, False], ids=["c", "python"])
+def test_a_memory_wait_past_max_block_ms_fails_the_record_as_python_does(c_path: bool) -> None:
+    producer = _producer(_dead_port(), **{"buffer.memory": 2000, "max.block.ms": 50})
+    try:
+        send = producer.send if c_path else Producer.send.__get__(producer)
+        send_nowait = producer.send_nowait if c_path else Producer.send_nowait.__get__(producer)
+        send(TOPIC, b"x" * 500, partition=0)
+        send(TOPIC, b"x" * 900, partition=1)  # two batches: buffer.memory is used up
+        failed = send(TOPIC, b"x" * 900, partition=2)
+        with pytest.raises(KafkaError, match=r"buffer\.memory"):
+            failed.result(0)
+        with pytest.raises(KafkaError, match=r"buffer\.memory"):
+            send_nowait(TOPIC, b"x" * 900, partition=2)
+        seen: list[BaseException | None] = []
+        assert send_nowait(TOPIC, b"x" * 900, partition=2, callback=lambda md, exc: seen.append(exc)) is None
+        assert len(seen) == 1 and isinstance(seen[0], KafkaError)
+        send(TOPIC, b"fits", partition=0)  # the open batch of partition 0 still takes records
+        assert [len(b.entries) for b in _batches(producer)[0]] == [2]
+    finally:
+        producer.close(0)

@@ -504,7 +504,7 @@ error:
  *     without a condition that is pending gets results[i] (or, when results is None, ``error``) and
  *     FINISHED; returns the indices of the other non-None futures (the caller completes them the ordinary
  *     way).
- * SendPath(producer, accumulator, slow, with_future, types=None, in_txn=None): a callable with
+ * SendPath(producer, accumulator, slow, with_future, types=None, in_txn=None, append_slow=None): a callable with
  *     Producer.send's signature that appends the common record -- bytes-or-None key and value, no headers, no serializers, the topic's
  *     partition count known, the partition's open batch with room, the accumulator's lock free -- to the
  *     open batch in one call and returns its future (None when with_future is false: send_nowait).  Every
@@ -517,6 +517,9 @@ error:
  *     serializers, transaction manager and partitioner.ignore.keys are taken once, at construction (they
  *     are never replaced).  ``in_txn``: TxnState.IN_TRANSACTION, required with a transactional producer
  *     (a record takes the C path only in that state, where TransactionManager.check_send passes).
+ *     ``append_slow(topic, partition, entry, size)`` (optional, Producer._append_entry): called with a
+ *     record that passed every check but does not fit the open batch (or found the lock busy), instead of
+ *     ``slow``: the accumulator's ordinary append, without send()'s checks again.
  */
 
 static PyTypeObject *fut_type = NULL;
@@ -717,6 +720,7 @@ typedef struct {
     PyObject *pdict;      /* the producer's __dict__ */
     PyObject *adict;      /* the accumulator's __dict__ */
     PyObject *slow;       /* the Python method (bound) */
+    PyObject *append_slow; /* Producer._append_entry (bound) or NULL: see sendpath_vectorcall */
     PyObject *lock;       /* the accumulator's _lock, _topics, _batches (never replaced) */
     PyObject *topics;
     PyObject *batches;
@@ -741,6 +745,7 @@ static int sendpath_traverse(SendPathObject *self, visitproc visit, void *arg)
     Py_VISIT(self->pdict);
     Py_VISIT(self->adict);
     Py_VISIT(self->slow);
+    Py_VISIT(self->append_slow);
     Py_VISIT(self->lock);
     Py_VISIT(self->topics);
     Py_VISIT(self->batches);
@@ -760,6 +765,7 @@ static int sendpath_clear(SendPathObject *self)
     Py_CLEAR(self->pdict);
     Py_CLEAR(self->adict);
     Py_CLEAR(self->slow);
+    Py_CLEAR(self->append_slow);
     Py_CLEAR(self->lock);
     Py_CLEAR(self->topics);
     Py_CLEAR(self->batches);
@@ -822,8 +828,11 @@ static long long now_ms(void)
 }
 
 /* The fast path proper.  Returns 1 with *out set (the future or None), 0 for "take the slow path" (no
-   exception), -1 on error. */
-static int sendpath_fast(SendPathObject *self, PyObject **a, PyObject **out)
+   exception), 2 for "the record passed every check and its entry is made, but it does not fit the open batch
+   (or the lock is busy)": *out is the entry, *part_out its partition (-1: sticky), *size_out its size
+   estimate (only with append_slow); -1 on error. */
+static int sendpath_fast(SendPathObject *self, PyObject **a, PyObject **out, long *part_out,
+                         Py_ssize_t *size_out)
 {
     PyObject *topic = a[A_TOPIC];
     PyObject *value = a[A_VALUE] ? a[A_VALUE] : Py_None;
@@ -954,8 +963,14 @@ static int sendpath_fast(SendPathObject *self, PyObject **a, PyObject **out)
     }
     Py_DECREF(r);
     if (r != Py_True) {
+        Py_DECREF(future); /* the entry holds it */
+        if (self->append_slow != NULL) {
+            *out = entry;
+            *part_out = part;
+            *size_out = size;
+            return 2;
+        }
         Py_DECREF(entry);
-        Py_DECREF(future);
         return 0;
     }
     /* Under the lock: RecordAccumulator.append's fast path.  No Python code runs until the release. */
@@ -1052,7 +1067,6 @@ unlock:
     Py_XDECREF(entries);
     Py_XDECREF(pt);
     Py_XDECREF(last);
-    Py_DECREF(entry);
     {
         PyObject *exc_type, *exc_value, *exc_tb;
         PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
@@ -1061,6 +1075,7 @@ unlock:
             Py_XDECREF(exc_type);
             Py_XDECREF(exc_value);
             Py_XDECREF(exc_tb);
+            Py_DECREF(entry);
             Py_DECREF(future);
             return -1;
         }
@@ -1068,10 +1083,18 @@ unlock:
         PyErr_Restore(exc_type, exc_value, exc_tb);
     }
     if (rc == 1) {
+        Py_DECREF(entry);
         *out = future;
         return 1;
     }
-    Py_DECREF(future);
+    Py_DECREF(future); /* the entry holds it */
+    if (rc == 0 && self->append_slow != NULL) {
+        *out = entry;
+        *part_out = part;
+        *size_out = size;
+        return 2;
+    }
+    Py_DECREF(entry);
     return rc;
 }
 
@@ -1109,11 +1132,28 @@ static PyObject *sendpath_vectorcall(PyObject *self_, PyObject *const *args, siz
         }
         if (ok) {
             PyObject *out = NULL;
-            int rc = sendpath_fast(self, a, &out);
-            if (rc > 0)
+            long part = -1;
+            Py_ssize_t size = 0;
+            int rc = sendpath_fast(self, a, &out, &part, &size);
+            if (rc == 1)
                 return out;
             if (rc < 0)
                 return NULL;
+            if (rc == 2) {
+                /* Checked and made: the accumulator's ordinary append takes the entry (a new or full
+                   batch, or the lock busy), without send()'s Python checks again. */
+                PyObject *p = part < 0 ? Py_NewRef(Py_None) : PyLong_FromLong(part);
+                PyObject *sz = PyLong_FromSsize_t(size);
+                PyObject *res = NULL;
+                if (p != NULL && sz != NULL) {
+                    PyObject *cargs[4] = {a[A_TOPIC], p, out, sz};
+                    res = PyObject_Vectorcall(self->append_slow, cargs, 4, NULL);
+                }
+                Py_XDECREF(p);
+                Py_XDECREF(sz);
+                Py_DECREF(out);
+                return res;
+            }
         }
     }
     return PyObject_Vectorcall(self->slow, args, nargs, kwnames);
@@ -1121,10 +1161,10 @@ static PyObject *sendpath_vectorcall(PyObject *self_, PyObject *const *args, siz
 
 static PyObject *sendpath_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *producer, *accumulator, *slow, *types = Py_None, *in_txn = Py_None;
+    PyObject *producer, *accumulator, *slow, *types = Py_None, *in_txn = Py_None, *append_slow = Py_None;
     int with_future;
-    if (!PyArg_ParseTuple(args, "OOOp|OO:SendPath", &producer, &accumulator, &slow, &with_future, &types,
-                          &in_txn))
+    if (!PyArg_ParseTuple(args, "OOOp|OOO:SendPath", &producer, &accumulator, &slow, &with_future, &types,
+                          &in_txn, &append_slow))
         return NULL;
     if (with_future && fut_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "SendPath: set_future_type() was not called");
@@ -1143,6 +1183,7 @@ static PyObject *sendpath_new(PyTypeObject *type, PyObject *args, PyObject *kwds
         return NULL;
     self->vectorcall = sendpath_vectorcall;
     self->slow = Py_NewRef(slow);
+    self->append_slow = append_slow != Py_None ? Py_NewRef(append_slow) : NULL;
     self->types = Py_NewRef(types);
     self->with_future = with_future;
     if ((self->pdict = PyObject_GenericGetDict(producer, NULL)) == NULL ||
@@ -1220,7 +1261,7 @@ static PyTypeObject SendPathType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kafka_handoff.producer._fastencode.SendPath",
     .tp_basicsize = sizeof(SendPathObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "SendPath(producer, accumulator, slow, with_future, types=None, in_txn=None): send() in C",
+    .tp_doc = "SendPath(producer, accumulator, slow, with_future, types=None, in_txn=None, append_slow=None)",
     .tp_new = sendpath_new,
     .tp_traverse = (traverseproc)sendpath_traverse,
     .tp_clear = (inquiry)sendpath_clear,

@@ -60,6 +60,7 @@ from kafka_handoff.producer.accumulator import _TopicInfo as TopicInfo
 from kafka_handoff.producer.batch import (
     RECORD_OVERHEAD_ESTIMATE,
     Callback,
+    Entry,
     ProducerBatch,
     estimate_headers_size,
 )
@@ -322,12 +323,33 @@ class Producer:
         acc = self._accumulator
         types = (TopicInfo, ProducerBatch, BuiltInPartitioner)  # their __slots__ are read directly
         in_txn = TxnState.IN_TRANSACTION
+        append = self._append_entry
         if cls.send is Producer.send:  # a subclass that overrides send() keeps its own
-            self.__dict__["send"] = ext.SendPath(self, acc, Producer.send.__get__(self), True, types, in_txn)
+            self.__dict__["send"] = ext.SendPath(
+                self, acc, Producer.send.__get__(self), True, types, in_txn, append
+            )
         if cls.send_nowait is Producer.send_nowait:
             self.__dict__["send_nowait"] = ext.SendPath(
-                self, acc, Producer.send_nowait.__get__(self), False, types, in_txn
+                self, acc, Producer.send_nowait.__get__(self), False, types, in_txn, append
             )
+
+    def _append_entry(
+        self, topic: str, partition: int | None, entry: Entry, size: int
+    ) -> Future[RecordMetadata] | None:
+        """The C send path's second half: ``entry`` passed every check of :meth:`send` /
+        :meth:`send_nowait` (its future, if any, is ``entry[4]``), but did not fit the partition's open
+        batch; the accumulator's ordinary append takes it, as those methods would."""
+        future = entry[4]
+        try:
+            wake = self._accumulator.append(topic, partition, entry, size, None, self._max_block_ms)
+        except KafkaTimeoutError as exc:  # no buffer memory within max.block.ms
+            if future is None:
+                self._fail_nowait(entry[5], exc)
+                return None
+            return self._fail_now(future, entry[5], exc)
+        if wake:
+            self._client.wakeup()
+        return future
 
     # ================================================================================ network thread side
     def _metadata_topics_nt(self) -> frozenset[str]:
