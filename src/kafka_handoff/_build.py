@@ -62,4 +62,8 @@ def missing_fast_paths() -> list[str]:
         missing.append(f"C record decoder ({info['record_decoder_unavailable']})")
     if info["record_encoder"] != "c":
         missing.append("C record encoder (kafka_handoff.protocol._fastrecords)")
+    from kafka_handoff.producer.future import C_FUTURES
+
+    if C_FUTURES is None or not hasattr(C_FUTURES, "SendPath"):
+        missing.append("C send path (kafka_handoff.producer._fastencode.SendPath; an older build?)")
     return missing

@@ -306,3 +306,14 @@ def test_compressed_batches_grow_with_the_ratio_estimate() -> None:
     acc.append("t", 1, entry(), SIZE, 0)
     limit = acc.queued_batches(T1)[0].limit
     assert 9000 <= limit <= 1000 / (0.1 * 1.05) + 1
+
+
+def test_no_wakeup_while_the_network_thread_coalesces() -> None:
+    clock = Clock(0)
+    acc = make(linger_ms=10, clock=clock)
+    acc.ready(LEADERS, 0)
+    assert not acc.finish_poll(2, coalescing=True)  # requests in flight: it looks again at 2 anyway
+    assert not acc.append("t", 0, entry(), SIZE, 0)  # a new batch: no wake-up
+    acc.ready(LEADERS, 0)
+    assert not acc.finish_poll(5000)  # nothing in flight: it would sleep until 5000
+    assert acc.append("t", 1, entry(), SIZE, 0)  # so a new batch wakes it

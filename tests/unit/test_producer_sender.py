@@ -944,3 +944,40 @@ def test_records_stalled_longer_than_request_timeout_are_warned_about_with_the_r
         assert stuck.result(0).offset == 0
         infos = [m for r in caplog.records if r.levelname == "INFO" and "again" in (m := r.getMessage())]
         assert sorted(infos) == ["records for t-0 are delivered again", "records for t-1 are delivered again"]
+
+
+def test_batches_filled_while_requests_are_in_flight_wait_up_to_coalesce_ms_and_go_together() -> None:
+    h = Harness(partitions=3, batch_size=200, linger_ms=5, idempotent=False)
+    assert h.acc.coalesce_ms == 2  # min(linger.ms, 2)
+    for _ in range(2):
+        h.send(b"x" * 90, 0)  # 102 bytes each: the second closes the first batch (full)
+    first = h.poll()
+    assert [tp.partition for tp, _d in h.batches_of(first[0])] == [0]
+    for p in (1, 2):
+        for _ in range(2):
+            h.send(b"x" * 90, p)
+    assert h.poll() == []  # a request is in flight: the full batches of 1 and 2 wait ...
+    assert 0 < h.last_wait <= 2  # ... at most coalesce_ms
+    h.clock.advance(2)
+    (together,) = h.poll()
+    # One request, not one per batch (and, as in Java, the broker's lingering partition 0 comes along).
+    assert sorted(tp.partition for tp, _d in h.batches_of(together)) == [0, 1, 2]
+    for _ in range(2):
+        h.send(b"y" * 90, 1)
+    assert h.poll() == []
+    h.acc.begin_flush()  # a flush drains at once
+    try:
+        assert h.poll() != []
+    finally:
+        h.acc.end_flush()
+    h.run()
+    assert sum(len(v) for v in h.broker.logs.values()) == 8
+
+
+def test_without_linger_nothing_is_held() -> None:
+    h = Harness(partitions=2, batch_size=200, linger_ms=0, idempotent=False)
+    assert h.acc.coalesce_ms == 0
+    h.send(b"x" * 90, 0)
+    assert h.poll() != []
+    h.send(b"x" * 90, 1)
+    assert h.poll() != []  # sent at once although a request is in flight

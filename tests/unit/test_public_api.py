@@ -67,3 +67,12 @@ def test_missing_fast_paths_names_what_is_missing(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(records, "C_UNAVAILABLE_REASON", "ImportError: no _fastrecords")
     missing = missing_fast_paths()
     assert any("C record decoder (ImportError: no _fastrecords)" in m for m in missing)
+
+
+def test_missing_fast_paths_names_a_missing_send_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kafka_handoff._build import missing_fast_paths
+    from kafka_handoff.producer import batch, future
+
+    monkeypatch.setattr(batch, "IMPLEMENTATION", "c")
+    monkeypatch.setattr(future, "C_FUTURES", None)
+    assert any("C send path" in m for m in missing_fast_paths())

@@ -127,6 +127,12 @@ class RecordAccumulator:
         # whether a batch appeared since it last looked.
         self._next_check_ms = 0
         self._new_data = False
+        self._coalescing = False
+        """The network thread looks again by ``_next_check_ms`` anyway (requests are in flight): appends do
+        not wake it (see :meth:`finish_poll`)."""
+        self.coalesce_ms = min(max(0, linger_ms), 2)
+        """How long a batch that became sendable may wait for the network thread while requests are in
+        flight (0: wake it at once, as always without requests in flight)."""
         self.on_batch_full: Callable[[ProducerBatch], None] | None = None
         """Called (outside the lock, on the appending thread) with a batch an append closed because it was
         full: the producer compresses it there (:meth:`ProducerBatch.prepare`), off the network thread."""
@@ -346,16 +352,24 @@ class RecordAccumulator:
         if sticky:
             self._after_sticky_append(info, part, batch, size)
         self._new_data = True
-        if ready_at < self._next_check_ms:
+        if ready_at < self._next_check_ms and not self._coalescing:
             self._next_check_ms = ready_at
             return True
         return False
 
-    @staticmethod
-    def _after_sticky_append(info: _TopicInfo, part: int, batch: ProducerBatch, size: int) -> None:
+    def _after_sticky_append(self, info: _TopicInfo, part: int, batch: ProducerBatch, size: int) -> None:
         pt = info.partitioner
         pt.on_append(part, size, False, info.num_partitions, info.available)
-        info.open_batch = batch if pt.current == part else None
+        current = pt.current
+        if current == part:
+            info.open_batch = batch
+        elif 0 <= current < info.num_partitions:
+            # Switched: the new sticky partition's open batch, if it has one, takes the next records on the
+            # fast path (what _append_slow would do with them: append while they fit).
+            dq = self._batches.get(info.tps[current])
+            info.open_batch = dq[-1] if dq and not dq[-1].closed else None
+        else:
+            info.open_batch = None
 
     def _limit(self, topic: str) -> int:
         if self.compression == CompressionType.NONE:
@@ -430,11 +444,17 @@ class RecordAccumulator:
                 self._update_load_stats(leaders)
         return result
 
-    def finish_poll(self, next_check_ms: int) -> bool:
+    def finish_poll(self, next_check_ms: int, coalescing: bool = False) -> bool:
         """The network thread will look again at ``next_check_ms``.  Returns True when a batch was created
-        since :meth:`ready` ran (then it must look again at once instead)."""
+        since :meth:`ready` ran (then it must look again at once instead).
+
+        ``coalescing``: requests are in flight and ``next_check_ms`` is at most :attr:`coalesce_ms` away, so
+        the network thread looks again soon in any case: until then a batch that becomes sendable does not
+        wake it.  Under the GIL every wake-up costs a whole poll of the network thread, which then sends
+        one batch per request; gathered for a moment, the batches go several to a request."""
         with self._lock:
-            if self._new_data:
+            self._coalescing = coalescing
+            if self._new_data and not coalescing:
                 self._next_check_ms = 0
                 return True
             self._next_check_ms = next_check_ms
@@ -571,6 +591,11 @@ class RecordAccumulator:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def urgent(self) -> bool:
+        """Everything is sendable at once: a flush or close is in progress, or senders wait for memory."""
+        return self._flushes > 0 or self._closed or self._waiting > 0
 
     def has_undrained(self) -> bool:
         with self._lock:

@@ -119,6 +119,21 @@ append_values: AppendValues = _load_append_values()
 IMPLEMENTATION: Final = ENCODER_IMPLEMENTATION
 
 
+def _load_gc_hooks() -> tuple[Callable[[object], None] | None, Callable[[object], None] | None]:
+    """``_fastencode``'s ``untrack``/``track`` (keep a batch's entries out of the garbage collector's
+    sight), or ``(None, None)`` without the extension."""
+    module = load_extension("kafka_handoff.producer._fastencode")
+    untrack = getattr(module, "untrack", None) if module is not None else None
+    track = getattr(module, "track", None) if module is not None else None
+    if untrack is None or track is None:
+        return None, None
+    return untrack, track
+
+
+_untrack, _track = _load_gc_hooks()
+_event_lock = threading.Lock()  # ProducerBatch.done_event's creation against mark_done
+
+
 class ProducerBatch:
     """Records for one partition; mutable state shared by the accumulator, sender and idempotence manager.
 
@@ -127,18 +142,19 @@ class ProducerBatch:
     """
 
     __slots__ = (
+        "_completed",
+        "_done_event",
+        "_last_error",
         "attempts",
         "base_sequence",
         "closed",
         "created_ms",
         "done",
-        "done_event",
         "done_hooks",
         "entries",
         "expired",
         "in_flight",
         "last_attempt_ms",
-        "last_error",
         "limit",
         "max_timestamp",
         "memory",
@@ -161,6 +177,10 @@ class ProducerBatch:
         self.topic = tp.topic
         self.partition = tp.partition
         self.entries: list[Entry] = []
+        if _untrack is not None:
+            # Out of the cyclic collector's sight, as its entries are (see future.new_future): a full
+            # collection would otherwise walk every queued record.  The entries cannot lead back to it.
+            _untrack(self.entries)
         self.size = RECORD_BATCH_OVERHEAD
         """Estimated encoded size (uncompressed)."""
         self.limit = limit
@@ -170,8 +190,7 @@ class ProducerBatch:
         self.created_ms = created_ms
         self.last_attempt_ms = created_ms
         self.attempts = 0
-        self.last_error: BaseException | None = None
-        """Why the last attempt failed (a retried batch), for the stall warning."""
+        self._last_error: BaseException | None = None
         self.retry_at_ms = 0
         self.sent_to = -1
         """The broker the last attempt went to: a retry to another (new) leader skips the backoff."""
@@ -188,8 +207,26 @@ class ProducerBatch:
         self.done = False
         self.expired = False
         self.max_timestamp = -1
-        self.done_event = threading.Event()
+        self._done_event: threading.Event | None = None  # made when someone waits (see done_event)
+        self._completed = False
         self.done_hooks: list[Callable[[], None]] | None = None
+        if _untrack is not None:
+            # Out of the cyclic collector's sight while it holds nothing that could lead back to it (a
+            # full collection otherwise walks every queued batch, and a queue of them makes collections
+            # frequent): an error (its traceback) or a done hook puts it back (see last_error,
+            # add_done_hook).
+            _untrack(self)
+
+    @property
+    def last_error(self) -> BaseException | None:
+        """Why the last attempt failed (a retried batch), for the stall warning."""
+        return self._last_error
+
+    @last_error.setter
+    def last_error(self, error: BaseException | None) -> None:
+        if error is not None and _track is not None:
+            _track(self)  # its traceback may lead back to this batch
+        self._last_error = error
 
     def add_done_hook(self, hook: Callable[[], None]) -> None:
         """Call ``hook()`` once the batch is done (``done_event`` set), on the completion thread -- or now,
@@ -197,10 +234,41 @@ class ProducerBatch:
         idempotent (an asynchronous ``flush()`` uses it)."""
         hooks = self.done_hooks
         if hooks is None:
+            if _track is not None:
+                _track(self)  # a hook (a closure) may lead back to this batch
             hooks = self.done_hooks = []
         hooks.append(hook)
-        if self.done_event.is_set():  # set before the append was seen: the completion thread may miss it
+        if self._completed:  # completed before the append was seen: the completion thread may miss it
             hook()
+
+    @property
+    def done_event(self) -> threading.Event:
+        """Set once the batch's outcome was delivered (callbacks and futures completed).  Made on first use:
+        most batches are never waited for one by one, and an Event (with its Condition) per batch is
+        work for the send path and the garbage collector."""
+        event = self._done_event
+        if event is None:
+            with _event_lock:
+                event = self._done_event
+                if event is None:
+                    event = threading.Event()
+                    if self._completed:
+                        event.set()
+                    self._done_event = event
+        return event
+
+    def mark_done(self) -> None:
+        """On the completion thread, once the outcome was delivered: sets :attr:`done_event`."""
+        with _event_lock:
+            self._completed = True
+            event = self._done_event
+        if event is not None:
+            event.set()
+
+    @property
+    def completed(self) -> bool:
+        """Whether :meth:`mark_done` ran (``done_event.is_set()`` without making the event)."""
+        return self._completed
 
     def run_done_hooks(self) -> None:
         """On the completion thread, right after ``done_event`` was set."""

@@ -139,6 +139,17 @@ def _check() -> bool:
 AVAILABLE: Final = _check()
 
 
+def _c_futures() -> Any:
+    if _ext is None or not AVAILABLE or not hasattr(_ext, "set_future_type"):
+        return None
+    _ext.set_future_type(RecordFuture, PENDING, FINISHED)
+    return _ext
+
+
+#: The C extension when it creates and completes RecordFutures (and provides ``SendPath``), else None.
+C_FUTURES: Final[Any] = _c_futures()
+
+
 def _new_untracked() -> Future[RecordMetadata]:
     future = RecordFuture()
     untrack(future)  # type: ignore[misc]
@@ -154,7 +165,11 @@ def _new_record_future() -> Future[RecordMetadata]:
 
 
 new_future: Callable[[], Future[RecordMetadata]] = (
-    (_new_untracked if untrack is not None else _new_record_future) if AVAILABLE else _new_plain
+    C_FUTURES.new_future
+    if C_FUTURES is not None
+    else (_new_untracked if untrack is not None else _new_record_future)
+    if AVAILABLE
+    else _new_plain
 )
 """A future for one record: a :class:`RecordFuture` when possible, out of the cyclic garbage collector's
 sight until something waits on it or registers a callback (with the C extension)."""
@@ -191,18 +206,11 @@ def complete_all(
     """Complete many futures: with ``results[i]`` each, or all with ``error``; None items (records sent
     without a future) are skipped.  Futures nobody waits on are completed under one acquisition of the
     creation lock; the others take the ordinary path after."""
-    slow: list[int] = []
-    with _create_lock:
-        for i, future in enumerate(futures):
-            if type(future) is RecordFuture and future._cond is None:
-                if future._state == PENDING:
-                    if results is not None:
-                        future._result = results[i]
-                    else:
-                        future._exception = error
-                    future._state = FINISHED
-            elif future is not None:
-                slow.append(i)
+    slow: list[int]
+    if C_FUTURES is not None and type(futures) is list and (results is None or type(results) is list):
+        slow = C_FUTURES.complete_futures(_create_lock, futures, results, error)
+    else:
+        slow = _complete_fast_all(futures, results, error)
     for i in slow:
         future = futures[i]
         assert future is not None
@@ -216,6 +224,27 @@ def complete_all(
             pass
 
 
+def _complete_fast_all(
+    futures: Sequence[Future[RecordMetadata] | None],
+    results: Sequence[RecordMetadata] | None,
+    error: BaseException | None,
+) -> list[int]:
+    """:func:`complete_all`'s first step in Python: the indices of the futures it did not complete."""
+    slow: list[int] = []
+    with _create_lock:
+        for i, future in enumerate(futures):
+            if type(future) is RecordFuture and future._cond is None:
+                if future._state == PENDING:
+                    if results is not None:
+                        future._result = results[i]
+                    else:
+                        future._exception = error
+                    future._state = FINISHED
+            elif future is not None:
+                slow.append(i)
+    return slow
+
+
 Entry = tuple[Any, Any, int, Any, Future[RecordMetadata] | None, Any]
 FutureEntry = tuple[Any, Any, int, Any, Future[RecordMetadata], Any]
 
@@ -225,7 +254,9 @@ def _py_make_entry(key: Any, value: Any, timestamp: int, headers: Any, callback:
 
 
 make_entry: Callable[[Any, Any, int, Any, Any], FutureEntry] = (
-    functools.partial(_ext.make_entry, RecordFuture) if _ext is not None and AVAILABLE else _py_make_entry
+    functools.partial(_ext.make_entry, C_FUTURES.new_future if C_FUTURES is not None else RecordFuture)
+    if _ext is not None and AVAILABLE
+    else _py_make_entry
 )
 """``(key, value, timestamp, headers, new_future(), callback)``; with the C extension the tuple and the future
 are out of the garbage collector's sight (see :func:`new_future`)."""

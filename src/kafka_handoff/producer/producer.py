@@ -59,9 +59,11 @@ from kafka_handoff.metrics import MetricConfig, Metrics
 from kafka_handoff.network.events import ApplicationEvent, TerminateTelemetryEvent
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
 from kafka_handoff.producer.accumulator import RecordAccumulator
+from kafka_handoff.producer.accumulator import _TopicInfo as TopicInfo
 from kafka_handoff.producer.batch import (
     RECORD_OVERHEAD_ESTIMATE,
     Callback,
+    Entry,
     ProducerBatch,
     estimate_headers_size,
 )
@@ -75,6 +77,7 @@ from kafka_handoff.producer.events import (
     TopicMetadataEvent,
 )
 from kafka_handoff.producer.future import (
+    C_FUTURES,
     complete_all,
     complete_exception,
     make_entry,
@@ -84,7 +87,7 @@ from kafka_handoff.producer.future import (
 )
 from kafka_handoff.producer.idempotence import IdempotenceManager
 from kafka_handoff.producer.metrics import ProducerMetrics
-from kafka_handoff.producer.partitioner import murmur2
+from kafka_handoff.producer.partitioner import BuiltInPartitioner, murmur2
 from kafka_handoff.producer.sender import Sender
 from kafka_handoff.producer.transactions import TransactionManager, TxnState
 from kafka_handoff.protocol.compression import CompressionType, compression_type_from_name
@@ -306,8 +309,48 @@ class Producer:
             ),
             on_close=self._on_close_nt,
         )
+        self._install_send_path()
         self._completer.start()
         self._thread.start()
+
+    def _install_send_path(self) -> None:
+        """With the C extension, ``send``/``send_nowait`` become C callables for the common record (bytes
+        key/value, no headers, room in the partition's open batch): one call appends the record and makes
+        its future; everything else goes on to the Python methods below (the same behaviour)."""
+        ext = C_FUTURES
+        if ext is None or not hasattr(ext, "SendPath"):
+            return
+        cls = type(self)
+        acc = self._accumulator
+        types = (TopicInfo, ProducerBatch, BuiltInPartitioner)  # their __slots__ are read directly
+        in_txn = TxnState.IN_TRANSACTION
+        append = self._append_entry
+        if cls.send is Producer.send:  # a subclass that overrides send() keeps its own
+            self.__dict__["send"] = ext.SendPath(
+                self, acc, Producer.send.__get__(self), True, types, in_txn, append
+            )
+        if cls.send_nowait is Producer.send_nowait:
+            self.__dict__["send_nowait"] = ext.SendPath(
+                self, acc, Producer.send_nowait.__get__(self), False, types, in_txn, append
+            )
+
+    def _append_entry(
+        self, topic: str, partition: int | None, entry: Entry, size: int
+    ) -> Future[RecordMetadata] | None:
+        """The C send path's second half: ``entry`` passed every check of :meth:`send` /
+        :meth:`send_nowait` (its future, if any, is ``entry[4]``), but did not fit the partition's open
+        batch; the accumulator's ordinary append takes it, as those methods would."""
+        future = entry[4]
+        try:
+            wake = self._accumulator.append(topic, partition, entry, size, None, self._max_block_ms)
+        except KafkaTimeoutError as exc:  # no buffer memory within max.block.ms
+            if future is None:
+                self._fail_nowait(entry[5], exc)
+                return None
+            return self._fail_now(future, entry[5], exc)
+        if wake:
+            self._client.wakeup()
+        return future
 
     # ================================================================================ network thread side
     def _metadata_topics_nt(self) -> frozenset[str]:
@@ -387,7 +430,7 @@ class Producer:
                 if silent:
                     self._note_unreported(batch, error, silent)
         finally:
-            batch.done_event.set()
+            batch.mark_done()
             batch.run_done_hooks()
             self._accumulator.deallocate(batch)
 
@@ -838,7 +881,7 @@ class Producer:
             for batch in batches:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                 if not batch.done_event.wait(remaining):
-                    pending = sum(len(b.entries) for b in batches if not b.done_event.is_set())
+                    pending = sum(len(b.entries) for b in batches if not b.completed)
                     raise KafkaTimeoutError(
                         f"flush timed out after {timeout} s with {pending} record(s) not delivered"
                     )

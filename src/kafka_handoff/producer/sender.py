@@ -37,7 +37,7 @@ from kafka_handoff.errors import (
     error_for_code,
 )
 from kafka_handoff.producer import produce_request
-from kafka_handoff.producer.accumulator import RecordAccumulator
+from kafka_handoff.producer.accumulator import ReadyCheck, RecordAccumulator
 from kafka_handoff.producer.batch import ProducerBatch
 from kafka_handoff.producer.idempotence import (
     DUPLICATE_SEQUENCE_NUMBER,
@@ -148,6 +148,7 @@ class Sender:
         self._heaped: set[ProducerBatch] = set()
         self._counter = itertools.count()
         self._init_in_flight = False
+        self._last_drain_ms = -(1 << 62)
         self._init_attempts = 0
         self._init_next_ms = 0
         self._cluster: ClusterMetadata | None = None
@@ -213,9 +214,20 @@ class Sender:
         leaders, by_node = self._leader_maps()
         self._expire_in_flight(now_ms)
         can_send = idem is None or idem.has_producer_id
+        # While requests are in flight, drain at most every coalesce_ms (min(linger.ms, 2)): under the GIL
+        # each poll costs a whole round of Python, and a response arriving every moment would otherwise
+        # drain one fresh batch per request.  A flush, close or a send blocked on memory drains at once.
+        acc = self.accumulator
+        hold_ms = 0
+        if acc.coalesce_ms > 0 and self._in_flight and not acc.urgent:
+            hold_ms = self._last_drain_ms + acc.coalesce_ms - now_ms
+        check: ReadyCheck | None = None
+        rounds = self.max_in_flight if hold_ms <= 0 else 0
+        if hold_ms > 0:
+            wait = min(wait, hold_ms)
         # Several requests per broker per poll (up to max.in.flight): a poll of the network thread is
         # costly under the GIL, so each should move as much sendable data as it can.
-        for _round in range(self.max_in_flight):
+        for _round in range(rounds):
             check = self.accumulator.ready(leaders, now_ms)
             for batch in check.expired:
                 self._expire(batch, now_ms, awaiting_response=False)
@@ -240,17 +252,25 @@ class Sender:
             )
             if not drained:
                 break
+            self._last_drain_ms = now_ms
             for node, batches in drained.items():
                 unsent.append(self._produce_request(node, batches, now_ms))
         self._check_stalls(now_ms, leaders)
-        if check.next_ready_ms < (1 << 62):
-            wait = min(wait, check.next_ready_ms - now_ms)
-        if check.next_expiry_ms < (1 << 62):
-            wait = min(wait, check.next_expiry_ms - now_ms)
+        if check is not None:
+            if check.next_ready_ms < (1 << 62):
+                wait = min(wait, check.next_ready_ms - now_ms)
+            if check.next_expiry_ms < (1 << 62):
+                wait = min(wait, check.next_expiry_ms - now_ms)
         if self._expiry_heap:
             wait = min(wait, self._expiry_heap[0][0] - now_ms)
         wait = max(0, wait)
-        if self.accumulator.finish_poll(now_ms + wait):
+        # With requests in flight (or just made), look again within coalesce_ms instead of being woken by
+        # each batch that fills meanwhile (see RecordAccumulator.finish_poll).
+        coalesce = self.accumulator.coalesce_ms
+        coalescing = coalesce > 0 and (bool(unsent) or bool(self._in_flight))
+        if coalescing:
+            wait = min(wait, coalesce)
+        if self.accumulator.finish_poll(now_ms + wait, coalescing):
             wait = 0
         return PollResult(unsent, wait)
 
