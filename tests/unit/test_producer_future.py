@@ -12,9 +12,14 @@ import pytest
 
 from kafka_handoff.producer.future import (
     AVAILABLE,
+    C_FUTURES,
+    Entry,
     RecordFuture,
+    _LazyResult,
+    _py_record_metadata,
     complete_all,
     complete_exception,
+    complete_lazily,
     complete_result,
     new_future,
     untrack,
@@ -150,3 +155,59 @@ def test_a_cycle_through_a_done_callback_is_collected() -> None:
     del f, holder, keep
     gc.collect()
     assert ref() is None
+
+
+@pytest.mark.skipif(C_FUTURES is None, reason="the C extension is not built")
+@pytest.mark.parametrize(("base", "append_ms"), [(100, 5000), (100, -1), (-1, 5000), (-1, -1)])
+def test_complete_lazily_gives_the_metadata_record_metadata_builds(base: int, append_ms: int) -> None:
+    watched = new_future()
+    watched.done()  # has a condition: completed the ordinary way
+    cancelled = new_future()
+    cancelled.cancel()
+    plain: Future[RecordMetadata] = Future()
+    futures: list[Future[RecordMetadata] | None] = [
+        new_future(),
+        None,
+        watched,
+        cancelled,
+        plain,
+        new_future(),
+    ]
+    entries: list[Entry] = [(None, b"v", 1000 + i, None, f, None) for i, f in enumerate(futures)]
+    expected = _py_record_metadata(RecordMetadata, "t", 3, base, append_ms, entries)
+    assert complete_lazily("t", 3, base, append_ms, entries)
+    lazy = futures[0]
+    # Completed without a condition and without building its metadata (done() would create the condition).
+    assert isinstance(lazy, RecordFuture) and lazy._cond is None and type(lazy._value) is _LazyResult
+    assert not gc.is_tracked(lazy)
+    for i in (0, 2, 4, 5):
+        f = futures[i]
+        assert f is not None and f.done()
+        md = f.result(0)
+        assert md == expected[i] and type(md) is RecordMetadata
+        assert f.result(0) is md  # built once, then kept
+    assert cancelled.cancelled()
+
+
+@pytest.mark.skipif(C_FUTURES is None, reason="the C extension is not built")
+def test_lazily_completed_future_feeds_callbacks_wait_and_asyncio() -> None:
+    futures = [new_future() for _ in range(3)]
+    entries: list[Entry] = [(None, b"v", 7, None, f, None) for f in futures]
+    complete_lazily("t", 1, 40, -1, entries)
+    seen: list[RecordMetadata] = []
+    futures[0].add_done_callback(lambda f: seen.append(f.result()))
+    assert seen == [RecordMetadata("t", 1, 40, 7)]
+    done, _ = wait(futures, timeout=0)
+    assert len(done) == 3
+    assert [f.result() for f in as_completed(futures, timeout=1)] != []
+    assert "returned RecordMetadata" in repr(futures[1])
+
+    async def main() -> RecordMetadata:
+        return await asyncio.wrap_future(futures[2])
+
+    assert asyncio.run(main()) == RecordMetadata("t", 1, 42, 7)
+    # Already complete: a second completion changes nothing.
+    complete_lazily("t", 1, 90, -1, entries)
+    assert futures[1].result() == RecordMetadata("t", 1, 41, 7)
+    complete_result(futures[1], MD)
+    assert futures[1].result() == RecordMetadata("t", 1, 41, 7)

@@ -273,6 +273,8 @@ error:
  *     without a condition that is pending gets results[i] (or, when results is None, ``error``) and
  *     FINISHED; returns the indices of the other non-None futures (the caller completes them the ordinary
  *     way).
+ * complete_lazy(lock, entries, lazy) -> list of indices
+ *     complete_futures for an acknowledged batch without building its metadata (see the function).
  * SendPath(producer, accumulator, slow, with_future, types=None, in_txn=None, append_slow=None): a callable with
  *     Producer.send's signature that appends the common record -- bytes-or-None key and value, no headers, no serializers, the topic's
  *     partition count known, the partition's open batch with room, the accumulator's lock free -- to the
@@ -293,10 +295,11 @@ error:
 
 static PyTypeObject *fut_type = NULL;
 static PyObject *st_pending = NULL, *st_finished = NULL;
-enum { F_STATE, F_RESULT, F_EXCEPTION, F_COND, F_WAITERS, F_CALLBACKS, F_COUNT };
+enum { F_STATE, F_RESULT, F_EXCEPTION, F_COND, F_WAITERS, F_CALLBACKS, F_INDEX, F_TS, F_COUNT };
 static Py_ssize_t fut_off[F_COUNT];
-static const char *const fut_slot_names[F_COUNT] = {"_state",  "_result",        "_exception",
-                                                    "_cond", "_waiters_list", "_callbacks_list"};
+static const char *const fut_slot_names[F_COUNT] = {"_state",          "_value",          "_exception",
+                                                    "_cond",           "_waiters_list",   "_callbacks_list",
+                                                    "_lazy_index",     "_lazy_timestamp"};
 static PyObject *empty_tuple = NULL;
 
 #define SLOT(obj, i) (*(PyObject **)((char *)(obj) + fut_off[i]))
@@ -406,6 +409,73 @@ static PyObject *complete_futures(PyObject *module, PyObject *const *args, Py_ss
             Py_XDECREF(index);
             failed = 1;
             break;
+        }
+        Py_DECREF(index);
+    }
+    r = PyObject_CallMethodNoArgs(lock, str_release);
+    if (r == NULL || failed) {
+        Py_XDECREF(r);
+        Py_DECREF(slow);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return slow;
+}
+
+/* complete_lazy(lock, entries, lazy) -> list of indices: complete_futures for one acknowledged batch
+   without building its RecordMetadata: under ``lock``, every pending RecordFuture without a condition among
+   the entries' futures (entries[i][4]) gets ``lazy`` (the batch's shared future._LazyResult) as its value,
+   its index i and its record's timestamp (entries[i][2]), and FINISHED; RecordFuture._result builds the
+   metadata from them when it is first read.  Returns the indices of the other non-None futures. */
+static PyObject *complete_lazy(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "complete_lazy(lock, entries, lazy) takes 3 arguments");
+        return NULL;
+    }
+    PyObject *lock = args[0], *entries = args[1], *lazy = args[2];
+    if (!PyList_Check(entries)) {
+        PyErr_SetString(PyExc_TypeError, "complete_lazy: entries must be a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(entries);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PyList_GET_ITEM(entries, i);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < 5) {
+            PyErr_SetString(PyExc_TypeError, "complete_lazy: an entry must be a tuple of 5 or more items");
+            return NULL;
+        }
+    }
+    PyObject *slow = PyList_New(0);
+    if (slow == NULL)
+        return NULL;
+    PyObject *r = PyObject_CallMethodNoArgs(lock, str_acquire); /* may block (and release the GIL) */
+    if (r == NULL) {
+        Py_DECREF(slow);
+        return NULL;
+    }
+    Py_DECREF(r);
+    /* From here to the release no Python code runs (PyLong_FromSsize_t and list appends cannot run any). */
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < n && !failed; i++) {
+        PyObject *e = PyList_GET_ITEM(entries, i);
+        PyObject *f = PyTuple_GET_ITEM(e, 4);
+        if (f == Py_None)
+            continue;
+        PyObject *index = PyLong_FromSsize_t(i);
+        if (index == NULL) {
+            failed = 1;
+            break;
+        }
+        if (fut_type != NULL && Py_IS_TYPE(f, fut_type) && SLOT(f, F_COND) == Py_None) {
+            if (same_state(SLOT(f, F_STATE), st_pending)) {
+                Py_SETREF(SLOT(f, F_RESULT), Py_NewRef(lazy));
+                Py_SETREF(SLOT(f, F_INDEX), Py_NewRef(index));
+                Py_SETREF(SLOT(f, F_TS), Py_NewRef(PyTuple_GET_ITEM(e, 2)));
+                Py_SETREF(SLOT(f, F_STATE), Py_NewRef(st_finished));
+            }
+        } else if (PyList_Append(slow, index) < 0) {
+            failed = 1;
         }
         Py_DECREF(index);
     }
@@ -1052,6 +1122,8 @@ static PyMethodDef methods[] = {
     {"set_future_type", (PyCFunction)(void (*)(void))set_future_type, METH_FASTCALL,
      "set_future_type(RecordFuture, PENDING, FINISHED): the future class SendPath and new_future create"},
     {"new_future", (PyCFunction)new_future, METH_NOARGS, "new_future() -> a pending RecordFuture, untracked"},
+    {"complete_lazy", (PyCFunction)(void (*)(void))complete_lazy, METH_FASTCALL,
+     "complete_lazy(lock, entries, lazy) -> indices of the futures left to complete"},
     {"complete_futures", (PyCFunction)(void (*)(void))complete_futures, METH_FASTCALL,
      "complete_futures(lock, futures, results, error) -> indices of the futures left to complete"},
     {"murmur2", (PyCFunction)murmur2, METH_O, "murmur2(data) -> Kafka's murmur2 hash as a signed 32-bit int"},

@@ -80,6 +80,7 @@ from kafka_handoff.producer.future import (
     C_FUTURES,
     complete_all,
     complete_exception,
+    complete_lazily,
     make_entry,
     make_entry_no_future,
     new_future,
@@ -410,6 +411,10 @@ class Producer:
             if error is None:
                 if not (with_future or with_callback):
                     return
+                if not with_callback and complete_lazily(
+                    batch.topic, batch.partition, base_offset, log_append_ms, entries
+                ):
+                    return  # the futures build their RecordMetadata when read
                 results = record_metadata(
                     RecordMetadata, batch.topic, batch.partition, base_offset, log_append_ms, entries
                 )
