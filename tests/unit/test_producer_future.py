@@ -211,3 +211,13 @@ def test_lazily_completed_future_feeds_callbacks_wait_and_asyncio() -> None:
     assert futures[1].result() == RecordMetadata("t", 1, 41, 7)
     complete_result(futures[1], MD)
     assert futures[1].result() == RecordMetadata("t", 1, 41, 7)
+
+
+@pytest.mark.skipif(C_FUTURES is None, reason="the C extension is not built")
+def test_complete_lazily_leaves_a_batch_with_a_callback_alone() -> None:
+    f = new_future()
+    entries: list[Entry] = [(None, b"v", 7, None, f, None), (None, b"v", 8, None, None, lambda md, e: None)]
+    assert not complete_lazily("t", 1, 40, -1, entries)
+    assert not f.done()
+    assert complete_lazily("t", 1, 40, -1, entries[:1])
+    assert f.result(0) == RecordMetadata("t", 1, 40, 7)

@@ -273,7 +273,7 @@ error:
  *     without a condition that is pending gets results[i] (or, when results is None, ``error``) and
  *     FINISHED; returns the indices of the other non-None futures (the caller completes them the ordinary
  *     way).
- * complete_lazy(lock, entries, lazy) -> list of indices
+ * complete_lazy(lock, entries, lazy) -> list of indices, or None (an entry has a callback)
  *     complete_futures for an acknowledged batch without building its metadata (see the function).
  * SendPath(producer, accumulator, slow, with_future, types=None, in_txn=None, append_slow=None): a callable with
  *     Producer.send's signature that appends the common record -- bytes-or-None key and value, no headers, no serializers, the topic's
@@ -426,7 +426,8 @@ static PyObject *complete_futures(PyObject *module, PyObject *const *args, Py_ss
    without building its RecordMetadata: under ``lock``, every pending RecordFuture without a condition among
    the entries' futures (entries[i][4]) gets ``lazy`` (the batch's shared future._LazyResult) as its value,
    its index i and its record's timestamp (entries[i][2]), and FINISHED; RecordFuture._result builds the
-   metadata from them when it is first read.  Returns the indices of the other non-None futures. */
+   metadata from them when it is first read.  Returns the indices of the other non-None futures, or None
+   (having changed nothing) when an entry has a callback (entries[i][5]): callbacks need the metadata now. */
 static PyObject *complete_lazy(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3) {
@@ -441,10 +442,12 @@ static PyObject *complete_lazy(PyObject *module, PyObject *const *args, Py_ssize
     Py_ssize_t n = PyList_GET_SIZE(entries);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *e = PyList_GET_ITEM(entries, i);
-        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < 5) {
-            PyErr_SetString(PyExc_TypeError, "complete_lazy: an entry must be a tuple of 5 or more items");
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < 6) {
+            PyErr_SetString(PyExc_TypeError, "complete_lazy: an entry must be a tuple of 6 or more items");
             return NULL;
         }
+        if (PyTuple_GET_ITEM(e, 5) != Py_None)
+            Py_RETURN_NONE;
     }
     PyObject *slow = PyList_New(0);
     if (slow == NULL)

@@ -282,11 +282,15 @@ def complete_lazily(
 ) -> bool:
     """Complete the futures of an acknowledged batch's ``entries`` (None items: no future) with their
     RecordMetadata built only when read (``result()``, a done callback): the completion thread then makes
-    no object per record.  False (nothing done) without the C extension: use :func:`complete_all`."""
+    no object per record.  False (nothing done) when an entry has a callback (it needs the metadata now) or
+    without the C extension: use :func:`complete_all`."""
     if C_FUTURES is None or not hasattr(C_FUTURES, "complete_lazy"):
         return False
     lazy = _LazyResult(topic, partition, base_offset, log_append_ms)
-    for i in C_FUTURES.complete_lazy(_create_lock, entries, lazy):
+    slow = C_FUTURES.complete_lazy(_create_lock, entries, lazy)
+    if slow is None:
+        return False
+    for i in slow:
         future = entries[i][4]
         assert future is not None
         try:

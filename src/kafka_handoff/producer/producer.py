@@ -401,6 +401,10 @@ class Producer:
     ) -> None:
         try:
             entries = batch.entries
+            if error is None and complete_lazily(
+                batch.topic, batch.partition, base_offset, log_append_ms, entries
+            ):
+                return  # no callbacks: the futures (if any) build their RecordMetadata when read
             count = len(entries)
             # Records from send_nowait()/send_many() have no future (and usually no callback): a batch of
             # only those costs nothing per record here.
@@ -411,10 +415,6 @@ class Producer:
             if error is None:
                 if not (with_future or with_callback):
                     return
-                if not with_callback and complete_lazily(
-                    batch.topic, batch.partition, base_offset, log_append_ms, entries
-                ):
-                    return  # the futures build their RecordMetadata when read
                 results = record_metadata(
                     RecordMetadata, batch.topic, batch.partition, base_offset, log_append_ms, entries
                 )
