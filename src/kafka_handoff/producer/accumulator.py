@@ -559,7 +559,8 @@ class RecordAccumulator:
             if batch in self._incomplete:
                 self._incomplete.discard(batch)
                 self._used -= batch.memory
-                self._space.notify_all()
+                if self._waiting:  # senders wait only while counted (under this lock)
+                    self._space.notify_all()
 
     def abort_undrained(self) -> list[ProducerBatch]:
         """Remove and return every queued batch (close, fatal error)."""
