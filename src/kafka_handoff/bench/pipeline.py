@@ -257,7 +257,8 @@ def _run_handoff(
             batches.append({"t_s": round(t / 1000, 3), "records": report.records, "target": report.target,
                             "reason": report.cut_reason, "total_s": round(report.total_s, 3),
                             "build_s": round(report.build_s, 3), "spark_s": round(report.spark_s, 3),
-                            "sink_s": round(report.sink_s, 3)})  # fmt: skip
+                            "sink_s": round(report.sink_s, 3), "transform_s": round(report.transform_s, 3),
+                            "native_records": report.native_records})  # fmt: skip
 
     worker = Worker(
         config,

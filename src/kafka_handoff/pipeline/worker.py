@@ -687,6 +687,8 @@ class Worker:
                 if batch.cancelled.is_set():
                     return self._finish(report, t0)
                 raise TransformError(f"transform {fn} failed on {desc}: {exc}", batch.first_last()) from exc
+            report.transform_s = time.monotonic() - t1
+            report.native_records = native.native
             # Not cached: caching the input for the rejected-records job and the output job measured 3x
             # slower on a 200,000-record batch (docs/benchmarks.md, section 3).
             return self._compute_and_commit(batch, report, table, origins, result, native, t0, t1)
