@@ -216,16 +216,16 @@ def spark_kafka_jars(progress: Callable[[str], None] = lambda _m: None) -> dict[
     return conf
 
 
-def _warm_transform(spark: Any, transform_fn: Callable[[Any], Any]) -> None:
-    """Run the transform on 200,000 generated events, by the Spark path and by the worker's native JSON
-    parse, twice, so that neither engine alone pays the JVM's first use (code generation, JIT
-    compilation of the Arrow conversion, JSON parser and aggregation loops)."""
+def _warm_transform(spark: Any, transform_fn: Callable[[Any], Any], count: int) -> None:
+    """Run the transform on ``count`` generated events (the run's size up to 200,000), by the Spark path
+    and by the worker's native JSON parse, twice, so that neither engine alone pays the JVM's first use
+    (code generation, JIT compilation of the Arrow conversion, JSON parser and aggregation loops)."""
     from kafka_handoff.cli.produce_sample import generate_events
     from kafka_handoff.consumer.batch import ColumnChunk
     from kafka_handoff.pipeline.arrow import chunks_to_table
     from kafka_handoff.pipeline.transform import native_input, normalize_result
 
-    events = generate_events(200_000, seed=1)
+    events = generate_events(max(count, 1000), seed=1)
     n = len(events)
     keys: list[bytes | None] = [e.key for e in events]
     values: list[bytes | None] = [e.value for e in events]
@@ -497,7 +497,9 @@ def run_benchmark(
     try:
         # warm the JVM/Python workers with a tiny job so neither engine pays first-job costs alone
         spark.sql("SELECT id % 7 AS k, count(*) FROM range(1000) GROUP BY k").collect()
-        _warm_transform(spark, transform_fn)
+        _warm_transform(
+            spark, transform_fn, min(200_000, events if mode == "backlog" else int(rate * duration_s))
+        )
         if "kafka-handoff" in engines:
             progress("kafka-handoff pipeline worker ...")
             if mode == "backlog":
