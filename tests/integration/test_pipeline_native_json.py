@@ -250,6 +250,13 @@ def test_unsupported_schemas_and_other_dataframes_take_the_spark_path(spark: Any
     assert (scope.native, scope.refused, off.native, off.refused) == (0, 0, 0, 0)
 
 
+def test_an_empty_batch_and_a_schema_without_required_fields(spark: Any) -> None:
+    on_spark, native, scope, arrow = run_both(spark, [])
+    assert native == on_spark and not native.good and arrow is not None and arrow.num_rows == 0
+    on_spark, native, scope, _ = run_both(spark, with_valid([b'{"s":null}', b"{}"]), required=())
+    assert native == on_spark and not native.rejected and scope.refused == 0
+
+
 def test_a_batch_mostly_refused_by_arrow_falls_back_to_spark_whole(spark: Any) -> None:
     values: list[bytes | None] = [*[b"{'s':'single quoted','l':1}"] * 30, *[b'{"s":"x","l":2}'] * 10]
     on_spark, native, scope, arrow = run_both(spark, values)

@@ -297,7 +297,7 @@ def _native_plan(table: Any, struct: Any, column: str, keep: Sequence[str]) -> _
     import pyarrow as pa
 
     names = [f.name for f in struct.fields]
-    if not names or len(set(names)) != len(names):
+    if not names or len({n.lower() for n in names}) != len(names) or {_OK, _ERROR, _PARSED} & set(names):
         return None
     types = [_arrow_type(f.dataType) for f in struct.fields]
     if any(t is None for t in types):
@@ -415,11 +415,13 @@ def _in_order(parts: Sequence[tuple[Any, Any]]) -> Any:
     import numpy as np
     import pyarrow as pa
 
-    parts = [(rows, arr) for rows, arr in parts if len(rows)]
-    if len(parts) == 1:
-        return parts[0][1]
-    rows = np.concatenate([r for r, _ in parts])
-    merged = pa.concat_arrays([a for _, a in parts])
+    filled = [(rows, arr) for rows, arr in parts if len(rows)]
+    if not filled:
+        return parts[0][1].slice(0, 0)
+    if len(filled) == 1:
+        return filled[0][1]
+    rows = np.concatenate([r for r, _ in filled])
+    merged = pa.concat_arrays([a for _, a in filled])
     return merged.take(pa.array(np.argsort(rows, kind="stable")))
 
 
