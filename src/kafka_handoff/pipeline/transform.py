@@ -255,7 +255,7 @@ def _spark_parse(
 _OK = "__ok"
 _ERROR = "__error"
 _WRAP = "v"
-#: Minimum rows of a piece the native parse splits to find refused values (below: one by one).
+#: Rows per piece when a batch does not parse at once and the refused values are searched for.
 _PIECE = 2048
 _ROW = re.compile(r" in row (\d+)")
 _REJECTED_KAFKA = ("topic", "partition", "offset", "timestamp", "key")
@@ -312,11 +312,13 @@ def _native_plan(table: Any, struct: Any, column: str, keep: Sequence[str]) -> _
 
 
 def _read_lines(data: Any, wrap: Any, *, single_block: bool) -> Any:
+    """``data`` (newline-separated JSON objects) as a table of ``wrap``'s schema."""
     import pyarrow as pa
     import pyarrow.json as pj
 
-    read = pj.ReadOptions(use_threads=not single_block, block_size=max(len(data) + 1, 1 << 20) if single_block
-                          else 4 << 20)  # fmt: skip
+    # One block (rows in errors count from the piece's start), or 4 MiB blocks on all cores.
+    block = max(len(data) + 1, 1 << 20) if single_block else 4 << 20
+    read = pj.ReadOptions(use_threads=not single_block, block_size=block)
     parse = pj.ParseOptions(explicit_schema=wrap, unexpected_field_behavior="ignore")
     return pj.read_json(pa.BufferReader(data), read_options=read, parse_options=parse)
 
