@@ -38,6 +38,12 @@ def test_defaults() -> None:
     assert cfg.sink.format == "delta" and cfg.sink.app_id == "g"
     assert cfg.errors.malformed == "skip"
     assert cfg.name == "g"
+    assert cfg.transform.native_json is True
+
+
+def test_the_native_json_parse_can_be_switched_off() -> None:
+    assert parse_config(minimal(transform={"native_json": False})).transform.native_json is False
+    assert parse_config(minimal(transform={"native_json": "false"})).transform.native_json is False
 
 
 def test_small_batches_cap_max_poll_records() -> None:
@@ -77,6 +83,10 @@ def test_nested_tables_become_dotted_kafka_names() -> None:
         ({"spark": {"master": "local[2]", "remote": "sc://h:15002"}}, "spark.remote: set either"),
         ({"spark": {"remote": "http://h"}}, "spark.remote: expected a Spark Connect URL"),
         ({"transform": {"function": "no_colon"}}, "transform.function: expected 'module:function'"),
+        (
+            {"transform": {"native_json": "yes"}},
+            "transform.native_json: 'yes' is not allowed (allowed: true, false)",
+        ),
         ({"kafka": {"enable.auto.commit": True}}, "kafka.enable.auto.commit: must be false"),
         ({"kafka": {"group.protocol": "eager"}}, "group.protocol"),
         ({"kafka": {"topics": []}}, "kafka.topics: expected a non-empty list"),

@@ -216,6 +216,30 @@ def spark_kafka_jars(progress: Callable[[str], None] = lambda _m: None) -> dict[
     return conf
 
 
+def _warm_transform(spark: Any, transform_fn: Callable[[Any], Any], count: int) -> None:
+    """Run the transform on ``count`` generated events (the run's size up to 200,000), by the Spark path
+    and by the worker's native JSON parse, twice, so that neither engine alone pays the JVM's first use
+    (code generation, JIT compilation of the Arrow conversion, JSON parser and aggregation loops)."""
+    from kafka_handoff.cli.produce_sample import generate_events
+    from kafka_handoff.consumer.batch import ColumnChunk
+    from kafka_handoff.pipeline.arrow import chunks_to_table
+    from kafka_handoff.pipeline.transform import native_input, normalize_result
+
+    events = generate_events(max(count, 1000), seed=1)
+    n = len(events)
+    keys: list[bytes | None] = [e.key for e in events]
+    values: list[bytes | None] = [e.value for e in events]
+    chunk = ColumnChunk("warm-up", 0, list(range(n)), [e.timestamp for e in events], keys, values, [()] * n)
+    table = chunks_to_table([chunk])
+    for native in (False, True, False, True):
+        df = spark.createDataFrame(table)
+        with native_input(spark, df, table, enabled=native):
+            result = normalize_result(transform_fn(df), "warm-up")
+        result.output.toArrow()
+        if result.rejected is not None:
+            result.rejected.toArrow()
+
+
 def _run_handoff(
     spark: Any,
     config_path: Path,
@@ -257,7 +281,8 @@ def _run_handoff(
             batches.append({"t_s": round(t / 1000, 3), "records": report.records, "target": report.target,
                             "reason": report.cut_reason, "total_s": round(report.total_s, 3),
                             "build_s": round(report.build_s, 3), "spark_s": round(report.spark_s, 3),
-                            "sink_s": round(report.sink_s, 3)})  # fmt: skip
+                            "sink_s": round(report.sink_s, 3), "transform_s": round(report.transform_s, 3),
+                            "native_records": report.native_records})  # fmt: skip
 
     worker = Worker(
         config,
@@ -472,6 +497,9 @@ def run_benchmark(
     try:
         # warm the JVM/Python workers with a tiny job so neither engine pays first-job costs alone
         spark.sql("SELECT id % 7 AS k, count(*) FROM range(1000) GROUP BY k").collect()
+        _warm_transform(
+            spark, transform_fn, min(200_000, events if mode == "backlog" else int(rate * duration_s))
+        )
         if "kafka-handoff" in engines:
             progress("kafka-handoff pipeline worker ...")
             if mode == "backlog":

@@ -27,6 +27,7 @@ Layout (every section but ``[kafka]``, ``[transform]`` and ``[sink]`` is optiona
     [transform]
     function = "clickstream:transform"      # module:function, DataFrame -> DataFrame
     path = ["."]                            # added to sys.path, relative to this file
+    native_json = true                      # parse_json on the batch's input: pyarrow, not from_json
 
     [sink]
     format = "delta"            # delta (deltalake) | parquet (Spark, atomic manifests) | kafka (a topic)
@@ -126,6 +127,8 @@ class SparkConfig:
 class TransformConfig:
     function: str
     path: tuple[str, ...] = ()
+    native_json: bool = True
+    """``parse_json`` on the worker's input DataFrame parses with pyarrow (same result, no Spark job)."""
 
     @property
     def module(self) -> str:
@@ -379,7 +382,7 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
     )
 
     t = _section(raw, "transform")
-    _unknown("transform", t, ("function", "path"))
+    _unknown("transform", t, ("function", "path", "native_json"))
     function = _str("transform", t, "function")
     if not function or not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", function):
         raise ConfigError(
@@ -388,7 +391,8 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
         )
     base = source.parent if source is not None else Path.cwd()
     paths = tuple(str((base / p).resolve()) for p in _strings("transform", t, "path"))
-    transform = TransformConfig(function=function, path=paths)
+    native_json = _bool("transform", t, "native_json", TransformConfig.native_json)
+    transform = TransformConfig(function=function, path=paths, native_json=native_json)
 
     k = _section(raw, "sink")
     sink_keys = ("format", "path", "app_id", "files_per_batch", "partition_by", "storage_options", "producer")

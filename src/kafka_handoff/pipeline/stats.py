@@ -73,6 +73,11 @@ class BatchReport:
     """Why it was cut: full, caught-up, interval (see :class:`~kafka_handoff.pipeline.sizing.CutDecision`)."""
     bytes: int = 0
     """Size of the batch's Arrow table."""
+    transform_s: float = 0.0
+    """Part of ``spark_s``: ``createDataFrame`` of the input and the transform call (with a native JSON
+    parse, that parse); the rest of ``spark_s`` is computing the transform's results."""
+    native_records: int = 0
+    """Records the native JSON parse judged without Spark (transform.py, "Native JSON parse")."""
 
 
 @dataclass

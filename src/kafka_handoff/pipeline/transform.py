@@ -10,14 +10,33 @@ and returns either
   dead-letter table or topic, counted and skipped, or the batch fails.
 
 :func:`parse_json` builds both DataFrames from JSON values with a schema and required fields.
+
+Native JSON parse
+-----------------
+The worker hands the transform a DataFrame it made from an Arrow table, and registers both for the call
+(:func:`native_input`).  When :func:`parse_json` is given exactly that DataFrame, a flat schema of types
+whose JSON conversion is the same in Arrow as in Spark (STRING, BIGINT, INT, SMALLINT, TINYINT, DOUBLE,
+FLOAT, BOOLEAN) and ``transform.native_json`` is on, it parses the values with ``pyarrow.json`` instead
+of Spark's ``from_json``: vectorised, in the worker's process, without a Spark job.  Arrow's parser is
+stricter than Spark's (RFC 8259 only, no type coercion); every value it refuses -- and every value it
+was not given (not starting with ``{`` and ending with ``}``, containing a line break, parsed to a
+non-finite float) -- is judged by the Spark path on just those rows, so the ``(parsed, rejected)`` rows,
+their order and the error strings equal what the Spark path returns.  When more than half of a batch
+is refused the whole batch takes the Spark path.  Any other DataFrame (Spark's own Kafka source, a
+DataFrame derived from the input) takes the Spark path.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib
+import logging
+import re
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from kafka_handoff.errors import ConfigError
@@ -25,16 +44,21 @@ from kafka_handoff.pipeline.config import TransformConfig
 
 __all__ = [
     "REJECTED_COLUMNS",
+    "NativeInput",
     "TransformResult",
     "load_transform",
+    "native_input",
     "normalize_result",
     "parse_json",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Columns a rejected-records DataFrame must have.
 REJECTED_COLUMNS = ("topic", "partition", "offset", "error")
 _CORRUPT = "_corrupt_record"
 _PARSED = "__parsed"
+_INVALID = "invalid JSON (not an object matching the schema)"
 
 
 @dataclass(frozen=True)
@@ -103,6 +127,50 @@ def normalize_result(value: Any, function: str) -> TransformResult:
     return result
 
 
+@dataclass
+class NativeInput:
+    """The worker's input DataFrame of one batch and the Arrow table it was made from (see
+    :func:`native_input`); collects the Arrow form of the rejected DataFrames the native parse made."""
+
+    spark: Any
+    df: Any
+    table: Any
+    enabled: bool = True
+    rejected: list[tuple[Any, Any]] = field(default_factory=list)
+    """(rejected DataFrame, the same rows as an Arrow table) per native :func:`parse_json` call."""
+    native: int = 0
+    """Records judged natively in this batch (parsed by pyarrow, or a null / hopeless value)."""
+    refused: int = 0
+    """Records the native parse handed to Spark's ``from_json`` (refused by pyarrow, or not tried)."""
+    fallbacks: int = 0
+    """Native :func:`parse_json` calls that gave the whole batch to the Spark path."""
+
+    def rejected_arrow(self, rejected_df: Any) -> Any:
+        """The Arrow table of ``rejected_df`` if a native :func:`parse_json` made it (no Spark job needed
+        to collect it), else None."""
+        for df, table in self.rejected:
+            if df is rejected_df:
+                return table
+        return None
+
+
+_INPUT: contextvars.ContextVar[NativeInput | None] = contextvars.ContextVar(
+    "handoff_native_input", default=None
+)
+
+
+@contextlib.contextmanager
+def native_input(spark: Any, df: Any, table: Any, *, enabled: bool = True) -> Iterator[NativeInput]:
+    """Within the block (in this thread), :func:`parse_json` called with ``df`` -- made by
+    ``spark.createDataFrame(table)`` -- may parse ``table``'s values natively."""
+    scope = NativeInput(spark, df, table, enabled)
+    token = _INPUT.set(scope)
+    try:
+        yield scope
+    finally:
+        _INPUT.reset(token)
+
+
 def parse_json(
     df: Any,
     schema: Any,
@@ -118,15 +186,42 @@ def parse_json(
     records that are valid JSON objects with every ``required`` field present and non-null; ``rejected``
     has ``topic, partition, offset, timestamp, key, value, error`` for the others, ``error`` saying what is
     wrong (``invalid JSON``, ``missing required field(s): ...``, ``null value``).
+
+    On the worker's own input DataFrame the values are parsed by pyarrow when the schema allows (module
+    docstring, "Native JSON parse"); the result is the same.
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType, StructField, StructType
+    from pyspark.sql.types import StructType
 
     struct: Any = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
     names = [f.name for f in struct.fields]
     for name in required:
         if name not in names:
             raise ValueError(f"parse_json: required field {name!r} is not in the schema ({', '.join(names)})")
+    scope = _INPUT.get()
+    if scope is not None and scope.enabled and scope.df is df:
+        plan = _native_plan(scope.table, struct, column, keep)
+        if plan is not None:
+            try:
+                done = _native_parse(scope, plan, required, column, keep)
+            except Exception:
+                log.warning("native JSON parse failed; using Spark's from_json for this batch", exc_info=True)
+                done = None
+            if done is not None:
+                return done
+            scope.fallbacks += 1
+    good, rejected, _ = _spark_parse(df, struct, required, column, keep)
+    return good, rejected
+
+
+def _spark_parse(
+    df: Any, struct: Any, required: Sequence[str], column: str, keep: Sequence[str]
+) -> tuple[Any, Any, Any]:
+    """The Spark path: ``(good, rejected, judged)``, ``judged`` having per input row ``__ok``,
+    ``__error`` and the parsed fields (what the native path takes from Spark for the rows it refused)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    names = [f.name for f in struct.fields]
     with_corrupt = StructType([*struct.fields, StructField(_CORRUPT, StringType(), True)])
     text = F.col(column).cast("string")
     parsed = df.withColumn(
@@ -142,10 +237,299 @@ def parse_json(
     good = parsed.where(ok).select(*kept, *[p[name].alias(name) for name in names])
     error = (
         F.when(F.col(column).isNull(), F.lit("null value"))
-        .when(invalid, F.lit("invalid JSON (not an object matching the schema)"))
+        .when(invalid, F.lit(_INVALID))
         .otherwise(F.concat(F.lit("missing required field(s): "), missing_list))
     )
     rejected = parsed.where(~ok).select(
         "topic", "partition", "offset", "timestamp", "key", column, error.alias("error")
     )
-    return good, rejected
+    judged = parsed.select(
+        F.coalesce(ok, F.lit(False)).alias(_OK),
+        F.when(~ok, error).alias(_ERROR),
+        *[p[name].alias(name) for name in names],
+    )
+    return good, rejected, judged
+
+
+# ----------------------------------------------------------------------------------------- native parse
+_OK = "__ok"
+_ERROR = "__error"
+_WRAP = "v"
+#: Rows per piece when a batch does not parse at once and the refused values are searched for.
+_PIECE = 2048
+_ROW = re.compile(r" in row (\d+)")
+_REJECTED_KAFKA = ("topic", "partition", "offset", "timestamp", "key")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    struct: Any
+    """The Spark schema (StructType)."""
+    names: list[str]
+    types: list[Any]
+    """Arrow type per field."""
+
+
+def _arrow_type(data_type: Any) -> Any:
+    """The Arrow type whose JSON conversion equals Spark's for ``data_type``, or None."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    exact = {
+        T.LongType: pa.int64(),
+        T.IntegerType: pa.int32(),
+        T.ShortType: pa.int16(),
+        T.ByteType: pa.int8(),
+        T.DoubleType: pa.float64(),
+        T.FloatType: pa.float32(),
+        T.BooleanType: pa.bool_(),
+    }
+    kind = type(data_type)
+    if kind is T.StringType:
+        # Only the default collation (a collated STRING compares differently, and is rare).
+        return pa.string() if data_type.simpleString() == "string" else None
+    return exact.get(kind)
+
+
+def _native_plan(table: Any, struct: Any, column: str, keep: Sequence[str]) -> _Plan | None:
+    """What the native parse needs, or None when the Spark path must run (unsupported field types,
+    duplicate names, a column the input does not have)."""
+    import pyarrow as pa
+
+    names = [f.name for f in struct.fields]
+    if not names or len({n.lower() for n in names}) != len(names) or {_OK, _ERROR, _PARSED} & set(names):
+        return None
+    types = [_arrow_type(f.dataType) for f in struct.fields]
+    if any(t is None for t in types):
+        return None
+    columns = set(table.column_names)
+    if column not in columns or column in _REJECTED_KAFKA or not {*keep, *_REJECTED_KAFKA} <= columns:
+        return None
+    value_type = table.schema.field(column).type
+    if not (pa.types.is_binary(value_type) or pa.types.is_string(value_type)):
+        return None  # (large_binary / large_string too: the byte scans read int32 offsets)
+    return _Plan(struct, names, types)
+
+
+def _read_lines(data: Any, wrap: Any, *, single_block: bool) -> Any:
+    """``data`` (newline-separated JSON objects) as a table of ``wrap``'s schema."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    # One block (rows in errors count from the piece's start), or 4 MiB blocks on all cores.
+    block = max(len(data) + 1, 1 << 20) if single_block else 4 << 20
+    read = pj.ReadOptions(use_threads=not single_block, block_size=block)
+    parse = pj.ParseOptions(explicit_schema=wrap, unexpected_field_behavior="ignore")
+    return pj.read_json(pa.BufferReader(data), read_options=read, parse_options=parse)
+
+
+def _parse_rows(lines: Any, wrap: Any) -> list[tuple[int, Any]]:
+    """Parse ``lines`` (a binary array, one wrapped JSON object + newline each) in pieces.  Returns the
+    parsed pieces as (first row, struct array of the piece's rows); the rows of no piece are those
+    pyarrow refused.  All at once first (multi-threaded); if that fails, in pieces of :data:`_PIECE`
+    rows, a failing piece split at the row its syntax error names, or else in halves."""
+
+    def attempt(start: int, stop: int, single_block: bool) -> tuple[Any, str]:
+        piece = lines.slice(start, stop - start)
+        offsets, data = piece.buffers()[1], piece.buffers()[2]
+        lo, hi = _offset(offsets, piece.offset), _offset(offsets, piece.offset + len(piece))
+        try:
+            table = _read_lines(data[lo:hi], wrap, single_block=single_block)
+        except Exception as exc:  # ArrowInvalid, or a UnicodeDecodeError for invalid UTF-8
+            return None, str(exc)
+        if table.num_rows != stop - start:  # never expected: one line is one object
+            return None, ""
+        return table.column(_WRAP).combine_chunks(), ""
+
+    if not len(lines):
+        return []
+    result, _ = attempt(0, len(lines), False)
+    if result is not None:
+        return [(0, result)]
+    parsed: list[tuple[int, Any]] = []
+    todo = [(a, min(a + _PIECE, len(lines))) for a in range(0, len(lines), _PIECE)]
+    while todo:
+        start, stop = todo.pop()
+        result, error = attempt(start, stop, True)
+        if result is not None:
+            parsed.append((start, result))
+            continue
+        if stop - start == 1:
+            continue  # refused
+        row = _ROW.search(error)
+        at = start + int(row.group(1)) if row else -1
+        if start <= at < stop:
+            # A syntax error names its row (the piece is one block): the rows before it parsed so far.
+            todo.extend(p for p in ((start, at), (at + 1, stop)) if p[0] < p[1])
+        else:
+            mid = (start + stop) // 2
+            todo.extend([(start, mid), (mid, stop)])
+    parsed.sort(key=lambda p: p[0])
+    return parsed
+
+
+def _offset(buffer: Any, index: int) -> int:
+    import numpy as np
+
+    return int(np.frombuffer(buffer, dtype=np.int32, count=1, offset=4 * index)[0])
+
+
+def _rows_with(values: Any, chars: bytes) -> Any:
+    """Per row of the BinaryArray ``values``: does it contain any of the bytes ``chars``.  One
+    ``bytes.count`` (memchr speed) per byte over the data at once; the rows of the hits by binary search."""
+    import numpy as np
+
+    n = len(values)
+    mask = np.zeros(n, dtype=bool)
+    data = values.buffers()[2]
+    if not n or data is None:
+        return mask
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32, count=n + 1, offset=4 * values.offset)
+    lo = int(offsets[0])
+    text = data[lo : int(offsets[-1])].to_pybytes()
+    for c in chars:
+        hits = text.count(c)
+        if not hits:
+            continue
+        if hits > 1000:
+            positions = np.flatnonzero(np.frombuffer(text, dtype=np.uint8) == c)
+        else:
+            found, at = [], text.find(c)
+            while at >= 0:
+                found.append(at)
+                at = text.find(c, at + 1)
+            positions = np.array(found, dtype=np.int64)
+        mask[np.searchsorted(offsets, positions + lo, side="right") - 1] = True
+    return mask
+
+
+def _mask(array: Any) -> Any:
+    """A boolean Arrow array as a numpy bool array (null: False)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    return np.asarray(pc.fill_null(array, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _in_order(parts: Sequence[tuple[Any, Any]]) -> Any:
+    """The arrays of ``parts`` ((input rows, array of those rows), each in ascending row order) merged
+    into one array in input-row order."""
+    import numpy as np
+    import pyarrow as pa
+
+    filled = [(rows, arr) for rows, arr in parts if len(rows)]
+    if not filled:
+        return parts[0][1].slice(0, 0)
+    if len(filled) == 1:
+        return filled[0][1]
+    rows = np.concatenate([r for r, _ in filled])
+    merged = pa.concat_arrays([a for _, a in filled])
+    return merged.take(pa.array(np.argsort(rows, kind="stable")))
+
+
+def _native_parse(
+    scope: NativeInput, plan: _Plan, required: Sequence[str], column: str, keep: Sequence[str]
+) -> tuple[Any, Any] | None:
+    """The native path (see the module docstring); None: take the Spark path for the whole batch."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = scope.table
+    n = table.num_rows
+    started = time.monotonic()
+    struct_type = pa.struct([pa.field(name, t) for name, t in zip(plan.names, plan.types, strict=True)])
+    values = table.column(column).combine_chunks()
+    if pa.types.is_string(values.type):
+        values = values.cast(pa.binary())
+    # Four kinds of rows.  null: "null value".  No "{" or no "}" anywhere: Spark cannot make an object
+    # of it either ("invalid JSON").  "{...}" on one line: pyarrow parses it.  Anything else: Spark.
+    is_null = _mask(pc.is_null(values))
+    tried = _mask(pc.starts_with(values, b"{")) & _mask(pc.ends_with(values, b"}"))
+    tried &= ~_rows_with(values, b"\n\r")
+    hopeless = np.zeros(n, dtype=bool)
+    other = np.flatnonzero(~tried & ~is_null)
+    if len(other):
+        rest = values.take(pa.array(other))
+        hopeless[other] = ~(_rows_with(rest, b"{") & _rows_with(rest, b"}"))
+    tried_idx = np.flatnonzero(tried)
+    prefix = pa.scalar(b'{"' + _WRAP.encode() + b'":')
+    lines = pc.binary_join_element_wise(prefix, values, pa.scalar(b"}\n"), b"").filter(pa.array(tried))
+    pieces = _parse_rows(lines, pa.schema([pa.field(_WRAP, struct_type)]))
+    acc_pos = np.concatenate([np.arange(start, start + len(a)) for start, a in pieces] or [np.empty(0, int)])
+    acc = pa.concat_arrays([a for _, a in pieces]) if pieces else pa.array([], struct_type)
+    # Parsed, but Spark might make it differently: ``null`` (not an object), or a non-finite float
+    # (``NaN``/``Infinity`` spellings and overflow are Jackson's business).
+    doubt = _mask(pc.is_null(acc))
+    for child, t in zip(acc.flatten(), plan.types, strict=True):  # (.field() ignores the offset)
+        if pa.types.is_floating(t):
+            doubt |= ~_mask(pc.is_finite(child)) & ~_mask(pc.is_null(child))
+    parsed_idx = tried_idx[acc_pos[~doubt]]
+    if doubt.any():
+        acc = acc.filter(pa.array(~doubt))
+    to_spark = ~(is_null | hopeless)
+    to_spark[parsed_idx] = False
+    refused_idx = np.flatnonzero(to_spark)
+    if len(refused_idx) * 2 > n:
+        return None
+    scope.native += n - len(refused_idx)
+    scope.refused += len(refused_idx)
+
+    # Parsed rows: ok, or the null required fields (in ``required``'s order, as the Spark path says).
+    columns = dict(zip(plan.names, acc.flatten(), strict=True))
+    code = np.zeros(len(acc), dtype=np.int64)  # one bit per required field that is null
+    for bit, name in enumerate(required):
+        code |= _mask(pc.is_null(columns[name])).astype(np.int64) << bit
+    nat_ok = code == 0
+    codes, where = np.unique(code[~nat_ok], return_inverse=True)
+    texts = [
+        "missing required field(s): " + ", ".join(name for bit, name in enumerate(required) if c >> bit & 1)
+        for c in codes.tolist()
+    ]
+    nat_error = pa.array(texts, pa.string()).take(pa.array(where.reshape(-1)))
+
+    parsed_at = time.monotonic()
+    # Refused rows: Spark's from_json, on just those rows.
+    ref_ok = np.zeros(0, dtype=bool)
+    ref_error = pa.array([], pa.string())
+    ref_columns = {name: pa.array([], t) for name, t in zip(plan.names, plan.types, strict=True)}
+    if len(refused_idx):
+        sub_df = scope.spark.createDataFrame(table.take(pa.array(refused_idx)))
+        judged = _spark_parse(sub_df, plan.struct, required, column, keep)[2].toArrow()
+        ref_ok = _mask(judged.column(_OK).combine_chunks())
+        ref_error = judged.column(_ERROR).combine_chunks().cast(pa.string()).filter(pa.array(~ref_ok))
+        ref_columns = {name: judged.column(name).combine_chunks().cast(t).filter(pa.array(ref_ok))
+                       for name, t in zip(plan.names, plan.types, strict=True)}  # fmt: skip
+
+    judged_at = time.monotonic()
+    # Good rows in input order: the Kafka columns filtered, the parsed fields merged.
+    good_mask = np.zeros(n, dtype=bool)
+    good_mask[parsed_idx[nat_ok]] = True
+    good_mask[refused_idx[ref_ok]] = True
+    kept = [c for c in keep if c not in plan.names]
+    good_arrays = [table.column(c).filter(pa.array(good_mask)) for c in kept]
+    nat_keep = pa.array(nat_ok)
+    for name in plan.names:
+        good_arrays.append(_in_order([(parsed_idx[nat_ok], columns[name].filter(nat_keep)),
+                                      (refused_idx[ref_ok], ref_columns[name])]))  # fmt: skip
+    good = pa.table(good_arrays, names=[*kept, *plan.names])
+    # Rejected rows in input order, with their error.
+    null_idx, hopeless_idx = np.flatnonzero(is_null), np.flatnonzero(hopeless)
+    error = _in_order([
+        (parsed_idx[~nat_ok], nat_error),
+        (refused_idx[~ref_ok], ref_error),
+        (null_idx, pa.array(["null value"] * len(null_idx), pa.string())),
+        (hopeless_idx, pa.array([_INVALID] * len(hopeless_idx), pa.string())),
+    ])  # fmt: skip
+    rejected = table.select([*_REJECTED_KAFKA, column]).filter(pa.array(~good_mask))
+    rejected = rejected.append_column(pa.field("error", pa.string(), nullable=False), error)
+    built_at = time.monotonic()
+    good_df = scope.spark.createDataFrame(good)
+    rejected_df = scope.spark.createDataFrame(rejected)
+    scope.rejected.append((rejected_df, rejected))
+    log.debug(
+        "native JSON parse of %d records: %d parsed (%.2f s), %d judged by Spark (%.2f s), tables %.2f s, "
+        "to Spark %.2f s", n, len(parsed_idx), parsed_at - started, len(refused_idx), judged_at - parsed_at,
+        built_at - judged_at, time.monotonic() - built_at,
+    )  # fmt: skip
+    return good_df, rejected_df

@@ -82,7 +82,7 @@ from kafka_handoff.pipeline.sinks import MarkUpdate, Sink, make_sink
 from kafka_handoff.pipeline.sizing import BatchSizer
 from kafka_handoff.pipeline.spark import JobControl, build_session
 from kafka_handoff.pipeline.stats import BatchReport, WorkerStats, WorkerSummary, format_batch_line
-from kafka_handoff.pipeline.transform import load_transform, normalize_result
+from kafka_handoff.pipeline.transform import NativeInput, load_transform, native_input, normalize_result
 from kafka_handoff.types import OffsetAndMetadata, TopicPartition
 
 __all__ = ["CRASH_ENV", "Worker", "describe_ranges"]
@@ -679,24 +679,42 @@ class Worker:
         with self._jobs.tagged(batch.tag):
             try:
                 df = self.spark.createDataFrame(table)
-                result = normalize_result(self._transform(df), fn)
+                # parse_json on this very DataFrame parses the values from ``table`` with pyarrow
+                # (transform.py, "Native JSON parse"); the rejected rows it returns are known as Arrow.
+                with native_input(self.spark, df, table, enabled=self.config.transform.native_json) as native:
+                    result = normalize_result(self._transform(df), fn)
             except Exception as exc:
                 if batch.cancelled.is_set():
                     return self._finish(report, t0)
                 raise TransformError(f"transform {fn} failed on {desc}: {exc}", batch.first_last()) from exc
+            report.transform_s = time.monotonic() - t1
+            report.native_records = native.native
             # Not cached: caching the input for the rejected-records job and the output job measured 3x
             # slower on a 200,000-record batch (docs/benchmarks.md, section 3).
-            return self._compute_and_commit(batch, report, table, origins, result, t0, t1)
+            return self._compute_and_commit(batch, report, table, origins, result, native, t0, t1)
 
     def _compute_and_commit(
-        self, batch: Batch, report: BatchReport, table: Any, origins: Any, result: Any, t0: float, t1: float
+        self,
+        batch: Batch,
+        report: BatchReport,
+        table: Any,
+        origins: Any,
+        result: Any,
+        native: NativeInput,
+        t0: float,
+        t1: float,
     ) -> _Outcome:
         assert self._sink is not None and self._dead is not None
         fn = self.config.transform.function
         desc = batch.describe()
         # (still inside _process's job tag: same thread)
         try:
-            rejected = result.rejected.toArrow() if result.rejected is not None else None
+            rejected = None
+            if result.rejected is not None:
+                # No Spark job for rejected rows the native JSON parse already holds as Arrow.
+                rejected = native.rejected_arrow(result.rejected)
+                if rejected is None:
+                    rejected = result.rejected.toArrow()
             output = result.output.toArrow() if self._sink.kind in ("delta", "kafka") else result.output
         except Exception as exc:
             if batch.cancelled.is_set():
