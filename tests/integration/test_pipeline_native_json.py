@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from kafka_handoff.cli.produce_sample import generate_events
 from kafka_handoff.consumer.batch import ColumnChunk
 from kafka_handoff.pipeline import testing as pt
 from kafka_handoff.pipeline.arrow import chunks_to_table
 from kafka_handoff.pipeline.transform import NativeInput, native_input, parse_json
 from kafka_handoff.pipeline.worker import Batch, PartitionRange, Worker
+from kafka_handoff.sample import generate_events
 from kafka_handoff.types import TopicPartition
 
 pytestmark = pytest.mark.spark

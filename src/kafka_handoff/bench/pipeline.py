@@ -220,10 +220,10 @@ def _warm_transform(spark: Any, transform_fn: Callable[[Any], Any], count: int) 
     """Run the transform on ``count`` generated events (the run's size up to 200,000), by the Spark path
     and by the worker's native JSON parse, twice, so that neither engine alone pays the JVM's first use
     (code generation, JIT compilation of the Arrow conversion, JSON parser and aggregation loops)."""
-    from kafka_handoff.cli.produce_sample import generate_events
     from kafka_handoff.consumer.batch import ColumnChunk
     from kafka_handoff.pipeline.arrow import chunks_to_table
     from kafka_handoff.pipeline.transform import native_input, normalize_result
+    from kafka_handoff.sample import generate_events
 
     events = generate_events(max(count, 1000), seed=1)
     n = len(events)
