@@ -2,8 +2,9 @@
 
 Every client sends N records (default 1M, 100-byte values, no keys) to its own fresh topic on the same
 broker, each in a fresh child process (``python -m kafka_handoff.bench.produce CLIENT ...``), one after the
-other; repeats are interleaved (A, B, C, A, B, C, ...) so that changing load on the machine hits every
-client alike, and the report shows the median of the repeats.  Per run:
+other; repeats are interleaved and rotated (A, B, C, B, C, A, ...) so that changing load on the machine hits
+every client alike and none always runs first, after one unmeasured warm-up run (a fresh broker's JIT
+warm-up), and the report shows the median of the repeats.  Per run:
 
 * records/s and MB/s (value bytes) from the first send until ``flush`` returned (every record acknowledged);
 * the seconds of the send loop alone (until the last record was handed to the client);
@@ -442,6 +443,10 @@ def _run_child(
     return json.loads(line), "", rss
 
 
+#: Records of the unmeasured warm-up run before round 1.
+WARM_UP_RECORDS = 200_000
+
+
 def run_benchmark(
     bootstrap: str,
     *,
@@ -458,7 +463,8 @@ def run_benchmark(
     profile_dir: Path | None = None,
     progress: Callable[[str], None] = lambda msg: None,
 ) -> ProduceReport:
-    """Every client ``repeat`` times, interleaved, each run in a fresh process to a fresh topic."""
+    """Every client ``repeat`` times, interleaved (each round starting with the next client), each run in
+    a fresh process to a fresh topic, after one unmeasured warm-up run of the first client."""
     from kafka_handoff.bench.throughput import create_topic, delete_topic
 
     for name in clients:
@@ -479,9 +485,21 @@ def run_benchmark(
         "bootstrap_servers": bootstrap,
     }
     report = ProduceReport(config=args, environment=_environment())
+    if clients:
+        # One unmeasured run first: a fresh broker's JIT warm-up would otherwise be paid by whichever
+        # client runs first in round 1.
+        warm_args = {**args, "records": min(records, WARM_UP_RECORDS)}
+        topic = create_topic(bootstrap, partitions, prefix="bench-produce")
+        try:
+            _data, error, _rss = _run_child(clients[0], bootstrap, topic, warm_args, None)
+        finally:
+            delete_topic(bootstrap, topic)
+        failed = f" FAILED: {error}" if error else ""
+        progress(f"warm-up {clients[0]} {warm_args['records']:,} records (not measured){failed}")
     try:
         for round_no in range(1, repeat + 1):
-            for name in clients:
+            shift = (round_no - 1) % max(1, len(clients))  # each round starts with another client
+            for name in [*clients[shift:], *clients[:shift]]:
                 load = os.getloadavg()[0]
                 topic = create_topic(bootstrap, partitions, prefix="bench-produce")
                 prof = None
