@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
+from rebalance_sink import RecordingSink
 
 from kafka_handoff.errors import ConfigError, ConnectionError_, FencedError, IllegalStateError, KafkaError
 from kafka_handoff.group.assignors import CooperativeStickyAssignor, RangeAssignor
@@ -98,23 +99,6 @@ class ScriptedAssignor:
         self.on_assignment_calls.append((assignment, generation_id))
         if self.log is not None:
             self.log.append("on_assignment")
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, int]] = []
-
-    def rebalance_started(self, now_ms: int) -> None:
-        self.calls.append(("started", now_ms))
-
-    def rebalance_completed(self, now_ms: int) -> None:
-        self.calls.append(("completed", now_ms))
-
-    def rebalance_failed(self, now_ms: int) -> None:
-        self.calls.append(("failed", now_ms))
-
-    def names(self) -> list[str]:
-        return [name for name, _ in self.calls]
 
 
 def metadata(
@@ -227,7 +211,7 @@ class Harness:
                 ScriptedAssignor(supported_protocols=(EAGER, COOP) if protocol is COOP else (EAGER,))
             ]
         self.assignors = list(assignors)
-        self.sink = Sink()
+        self.sink = RecordingSink()
         self.m = ClassicMembership(
             "g",
             self.assignors,

@@ -20,6 +20,7 @@ from kio.schema.consumer_group_heartbeat.v1.response import (
 )
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i32Timedelta
+from rebalance_sink import RecordingSink
 
 from kafka_handoff.errors import (
     BrokerResponseError,
@@ -100,29 +101,12 @@ def response(
     )
 
 
-class Sink:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, int]] = []
-
-    def rebalance_started(self, now_ms: int) -> None:
-        self.calls.append(("started", now_ms))
-
-    def rebalance_completed(self, now_ms: int) -> None:
-        self.calls.append(("completed", now_ms))
-
-    def rebalance_failed(self, now_ms: int) -> None:
-        self.calls.append(("failed", now_ms))
-
-    def kinds(self) -> list[str]:
-        return [k for k, _ in self.calls]
-
-
 class H:
     """Harness: a membership, a fake clock, and helpers to play the broker and the application thread."""
 
     def __init__(self, **kwargs: Any) -> None:
         self.clock = FakeClock()
-        self.sink = Sink()
+        self.sink = RecordingSink()
         kwargs.setdefault("rebalance_timeout_ms", REBALANCE_TIMEOUT)
         kwargs.setdefault("member_id", "m1")
         kwargs.setdefault("jitter", lambda: 0.5)  # jitter factor exactly 1.0
@@ -726,7 +710,7 @@ def test_join_with_empty_assignment_calls_assign_with_empty_set_then_stable(h: H
     ack = h.hb()
     assert owned_wire(ack) == {}
     assert h.state() is S.STABLE
-    assert h.sink.kinds() == ["started", "completed"]
+    assert h.sink.names() == ["started", "completed"]
 
 
 def test_new_partitions_are_assigned_awaiting_callback_then_acked(h: H) -> None:
@@ -917,7 +901,7 @@ def test_newer_target_while_reconciling_is_picked_up_afterwards(h: H) -> None:
     ack2 = h.hb()
     assert owned_wire(ack2) == {TID_A: [0], TID_B: [0]}
     assert h.state() is S.STABLE
-    assert h.sink.kinds() == ["started", "completed", "started", "completed"]
+    assert h.sink.names() == ["started", "completed", "started", "completed"]
 
 
 def test_ack_not_sent_because_of_a_newer_target_goes_out_at_once(h: H) -> None:
@@ -1505,14 +1489,14 @@ def test_switching_between_regex_and_names_updates_both_fields(h: H) -> None:
 
 def test_rebalance_metrics_failure_only_during_a_rebalance(h: H) -> None:
     h.join({TID_A: [0]})
-    assert h.sink.kinds() == ["started", "completed"]
+    assert h.sink.names() == ["started", "completed"]
     h.respond(h.next_interval_hb(), error=ErrorCode.coordinator_load_in_progress)
-    assert h.sink.kinds() == ["started", "completed"]  # retriable: not a failure
+    assert h.sink.names() == ["started", "completed"]  # retriable: not a failure
     h.advance(100)
     h.respond(h.hb(), epoch=2, assignment={TID_A: [0, 1]})
-    assert h.sink.kinds() == ["started", "completed", "started"]
+    assert h.sink.names() == ["started", "completed", "started"]
     h.respond(h.next_interval_hb(), error=ErrorCode.fenced_member_epoch)
-    assert h.sink.kinds() == ["started", "completed", "started", "failed"]
+    assert h.sink.names() == ["started", "completed", "started", "failed"]
     assert h.sink.calls[-1][1] == h.now
 
 

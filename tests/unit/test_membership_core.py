@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
+from rebalance_sink import RecordingSink
 
 from kafka_handoff.errors import IllegalStateError
 from kafka_handoff.group import classic_membership, consumer_membership
@@ -203,23 +204,9 @@ def test_callback_ledger_numbers_callbacks_and_keeps_what_waits_for_them() -> No
     assert emitted[-1].seq == 4  # numbers are never reused
 
 
-class _Sink:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, int]] = []
-
-    def rebalance_started(self, now_ms: int) -> None:
-        self.calls.append(("started", now_ms))
-
-    def rebalance_completed(self, now_ms: int) -> None:
-        self.calls.append(("completed", now_ms))
-
-    def rebalance_failed(self, now_ms: int) -> None:
-        self.calls.append(("failed", now_ms))
-
-
 def test_rebalance_tracker_reports_one_open_rebalance() -> None:
     clock = FakeClock(0)
-    sink = _Sink()
+    sink = RecordingSink()
     tracker = RebalanceTracker(sink)
     tracker.completed(clock.now_ms())  # none open: nothing to report
     tracker.failed_if_open(clock.now_ms(), ends=True)
