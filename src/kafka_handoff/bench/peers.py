@@ -191,9 +191,9 @@ def _visit_per_partition(polled: Any) -> tuple[int, int]:
     """kafka-python's and aiokafka's ``{partition: [records]}``."""
     count = nbytes = 0
     for batch in polled.values():
-        for record in batch:
-            count += 1
-            nbytes += len(record.value)
+        n, b = visit_records(batch)
+        count += n
+        nbytes += b
     return count, nbytes
 
 

@@ -363,6 +363,22 @@ static int same_state(PyObject *a, PyObject *b)
     return PyUnicode_Compare(a, b) == 0;
 }
 
+/* A new empty list, with ``lock`` acquired (it may block, releasing the GIL); NULL with an exception and the
+ * lock not held on failure.  complete_futures and complete_lazy collect the futures they leave to Python in it. */
+static PyObject *new_list_locked(PyObject *lock)
+{
+    PyObject *list = PyList_New(0);
+    if (list == NULL)
+        return NULL;
+    PyObject *r = PyObject_CallMethodNoArgs(lock, str_acquire);
+    if (r == NULL) {
+        Py_DECREF(list);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return list;
+}
+
 static PyObject *complete_futures(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
@@ -379,15 +395,10 @@ static PyObject *complete_futures(PyObject *module, PyObject *const *args, Py_ss
         PyErr_SetString(PyExc_ValueError, "complete_futures: fewer results than futures");
         return NULL;
     }
-    PyObject *slow = PyList_New(0);
+    PyObject *slow = new_list_locked(lock);
     if (slow == NULL)
         return NULL;
-    PyObject *r = PyObject_CallMethodNoArgs(lock, str_acquire); /* may block (and release the GIL) */
-    if (r == NULL) {
-        Py_DECREF(slow);
-        return NULL;
-    }
-    Py_DECREF(r);
+    PyObject *r;
     /* From here to the release no Python code runs (the list appends below cannot run any). */
     int failed = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -449,15 +460,10 @@ static PyObject *complete_lazy(PyObject *module, PyObject *const *args, Py_ssize
         if (PyTuple_GET_ITEM(e, 5) != Py_None)
             Py_RETURN_NONE;
     }
-    PyObject *slow = PyList_New(0);
+    PyObject *slow = new_list_locked(lock);
     if (slow == NULL)
         return NULL;
-    PyObject *r = PyObject_CallMethodNoArgs(lock, str_acquire); /* may block (and release the GIL) */
-    if (r == NULL) {
-        Py_DECREF(slow);
-        return NULL;
-    }
-    Py_DECREF(r);
+    PyObject *r;
     /* From here to the release no Python code runs (PyLong_FromSsize_t and list appends cannot run any). */
     int failed = 0;
     for (Py_ssize_t i = 0; i < n && !failed; i++) {
