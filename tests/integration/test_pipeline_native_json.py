@@ -16,6 +16,7 @@ import pytest
 from kafka_handoff.consumer.batch import ColumnChunk
 from kafka_handoff.pipeline import testing as pt
 from kafka_handoff.pipeline.arrow import chunks_to_table
+from kafka_handoff.pipeline.handover import BatchSpool
 from kafka_handoff.pipeline.transform import NativeInput, native_input, parse_json
 from kafka_handoff.pipeline.worker import Batch, PartitionRange, Worker
 from kafka_handoff.sample import generate_events
@@ -265,21 +266,35 @@ def test_a_batch_mostly_refused_by_arrow_falls_back_to_spark_whole(spark: Any) -
     assert len(on_spark.good) == 40
 
 
+class RecordingSpool(BatchSpool):
+    def __init__(self, spark: Any, directory: Path | None) -> None:
+        super().__init__(spark, directory)
+        self.written: list[Path | None] = []
+
+    def write(self, table: Any) -> Path | None:
+        self.written.append(super().write(table))
+        return self.written[-1]
+
+
 def test_the_worker_commits_the_same_output_and_dead_letters_with_the_native_parse_on_and_off(
     spark: Any, tmp_path: Path
 ) -> None:
+    """... and whether the batch reaches Spark as spooled Parquet files or by createDataFrame."""
     from deltalake import DeltaTable
 
     events = generate_events(3000, seed=11, malformed_share=0.05, start_ms=1_800_000_000_000)
     tp = TopicPartition("ev", 0)
     results = {}
-    for native_json in (True, False):
+    for native_json, handover in ((True, "files"), (True, "arrow"), (False, "files")):
+        name = f"{native_json}-{handover}"
         config = pt.pipeline_config(
-            "unused:9092", "ev", "g", str(tmp_path / f"out-{native_json}"),
-            malformed="dead-letter-table", dead_letter_path=str(tmp_path / f"dead-{native_json}"),
+            "unused:9092", "ev", "g", str(tmp_path / f"out-{name}"),
+            malformed="dead-letter-table", dead_letter_path=str(tmp_path / f"dead-{name}"),
         )  # fmt: skip
         config = dataclasses.replace(
-            config, transform=dataclasses.replace(config.transform, native_json=native_json)
+            config,
+            transform=dataclasses.replace(config.transform, native_json=native_json),
+            spark=dataclasses.replace(config.spark, handover=handover, spool_dir=str(tmp_path / "spool")),
         )
         worker = Worker(config, spark=spark)
         worker._setup()
@@ -287,19 +302,26 @@ def test_the_worker_commits_the_same_output_and_dead_letters_with_the_native_par
         chunk = ColumnChunk("ev", 0, list(range(n)), [e.timestamp for e in events], [e.key for e in events],
                             [e.value for e in events], [()] * n)  # fmt: skip
         batch = Batch(1, [chunk], {tp: PartitionRange(None, 0, len(events) - 1, len(events))},
-                      len(events), f"native-{native_json}")  # fmt: skip
+                      len(events), f"native-{name}")  # fmt: skip
+        assert worker._handover is not None
+        spool = worker._handover.batch(batch.tag)
+        batch.spool = recording = RecordingSpool(spool.spark, spool.directory)
         outcome = worker._process(batch)
         assert outcome.report.status == "committed"
-        out = DeltaTable(str(tmp_path / f"out-{native_json}")).to_pyarrow_table()
-        dead = DeltaTable(str(tmp_path / f"dead-{native_json}")).to_pyarrow_table()
-        results[native_json] = (
+        files = [p for p in recording.written if p is not None]
+        # files: the input, and with the native parse its parsed and rejected rows; all gone afterwards
+        assert len(files) == {"True-files": 3, "True-arrow": 0, "False-files": 1}[name]
+        assert not any(p.exists() for p in files)
+        out = DeltaTable(str(tmp_path / f"out-{name}")).to_pyarrow_table()
+        dead = DeltaTable(str(tmp_path / f"dead-{name}")).to_pyarrow_table()
+        results[name] = (
             sorted(out.drop_columns([c for c in out.column_names if c.startswith("_")]).to_pylist(),
                    key=lambda r: r["src_offset"]),
             sorted(dead.select(["offset", "value", "error"]).to_pylist(), key=lambda r: r["offset"]),
             outcome.report.malformed,
         )  # fmt: skip
-    assert results[True] == results[False]
+    assert results["True-files"] == results["True-arrow"] == results["False-files"]
     assert pt.output_event_ids(
-        DeltaTable(str(tmp_path / "out-True")).to_pyarrow_table()
+        DeltaTable(str(tmp_path / "out-True-files")).to_pyarrow_table()
     ) == pt.valid_event_ids(events)
-    assert results[True][2] == sum(1 for e in events if e.malformed)
+    assert results["True-files"][2] == sum(1 for e in events if e.malformed)

@@ -39,6 +39,16 @@ def test_defaults() -> None:
     assert cfg.errors.malformed == "skip"
     assert cfg.name == "g"
     assert cfg.transform.native_json is True
+    assert cfg.spark.handover == "auto" and cfg.spark.spool_dir is None and cfg.spark.local
+
+
+def test_the_handover_and_its_spool_directory() -> None:
+    cfg = parse_config(minimal(spark={"handover": "arrow"}))
+    assert cfg.spark.handover == "arrow"
+    cluster = {"master": "spark://h:7077", "handover": "files", "spool_dir": "/shared"}
+    cfg = parse_config(minimal(spark=cluster))
+    assert (cfg.spark.handover, cfg.spark.spool_dir, cfg.spark.local) == ("files", "/shared", False)
+    assert not parse_config(minimal(spark={"remote": "sc://h:15002"})).spark.local
 
 
 def test_the_native_json_parse_can_be_switched_off() -> None:
@@ -83,6 +93,14 @@ def test_nested_tables_become_dotted_kafka_names() -> None:
         ({"spark": {"master": "local[2]", "remote": "sc://h:15002"}}, "spark.remote: set either"),
         ({"spark": {"remote": "http://h"}}, "spark.remote: expected a Spark Connect URL"),
         ({"transform": {"function": "no_colon"}}, "transform.function: expected 'module:function'"),
+        (
+            {"spark": {"handover": "socket"}},
+            "spark.handover: 'socket' is not allowed (allowed: auto, files, arrow)",
+        ),
+        (
+            {"spark": {"master": "spark://h:7077", "handover": "files"}},
+            "spark.handover: 'files' with a cluster or Spark Connect needs spark.spool_dir",
+        ),
         (
             {"transform": {"native_json": "yes"}},
             "transform.native_json: 'yes' is not allowed (allowed: true, false)",

@@ -216,10 +216,11 @@ def spark_kafka_jars(progress: Callable[[str], None] = lambda _m: None) -> dict[
     return conf
 
 
-def _warm_transform(spark: Any, transform_fn: Callable[[Any], Any], count: int) -> None:
+def _warm_transform(spark: Any, transform_fn: Callable[[Any], Any], count: int, handover: Any) -> None:
     """Run the transform on ``count`` generated events (the run's size up to 200,000), by the Spark path
-    and by the worker's native JSON parse, twice, so that neither engine alone pays the JVM's first use
-    (code generation, JIT compilation of the Arrow conversion, JSON parser and aggregation loops)."""
+    and by the worker's native JSON parse and handover, twice, so that neither engine alone pays the JVM's
+    first use (code generation, JIT compilation of the Arrow conversion, the JSON parser, the Parquet
+    reader and the aggregation loops)."""
     from kafka_handoff.consumer.batch import ColumnChunk
     from kafka_handoff.pipeline.arrow import chunks_to_table
     from kafka_handoff.pipeline.transform import native_input, normalize_result
@@ -231,13 +232,22 @@ def _warm_transform(spark: Any, transform_fn: Callable[[Any], Any], count: int) 
     values: list[bytes | None] = [e.value for e in events]
     chunk = ColumnChunk("warm-up", 0, list(range(n)), [e.timestamp for e in events], keys, values, [()] * n)
     table = chunks_to_table([chunk])
-    for native in (False, True, False, True):
+    for run, native in enumerate((False, True, False, True)):
         df = spark.createDataFrame(table)
         with native_input(spark, df, table, enabled=native):
             result = normalize_result(transform_fn(df), "warm-up")
         result.output.toArrow()
         if result.rejected is not None:
             result.rejected.toArrow()
+        if native:  # the worker's way too (handover files: its Parquet reads)
+            spool = handover.batch(f"warm-up-{run}")
+            try:
+                df = spool.frame(table)
+                with native_input(spark, df, table, to_frame=spool.frame):
+                    result = normalize_result(transform_fn(df), "warm-up")
+                result.output.toArrow()
+            finally:
+                spool.close()
 
 
 def _run_handoff(
@@ -497,9 +507,13 @@ def run_benchmark(
     try:
         # warm the JVM/Python workers with a tiny job so neither engine pays first-job costs alone
         spark.sql("SELECT id % 7 AS k, count(*) FROM range(1000) GROUP BY k").collect()
-        _warm_transform(
-            spark, transform_fn, min(200_000, events if mode == "backlog" else int(rate * duration_s))
-        )
+        from kafka_handoff.pipeline.handover import Handover
+
+        handover = Handover(spark, mode=base.spark.handover, local=base.spark.local,
+                            spool_dir=base.spark.spool_dir, owner="bench-warm-up")  # fmt: skip
+        warm = min(200_000, events if mode == "backlog" else int(rate * duration_s))
+        _warm_transform(spark, transform_fn, warm, handover)
+        handover.close()
         if "kafka-handoff" in engines:
             progress("kafka-handoff pipeline worker ...")
             if mode == "backlog":

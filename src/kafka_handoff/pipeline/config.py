@@ -21,6 +21,8 @@ Layout (every section but ``[kafka]``, ``[transform]`` and ``[sink]`` is optiona
     [spark]
     master = "local[2]"         # or spark://host:7077; or remote = "sc://host:15002" (Spark Connect)
     app_name = "handoff-pipeline"
+    handover = "auto"           # batches reach Spark as Parquet files (local master) or by createDataFrame
+    spool_dir = "/dev/shm/kafka-handoff"   # where those files go (default: /dev/shm, else the temp dir)
     [spark.conf]
     "spark.driver.memory" = "2g"
 
@@ -79,6 +81,8 @@ __all__ = [
 ]
 
 SINK_FORMATS = ("delta", "parquet", "kafka")
+#: ``spark.handover``: how batches reach Spark (:mod:`kafka_handoff.pipeline.handover`).
+HANDOVER_MODES = ("auto", "files", "arrow")
 MALFORMED_POLICIES = ("dead-letter-table", "dead-letter-topic", "skip", "fail")
 BATCH_KEYS = (
     "adaptive",
@@ -121,6 +125,16 @@ class SparkConfig:
     remote: str | None = None
     app_name: str = "handoff-pipeline"
     conf: Mapping[str, str] = field(default_factory=dict)
+    handover: str = "auto"
+    """How batches reach Spark: ``auto`` | ``files`` | ``arrow`` (:mod:`kafka_handoff.pipeline.handover`)."""
+    spool_dir: str | None = None
+    """Where ``files`` puts the batches' Parquet files (default: ``/dev/shm/kafka-handoff``, else the
+    temporary directory)."""
+
+    @property
+    def local(self) -> bool:
+        """A local master in this process's machine (not a cluster, not Spark Connect)."""
+        return self.remote is None and self.master.startswith("local")
 
 
 @dataclass(frozen=True)
@@ -358,7 +372,7 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
     name = _str("pipeline", pipeline, "name", str(consumer["group.id"])) or str(consumer["group.id"])
 
     s = _section(raw, "spark")
-    _unknown("spark", s, ("master", "remote", "app_name", "conf"))
+    _unknown("spark", s, ("master", "remote", "app_name", "conf", "handover", "spool_dir"))
     conf_raw = s.get("conf", {})
     if not isinstance(conf_raw, dict):
         raise ConfigError(f"spark.conf: expected a table of Spark settings, got {conf_raw!r}")
@@ -379,7 +393,14 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
         remote=remote or None,
         app_name=_str("spark", s, "app_name", f"handoff-pipeline-{name}") or name,
         conf=conf,
+        handover=_choice("spark", s, "handover", HANDOVER_MODES, SparkConfig.handover),
+        spool_dir=_str("spark", s, "spool_dir") or None,
     )
+    if spark.handover == "files" and not spark.local and spark.spool_dir is None:
+        raise ConfigError(
+            "spark.handover: 'files' with a cluster or Spark Connect needs spark.spool_dir, a path every "
+            "executor sees (allowed: auto, files, arrow)"
+        )
 
     t = _section(raw, "transform")
     _unknown("transform", t, ("function", "path", "native_json"))

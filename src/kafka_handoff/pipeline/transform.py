@@ -136,6 +136,8 @@ class NativeInput:
     df: Any
     table: Any
     enabled: bool = True
+    to_frame: Callable[[Any], Any] | None = None
+    """Makes the native parse's DataFrames from its Arrow tables (default: ``spark.createDataFrame``)."""
     rejected: list[tuple[Any, Any]] = field(default_factory=list)
     """(rejected DataFrame, the same rows as an Arrow table) per native :func:`parse_json` call."""
     native: int = 0
@@ -144,6 +146,10 @@ class NativeInput:
     """Records the native parse handed to Spark's ``from_json`` (refused by pyarrow, or not tried)."""
     fallbacks: int = 0
     """Native :func:`parse_json` calls that gave the whole batch to the Spark path."""
+
+    def frame(self, table: Any) -> Any:
+        """``table`` as a DataFrame (the worker's handover: a spooled file, or ``createDataFrame``)."""
+        return self.spark.createDataFrame(table) if self.to_frame is None else self.to_frame(table)
 
     def rejected_arrow(self, rejected_df: Any) -> Any:
         """The Arrow table of ``rejected_df`` if a native :func:`parse_json` made it (no Spark job needed
@@ -160,10 +166,18 @@ _INPUT: contextvars.ContextVar[NativeInput | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def native_input(spark: Any, df: Any, table: Any, *, enabled: bool = True) -> Iterator[NativeInput]:
-    """Within the block (in this thread), :func:`parse_json` called with ``df`` -- made by
-    ``spark.createDataFrame(table)`` -- may parse ``table``'s values natively."""
-    scope = NativeInput(spark, df, table, enabled)
+def native_input(
+    spark: Any,
+    df: Any,
+    table: Any,
+    *,
+    enabled: bool = True,
+    to_frame: Callable[[Any], Any] | None = None,
+) -> Iterator[NativeInput]:
+    """Within the block (in this thread), :func:`parse_json` called with ``df`` -- made from ``table`` --
+    may parse ``table``'s values natively; its DataFrames are made by ``to_frame`` (default:
+    ``spark.createDataFrame``)."""
+    scope = NativeInput(spark, df, table, enabled, to_frame)
     token = _INPUT.set(scope)
     try:
         yield scope
@@ -494,7 +508,7 @@ def _native_parse(
     ref_error = pa.array([], pa.string())
     ref_columns = {name: pa.array([], t) for name, t in zip(plan.names, plan.types, strict=True)}
     if len(refused_idx):
-        sub_df = scope.spark.createDataFrame(table.take(pa.array(refused_idx)))
+        sub_df = scope.frame(table.take(pa.array(refused_idx)))
         judged = _spark_parse(sub_df, plan.struct, required, column, keep)[2].toArrow()
         ref_ok = _mask(judged.column(_OK).combine_chunks())
         ref_error = judged.column(_ERROR).combine_chunks().cast(pa.string()).filter(pa.array(~ref_ok))
@@ -524,8 +538,8 @@ def _native_parse(
     rejected = table.select([*_REJECTED_KAFKA, column]).filter(pa.array(~good_mask))
     rejected = rejected.append_column(pa.field("error", pa.string(), nullable=False), error)
     built_at = time.monotonic()
-    good_df = scope.spark.createDataFrame(good)
-    rejected_df = scope.spark.createDataFrame(rejected)
+    good_df = scope.frame(good)
+    rejected_df = scope.frame(rejected)
     scope.rejected.append((rejected_df, rejected))
     log.debug(
         "native JSON parse of %d records: %d parsed (%.2f s), %d judged by Spark (%.2f s), tables %.2f s, "

@@ -60,6 +60,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -78,6 +79,7 @@ from kafka_handoff.pipeline.errors import (
     SinkError,
     TransformError,
 )
+from kafka_handoff.pipeline.handover import BatchSpool, Handover
 from kafka_handoff.pipeline.sinks import MarkUpdate, Sink, make_sink
 from kafka_handoff.pipeline.sizing import BatchSizer
 from kafka_handoff.pipeline.spark import JobControl, build_session
@@ -126,8 +128,12 @@ class Batch:
     cut_at: float = field(default_factory=time.monotonic)
     cancelled: threading.Event = field(default_factory=threading.Event)
     segments: Segments = field(default_factory=dict)
-    table: concurrent.futures.Future[Any] | None = None
-    """The Arrow table, built by the build thread (None: build it in the spark thread)."""
+    table: concurrent.futures.Future[Built] | None = None
+    """The Arrow table (and its spooled file), built by the build thread (None: build it in the spark
+    thread)."""
+    spool: BatchSpool | None = None
+    """Where the batch's DataFrames come from (:mod:`~kafka_handoff.pipeline.handover`); closed when the
+    batch is done."""
     dropped: set[TopicPartition] = field(default_factory=set)
     """Partitions taken out after the cut (revoked, rewound): filtered from the table before Spark."""
     target: int = 0
@@ -149,11 +155,20 @@ class Batch:
                 self.segments.pop(tp, None)
 
 
-def build_table(batch: Batch) -> Any:
-    """The batch's Arrow table (run in the build thread); frees the Python columns."""
+@dataclass(frozen=True)
+class Built:
+    table: Any
+    """The batch's Arrow table."""
+    path: Path | None = None
+    """The table as a spooled Parquet file (``spark.handover`` files), or None."""
+
+
+def build_table(batch: Batch) -> Built:
+    """The batch's Arrow table and its spooled file (run in the build thread); frees the Python columns."""
     table = chunks_to_table(batch.chunks)
     batch.chunks = []
-    return table
+    path = batch.spool.write(table) if batch.spool is not None else None
+    return Built(table, path)
 
 
 def without_partitions(table: Any, partitions: Collection[TopicPartition]) -> Any:
@@ -282,6 +297,7 @@ class Worker:
         self._dead: DeadLetter | None = None
         self._transform: Callable[[Any], Any] | None = None
         self._jobs: JobControl | None = None
+        self._handover: Handover | None = None
 
     # ------------------------------------------------------------------------------------------- control
     def stop(self) -> None:
@@ -306,6 +322,13 @@ class Worker:
             self._say(f"[dim]starting Spark ({cfg.spark.remote or cfg.spark.master}) ...[/dim]")
             self.spark = build_session(cfg.spark)
         self._jobs = JobControl(self.spark)
+        self._handover = Handover(
+            self.spark,
+            mode=cfg.spark.handover,
+            local=cfg.spark.local and not self._jobs.connect,
+            spool_dir=cfg.spark.spool_dir,
+            owner=f"{cfg.name}-{self.member}",
+        )
 
     def _say(self, text: str) -> None:
         if self.console is not None:
@@ -375,6 +398,8 @@ class Worker:
         executor.shutdown(wait=True)
         if self._builder is not None:
             self._builder.shutdown(wait=True, cancel_futures=True)
+        if self._handover is not None:
+            self._handover.close()
         if self._consumer is not None:
             try:
                 self._consumer.close(timeout=30)
@@ -566,6 +591,8 @@ class Worker:
             target=target,
             reason=decision.reason,
         )
+        if self._handover is not None:
+            batch.spool = self._handover.batch(batch.tag)
         if self._builder is not None:
             batch.table = self._builder.submit(build_table, batch)
         self._ready = batch
@@ -593,6 +620,8 @@ class Worker:
         if not batch.ranges:
             if batch.table is not None:
                 batch.table.cancel()
+            if batch.spool is not None and (batch.table is None or batch.table.cancelled()):
+                batch.spool.close()  # (if the build thread is writing, the worker's close removes it)
             return
         self._inflight = (batch, executor.submit(self._process, batch))
 
@@ -659,6 +688,13 @@ class Worker:
 
     # ------------------------------------------------------------------------------------------- spark thread
     def _process(self, batch: Batch) -> _Outcome:
+        try:
+            return self._process_batch(batch)
+        finally:
+            if batch.spool is not None:
+                batch.spool.close()
+
+    def _process_batch(self, batch: Batch) -> _Outcome:
         assert self._sink is not None and self._dead is not None and self._jobs is not None
         assert self._transform is not None
         fn = self.config.transform.function
@@ -667,10 +703,12 @@ class Worker:
         report.target, report.cut_reason = batch.target, batch.reason
         if batch.cancelled.is_set():
             return _Outcome(report)
-        table = batch.table.result() if batch.table is not None else build_table(batch)
+        built = batch.table.result() if batch.table is not None else build_table(batch)
         batch.table = None
+        table, path = built.table, built.path
         if batch.dropped:
-            table = without_partitions(table, batch.dropped)
+            table, path = without_partitions(table, batch.dropped), None
+        spool = batch.spool or BatchSpool(self.spark, None)
         report.bytes = int(table.nbytes)
         origins = latency_origins(table, batch.segments, self._run_start_ms)
         t1 = time.monotonic()
@@ -678,10 +716,11 @@ class Worker:
         desc = batch.describe()
         with self._jobs.tagged(batch.tag):
             try:
-                df = self.spark.createDataFrame(table)
+                df = spool.frame(table) if path is None else spool.read(path, table)
                 # parse_json on this very DataFrame parses the values from ``table`` with pyarrow
                 # (transform.py, "Native JSON parse"); the rejected rows it returns are known as Arrow.
-                with native_input(self.spark, df, table, enabled=self.config.transform.native_json) as native:
+                with native_input(self.spark, df, table, enabled=self.config.transform.native_json,
+                                  to_frame=spool.frame) as native:  # fmt: skip
                     result = normalize_result(self._transform(df), fn)
             except Exception as exc:
                 if batch.cancelled.is_set():
