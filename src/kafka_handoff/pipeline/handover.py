@@ -39,11 +39,20 @@ log = logging.getLogger(__name__)
 ROW_GROUP_ROWS = 65536
 
 
+#: ``/dev/shm`` is the default spool only with this much free space (a container's is often 64 MiB).
+SHM_MIN_FREE = 1 << 30
+
+
 def default_spool_dir() -> str:
-    """``/dev/shm/kafka-handoff`` when ``/dev/shm`` is a writable directory (memory-backed), else the
-    system's temporary directory."""
+    """``/dev/shm/kafka-handoff`` when ``/dev/shm`` is a writable directory (memory-backed) with at least
+    1 GiB free, else the system's temporary directory."""
     shm = Path("/dev/shm")
-    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    base = Path(tempfile.gettempdir())
+    try:
+        if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free >= SHM_MIN_FREE:
+            base = shm
+    except OSError:
+        pass
     return str(base / "kafka-handoff")
 
 
@@ -61,6 +70,7 @@ class Handover:
         self.spark = spark
         self.files = mode == "files" or (mode == "auto" and local)
         self.root = Path(spool_dir or default_spool_dir()) / _safe(owner)
+        self.write_failures = 0
         if self.files:
             # Batches of an earlier run of this member that did not end cleanly.
             shutil.rmtree(self.root, ignore_errors=True)
@@ -70,7 +80,15 @@ class Handover:
 
     def batch(self, name: str) -> BatchSpool:
         """The spool of one batch (its directory is made on the first file)."""
-        return BatchSpool(self.spark, self.root / _safe(name) if self.files else None)
+        return BatchSpool(self.spark, self.root / _safe(name) if self.files else None, self)
+
+    def write_failed(self, path: Path, exc: OSError) -> None:
+        """A file could not be written (a full or read-only spool): that table goes by ``createDataFrame``;
+        warned about once per worker, then at debug level."""
+        self.write_failures += 1
+        level = logging.WARNING if self.write_failures == 1 else logging.DEBUG
+        log.log(level, "could not spool a batch table to %s (%s); handing it to Spark with createDataFrame "
+                "(set spark.spool_dir, or spark.handover = \"arrow\")", path, exc)  # fmt: skip
 
     def close(self) -> None:
         if self.files:
@@ -81,22 +99,31 @@ class BatchSpool:
     """The DataFrames of one batch; :meth:`close` removes their files.  ``directory`` None:
     ``createDataFrame``."""
 
-    def __init__(self, spark: Any, directory: Path | None) -> None:
+    def __init__(self, spark: Any, directory: Path | None, owner: Handover | None = None) -> None:
         self.spark = spark
         self.directory = directory
+        self.owner = owner
         self._names = itertools.count()
 
     def write(self, table: Any) -> Path | None:
         """Write ``table`` as one of the batch's files (thread-safe for distinct calls); None without a
-        directory."""
+        directory, or when the file cannot be written (see :meth:`Handover.write_failed`)."""
         if self.directory is None:
             return None
         import pyarrow.parquet as pq
 
-        self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"part-{next(self._names):03d}.parquet"
-        pq.write_table(table, path, compression="none", use_dictionary=False, write_statistics=False,
-                       row_group_size=ROW_GROUP_ROWS)  # fmt: skip
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, path, compression="none", use_dictionary=False, write_statistics=False,
+                           row_group_size=ROW_GROUP_ROWS)  # fmt: skip
+        except OSError as exc:
+            path.unlink(missing_ok=True)
+            if self.owner is not None:
+                self.owner.write_failed(path, exc)
+            else:
+                log.warning("could not spool a batch table to %s (%s); using createDataFrame", path, exc)
+            return None
         return path
 
     def read(self, path: Path, table: Any) -> Any:

@@ -1,0 +1,64 @@
+"""The handover's file side without Spark: where the spool goes, and a table that cannot be spooled (a full
+``/dev/shm``) going to ``createDataFrame`` with one warning instead of failing the batch."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from kafka_handoff.pipeline import handover as handover_module
+from kafka_handoff.pipeline.handover import Handover, default_spool_dir
+
+pytestmark = pytest.mark.unit
+
+
+class FakeSpark:
+    """Records the tables given to ``createDataFrame`` (the handover's fallback)."""
+
+    def __init__(self) -> None:
+        self.created: list[Any] = []
+
+    def createDataFrame(self, table: Any) -> str:
+        self.created.append(table)
+        return f"frame-{len(self.created)}"
+
+
+def test_the_spool_is_in_dev_shm_only_when_it_has_room(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not Path("/dev/shm").is_dir():
+        pytest.skip("no /dev/shm on this machine")
+    usage = shutil.disk_usage("/dev/shm")
+    monkeypatch.setattr(handover_module.shutil, "disk_usage", lambda _p: usage._replace(free=1 << 40))
+    assert default_spool_dir() == "/dev/shm/kafka-handoff"
+    monkeypatch.setattr(handover_module.shutil, "disk_usage", lambda _p: usage._replace(free=64 << 20))
+    assert default_spool_dir() == str(Path(tempfile.gettempdir()) / "kafka-handoff")
+
+
+def test_a_table_that_cannot_be_spooled_goes_by_create_data_frame_with_one_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    spark = FakeSpark()
+    handover = Handover(spark, mode="files", local=True, spool_dir=str(tmp_path), owner="m")
+    table = pa.table({"offset": pa.array([1, 2, 3], pa.int64())})
+
+    def full(table: Any, where: Any, **_kw: Any) -> None:
+        Path(where).write_bytes(b"PAR1")  # a partial file, then the device is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pq, "write_table", full)
+    caplog.set_level(logging.DEBUG, logger="kafka_handoff.pipeline.handover")
+    spool = handover.batch("b1")
+    assert spool.frame(table) == "frame-1" and spool.frame(table) == "frame-2"
+    assert spark.created == [table, table]
+    assert spool.directory is not None and list(spool.directory.iterdir()) == []  # no partial file left
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "No space left on device" in warnings[0].getMessage()
+    assert "spark.spool_dir" in warnings[0].getMessage()
+    assert handover.write_failures == 2
