@@ -14,7 +14,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kafka_handoff.pipeline import handover as handover_module
 from kafka_handoff.pipeline.handover import Handover, default_spool_dir
 
 pytestmark = pytest.mark.unit
@@ -35,9 +34,9 @@ def test_the_spool_is_in_dev_shm_only_when_it_has_room(monkeypatch: pytest.Monke
     if not Path("/dev/shm").is_dir():
         pytest.skip("no /dev/shm on this machine")
     usage = shutil.disk_usage("/dev/shm")
-    monkeypatch.setattr(handover_module.shutil, "disk_usage", lambda _p: usage._replace(free=1 << 40))
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage._replace(free=1 << 40))
     assert default_spool_dir() == "/dev/shm/kafka-handoff"
-    monkeypatch.setattr(handover_module.shutil, "disk_usage", lambda _p: usage._replace(free=64 << 20))
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage._replace(free=64 << 20))
     assert default_spool_dir() == str(Path(tempfile.gettempdir()) / "kafka-handoff")
 
 
