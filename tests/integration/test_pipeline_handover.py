@@ -72,19 +72,6 @@ def test_a_spooled_table_reads_back_row_for_row_in_order_and_in_several_tasks(
     assert not handover.root.exists()
 
 
-def test_a_new_handover_of_the_same_member_removes_what_a_crashed_one_left(
-    spark: Any, tmp_path: Path
-) -> None:
-    first = Handover(spark, mode="files", local=True, spool_dir=str(tmp_path), owner="m")
-    left = first.batch("b7").write(kafka_table(10))
-    assert left is not None and left.exists()
-    other = Handover(spark, mode="files", local=True, spool_dir=str(tmp_path), owner="another")
-    other.batch("b1").write(kafka_table(10))
-    Handover(spark, mode="files", local=True, spool_dir=str(tmp_path), owner="m")
-    assert not left.exists()
-    assert other.root.exists()  # another member's spool is its own
-
-
 def test_arrow_and_remote_sessions_use_create_data_frame_and_write_nothing(
     spark: Any, tmp_path: Path
 ) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import logging
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -61,3 +63,41 @@ def test_a_table_that_cannot_be_spooled_goes_by_create_data_frame_with_one_warni
     assert len(warnings) == 1 and "No space left on device" in warnings[0].getMessage()
     assert "spark.spool_dir" in warnings[0].getMessage()
     assert handover.write_failures == 2
+
+
+CRASHING_WORKER = """
+import os, sys
+import pyarrow as pa
+from kafka_handoff.pipeline.handover import Handover
+handover = Handover(None, mode="files", local=True, spool_dir=sys.argv[1], owner="crashed")
+path = handover.batch("b7").write(pa.table({"offset": pa.array([1, 2], pa.int64())}))
+print(path, flush=True)
+os._exit(9)
+"""
+
+
+def test_a_starting_worker_removes_the_spools_of_crashed_workers_but_not_of_live_ones(tmp_path: Path) -> None:
+    live = Handover(FakeSpark(), mode="files", local=True, spool_dir=str(tmp_path), owner="live")
+    live_file = live.batch("b1").write(pa.table({"offset": pa.array([1], pa.int64())}))
+    crash = subprocess.run([sys.executable, "-c", CRASHING_WORKER, str(tmp_path)], capture_output=True,
+                           text=True, timeout=120, check=False)  # fmt: skip
+    assert crash.returncode == 9, crash.stderr
+    left = Path(crash.stdout.strip())
+    assert left.is_file()  # the crash left its batch file behind
+    starting = Handover(FakeSpark(), mode="files", local=True, spool_dir=str(tmp_path), owner="live")
+    assert not left.exists() and not left.parents[1].exists()
+    assert live_file is not None and live_file.is_file()  # the live worker's spool is its own
+    assert starting.root != live.root and starting.root.is_dir()
+    live.close()
+    starting.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unusable_spool_directory_means_create_data_frame(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"")  # the spool directory would be below a file
+    spark = FakeSpark()
+    handover = Handover(spark, mode="files", local=True, spool_dir=str(blocker), owner="m")
+    assert not handover.files
+    table = pa.table({"offset": pa.array([1], pa.int64())})
+    assert handover.batch("b1").frame(table) == "frame-1" and spark.created == [table]

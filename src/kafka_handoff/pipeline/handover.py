@@ -13,9 +13,10 @@ Connect, whose executors cannot see the worker's files), ``files`` (also for a c
 ``spark.spool_dir`` is a path every executor sees), ``arrow`` (always ``createDataFrame``).
 
 A batch's files live in one directory (:class:`BatchSpool`), removed when the batch is done -- committed,
-discarded or failed -- and, for directories a crashed worker left behind, when the next worker of the
-same member name starts.  The DataFrames read from files have nullable columns (Spark's file sources make
-every column nullable); rows keep the table's order.
+discarded or failed.  Each worker's spool holds a lock file while the worker lives; a worker starting
+removes the spools whose lock is free (:func:`reap`: their worker crashed or was killed), so memory in
+``/dev/shm`` is not lost to crashes.  The DataFrames read from files have nullable columns (Spark's file
+sources make every column nullable); rows keep the table's order.
 """
 
 from __future__ import annotations
@@ -29,9 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from kafka_handoff.errors import ConfigError
+
+try:
+    import fcntl
+except ImportError:  # not on POSIX: no reaping of crashed workers' spools
+    fcntl = None  # type: ignore[assignment]
 from kafka_handoff.pipeline.config import HANDOVER_MODES
 
-__all__ = ["BatchSpool", "Handover", "default_spool_dir"]
+__all__ = ["BatchSpool", "Handover", "default_spool_dir", "reap"]
 
 log = logging.getLogger(__name__)
 
@@ -63,17 +69,27 @@ def _safe(name: str) -> str:
 class Handover:
     """The worker's way of turning Arrow tables into DataFrames (see the module docstring)."""
 
+    _instances = itertools.count()
+
     def __init__(self, spark: Any, *, mode: str, local: bool, spool_dir: str | None, owner: str) -> None:
         if mode not in HANDOVER_MODES:
             allowed = ", ".join(HANDOVER_MODES)
             raise ConfigError(f"spark.handover: {mode!r} is not allowed (allowed: {allowed})")
         self.spark = spark
         self.files = mode == "files" or (mode == "auto" and local)
-        self.root = Path(spool_dir or default_spool_dir()) / _safe(owner)
+        self.base = Path(spool_dir or default_spool_dir())
+        self.root = self.base / f"{_safe(owner)}-{os.getpid()}-{next(self._instances)}"
         self.write_failures = 0
+        self._lock: int | None = None
         if self.files:
-            # Batches of an earlier run of this member that did not end cleanly.
-            shutil.rmtree(self.root, ignore_errors=True)
+            reap(self.base)
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+                self._lock = _hold(self.root / LOCK_NAME)
+            except OSError as exc:
+                log.warning("cannot use the spool directory %s (%s); handing batches to Spark with "
+                            "createDataFrame", self.root, exc)  # fmt: skip
+                self.files = False
 
     def describe(self) -> str:
         return f"Parquet files in {self.root}" if self.files else "createDataFrame (Arrow)"
@@ -91,8 +107,53 @@ class Handover:
                 "(set spark.spool_dir, or spark.handover = \"arrow\")", path, exc)  # fmt: skip
 
     def close(self) -> None:
+        """Remove the spool (every batch's files) and release its lock."""
         if self.files:
             shutil.rmtree(self.root, ignore_errors=True)
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+
+#: Each worker's spool holds this file locked (``flock``) while the worker lives.
+LOCK_NAME = ".owner.lock"
+
+
+def _hold(path: Path) -> int | None:
+    """Open and lock ``path`` for as long as the descriptor stays open (None where ``flock`` does not
+    exist)."""
+    if fcntl is None:
+        return None
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def reap(base: Path) -> list[Path]:
+    """Remove the spools under ``base`` whose worker is gone (its lock is free: the process ended, by a
+    crash too); returns them.  A spool whose lock is held is left alone."""
+    if fcntl is None or not base.is_dir():
+        return []
+    reaped = []
+    for lock in base.glob(f"*/{LOCK_NAME}"):
+        try:
+            fd = _hold(lock)
+        except OSError:
+            continue  # held: its worker is alive
+        try:
+            shutil.rmtree(lock.parent, ignore_errors=True)
+            reaped.append(lock.parent)
+        finally:
+            if fd is not None:
+                os.close(fd)
+    if reaped:
+        log.info("removed %d spool(s) of pipeline workers that ended without cleaning up: %s", len(reaped),
+                 ", ".join(str(p) for p in reaped))  # fmt: skip
+    return reaped
 
 
 class BatchSpool:
