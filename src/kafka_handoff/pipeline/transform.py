@@ -24,6 +24,12 @@ non-finite float) -- is judged by the Spark path on just those rows, so the ``(p
 their order and the error strings equal what the Spark path returns.  When more than half of a batch
 is refused the whole batch takes the Spark path.  Any other DataFrame (Spark's own Kafka source, a
 DataFrame derived from the input) takes the Spark path.
+
+Before pyarrow, when the schema has no float field and the C extension ``_jsonscan`` is built (and
+``KAFKA_HANDOFF_PURE_PYTHON`` is not set), a strict C scanner of flat JSON objects reads every value
+(``_c_scan``): it accepts only what pyarrow would parse to the very same values (one object on one line,
+strictly valid UTF-8, integers in range, no duplicate schema key, ...) and fills their fields directly as
+Arrow arrays; only the values it refuses take the steps above (pyarrow, then Spark for pyarrow's refusals).
 """
 
 from __future__ import annotations
