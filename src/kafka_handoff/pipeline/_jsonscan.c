@@ -481,7 +481,8 @@ static int scan_row(const uint8_t *p, const uint8_t *e, field_t *fields, Py_ssiz
         field_t *f = NULL;
         for (Py_ssize_t k = 0; k < nf; k++) {
             Py_ssize_t i = next + k < nf ? next + k : next + k - nf;
-            if (fields[i].name_len == klen && memcmp(fields[i].name, key, klen) == 0) {
+            if (fields[i].name_len == klen && (klen == 0 || (fields[i].name[0] == (char)key[0] &&
+                                                              memcmp(fields[i].name, key, klen) == 0))) {
                 f = &fields[i];
                 next = i + 1 < nf ? i + 1 : 0;
                 break;
@@ -612,8 +613,9 @@ static PyObject *jsonscan_scan(PyObject *module, PyObject *args)
     PyObject *cseq = PySequence_Fast(chunk_list, "scan: chunks must be a sequence");
     if (!cseq)
         return NULL;
-    PyObject *nseq = PySequence_Fast(names, "scan: names must be a sequence");
-    PyObject *kseq = nseq ? PySequence_Fast(kinds, "scan: kinds must be a sequence") : NULL;
+    /* tuples (copies): the names' bytes are read without the GIL */
+    PyObject *nseq = PySequence_Tuple(names);
+    PyObject *kseq = nseq ? PySequence_Tuple(kinds) : NULL;
     Py_ssize_t nc = PySequence_Fast_GET_SIZE(cseq);
     Py_ssize_t nf = nseq ? PySequence_Fast_GET_SIZE(nseq) : 0;
     chunk_t *chunks = NULL;

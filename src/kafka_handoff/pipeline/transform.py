@@ -404,7 +404,7 @@ def _c_scan(values: Any, plan: _Plan, struct_type: Any) -> tuple[Any, Any] | Non
     chunks = []
     for chunk in values.chunks:
         validity, offsets, data = chunk.buffers()[:3]
-        if offsets is None:  # (an empty chunk)
+        if offsets is None and not len(chunk):
             continue
         chunks.append((offsets, b"" if data is None else data, validity, chunk.offset, len(chunk)))
     mask, accepted, fields = _JSONSCAN.scan(chunks, [name.encode() for name in plan.names], kinds)
