@@ -77,7 +77,10 @@ def reference(value: bytes | None, fields: Sequence[tuple[str, Any]]) -> Any:
         return REFUSED
     if table.num_rows != 1:
         return REFUSED
-    row = table.column("v")[0].as_py()
+    try:
+        row = table.column("v")[0].as_py()
+    except UnicodeDecodeError:  # pyarrow let invalid UTF-8 through into a string
+        return REFUSED
     return REFUSED if row is None else row
 
 
