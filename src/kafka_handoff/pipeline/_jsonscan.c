@@ -110,6 +110,7 @@ typedef struct {
     int kind;
     const char *name;
     size_t name_len;
+    int plain_name; /* the name's bytes are all plain: its JSON key is the same bytes, unescaped */
     grow_t validity, values, offsets;
     size_t nulls;
     /* the row being scanned: 0 absent, 1 null, 2 a value */
@@ -197,8 +198,18 @@ static int scan_string(cursor_t *c, grow_t *out, int allow_escapes)
     const uint8_t *p = c->p, *e = c->e;
     const uint8_t *run = p;
     for (;;) {
-        while (p + 4 <= e && plain[p[0]] && plain[p[1]] && plain[p[2]] && plain[p[3]])
-            p += 4;
+        /* 8 plain bytes at a time: none below 0x20, none >= 0x80, no '"', no '\\' */
+        while (e - p >= 8) {
+            uint64_t x;
+            memcpy(&x, p, 8);
+            const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+            uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\');
+            uint64_t special = ((x - ones * 0x20) | (q - ones) | (b - ones) | x) & highs;
+            /* (x - 0x20 per byte borrows only through bytes < 0x20; any byte >= 0x80 sets its own high bit) */
+            if (special)
+                break;
+            p += 8;
+        }
         while (p < e && plain[*p])
             p++;
         if (p >= e)
@@ -470,16 +481,25 @@ static int scan_row(const uint8_t *p, const uint8_t *e, field_t *fields, Py_ssiz
         if (c.p >= c.e || *c.p != '"')
             return 0;
         const uint8_t *key = ++c.p;
-        if (scan_string(&c, NULL, 0) < 0)
+        field_t *f = NULL;
+        field_t *guess = &fields[next];
+        size_t glen = guess->name_len;
+        if (guess->plain_name && (size_t)(c.e - c.p) > glen && c.p[glen] == '"' &&
+            memcmp(c.p, guess->name, glen) == 0) {
+            /* the key expected next (the bytes up to the quote are its name: plain, so a valid key) */
+            f = guess;
+            next = next + 1 < nf ? next + 1 : 0;
+            c.p += glen + 1;
+        } else if (scan_string(&c, NULL, 0) < 0) {
             return 0;
+        }
         size_t klen = (size_t)(c.p - 1 - key);
         skip_ws(&c);
         if (c.p >= c.e || *c.p != ':')
             return 0;
         c.p++;
         skip_ws(&c);
-        field_t *f = NULL;
-        for (Py_ssize_t k = 0; k < nf; k++) {
+        for (Py_ssize_t k = 0; k < nf && !f; k++) {
             Py_ssize_t i = next + k < nf ? next + k : next + k - nf;
             if (fields[i].name_len == klen && (klen == 0 || (fields[i].name[0] == (char)key[0] &&
                                                               memcmp(fields[i].name, key, klen) == 0))) {
@@ -644,6 +664,9 @@ static PyObject *jsonscan_scan(PyObject *module, PyObject *args)
         }
         fields[i].name = PyBytes_AS_STRING(name);
         fields[i].name_len = (size_t)PyBytes_GET_SIZE(name);
+        fields[i].plain_name = 1;
+        for (size_t j = 0; j < fields[i].name_len; j++)
+            fields[i].plain_name &= plain[(uint8_t)fields[i].name[j]];
         long kind = PyLong_AsLong(PySequence_Fast_GET_ITEM(kseq, i));
         if (kind == -1 && PyErr_Occurred())
             goto done;
