@@ -20,6 +20,9 @@ class BuildInfo(TypedDict):
     """Why the C decoder is not in use (``None`` when it is)."""
     record_encoder: str
     """``"c"`` when the ``_fastrecords`` extension encodes record batches, else ``"python"``."""
+    json_scanner: str
+    """``"c"`` when the ``_jsonscan`` extension scans JSON values for the pipeline's native JSON parse, else
+    ``"python"`` (pyarrow alone)."""
     crc32c: str
     compression: list[str]
     extras: dict[str, bool]
@@ -35,6 +38,7 @@ def _has(module: str) -> bool:
 def build_info() -> BuildInfo:
     """Report the version and which fast paths are active (the C record loops, CRC32C, codecs, extras)."""
     from kafka_handoff import __version__
+    from kafka_handoff._native import load_extension
     from kafka_handoff.protocol import records
 
     crc = "crc32c (hardware or C)" if _has("crc32c") else "unavailable"
@@ -48,6 +52,7 @@ def build_info() -> BuildInfo:
         record_decoder=records.IMPLEMENTATION,
         record_decoder_unavailable=records.C_UNAVAILABLE_REASON,
         record_encoder=records.ENCODER_IMPLEMENTATION,
+        json_scanner="c" if load_extension("kafka_handoff.pipeline._jsonscan") is not None else "python",
         crc32c=crc,
         compression=codecs,
         extras={name: _has(name) for name in ("pyspark", "pyarrow", "deltalake", "prometheus_client")},
@@ -66,4 +71,6 @@ def missing_fast_paths() -> list[str]:
 
     if C_FUTURES is None or not hasattr(C_FUTURES, "SendPath"):
         missing.append("C send path (kafka_handoff.producer._fastencode.SendPath; an older build?)")
+    if info["json_scanner"] != "c":
+        missing.append("C JSON scanner (kafka_handoff.pipeline._jsonscan)")
     return missing

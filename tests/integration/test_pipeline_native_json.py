@@ -15,12 +15,14 @@ import pytest
 
 from kafka_handoff.consumer.batch import ColumnChunk
 from kafka_handoff.pipeline import testing as pt
+from kafka_handoff.pipeline import transform as T
 from kafka_handoff.pipeline.arrow import chunks_to_table
 from kafka_handoff.pipeline.handover import BatchSpool
 from kafka_handoff.pipeline.transform import NativeInput, native_input, parse_json
 from kafka_handoff.pipeline.worker import Batch, PartitionRange, Worker
 from kafka_handoff.sample import generate_events
 from kafka_handoff.types import TopicPartition
+from native_json_corpus import CORPUS
 
 pytestmark = pytest.mark.spark
 
@@ -48,95 +50,6 @@ SCHEMA = (
     "s STRING, l LONG, i INT, sh SHORT, b BYTE, d DOUBLE, f FLOAT, ok BOOLEAN, "
     "timestamp LONG"  # a parsed field named like a Kafka column: the parsed one wins
 )
-
-CORPUS: list[bytes | None] = [
-    b'{"s":"x","l":1,"i":2,"sh":3,"b":4,"d":1.5,"f":0.1,"ok":true,"timestamp":1700000000000}',
-    b'{"s":"y","l":-9223372036854775808,"i":-2147483648,"sh":-32768,"b":-128,"d":-0.0,"f":-0.0,"ok":false}',
-    b'{"s":"z","l":9223372036854775807,"i":2147483647,"sh":32767,"b":127,"d":1e-400,"f":1e-50}',
-    # invalid JSON, non-object JSON, empty and null values
-    b"{not json",
-    b'{"s":"cut',
-    b"[1,2]",
-    b'[{"s":"in an array"}]',
-    b'"just a string"',
-    b"123",
-    b"null",
-    b"true",
-    b"",
-    b"   ",
-    None,
-    b"{}",
-    # wrong types: a number or object for STRING, a string / float / exponent / overflow for integers
-    b'{"s":123,"l":1}',
-    b'{"s":1.50,"l":1}',
-    b'{"s":true,"l":1}',
-    b'{"s":{"nested":{"deep":[1,2,{"x":null}]}},"l":1}',
-    b'{"s":[1,"a"],"l":1}',
-    b'{"s":"x","l":"123"}',
-    b'{"s":"x","l":1.0}',
-    b'{"s":"x","l":1e2}',
-    b'{"s":"x","l":9223372036854775808}',
-    b'{"s":"x","l":-9223372036854775809}',
-    b'{"s":"x","l":1,"i":2147483648}',
-    b'{"s":"x","l":1,"sh":32768}',
-    b'{"s":"x","l":1,"b":128}',
-    b'{"s":"x","l":1,"b":-129}',
-    b'{"s":"x","l":1,"d":"1.5"}',
-    b'{"s":"x","l":1,"d":"NaN"}',
-    b'{"s":"x","l":1,"d":NaN}',
-    b'{"s":"x","l":1,"d":Infinity}',
-    b'{"s":"x","l":1,"d":-Infinity}',
-    b'{"s":"x","l":1,"d":1e400}',
-    b'{"s":"x","l":1,"d":123456789012345678901234567890}',
-    b'{"s":"x","l":1,"d":0.1,"f":3.4e39}',
-    b'{"s":"x","l":1,"f":1.00000005960464477550}',
-    b'{"s":"x","l":1,"f":16777217}',
-    b'{"s":"x","l":1,"f":0.30000001192092896}',
-    b'{"s":"x","l":1,"ok":1}',
-    b'{"s":"x","l":1,"ok":"true"}',
-    b'{"s":"x","l":007}',
-    b'{"s":"x","l":+1}',
-    b'{"s":"x","l":-0}',
-    b'{"s":"x","l":1,"d":.5}',
-    # required fields missing or null
-    b'{"l":1}',
-    b'{"s":"x"}',
-    b'{"s":null,"l":1}',
-    b'{"s":"x","l":null}',
-    b'{"s":null,"l":null}',
-    # unicode, escapes, line breaks
-    b'{"s":"caf\xc3\xa9 \xf0\x9f\x98\x80 \xe2\x82\xac","l":1}',
-    b'{"s":"\\u00e9\\ud83d\\ude00\\/\\"\\\\\\b\\f\\n\\r\\t","l":1}',
-    b'{"s":"lone \\ud800 surrogate","l":1}',
-    b'{"s":"x\\u0000y","l":1}',
-    b'{"s":"bad utf8 \xff\xfe","l":1}',
-    b'{"s":"encoded surrogate \xed\xa0\x80","l":1}',
-    b'{"s":"overlong \xc0\xaf","l":1}',
-    b'{"s":"raw\ttab","l":1}',
-    b'{"s":"raw\nnewline","l":1}',
-    b'{"s":"escaped\\nnewline","l":1}',
-    b'{"s":"x",\n"l":1}',
-    b'{"s":"x",\r\n"l":1}',
-    b'{"s":"x","l":1}\n',
-    b' \t{"s":"x","l":1} ',
-    b'\xef\xbb\xbf{"s":"x","l":1}',
-    b'{"\\u0073":"escaped key","l":1}',
-    b'{"S":"upper case key","l":1}',
-    # duplicate keys, extra fields, trailing content, relaxed syntax Spark allows and Arrow does not
-    b'{"s":"first","s":"second","l":1}',
-    b'{"s":"x","l":1,"l":"two"}',
-    b'{"s":"x","l":"two","l":2}',
-    b'{"s":"x","l":1,"extra":{"a":[1,2,3]},"more":null,"n":1e999}',
-    b'{"s":"x","l":1,"z":1,"z":2}',
-    b'{"s":"x","l":1} trailing',
-    b'{"s":"x","l":1}{"s":"y","l":2}',
-    b'{"s":"x","l":1}}',
-    b"{'s':'single quotes','l':1}",
-    b'{s:"unquoted","l":1}',
-    b'{"s":"x","l":1,}',
-    b'{"s":"x","l":1 /* comment */}',
-    b'{"s":"x"}\n{"s":"y","l":2}',
-]
 
 
 @dataclass
@@ -204,6 +117,29 @@ def test_the_native_parse_equals_spark_row_for_row_on_a_corpus_of_tricky_values(
     # Spark's from_json took values Arrow refused: a number for a STRING field, single quotes
     good_strings = {row[native.good_schema.names.index("s")] for row in native.good}
     assert {"123", "1.5", "single quotes"} <= good_strings
+
+
+def test_the_c_scan_and_the_native_parse_equal_spark_on_the_corpus_for_a_schema_without_floats(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No float field: the C scanner (when built) judges the rows first, pyarrow and Spark the rest.
+    scans: list[Any] = []
+    real = T._c_scan
+
+    def spy(*args: Any) -> Any:
+        scans.append(real(*args))
+        return scans[-1]
+
+    monkeypatch.setattr(T, "_c_scan", spy)
+    values = with_valid(CORPUS)
+    schema = "s STRING, l LONG, i INT, sh SHORT, b BYTE, ok BOOLEAN, timestamp LONG"
+    on_spark, native, scope, _ = run_both(spark, values, schema=schema)
+    assert native == on_spark
+    assert scope.native > 0 and scope.refused > 0 and scope.fallbacks == 0
+    assert len(scans) == 1
+    if T._JSONSCAN is not None:
+        mask, _ = scans[0]
+        assert len(CORPUS) * 2 < int(mask.sum()) < len(values)
 
 
 def test_values_arrow_refuses_are_found_among_thousands_and_judged_by_spark(spark: Any) -> None:

@@ -63,6 +63,7 @@ def test_wheel_installs_without_the_source_tree_and_uses_the_c_loops(broker: Any
     names = zipfile.ZipFile(wheel).namelist()
     assert any(n.startswith("kafka_handoff/protocol/_fastrecords") and n.endswith(".so") for n in names)
     assert any(n.startswith("kafka_handoff/producer/_fastencode") and n.endswith(".so") for n in names)
+    assert any(n.startswith("kafka_handoff/pipeline/_jsonscan") and n.endswith(".so") for n in names)
     assert "kafka_handoff/py.typed" in names
 
     venv = tmp_path / "venv"
@@ -89,4 +90,5 @@ def test_wheel_installs_without_the_source_tree_and_uses_the_c_loops(broker: Any
     assert not Path(result["file"]).resolve().is_relative_to(ROOT), result["file"]
     assert result["info"]["record_decoder"] == "c", result["info"]
     assert result["info"]["record_encoder"] == "c", result["info"]
+    assert result["info"]["json_scanner"] == "c", result["info"]
     assert result["ok"], result["count"]

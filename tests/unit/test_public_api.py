@@ -76,3 +76,15 @@ def test_missing_fast_paths_names_a_missing_send_path(monkeypatch: pytest.Monkey
     monkeypatch.setattr(batch, "IMPLEMENTATION", "c")
     monkeypatch.setattr(future, "C_FUTURES", None)
     assert any("C send path" in m for m in missing_fast_paths())
+
+
+def test_missing_fast_paths_names_a_missing_json_scanner(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kafka_handoff import _native
+    from kafka_handoff._build import build_info, missing_fast_paths
+
+    real = _native.load_extension
+    monkeypatch.setattr(
+        _native, "load_extension", lambda name, **kw: None if name.endswith("_jsonscan") else real(name, **kw)
+    )
+    assert build_info()["json_scanner"] == "python"
+    assert "C JSON scanner (kafka_handoff.pipeline._jsonscan)" in missing_fast_paths()

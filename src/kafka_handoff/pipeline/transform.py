@@ -24,6 +24,12 @@ non-finite float) -- is judged by the Spark path on just those rows, so the ``(p
 their order and the error strings equal what the Spark path returns.  When more than half of a batch
 is refused the whole batch takes the Spark path.  Any other DataFrame (Spark's own Kafka source, a
 DataFrame derived from the input) takes the Spark path.
+
+Before pyarrow, when the schema has no float field and the C extension ``_jsonscan`` is built (and
+``KAFKA_HANDOFF_PURE_PYTHON`` is not set), a strict C scanner of flat JSON objects reads every value
+(``_c_scan``): it accepts only what pyarrow would parse to the very same values (one object on one line,
+strictly valid UTF-8, integers in range, no duplicate schema key, ...) and fills their fields directly as
+Arrow arrays; only the values it refuses take the steps above (pyarrow, then Spark for pyarrow's refusals).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafka_handoff._native import load_extension
 from kafka_handoff.errors import ConfigError
 from kafka_handoff.pipeline.config import TransformConfig
 
@@ -382,6 +389,54 @@ def _parse_rows(lines: Any, wrap: Any) -> list[tuple[int, Any]]:
     return parsed
 
 
+#: The C scanner of flat JSON objects (``_jsonscan.c``), or None (not built, or pure Python requested).
+_JSONSCAN: Any = load_extension("kafka_handoff.pipeline._jsonscan")
+
+
+def _scan_kinds(types: Sequence[Any]) -> list[int] | None:
+    """The C scanner's kind per Arrow type, or None when a type is not one it scans (floats)."""
+    import pyarrow as pa
+
+    kinds = {pa.string(): "STRING", pa.int8(): "INT8", pa.int16(): "INT16", pa.int32(): "INT32",
+             pa.int64(): "INT64", pa.bool_(): "BOOLEAN"}  # fmt: skip
+    names = [kinds.get(t) for t in types]
+    if _JSONSCAN is None or any(k is None for k in names):
+        return None
+    return [getattr(_JSONSCAN, k) for k in names if k is not None]
+
+
+def _c_scan(values: Any, plan: _Plan, struct_type: Any) -> tuple[Any, Any] | None:
+    """Scan the ChunkedArray ``values`` (binary or string) in C: (per row, accepted: a numpy bool array;
+    the struct array of the accepted rows, in row order), or None when the scanner is not available or
+    the schema has a type it does not scan.  A refused row is one the C scan leaves to pyarrow and Spark."""
+    import numpy as np
+    import pyarrow as pa
+
+    kinds = _scan_kinds(plan.types)
+    if kinds is None:
+        return None
+    chunks = []
+    for chunk in values.chunks:
+        validity, offsets, data = chunk.buffers()[:3]
+        if offsets is None and not len(chunk):
+            continue
+        chunks.append((offsets, b"" if data is None else data, validity, chunk.offset, len(chunk)))
+    mask, accepted, fields = _JSONSCAN.scan(chunks, [name.encode() for name in plan.names], kinds)
+    children = []
+    for (validity, nulls, offsets, data), t in zip(fields, plan.types, strict=True):
+        buffers = [_buf(validity), _buf(offsets), pa.py_buffer(data)] if offsets is not None else \
+            [_buf(validity), pa.py_buffer(data)]  # fmt: skip
+        children.append(pa.Array.from_buffers(t, accepted, buffers, null_count=nulls))
+    acc = pa.StructArray.from_arrays(children, fields=list(struct_type))
+    return np.frombuffer(mask, dtype=bool, count=len(values)), acc
+
+
+def _buf(data: Any) -> Any:
+    import pyarrow as pa
+
+    return None if data is None else pa.py_buffer(data)
+
+
 def _offset(buffer: Any, index: int) -> int:
     import numpy as np
 
@@ -453,19 +508,32 @@ def _native_parse(
     n = table.num_rows
     started = time.monotonic()
     struct_type = pa.struct([pa.field(name, t) for name, t in zip(plan.names, plan.types, strict=True)])
-    values = table.column(column).combine_chunks()
+    # The C scan first: the rows it accepts are parsed; only the others take the steps below.
+    scanned = _c_scan(table.column(column), plan, struct_type)
+    if scanned is None:
+        c_idx, c_acc = np.empty(0, dtype=np.int64), pa.array([], struct_type)
+        rest_idx = np.arange(n)
+        values = table.column(column).combine_chunks()
+    else:
+        c_ok, c_acc = scanned
+        c_idx, rest_idx = np.flatnonzero(c_ok), np.flatnonzero(~c_ok)
+        values = table.column(column).take(pa.array(rest_idx)).combine_chunks()
     if pa.types.is_string(values.type):
         values = values.cast(pa.binary())
+    m = len(values)
     # Four kinds of rows.  null: "null value".  No "{" or no "}" anywhere: Spark cannot make an object
     # of it either ("invalid JSON").  "{...}" on one line: pyarrow parses it.  Anything else: Spark.
-    is_null = _mask(pc.is_null(values))
+    is_null = np.zeros(n, dtype=bool)
+    hopeless = np.zeros(n, dtype=bool)
+    rest_null = _mask(pc.is_null(values))
     tried = _mask(pc.starts_with(values, b"{")) & _mask(pc.ends_with(values, b"}"))
     tried &= ~_rows_with(values, b"\n\r")
-    hopeless = np.zeros(n, dtype=bool)
-    other = np.flatnonzero(~tried & ~is_null)
+    rest_hopeless = np.zeros(m, dtype=bool)
+    other = np.flatnonzero(~tried & ~rest_null)
     if len(other):
         rest = values.take(pa.array(other))
-        hopeless[other] = ~(_rows_with(rest, b"{") & _rows_with(rest, b"}"))
+        rest_hopeless[other] = ~(_rows_with(rest, b"{") & _rows_with(rest, b"}"))
+    is_null[rest_idx], hopeless[rest_idx] = rest_null, rest_hopeless
     tried_idx = np.flatnonzero(tried)
     prefix = pa.scalar(b'{"' + _WRAP.encode() + b'":')
     lines = pc.binary_join_element_wise(prefix, values, pa.scalar(b"}\n"), b"").filter(pa.array(tried))
@@ -478,9 +546,12 @@ def _native_parse(
     for child, t in zip(acc.flatten(), plan.types, strict=True):  # (.field() ignores the offset)
         if pa.types.is_floating(t):
             doubt |= ~_mask(pc.is_finite(child)) & ~_mask(pc.is_null(child))
-    parsed_idx = tried_idx[acc_pos[~doubt]]
+    py_idx = rest_idx[tried_idx[acc_pos[~doubt]]]
     if doubt.any():
         acc = acc.filter(pa.array(~doubt))
+    # The rows parsed in C and by pyarrow, in input order.
+    parsed_idx = np.sort(np.concatenate([c_idx, py_idx])) if len(py_idx) else c_idx
+    acc = _in_order([(c_idx, c_acc), (py_idx, acc)])
     to_spark = ~(is_null | hopeless)
     to_spark[parsed_idx] = False
     refused_idx = np.flatnonzero(to_spark)
