@@ -35,10 +35,38 @@ def _has(module: str) -> bool:
         return False
 
 
+def _json_scanner_loads() -> bool:
+    """Whether ``kafka_handoff.pipeline._jsonscan`` is built and loads -- checked without importing the
+    ``pipeline`` package, which needs the ``spark`` extra (numpy, pyarrow) that a plain install lacks."""
+    import importlib.machinery
+    from pathlib import Path
+
+    import kafka_handoff
+    from kafka_handoff._native import pure_python_requested
+
+    if pure_python_requested():
+        return False
+    if "kafka_handoff.pipeline._jsonscan" in sys.modules:
+        return True
+    where = str(Path(kafka_handoff.__file__).parent / "pipeline")
+    spec = importlib.machinery.PathFinder.find_spec("_jsonscan", [where])
+    if (
+        spec is None
+        or spec.loader is None
+        or not isinstance(spec.loader, importlib.machinery.ExtensionFileLoader)
+    ):
+        return False
+    spec.name = "kafka_handoff.pipeline._jsonscan"  # the name its PyInit function was built for
+    try:
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    except ImportError:
+        return False
+    return True
+
+
 def build_info() -> BuildInfo:
     """Report the version and which fast paths are active (the C record loops, CRC32C, codecs, extras)."""
     from kafka_handoff import __version__
-    from kafka_handoff._native import load_extension
     from kafka_handoff.protocol import records
 
     crc = "crc32c (hardware or C)" if _has("crc32c") else "unavailable"
@@ -52,7 +80,7 @@ def build_info() -> BuildInfo:
         record_decoder=records.IMPLEMENTATION,
         record_decoder_unavailable=records.C_UNAVAILABLE_REASON,
         record_encoder=records.ENCODER_IMPLEMENTATION,
-        json_scanner="c" if load_extension("kafka_handoff.pipeline._jsonscan") is not None else "python",
+        json_scanner="c" if _json_scanner_loads() else "python",
         crc32c=crc,
         compression=codecs,
         extras={name: _has(name) for name in ("pyspark", "pyarrow", "deltalake", "prometheus_client")},
