@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import pytest
 
@@ -79,12 +80,18 @@ def test_missing_fast_paths_names_a_missing_send_path(monkeypatch: pytest.Monkey
 
 
 def test_missing_fast_paths_names_a_missing_json_scanner(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kafka_handoff import _native
+    import importlib.machinery
+    import sys
+
     from kafka_handoff._build import build_info, missing_fast_paths
 
-    real = _native.load_extension
-    monkeypatch.setattr(
-        _native, "load_extension", lambda name, **kw: None if name.endswith("_jsonscan") else real(name, **kw)
-    )
+    real = importlib.machinery.PathFinder.find_spec
+
+    def find_spec(name: str, path: Any = None, target: Any = None) -> Any:
+        return None if name.endswith("_jsonscan") else real(name, path, target)
+
+    assert build_info()["json_scanner"] == "c"
+    monkeypatch.delitem(sys.modules, "kafka_handoff.pipeline._jsonscan", raising=False)
+    monkeypatch.setattr(importlib.machinery.PathFinder, "find_spec", find_spec)
     assert build_info()["json_scanner"] == "python"
     assert "C JSON scanner (kafka_handoff.pipeline._jsonscan)" in missing_fast_paths()
