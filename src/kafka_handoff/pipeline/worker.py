@@ -363,7 +363,8 @@ class Worker:
             self._say(
                 f"[bold]{self.member}[/bold] joining group [bold]{self.config.group_id}[/bold] "
                 f"({self.config.consumer['group.protocol']} protocol) for {', '.join(self.config.topics)}; "
-                f"sink: {self._sink.describe() if self._sink else '-'}"
+                f"sink: {self._sink.describe() if self._sink else '-'}; batches reach Spark as "
+                f"{self._handover.describe() if self._handover else '-'}"
             )
             status = self._loop(executor)
         except BaseException as exc:
