@@ -7,7 +7,7 @@ import pytest
 
 from kafka_handoff.errors import ConfigError
 from kafka_handoff.pipeline.config import parse_config
-from kafka_handoff.pipeline.sizing import BatchSizer
+from kafka_handoff.pipeline.sizing import TAIL_WAIT_MS, BatchSizer, CutDecision
 
 pytestmark = pytest.mark.unit
 
@@ -161,3 +161,38 @@ def test_a_live_streams_lag_below_the_latency_size_is_not_a_backlog() -> None:
     assert s.mode == "caught-up" and s.target == 50_000
     s.observe_lag(60_000)
     assert s.backlog and s.target == 60_000
+
+
+def test_a_free_spark_waits_briefly_for_the_last_few_records_of_a_backlog() -> None:
+    s = sizer(target_latency_ms=1_000)
+    s.observe_lag(1_000_000)  # a backlog: the target grows to the cap
+    s.observe_batch(records=500_000, nbytes=1, process_s=1.0)  # 2 us/record: 500,000 within 1 s
+    assert s.target == 500_000
+    s.observe_lag(1_305, accumulated=489_259)  # the tail of a backlog is still being fetched
+    assert not s.backlog
+    clock = FakeClock()
+    assert s.should_cut(489_259, age_ms=300, spark_free=True, free_ms=clock.ms) == CutDecision(False, "tail")
+    clock.advance(TAIL_WAIT_MS - 1)
+    assert not s.should_cut(489_259, age_ms=400, spark_free=True, free_ms=clock.ms).cut
+    clock.advance(1)  # it did not come in time: no longer held back
+    assert s.should_cut(489_259, age_ms=400, spark_free=True, free_ms=clock.ms).reason == "caught-up"
+    s.observe_lag(0, accumulated=490_564)  # it came: cut with it
+    assert s.should_cut(490_564, age_ms=350, spark_free=True, free_ms=50).reason == "caught-up"
+
+
+def test_a_live_streams_lag_is_no_tail_to_wait_for() -> None:
+    s = sizer(target_latency_ms=1_000)
+    s.observe_batch(records=500_000, nbytes=1, process_s=1.0)
+    s.batch_cut()  # caught up: the target is what Spark does within 1 s
+    assert s.target == 500_000
+    s.observe_lag(300, accumulated=8_000)  # 3.75% of the batch: a stream keeps coming, do not wait
+    assert s.should_cut(8_000, age_ms=100, spark_free=True, free_ms=0).reason == "caught-up"
+    s.observe_lag(60, accumulated=8_000)
+    assert s.should_cut(8_000, age_ms=100, spark_free=False, free_ms=0) == CutDecision(False, "wait")
+    # No room for the tail in the target: cut now.
+    t = sizer(target_latency_ms=1_000, max_records=10_000, min_records=100)
+    t.observe_batch(records=10_000, nbytes=1, process_s=0.01)
+    t.batch_cut()
+    assert t.target == 10_000
+    t.observe_lag(90, accumulated=9_950)
+    assert t.should_cut(9_950, age_ms=100, spark_free=True, free_ms=0).reason == "caught-up"

@@ -14,6 +14,10 @@ unit-tested with a fake clock.  The worker asks it after every poll.
   Spark is free -- waiting for more records would only add latency.
 * **Cap** = min(``batch.max_records``, ``batch.max_bytes`` / bytes per record of the recent batches' Arrow
   tables); never below ``batch.min_records``.
+* **Tail**: caught up with a few records still on the broker -- at most 1% of the accumulated batch, and
+  the batch has room for them -- Spark waits for them up to :data:`TAIL_WAIT_MS` (one fetch, typically)
+  rather than running them as a batch of their own (the end of a backlog; a live stream's lag is a larger
+  share of its small batches).
 * A batch is also cut once its oldest record has waited ``batch.max_interval_ms``.
 
 With ``batch.adaptive = false`` the target is always ``batch.max_records`` (the fixed-size behaviour).
@@ -30,6 +34,9 @@ __all__ = ["BatchSizer", "CutDecision"]
 _HISTORY = 8
 #: Weight of the newest batch in the bytes-per-record average.
 _ALPHA = 0.5
+#: Caught up: how long a free Spark waits for a small tail (a lag of at most 1/TAIL_SHARE of the batch).
+TAIL_WAIT_MS = 100
+TAIL_SHARE = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +44,7 @@ class CutDecision:
     cut: bool
     reason: str
     """``full`` (reached the target), ``caught-up`` (Spark free, no backlog), ``interval`` (max_interval_ms),
-    or ``wait``."""
+    or (not cut) ``wait`` / ``tail`` (the last few records of a backlog are on their way)."""
 
 
 class BatchSizer:
@@ -156,9 +163,11 @@ class BatchSizer:
         """More than :attr:`backlog_threshold` records wait on the broker (as of the last observed lag)."""
         return self.lag is not None and self.lag > self.backlog_threshold
 
-    def should_cut(self, accumulated: int, age_ms: float, spark_free: bool) -> CutDecision:
+    def should_cut(
+        self, accumulated: int, age_ms: float, spark_free: bool, free_ms: float = float("inf")
+    ) -> CutDecision:
         """Whether to close the accumulating batch now (``age_ms``: since its first record arrived;
-        ``spark_free``: no batch running or waiting)."""
+        ``spark_free``: no batch running or waiting; ``free_ms``: for how long)."""
         if accumulated <= 0:
             return CutDecision(False, "wait")
         if accumulated >= self.target:
@@ -166,6 +175,13 @@ class BatchSizer:
         if age_ms >= self.max_interval_ms:
             return CutDecision(True, "interval")
         if self.adaptive and spark_free and not self.backlog:
+            lag = self.lag or 0
+            if (
+                0 < lag * TAIL_SHARE <= accumulated
+                and accumulated + lag <= self.target
+                and free_ms < TAIL_WAIT_MS
+            ):
+                return CutDecision(False, "tail")
             return CutDecision(True, "caught-up")
         return CutDecision(False, "wait")
 

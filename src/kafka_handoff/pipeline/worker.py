@@ -291,7 +291,7 @@ class Worker:
             adaptive=b.adaptive,
         )
         self._batch_ids = 0
-        self._last_activity = time.monotonic()
+        self._last_activity = self._spark_free_since = time.monotonic()
         self._consumer: Any = None
         self._sink: Sink | None = None
         self._dead: DeadLetter | None = None
@@ -556,7 +556,9 @@ class Worker:
         if not spark_free and not self.config.batch.overlap:
             return
         started = self._acc_started or time.monotonic()
-        decision = self.sizer.should_cut(self._acc_count, (time.monotonic() - started) * 1000, spark_free)
+        now = time.monotonic()
+        free_ms = (now - self._spark_free_since) * 1000 if spark_free else 0.0
+        decision = self.sizer.should_cut(self._acc_count, (now - started) * 1000, spark_free, free_ms)
         if not decision.cut:
             return
         target = self.sizer.target
@@ -633,7 +635,7 @@ class Worker:
         if not future.done():
             return
         self._inflight = None
-        self._last_activity = time.monotonic()
+        self._last_activity = self._spark_free_since = time.monotonic()
         try:
             outcome = future.result()
         except BaseException as exc:
