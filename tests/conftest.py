@@ -166,3 +166,16 @@ def topic_factory(request: pytest.FixtureRequest) -> Iterator[TopicFactory]:
                 admin.delete_topics(names, if_exists=True, wait=False, timeout=15)
         except Exception:  # best effort: the broker may be gone (fault tests) or the topic deleted already
             pass
+
+
+@pytest.fixture(scope="module")
+def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A real local SparkSession with the pipeline's defaults, one per test module (stopped after it)."""
+    pytest.importorskip("pyspark")
+    from kafka_handoff.pipeline.config import SparkConfig
+    from kafka_handoff.pipeline.spark import build_session
+
+    name = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_").replace("_", "-")
+    session = build_session(SparkConfig(app_name=f"handoff-{name}-tests"))
+    yield session
+    session.stop()

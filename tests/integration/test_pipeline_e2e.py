@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +34,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clickstream.toml"
 NO_RETENTION = {"retention.ms": "-1"}
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    pytest.importorskip("pyspark")
-    from kafka_handoff.pipeline.config import SparkConfig
-    from kafka_handoff.pipeline.spark import build_session
-
-    session = build_session(SparkConfig(app_name="handoff-pipeline-tests"))
-    yield session
-    session.stop()
 
 
 def now_ms() -> int:

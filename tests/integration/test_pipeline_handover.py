@@ -3,7 +3,6 @@ back row for row in order and split between tasks, their removal, and ``createDa
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +16,6 @@ from kafka_handoff.pipeline.arrow import chunks_to_table
 from kafka_handoff.pipeline.handover import Handover
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    pytest.importorskip("pyspark")
-    from kafka_handoff.pipeline.config import SparkConfig
-    from kafka_handoff.pipeline.spark import build_session
-
-    session = build_session(SparkConfig(app_name="handoff-pipeline-handover-tests"))
-    yield session
-    session.stop()
 
 
 def kafka_table(n: int) -> Any:

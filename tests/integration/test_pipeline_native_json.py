@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,17 +24,6 @@ from kafka_handoff.types import TopicPartition
 from native_json_corpus import CORPUS
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    pytest.importorskip("pyspark")
-    from kafka_handoff.pipeline.config import SparkConfig
-    from kafka_handoff.pipeline.spark import build_session
-
-    session = build_session(SparkConfig(app_name="handoff-pipeline-native-json-tests"))
-    yield session
-    session.stop()
 
 
 def kafka_table(values: list[bytes | None]) -> Any:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import concurrent.futures
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +24,6 @@ from kafka_handoff.types import TopicPartition
 pytestmark = pytest.mark.spark
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    pytest.importorskip("pyspark")
-    from kafka_handoff.pipeline.config import SparkConfig
-    from kafka_handoff.pipeline.spark import build_session
-
-    session = build_session(SparkConfig(app_name="handoff-pipeline-spark-tests"))
-    yield session
-    session.stop()
 
 
 def kafka_table(values: list[bytes | None], timestamps: list[int] | None = None) -> Any:

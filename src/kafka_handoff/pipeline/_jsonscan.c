@@ -347,6 +347,24 @@ static int skip_number(cursor_t *c)
     return 0;
 }
 
+/* After a member of an object or array: its closing byte `close` (0: consumed, the container ends), or a
+ * comma and the whitespace after it (1: another member follows); -1 for anything else. */
+static int after_member(cursor_t *c, char close)
+{
+    skip_ws(c);
+    if (c->p >= c->e)
+        return -1;
+    if (*c->p == close) {
+        c->p++;
+        return 0;
+    }
+    if (*c->p != ',')
+        return -1;
+    c->p++;
+    skip_ws(c);
+    return 1;
+}
+
 static int skip_value(cursor_t *c, int depth)
 {
     if (c->p >= c->e)
@@ -383,17 +401,9 @@ static int skip_value(cursor_t *c, int depth)
             skip_ws(c);
             if (skip_value(c, depth + 1) < 0)
                 return -1;
-            skip_ws(c);
-            if (c->p >= c->e)
-                return -1;
-            if (*c->p == '}') {
-                c->p++;
-                return 0;
-            }
-            if (*c->p != ',')
-                return -1;
-            c->p++;
-            skip_ws(c);
+            int more = after_member(c, '}');
+            if (more <= 0)
+                return more;
         }
     case '[':
         if (depth >= MAX_DEPTH)
@@ -407,17 +417,9 @@ static int skip_value(cursor_t *c, int depth)
         for (;;) {
             if (skip_value(c, depth + 1) < 0)
                 return -1;
-            skip_ws(c);
-            if (c->p >= c->e)
-                return -1;
-            if (*c->p == ']') {
-                c->p++;
-                return 0;
-            }
-            if (*c->p != ',')
-                return -1;
-            c->p++;
-            skip_ws(c);
+            int more = after_member(c, ']');
+            if (more <= 0)
+                return more;
         }
     default:
         return skip_number(c);
