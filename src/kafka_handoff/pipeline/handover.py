@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from kafka_handoff.errors import ConfigError
+from kafka_handoff.pipeline.config import HANDOVER_MODES
 
 try:
     import fcntl
 except ImportError:  # not on POSIX: no reaping of crashed workers' spools
     fcntl = None  # type: ignore[assignment]
-from kafka_handoff.pipeline.config import HANDOVER_MODES
 
 __all__ = ["BatchSpool", "Handover", "default_spool_dir", "reap"]
 
@@ -43,8 +43,6 @@ log = logging.getLogger(__name__)
 
 #: Rows per Parquet row group: Spark splits a file between tasks at row-group boundaries.
 ROW_GROUP_ROWS = 65536
-
-
 #: ``/dev/shm`` is the default spool only with this much free space (a container's is often 64 MiB).
 SHM_MIN_FREE = 1 << 30
 
