@@ -46,6 +46,8 @@ def test_pipeline_bench_reports_both_engines(broker: Any, tmp_path: Path) -> Non
         assert row["records_per_s"] > 0, engine
         assert row["output_commits"] >= 1, engine
         assert 0 < row["latency_p50_ms"] <= row["latency_p99_ms"] <= row["wall_s"] * 1000 + 1, engine
+    ours = rows["kafka-handoff"]["detail"]
+    assert ours["handover"].startswith("Parquet files in "), ours  # a local Spark: the files handover
     # the same transform on the same data: the same number of malformed records rejected
     assert rows["kafka-handoff"]["detail"]["malformed"] == rows["spark-kafka"]["detail"]["malformed"]
     assert data["malformed_produced"] == rows["spark-kafka"]["detail"]["malformed"]

@@ -262,6 +262,7 @@ def _run_handoff(
     live: LiveProducer | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> EngineResult:
+    from kafka_handoff._build import build_info
     from kafka_handoff.pipeline import load_config
     from kafka_handoff.pipeline.stats import BatchReport
     from kafka_handoff.pipeline.worker import Worker
@@ -333,6 +334,9 @@ def _run_handoff(
             "batch_max_records": config.batch.max_records,
             "adaptive": config.batch.adaptive,
             "overlap": config.batch.overlap,
+            "handover": worker._handover.describe() if worker._handover is not None else None,
+            "native_json": config.transform.native_json,
+            "json_scanner": build_info()["json_scanner"],
         },
         error=summary.error,
         batches=batches,
