@@ -128,6 +128,18 @@ def test_send_is_the_c_path_and_send_nowait_too(pair: tuple[Producer, Producer])
     assert fast.send.__doc__ == Producer.send.__doc__
 
 
+class CountedSend:
+    """``Producer.send`` of ``producer`` (the Python path the C one falls back to), counting its calls."""
+
+    def __init__(self, producer: Producer) -> None:
+        self.send = Producer.send.__get__(producer)
+        self.calls = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return self.send(*args, **kwargs)
+
+
 @needs_c
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("slots", [True, False], ids=["slots", "getattr"])
@@ -141,13 +153,7 @@ def test_c_send_makes_the_same_batches_and_futures_as_python(
     def callback(md: RecordMetadata | None, exc: BaseException | None) -> None:
         seen.append(("cb", md))
 
-    python_calls = 0
-    python_send = Producer.send.__get__(fast)
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        nonlocal python_calls
-        python_calls += 1
-        return python_send(*args, **kwargs)
+    counted = CountedSend(fast)
 
     assert C_FUTURES is not None
     appended = 0
@@ -172,7 +178,7 @@ def test_c_send_makes_the_same_batches_and_futures_as_python(
         assert isinstance(fast_futures[-1], RecordFuture)
     # Most records took the C path (the rest: headers, new batches, sticky switches); with append_entry the
     # records that need a new batch skip send()'s Python checks (only the ones with headers remain).
-    assert python_calls < (60 if append else 200), python_calls
+    assert counted.calls < (60 if append else 200), counted.calls
     assert (appended > 50) if append else (appended == 0)
     for i, record in enumerate(_records(seed, 600)):
         extra = {"callback": callback} if i % 7 == 0 else {}
@@ -285,13 +291,7 @@ def test_a_transactional_producer_takes_the_c_path_only_in_a_transaction() -> No
     try:
         txn = producer._txn
         assert txn is not None
-        calls = 0
-        python_send = Producer.send.__get__(producer)
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            nonlocal calls
-            calls += 1
-            return python_send(*args, **kwargs)
+        counted = CountedSend(producer)
 
         assert C_FUTURES is not None
         types = (_TopicInfo, ProducerBatch, BuiltInPartitioner)
@@ -300,11 +300,11 @@ def test_a_transactional_producer_takes_the_c_path_only_in_a_transaction() -> No
         )
         with pytest.raises(IllegalStateError, match="begin_transaction"):
             send(TOPIC, b"v", partition=0)  # not in a transaction: Python's check_send raises
-        assert calls == 1
+        assert counted.calls == 1
         txn.state = TxnState.IN_TRANSACTION  # (what begin_transaction() does, without a broker)
         for _ in range(5):
             send(TOPIC, b"v", partition=0)
-        assert calls == 2  # the first record made the batch; the other four took the C path
+        assert counted.calls == 2  # the first record made the batch; the other four took the C path
         (batch,) = _batches(producer)[0]
         assert len(batch.entries) == 5
         txn.state = TxnState.ABORTABLE_ERROR

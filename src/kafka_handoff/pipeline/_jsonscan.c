@@ -365,6 +365,21 @@ static int after_member(cursor_t *c, char close)
     return 1;
 }
 
+/* At an object's or array's opening byte: step in (-1 beyond MAX_DEPTH); 0 when it closes at once with
+ * `close` (consumed), 1 when a member follows. */
+static int open_container(cursor_t *c, int depth, char close)
+{
+    if (depth >= MAX_DEPTH)
+        return -1;
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->e && *c->p == close) {
+        c->p++;
+        return 0;
+    }
+    return 1;
+}
+
 static int skip_value(cursor_t *c, int depth)
 {
     if (c->p >= c->e)
@@ -379,15 +394,10 @@ static int skip_value(cursor_t *c, int depth)
         return literal(c, "false", 5);
     case 'n':
         return literal(c, "null", 4);
-    case '{':
-        if (depth >= MAX_DEPTH)
-            return -1;
-        c->p++;
-        skip_ws(c);
-        if (c->p < c->e && *c->p == '}') {
-            c->p++;
-            return 0;
-        }
+    case '{': {
+        int open = open_container(c, depth, '}');
+        if (open <= 0)
+            return open;
         for (;;) {
             if (c->p >= c->e || *c->p != '"')
                 return -1;
@@ -405,15 +415,11 @@ static int skip_value(cursor_t *c, int depth)
             if (more <= 0)
                 return more;
         }
-    case '[':
-        if (depth >= MAX_DEPTH)
-            return -1;
-        c->p++;
-        skip_ws(c);
-        if (c->p < c->e && *c->p == ']') {
-            c->p++;
-            return 0;
-        }
+    }
+    case '[': {
+        int open = open_container(c, depth, ']');
+        if (open <= 0)
+            return open;
         for (;;) {
             if (skip_value(c, depth + 1) < 0)
                 return -1;
@@ -421,6 +427,7 @@ static int skip_value(cursor_t *c, int depth)
             if (more <= 0)
                 return more;
         }
+    }
     default:
         return skip_number(c);
     }

@@ -379,6 +379,33 @@ static PyObject *new_list_locked(PyObject *lock)
     return list;
 }
 
+/* The other half of new_list_locked: release ``lock`` and return ``list`` (NULL, the list dropped, when
+   ``failed`` -- an exception is set -- or the release fails). */
+static PyObject *release_list(PyObject *lock, PyObject *list, int failed)
+{
+    /* (The failure's exception is set aside while the lock's release, Python code, runs.) */
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    if (failed)
+        PyErr_Fetch(&type, &value, &tb);
+    PyObject *r = PyObject_CallMethodNoArgs(lock, str_release);
+    if (failed) {
+        if (r == NULL) { /* the release's own error wins */
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+        } else {
+            PyErr_Restore(type, value, tb);
+        }
+    }
+    if (r == NULL || failed) {
+        Py_XDECREF(r);
+        Py_DECREF(list);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return list;
+}
+
 static PyObject *complete_futures(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
@@ -398,7 +425,6 @@ static PyObject *complete_futures(PyObject *module, PyObject *const *args, Py_ss
     PyObject *slow = new_list_locked(lock);
     if (slow == NULL)
         return NULL;
-    PyObject *r;
     /* From here to the release no Python code runs (the list appends below cannot run any). */
     int failed = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -423,14 +449,7 @@ static PyObject *complete_futures(PyObject *module, PyObject *const *args, Py_ss
         }
         Py_DECREF(index);
     }
-    r = PyObject_CallMethodNoArgs(lock, str_release);
-    if (r == NULL || failed) {
-        Py_XDECREF(r);
-        Py_DECREF(slow);
-        return NULL;
-    }
-    Py_DECREF(r);
-    return slow;
+    return release_list(lock, slow, failed);
 }
 
 /* complete_lazy(lock, entries, lazy) -> list of indices: complete_futures for one acknowledged batch
@@ -463,7 +482,6 @@ static PyObject *complete_lazy(PyObject *module, PyObject *const *args, Py_ssize
     PyObject *slow = new_list_locked(lock);
     if (slow == NULL)
         return NULL;
-    PyObject *r;
     /* From here to the release no Python code runs (PyLong_FromSsize_t and list appends cannot run any). */
     int failed = 0;
     for (Py_ssize_t i = 0; i < n && !failed; i++) {
@@ -488,14 +506,7 @@ static PyObject *complete_lazy(PyObject *module, PyObject *const *args, Py_ssize
         }
         Py_DECREF(index);
     }
-    r = PyObject_CallMethodNoArgs(lock, str_release);
-    if (r == NULL || failed) {
-        Py_XDECREF(r);
-        Py_DECREF(slow);
-        return NULL;
-    }
-    Py_DECREF(r);
-    return slow;
+    return release_list(lock, slow, failed);
 }
 
 /* ---------------------------------------------------------------- SendPath */
