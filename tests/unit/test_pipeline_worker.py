@@ -14,6 +14,7 @@ import pytest
 from kafka_handoff.consumer.batch import ColumnChunk
 from kafka_handoff.pipeline.config import parse_config
 from kafka_handoff.pipeline.sinks import MarkUpdate
+from kafka_handoff.pipeline.sizing import TAIL_WAIT_MS
 from kafka_handoff.pipeline.stats import BatchReport
 from kafka_handoff.pipeline.worker import Batch, PartitionRange, Worker, _Outcome, describe_ranges
 from kafka_handoff.types import OffsetAndMetadata, TopicPartition
@@ -324,3 +325,26 @@ def test_backpressure_pauses_owned_partitions_while_the_next_batch_is_full(tmp_p
     worker._maybe_submit(Executor())  # type: ignore[arg-type]
     worker._reconcile_pause(stopping=False)
     assert consumer.paused_set == set()
+
+
+def test_a_free_spark_waits_briefly_for_the_tail_of_a_backlog_then_cuts(tmp_path: Path) -> None:
+    consumer = FakeConsumer(assigned={P0})
+    worker = make_worker(tmp_path, consumer, max_records=1000, min_records=10)
+    worker._on_assigned(frozenset({P0}), consumer)
+    consumer.lag = {P0: 5000}
+    worker.sizer.observe_lag(worker._lag(), 0)  # a backlog: the target grows to the cap
+    worker.sizer.observe_batch(1000, 1000, 1.0)  # 1 ms per record: 1,000 within the latency target
+    worker._spark_free_since -= 60  # Spark was last free a minute ago, before the running batch
+    # The running batch ends: Spark is free from now on.
+    done: concurrent.futures.Future[_Outcome] = concurrent.futures.Future()
+    done.set_result(_Outcome(BatchReport(1, "cancelled", 0, 0)))
+    worker._inflight = (Batch(1, [], {}, 0, "t"), done)
+    worker._check_inflight()
+    worker._accumulate({P0: chunk(P0, *range(200))})
+    consumer.lag = {P0: 1}  # the last record of the backlog is still being fetched
+    worker.sizer.observe_lag(worker._lag(), worker._acc_count)
+    worker._maybe_cut()
+    assert worker._ready is None and worker._acc_count == 200  # waits for it
+    worker._spark_free_since -= TAIL_WAIT_MS / 1000  # it did not come within the wait
+    worker._maybe_cut()
+    assert worker._ready is not None and worker._ready.records == 200 and worker._ready.reason == "caught-up"
