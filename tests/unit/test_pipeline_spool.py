@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -101,3 +102,21 @@ def test_an_unusable_spool_directory_means_create_data_frame(tmp_path: Path) -> 
     assert not handover.files
     table = pa.table({"offset": pa.array([1], pa.int64())})
     assert handover.batch("b1").frame(table) == "frame-1" and spark.created == [table]
+
+
+def test_a_spool_lock_appears_already_held_under_its_name(tmp_path: Path) -> None:
+    from kafka_handoff.pipeline.handover import LOCK_NAME, _hold, _hold_new
+
+    lock = tmp_path / LOCK_NAME
+    fd = _hold_new(lock)
+    if fd is None:
+        pytest.skip("no flock on this platform")
+    try:
+        assert [p.name for p in tmp_path.iterdir()] == [LOCK_NAME]  # the draft was renamed, not left
+        with pytest.raises(OSError):
+            _hold(lock)  # a reaper cannot take it while the worker lives
+    finally:
+        os.close(fd)
+    again = _hold(lock)  # the worker is gone: free
+    assert again is not None
+    os.close(again)

@@ -83,7 +83,7 @@ class Handover:
             reap(self.base)
             try:
                 self.root.mkdir(parents=True, exist_ok=True)
-                self._lock = _hold(self.root / LOCK_NAME)
+                self._lock = _hold_new(self.root / LOCK_NAME)
             except OSError as exc:
                 log.warning("cannot use the spool directory %s (%s); handing batches to Spark with "
                             "createDataFrame", self.root, exc)  # fmt: skip
@@ -117,12 +117,28 @@ class Handover:
 LOCK_NAME = ".owner.lock"
 
 
-def _hold(path: Path) -> int | None:
-    """Open and lock ``path`` for as long as the descriptor stays open (None where ``flock`` does not
-    exist)."""
+def _hold_new(path: Path) -> int | None:
+    """Create ``path`` already locked (made under another name, locked, then renamed: a worker reaping
+    never sees it unlocked); locked for as long as the descriptor stays open (None without ``flock``)."""
     if fcntl is None:
         return None
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    draft = path.with_name(f"{path.name}.{os.getpid()}")
+    fd = os.open(draft, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.replace(draft, path)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _hold(path: Path) -> int | None:
+    """Lock the existing ``path`` for as long as the descriptor stays open (None without ``flock``);
+    OSError when another process holds it, or it is gone."""
+    if fcntl is None:
+        return None
+    fd = os.open(path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
