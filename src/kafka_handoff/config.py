@@ -773,6 +773,9 @@ _CONSUMER_ROWS: list[_Row] = [
     ("fetch.max.wait.ms", _I, 500, _AT_LEAST_0, _LOW, "How long the broker may wait for fetch.min.bytes."),
     ("max.partition.fetch.bytes", _I, 1_048_576, _AT_LEAST_0, _HI, "Maximum bytes per partition per fetch."),
     ("check.crcs", _B, True, None, _LOW, "Verify the CRC32C of fetched record batches."),
+    ("max.decompressed.batch.bytes", _I, 67_108_864, _AT_LEAST_1, _MED,
+     "Most bytes one compressed record batch may decompress to (default 64 MiB); a batch beyond it is "
+     "refused as a decompression bomb with a CorruptRecordError naming topic, partition and offset."),
     ("exclude.internal.topics", _B, True, None, _MED, "Subscription patterns never match internal topics."),
     ("allow.auto.create.topics", _B, True, None, _MED, "Let subscribing auto-create missing topics."),
     ("default.api.timeout.ms", _I, 60_000, _AT_LEAST_0, _MED, "Timeout of blocking calls not given one."),
@@ -984,6 +987,7 @@ class ConsumerConfig(_CommonFields):
     fetch_max_wait_ms: int
     max_partition_fetch_bytes: int
     check_crcs: bool
+    max_decompressed_batch_bytes: int
     exclude_internal_topics: bool
     allow_auto_create_topics: bool
     default_api_timeout_ms: int

@@ -168,6 +168,7 @@ JAVA_PRODUCER_DEFAULTS = {
 # Keys kafka-handoff adds beyond Java's (with their defaults).
 HANDOFF_CONSUMER_EXTRAS = {
     "revoke.completion": "next-poll",  # KIP-983 "Compatibility": next-poll | same-poll
+    "max.decompressed.batch.bytes": 67_108_864,  # issue 34: the bound of one batch's decompressed records
 }
 
 JAVA_ADMIN_DEFAULTS = {

@@ -121,6 +121,7 @@ class AsyncConsumer:
         self._refresh_s = min(1.0, int(self._c.config.get("max.poll.interval.ms")) / 4000)
         self._refreshed = 0.0
         self._check_crcs = bool(self._c.config.get("check.crcs"))
+        self._max_decompressed = int(self._c.config.get("max.decompressed.batch.bytes"))
         # Under read_committed a fetch decodes at once (aborted-transaction state spans its batches).
         self._slice_decode = not self._c._read_committed
         deserializing = self._c._collector._kdes is not None or self._c._collector._vdes is not None
@@ -326,6 +327,7 @@ class AsyncConsumer:
                 partition=fetch.tp.partition,
                 check_crcs=self._check_crcs,
                 start_offset=offset,
+                max_decompressed_bytes=self._max_decompressed,
             )
             merged.records.extend(part.records)
             merged.batches += part.batches

@@ -216,6 +216,7 @@ class Consumer:
             self._buffer,
             max_poll_records=int(cfg.get("max.poll.records")),
             check_crcs=bool(cfg.get("check.crcs")),
+            max_decompressed_bytes=int(cfg.get("max.decompressed.batch.bytes")),
             read_committed=isolation == 1,
             key_deserializer=cfg.get("key.deserializer"),
             value_deserializer=cfg.get("value.deserializer"),

@@ -605,6 +605,7 @@ class ShareConsumer:
             topic=data.tp.topic,
             partition=data.tp.partition,
             check_crcs=self._config.check_crcs,
+            max_decompressed_bytes=self._config.max_decompressed_batch_bytes,
         )
         if decoded.error is not None:
             log.error("share group %s: %s", self.group_id, decoded.error)
