@@ -18,12 +18,13 @@ What the Java client writes, and what this module writes:
 Every decompression failure raises :class:`~kafka_handoff.errors.CorruptRecordError` (without topic/partition;
 the record batch decoder adds those).
 
-Decompression is bounded: :func:`decompress` takes ``max_bytes`` (the consumer's ``max.decompressed.batch.bytes``)
-and never writes more than that into memory -- a batch that would expand beyond it (a "zip bomb": zstd reaches
-~32,000:1) fails with :class:`CorruptRecordError` after at most ``max_bytes + 1`` bytes were produced.  The codecs
-write into a fixed output buffer (cramjam's ``decompress_into``; snappy's block lengths are read before any block
-is decompressed); the first attempt uses a buffer sized from the input, a batch that outgrows it is decompressed
-again into a lazily mapped buffer of the limit.
+Decompression is bounded: :func:`decompress` takes ``max_bytes`` (the consumer's
+``max.decompressed.batch.bytes``) and never writes more than that into memory -- a batch that would expand
+beyond it (a "zip bomb": zstd reaches ~32,000:1) fails with :class:`CorruptRecordError` after at most
+``max_bytes + 1`` bytes were produced.  The codecs write into a fixed output buffer (cramjam's
+``decompress_into``; snappy's block lengths are read before any block is decompressed); the first attempt
+uses a buffer sized from the input, a batch that outgrows it is decompressed again into a lazily mapped
+buffer of the limit.
 """
 
 from __future__ import annotations
@@ -245,7 +246,7 @@ def _lz4_compress_fast(mv: memoryview) -> bytes:
 # bounded output
 
 _BUFFER_FULL: Final = "failed to write whole buffer"
-"""cramjam's error when ``decompress_into`` runs out of output buffer (Rust's ``write_all`` on a full slice)."""
+"""cramjam's error when ``decompress_into`` runs out of output buffer (``write_all`` on a full slice)."""
 _FIRST_GUESS_RATIO: Final = 8
 _FIRST_GUESS_MIN: Final = 64 * 1024
 
