@@ -33,7 +33,7 @@ import mmap
 import struct
 from collections.abc import Callable
 from enum import IntEnum
-from typing import Final
+from typing import Any, Final
 
 import cramjam
 
