@@ -261,7 +261,7 @@ def _check_size(size: int, max_bytes: int) -> None:
 
 
 def _bounded(
-    decompress_into: Callable[[object, object], int], data: bytes | memoryview, max_bytes: int
+    decompress_into: Callable[[Any, Any], int], data: bytes | memoryview, max_bytes: int
 ) -> bytes:
     """``data`` decompressed into at most ``max_bytes`` bytes of memory; :class:`_TooLarge` beyond."""
     first = max(_FIRST_GUESS_MIN, _FIRST_GUESS_RATIO * len(data))
