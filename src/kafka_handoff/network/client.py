@@ -25,7 +25,14 @@ from kafka_handoff.errors import (
     KafkaError,
     UnsupportedVersionError,
 )
-from kafka_handoff.network.connection import BrokerConnection, ConnState, InFlight, timeout_error
+from kafka_handoff.network.connection import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    BrokerConnection,
+    ConnState,
+    InFlight,
+    timeout_error,
+)
+from kafka_handoff.protocol import wire
 from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.requests import ANY_NODE, COORDINATOR, UnsentRequest
 from kafka_handoff.protocol.versions import pick_version
@@ -63,7 +70,9 @@ class NetworkClient:
         send_buffer_bytes: int = 131072,
         max_in_flight_per_connection: int = 5,
         security: SecuritySettings | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
+        self._max_response_bytes = max_response_bytes
         self.client_id = client_id
         self.security = security
         self._auth_errors: collections.deque[AuthenticationError] = collections.deque(maxlen=16)
@@ -252,16 +261,24 @@ class NetworkClient:
                 if mask & selectors.EVENT_READ:
                     was_ready = conn.ready
                     results = conn.read(now_ms, self.request_timeout_ms)
+                    read_error = conn.read_error
+                    for entry, response in results:
+                        self._complete(entry, response, now_ms)
+                    if read_error is not None:
+                        raise read_error
                     if conn.ready and not was_ready:
                         if self.security is not None:
                             self._on_connected(conn_id, now_ms)
                         self._flush_pending(now_ms)
                     elif conn.wants_write():
                         conn.write()  # the next SASL message
-                    for entry, response in results:
-                        self._complete(entry, response, now_ms)
             except (KafkaError, OSError) as exc:
                 self._disconnect(conn_id, exc, now_ms)
+            except Exception as exc:  # a bug: this connection's requests fail, the others carry on
+                log.error("network error with %s:%s", conn.host, conn.port, exc_info=True)
+                error = ConnectionError_(f"connection to {conn.host}:{conn.port} failed: {exc!r}")
+                error.__cause__ = exc
+                self._disconnect(conn_id, error, now_ms)
         self._expire(now_ms)
         self._poll_auth(now_ms)
         self._flush_pending(now_ms)
@@ -290,6 +307,15 @@ class NetworkClient:
                         conn.write()
                 except (KafkaError, OSError) as exc:
                     self._disconnect(conn_id, exc, now_ms)
+                except Exception as exc:  # a SASL step that raised anything else: fail, do not hang
+                    log.error("authentication with %s:%s failed", conn.host, conn.port, exc_info=True)
+                    error = AuthenticationError(
+                        f"authentication with {conn.host}:{conn.port} failed: {exc!r}",
+                        broker=f"{conn.host}:{conn.port}",
+                        node_id=conn.node_id,
+                    )
+                    error.__cause__ = exc
+                    self._disconnect(conn_id, error, now_ms)
 
     def take_auth_errors(self) -> list[AuthenticationError]:
         """Authentication and TLS failures since the last call (the network thread reports them to the
@@ -349,6 +375,7 @@ class NetworkClient:
             receive_buffer_bytes=self._rcvbuf,
             send_buffer_bytes=self._sndbuf,
             security=self.security,
+            max_response_bytes=self._max_response_bytes,
         )
         try:
             conn.connect(now_ms, self.connect_timeout_ms)
@@ -441,9 +468,15 @@ class NetworkClient:
 
     # ------------------------------------------------------------------ completion
     def _complete(self, entry: InFlight, response: object, now_ms: int) -> None:
+        """Hand a response to its request's callback.  A callback that raises is logged (as Java's
+        ``NetworkClient`` does) and does not keep the other responses of the same read from theirs."""
         request = entry.request
         if request is not None and request.on_response is not None:
-            request.on_response(response, entry.version, now_ms)
+            try:
+                request.on_response(response, entry.version, now_ms)
+            except Exception:
+                name = wire.API_NAMES.get(entry.api_key, str(entry.api_key))
+                log.error("the response handler of a %s request raised", name, exc_info=True)
 
     def _fail(self, request: UnsentRequest, error: BaseException, now_ms: int) -> None:
         if request.on_failure is not None:

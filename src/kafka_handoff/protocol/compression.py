@@ -260,9 +260,7 @@ def _check_size(size: int, max_bytes: int) -> None:
         raise _TooLarge(f"declares {size} bytes")
 
 
-def _bounded(
-    decompress_into: Callable[[Any, Any], int], data: bytes | memoryview, max_bytes: int
-) -> bytes:
+def _bounded(decompress_into: Callable[[Any, Any], int], data: bytes | memoryview, max_bytes: int) -> bytes:
     """``data`` decompressed into at most ``max_bytes`` bytes of memory; :class:`_TooLarge` beyond."""
     first = max(_FIRST_GUESS_MIN, _FIRST_GUESS_RATIO * len(data))
     if first <= max_bytes:  # most batches fit a buffer a few times their compressed size
