@@ -717,6 +717,10 @@ def _common_rows(
          "username=\"u\" password=\"p\"; (PLAIN and SCRAM)."),
         ("sasl.username", _S, None, _NON_EMPTY, _HI, "SASL user name for PLAIN and SCRAM (librdkafka)."),
         ("sasl.password", _P, None, None, _HI, "SASL password for PLAIN and SCRAM (librdkafka's name)."),
+        ("sasl.scram.min.iterations", _I, 4096, _AT_LEAST_1, _LOW,
+         "Fewest SCRAM iterations a broker may ask for (Java's bound; fewer is refused as a downgrade)."),
+        ("sasl.scram.max.iterations", _I, 16384, _AT_LEAST_1, _LOW,
+         "Most SCRAM iterations a broker may ask for (Java's bound; PBKDF2 runs on the network thread)."),
         ("sasl.oauthbearer.method", _S, "default", OneOf(("default", "oidc")), _LOW,
          "OAUTHBEARER token source: default (the oauth_cb callback) or oidc (client credentials)."),
         ("sasl.oauthbearer.token.endpoint.url", _S, None, _NON_EMPTY, _MED,
@@ -943,6 +947,8 @@ class _CommonFields(ClientConfig):
     sasl_jaas_config: Password | None
     sasl_username: str | None
     sasl_password: Password | None
+    sasl_scram_min_iterations: int
+    sasl_scram_max_iterations: int
     sasl_oauthbearer_method: str
     sasl_oauthbearer_token_endpoint_url: str | None
     sasl_oauthbearer_client_id: str | None

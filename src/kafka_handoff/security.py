@@ -593,8 +593,18 @@ def build_security(config: Any) -> SecuritySettings | None:
     elif mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
         user, password = sasl_credentials(values)
 
+        min_iterations = int(values["sasl.scram.min.iterations"])
+        max_iterations = int(values["sasl.scram.max.iterations"])
+        if min_iterations > max_iterations:
+            raise ConfigError(
+                f"sasl.scram.min.iterations ({min_iterations}) is above sasl.scram.max.iterations "
+                f"({max_iterations})"
+            )
+
         def factory() -> SaslMechanism:
-            return Scram(mechanism, user, password)
+            return Scram(
+                mechanism, user, password, min_iterations=min_iterations, max_iterations=max_iterations
+            )
 
     else:
         extensions = parse_extensions(values["sasl.oauthbearer.extensions"])

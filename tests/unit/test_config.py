@@ -86,6 +86,8 @@ COMMON_DEFAULTS = {
     "sasl.oauthbearer.scope": None,
     "sasl.login.retry.backoff.ms": 100,
     "sasl.login.retry.backoff.max.ms": 10_000,
+    "sasl.scram.min.iterations": 4096,  # issue 34: Java's ScramMechanism bounds, configurable here
+    "sasl.scram.max.iterations": 16384,
     "sasl.login.connect.timeout.ms": 10_000,  # Java: unset (the JDK's default)
     # librdkafka's names and defaults.
     "ssl.certificate.location": None,

@@ -106,9 +106,27 @@ def _normalize(password: str) -> bytes:
     return unicodedata.normalize("NFKC", mapped).encode()
 
 
+SCRAM_MIN_ITERATIONS = 4096
+"""Java's lower bound of a SCRAM iteration count (``ScramMechanism.minIterations``): a server -- or a man in
+the middle of SASL_PLAINTEXT -- asking for fewer gets a proof that is cheap to brute-force offline."""
+SCRAM_MAX_ITERATIONS = 16384
+"""Java's upper bound (``ScramMechanism.maxIterations``): more would run PBKDF2 on the network thread for as
+long as the server likes."""
+_SCRAM_MAX_MESSAGE = 4096
+"""The largest SCRAM server message accepted (they are ~100-200 bytes)."""
+
+
 def _parse_attrs(message: bytes) -> dict[str, str]:
+    if len(message) > _SCRAM_MAX_MESSAGE:
+        raise AuthenticationError(f"oversized server message ({len(message)} bytes)")
+    try:
+        text = message.decode("ascii")
+    except UnicodeDecodeError:
+        raise AuthenticationError("malformed server message (not printable ASCII)") from None
+    if not text.isprintable():
+        raise AuthenticationError("malformed server message (not printable ASCII)")
     out: dict[str, str] = {}
-    for part in message.decode().split(","):
+    for part in text.split(","):
         if len(part) >= 2 and part[1] == "=":
             out[part[0]] = part[2:]
     return out
@@ -120,9 +138,20 @@ class Scram:
 
     _ALGORITHMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512", "SCRAM-SHA-1": "sha1"}
 
-    def __init__(self, mechanism: str, username: str, password: str, *, nonce: str | None = None) -> None:
+    def __init__(
+        self,
+        mechanism: str,
+        username: str,
+        password: str,
+        *,
+        nonce: str | None = None,
+        min_iterations: int = SCRAM_MIN_ITERATIONS,
+        max_iterations: int = SCRAM_MAX_ITERATIONS,
+    ) -> None:
         if mechanism not in self._ALGORITHMS:
             raise ValueError(f"not a SCRAM mechanism: {mechanism}")
+        self._min_iterations = min_iterations
+        self._max_iterations = max_iterations
         self.name = mechanism
         self._hash = self._ALGORITHMS[mechanism]
         self._username = username
@@ -157,19 +186,34 @@ class Scram:
         if "e" in attrs:
             raise AuthenticationError(f"{self.name}: the server refused: {attrs['e']}")
         try:
-            nonce, salt_b64, iterations = attrs["r"], attrs["s"], int(attrs["i"])
+            nonce, salt_b64, iterations_text = attrs["r"], attrs["s"], attrs["i"]
+            if not iterations_text.isdigit() or len(iterations_text) > 10:
+                raise ValueError("iteration count")
+            iterations = int(iterations_text)
             salt = base64.b64decode(salt_b64, validate=True)
         except (KeyError, ValueError) as exc:
             raise AuthenticationError(f"{self.name}: malformed server-first message") from exc
         if not nonce.startswith(self._nonce) or len(nonce) <= len(self._nonce):
             raise AuthenticationError(f"{self.name}: the server's nonce does not extend the client's")
-        if iterations < 1:
-            raise AuthenticationError(f"{self.name}: invalid iteration count {iterations}")
+        if not salt:
+            raise AuthenticationError(f"{self.name}: the server sent an empty salt")
+        if iterations < self._min_iterations:
+            raise AuthenticationError(
+                f"{self.name}: the server asked for {iterations} iterations, fewer than the minimum "
+                f"{self._min_iterations} (sasl.scram.min.iterations)"
+            )
+        if iterations > self._max_iterations:
+            raise AuthenticationError(
+                f"{self.name}: the server asked for {iterations} iterations, more than the maximum "
+                f"{self._max_iterations} (sasl.scram.max.iterations)"
+            )
         salted = hashlib.pbkdf2_hmac(self._hash, _normalize(self._password), salt, iterations)
         client_key = self._hmac(salted, b"Client Key")
         stored_key = hashlib.new(self._hash, client_key).digest()
         final_without_proof = f"c=biws,r={nonce}"
-        auth_message = f"{self._client_first_bare},{server_first.decode()},{final_without_proof}".encode()
+        auth_message = (
+            f"{self._client_first_bare},{server_first.decode('ascii')},{final_without_proof}".encode()
+        )
         client_signature = self._hmac(stored_key, auth_message)
         proof = bytes(a ^ b for a, b in zip(client_key, client_signature, strict=True))
         server_key = self._hmac(salted, b"Server Key")
@@ -330,6 +374,8 @@ class SaslAuthenticator:
             answer = self._mechanism.evaluate(bytes(response.auth_bytes))
         except AuthenticationError as exc:
             raise self._error(str(exc)) from exc
+        except Exception as exc:  # a malformed server message the mechanism did not foresee
+            raise self._error(f"malformed server message ({type(exc).__name__})") from exc
         if answer is None:
             self.done = True
             self._state = "done"
