@@ -724,7 +724,9 @@ def _common_rows(
         ("sasl.oauthbearer.method", _S, "default", OneOf(("default", "oidc")), _LOW,
          "OAUTHBEARER token source: default (the oauth_cb callback) or oidc (client credentials)."),
         ("sasl.oauthbearer.token.endpoint.url", _S, None, _NON_EMPTY, _MED,
-         "OIDC token endpoint (http or https URL) for sasl.oauthbearer.method=oidc."),
+         "OIDC token endpoint (https URL) for sasl.oauthbearer.method=oidc; redirects are not followed."),
+        ("sasl.oauthbearer.token.endpoint.allow.http", _B, False, None, _LOW,
+         "Accept an http:// token endpoint (the client secret then goes out in clear): for tests only."),
         ("sasl.oauthbearer.client.id", _S, None, _NON_EMPTY, _MED, "OIDC client id."),
         ("sasl.oauthbearer.client.secret", _P, None, None, _MED, "OIDC client secret."),
         ("sasl.oauthbearer.scope", _S, None, _NON_EMPTY, _LOW, "Scope asked of the OIDC token endpoint."),
@@ -739,7 +741,10 @@ def _common_rows(
         ("sasl.login.retry.backoff.max.ms", _L, 10_000, _AT_LEAST_0, _LOW,
          "Cap of the token fetch retry backoff."),
         ("sasl.login.connect.timeout.ms", _I, 10_000, _AT_LEAST_1, _LOW,
-         "Timeout of one HTTP request to the OIDC token endpoint."),
+         "Timeout of each network operation of a request to the OIDC token endpoint."),
+        ("sasl.login.read.timeout.ms", _I, 10_000, _AT_LEAST_1, _LOW,
+         "With sasl.login.connect.timeout.ms: the deadline of a whole OIDC token request (connect, send, "
+         "read the answer)."),
         ("metrics.sample.window.ms", _L, 30_000, _AT_LEAST_0, _LOW, "Length of one metrics sample window."),
         ("metrics.num.samples", _I, 2, _AT_LEAST_1, _LOW, "Sample windows kept by a windowed metric."),
         ("metrics.recording.level", _S, "INFO", OneOf(("INFO", "DEBUG", "TRACE")), _LOW,
@@ -951,6 +956,7 @@ class _CommonFields(ClientConfig):
     sasl_scram_max_iterations: int
     sasl_oauthbearer_method: str
     sasl_oauthbearer_token_endpoint_url: str | None
+    sasl_oauthbearer_token_endpoint_allow_http: bool
     sasl_oauthbearer_client_id: str | None
     sasl_oauthbearer_client_secret: Password | None
     sasl_oauthbearer_scope: str | None
@@ -960,6 +966,7 @@ class _CommonFields(ClientConfig):
     sasl_login_retry_backoff_ms: int
     sasl_login_retry_backoff_max_ms: int
     sasl_login_connect_timeout_ms: int
+    sasl_login_read_timeout_ms: int
     metrics_sample_window_ms: int
     metrics_num_samples: int
     metrics_recording_level: str

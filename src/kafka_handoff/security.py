@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import http.client
 import inspect
 import json
 import logging
 import os
+import socket
 import ssl
 import threading
 import time
@@ -30,7 +32,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from kafka_handoff.errors import AuthenticationError, ConfigError
 from kafka_handoff.protocol.backoff import ExponentialBackoff
@@ -220,12 +222,10 @@ def validate_security_values(values: Mapping[str, Any], explicit: frozenset[str]
                     "(allowed: set sasl.oauthbearer.token.endpoint.url, sasl.oauthbearer.client.id and "
                     "sasl.oauthbearer.client.secret)"
                 )
-        url = values["sasl.oauthbearer.token.endpoint.url"]
-        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-            raise ConfigError(
-                f"Invalid value {url!r} for configuration 'sasl.oauthbearer.token.endpoint.url': "
-                "not an http(s) URL (allowed: https://... or http://...)"
-            )
+        check_token_endpoint_url(
+            values["sasl.oauthbearer.token.endpoint.url"],
+            bool(values["sasl.oauthbearer.token.endpoint.allow.http"]),
+        )
     elif values["oauth_cb"] is None:
         raise ConfigError(
             "Missing configuration 'oauth_cb': sasl.mechanism=OAUTHBEARER needs a token source "
@@ -461,6 +461,95 @@ def callback_fetcher(
     return fetch
 
 
+OIDC_MAX_RESPONSE_BYTES = 256 * 1024
+"""The largest token endpoint response read (a token response is a few KiB)."""
+
+
+def check_token_endpoint_url(url: str, allow_http: bool) -> None:
+    """:class:`ConfigError` unless ``url`` is https (or http with
+    ``sasl.oauthbearer.token.endpoint.allow.http=true``): over http the client secret goes out in clear."""
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    if scheme == "https" or (scheme == "http" and allow_http):
+        return
+    if scheme == "http":
+        raise ConfigError(
+            f"Invalid value {url!r} for configuration 'sasl.oauthbearer.token.endpoint.url': http sends the "
+            "client secret in clear (allowed: an https:// URL, or http:// with "
+            "sasl.oauthbearer.token.endpoint.allow.http=true, for tests only)"
+        )
+    raise ConfigError(
+        f"Invalid value {url!r} for configuration 'sasl.oauthbearer.token.endpoint.url': "
+        "not an https URL (allowed: https://...)"
+    )
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Refuses every redirect: following one would send the client's credentials (the Authorization header)
+    to wherever the endpoint points, another host or plain http included."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        return None  # urllib then raises the 3xx as an HTTPError
+
+
+class _Deadline:
+    """Aborts a request still running at its deadline: shuts down the sockets it opened, so a read that a
+    slow-dripping peer keeps alive (each byte resets a per-operation timeout) ends at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = threading.Event()
+        self._sockets: list[Any] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def watch(self, conn: Any) -> Any:
+        with self._lock:
+            self._sockets.append(conn)
+        if self.expired.is_set():
+            self._expire()
+        return conn
+
+    def _expire(self) -> None:
+        self.expired.set()
+        with self._lock:
+            conns = list(self._sockets)
+        for conn in conns:
+            sock = getattr(conn, "sock", None)
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+
+def _opener(ssl_context: ssl.SSLContext | None, deadline: _Deadline) -> urllib.request.OpenerDirector:
+    """An opener that follows no redirect and registers each connection it opens with ``deadline``."""
+
+    class Http(urllib.request.HTTPHandler):
+        def http_open(self, req: Any) -> Any:
+            def connection(host: str, **kw: Any) -> Any:
+                return deadline.watch(http.client.HTTPConnection(host, **kw))
+
+            return self.do_open(connection, req)
+
+    class Https(urllib.request.HTTPSHandler):
+        def https_open(self, req: Any) -> Any:
+            def connection(host: str, **kw: Any) -> Any:
+                return deadline.watch(http.client.HTTPSConnection(host, **kw))
+
+            return self.do_open(connection, req, context=ssl_context)
+
+    return urllib.request.build_opener(Http(), Https(context=ssl_context), _NoRedirects())
+
+
 def oidc_fetcher(
     url: str,
     client_id: str,
@@ -469,11 +558,22 @@ def oidc_fetcher(
     extensions: Mapping[str, str],
     *,
     timeout_s: float = 10.0,
+    deadline_s: float | None = None,
+    allow_http: bool = False,
+    max_response_bytes: int = OIDC_MAX_RESPONSE_BYTES,
     ssl_context: ssl.SSLContext | None = None,
     clock: Callable[[], float] = time.time,
 ) -> Callable[[], OAuthToken]:
     """The OAuth 2 client-credentials grant (RFC 6749 §4.4) against ``url``; the client id and secret go in
-    an HTTP Basic header (URL-encoded first, as Java's client does)."""
+    an HTTP Basic header (URL-encoded first, as Java's client does).
+
+    Hardened against a hostile or broken endpoint: ``url`` must be https unless ``allow_http``; no redirect
+    is followed (a 3xx is an error: the credentials never leave for another URL); at most
+    ``max_response_bytes`` are read; the whole request -- connect, send, headers, body -- must finish within
+    ``deadline_s`` (default: twice ``timeout_s``, the per-operation timeout), or it fails with an
+    :class:`AuthenticationError` that the refresher reports like any other."""
+    check_token_endpoint_url(url, allow_http)
+    overall = deadline_s if deadline_s is not None else 2 * timeout_s
     basic = base64.b64encode(
         f"{urllib.parse.quote(client_id, safe='')}:{urllib.parse.quote(client_secret, safe='')}".encode()
     ).decode()
@@ -493,26 +593,29 @@ def oidc_fetcher(
             },
             method="POST",
         )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s, context=ssl_context) as response:
-                data = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            detail = ""
+        with _Deadline(overall) as deadline:
             try:
-                err = json.loads(exc.read())
-                if isinstance(err, dict):
-                    detail = " ".join(str(err[k]) for k in ("error", "error_description") if k in err)[:200]
-            except (ValueError, OSError):
-                pass
-            raise AuthenticationError(
-                f"OAUTHBEARER: the OIDC token endpoint {url} refused client {client_id!r}: HTTP {exc.code}"
-                + (f" ({detail})" if detail else "")
-            ) from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise AuthenticationError(
-                f"OAUTHBEARER: cannot get a token from the OIDC token endpoint {url}: {reason}"
-            ) from None
+                with _opener(ssl_context, deadline).open(
+                    request, timeout=min(timeout_s, overall)
+                ) as response:
+                    raw = response.read(max_response_bytes + 1)
+                if deadline.expired.is_set():  # the read ended because the deadline shut the socket
+                    raise TimeoutError("deadline")
+                if len(raw) > max_response_bytes:
+                    raise AuthenticationError(
+                        f"OAUTHBEARER: the OIDC token endpoint {url} sent a response larger than "
+                        f"{max_response_bytes} bytes"
+                    )
+                data = json.loads(raw)
+            except AuthenticationError:
+                raise
+            except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
+                if deadline.expired.is_set():
+                    raise AuthenticationError(
+                        f"OAUTHBEARER: the OIDC token endpoint {url} did not answer within {overall:g} s "
+                        "(sasl.login.connect.timeout.ms + sasl.login.read.timeout.ms)"
+                    ) from None
+                _raise_fetch_error(exc, url, client_id)
         token = data.get("access_token") if isinstance(data, dict) else None
         if not isinstance(token, str) or not token:
             raise AuthenticationError(f"OAUTHBEARER: the OIDC token endpoint {url} returned no access_token")
@@ -527,6 +630,31 @@ def oidc_fetcher(
         return OAuthToken(token, int(expires_at * 1000), str(claims.get("sub", "")), dict(extensions))
 
     return fetch
+
+
+def _raise_fetch_error(exc: BaseException, url: str, client_id: str) -> NoReturn:
+    if isinstance(exc, urllib.error.HTTPError):
+        if 300 <= exc.code < 400:
+            raise AuthenticationError(
+                f"OAUTHBEARER: the OIDC token endpoint {url} answered with a redirect (HTTP {exc.code}), "
+                "which is not followed: the client's credentials are sent to the configured URL only "
+                "(configure the final URL in sasl.oauthbearer.token.endpoint.url)"
+            ) from None
+        detail = ""
+        try:
+            err = json.loads(exc.read(OIDC_MAX_RESPONSE_BYTES))
+            if isinstance(err, dict):
+                detail = " ".join(str(err[k]) for k in ("error", "error_description") if k in err)[:200]
+        except (ValueError, OSError, http.client.HTTPException):
+            pass
+        raise AuthenticationError(
+            f"OAUTHBEARER: the OIDC token endpoint {url} refused client {client_id!r}: HTTP {exc.code}"
+            + (f" ({detail})" if detail else "")
+        ) from None
+    reason = getattr(exc, "reason", exc)
+    raise AuthenticationError(
+        f"OAUTHBEARER: cannot get a token from the OIDC token endpoint {url}: {reason}"
+    ) from None
 
 
 # ------------------------------------------------------------------------------------------------ settings
@@ -617,6 +745,9 @@ def build_security(config: Any) -> SecuritySettings | None:
                 values["sasl.oauthbearer.scope"],
                 extensions,
                 timeout_s=values["sasl.login.connect.timeout.ms"] / 1000.0,
+                deadline_s=(values["sasl.login.connect.timeout.ms"] + values["sasl.login.read.timeout.ms"])
+                / 1000.0,
+                allow_http=bool(values["sasl.oauthbearer.token.endpoint.allow.http"]),
             )
             source = f"the OIDC token endpoint {url}"
         else:

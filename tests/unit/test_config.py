@@ -89,6 +89,8 @@ COMMON_DEFAULTS = {
     "sasl.scram.min.iterations": 4096,  # issue 34: Java's ScramMechanism bounds, configurable here
     "sasl.scram.max.iterations": 16384,
     "sasl.login.connect.timeout.ms": 10_000,  # Java: unset (the JDK's default)
+    "sasl.login.read.timeout.ms": 10_000,  # Java: unset; issue 34: with the above, a token request's deadline
+    "sasl.oauthbearer.token.endpoint.allow.http": False,  # issue 34: https only unless allowed
     # librdkafka's names and defaults.
     "ssl.certificate.location": None,
     "ssl.key.location": None,
