@@ -95,6 +95,10 @@ class ScriptedPeer:
 
     def close(self) -> None:
         self._closed.set()
+        try:
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes the accept() (close alone does not, on Linux)
+        except OSError:
+            pass
         self._server.close()
         self._thread.join(5)
 

@@ -10,13 +10,15 @@ the network thread when the response arrives, the connection fails or the reques
 from __future__ import annotations
 
 import collections
+import concurrent.futures
+import ipaddress
 import logging
 import random
 import selectors
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kafka_handoff.errors import (
     AuthenticationError,
@@ -109,6 +111,10 @@ class NetworkClient:
         self.disconnect_listeners: list[Callable[[int, bool, int], None]] = []
         """Called as ``listener(node_id, is_coordinator_connection, now_ms)`` when a connection is lost."""
         self._closed = False
+        # DNS: getaddrinfo blocks (up to the resolver's timeouts, ~5 s per attempt); names are resolved on a
+        # thread of their own so that the network thread keeps serving the other connections meanwhile.
+        self._resolver: concurrent.futures.ThreadPoolExecutor | None = None
+        self._resolving: dict[int, concurrent.futures.Future[list[Any]]] = {}
         if security is not None and security.token_provider is not None:
             security.token_provider.listeners.append(self.wakeup)
 
@@ -362,10 +368,41 @@ class NetworkClient:
                 continue
             self._connect(conn_id, now_ms)
 
+    def _resolve_address(self, conn_id: int, host: str, port: int) -> tuple[bool, list[Any] | None]:
+        """(ready, getaddrinfo's answer): IP addresses at once; names on the resolver thread -- (False, None)
+        while that runs (its end wakes the network thread up), then its answer (a failure is raised)."""
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            pass
+        else:
+            return True, socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)  # numeric: no lookup
+        future = self._resolving.get(conn_id)
+        if future is None:
+            if self._resolver is None:
+                self._resolver = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=2, thread_name_prefix="kafka-handoff-dns"
+                )
+            future = self._resolver.submit(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM)
+            self._resolving[conn_id] = future
+            future.add_done_callback(lambda _f: self.wakeup())
+        if not future.done():
+            return False, None
+        del self._resolving[conn_id]
+        return True, future.result()  # raises the lookup's error (an OSError)
+
     def _connect(self, conn_id: int, now_ms: int) -> None:
         address = self._address(conn_id)
         if address is None:
             self._fail_pending(conn_id, ConnectionError_(f"no address known for broker {conn_id}"), now_ms)
+            return
+        infos: list[Any] | None = None
+        error: BaseException | None = None
+        try:
+            ready, infos = self._resolve_address(conn_id, address[0], address[1])
+        except OSError as exc:
+            ready, error = True, ConnectionError_(f"cannot resolve {address[0]}:{address[1]}: {exc}")
+        if not ready:
             return
         conn = BrokerConnection(
             self._logical_node(conn_id),
@@ -378,7 +415,9 @@ class NetworkClient:
             max_response_bytes=self._max_response_bytes,
         )
         try:
-            conn.connect(now_ms, self.connect_timeout_ms)
+            if error is not None:
+                raise error
+            conn.connect(now_ms, self.connect_timeout_ms, infos)
         except (KafkaError, OSError) as exc:
             self._conns[conn_id] = conn
             self._disconnect(conn_id, exc, now_ms)
@@ -433,7 +472,7 @@ class NetworkClient:
     def _next_deadline(self) -> int | None:
         deadlines = [d for c in self._conns.values() if (d := c.next_deadline()) is not None]
         for conn_id, queue in self._pending.items():
-            if queue:
+            if queue and conn_id not in self._resolving:  # a lookup's end wakes the thread up
                 conn = self._conns.get(conn_id)
                 if conn is None or conn.state is ConnState.DISCONNECTED:
                     deadlines.append(self._backoff[conn_id].next_ms)
@@ -531,6 +570,9 @@ class NetworkClient:
 
     def close(self) -> None:
         self._closed = True
+        if self._resolver is not None:
+            self._resolver.shutdown(wait=False, cancel_futures=True)
+        self._resolving.clear()
         if self.security is not None:
             self.security.close()
         for conn_id in list(self._conns):

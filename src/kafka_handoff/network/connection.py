@@ -287,8 +287,14 @@ class BrokerConnection:
         return f"{self.host}:{self.port}{node}"
 
     # ------------------------------------------------------------------ lifecycle
-    def connect(self, now_ms: int, timeout_ms: int) -> None:
-        infos = socket.getaddrinfo(self.host, self.port, 0, socket.SOCK_STREAM)
+    def connect(self, now_ms: int, timeout_ms: int, infos: list[Any] | None = None) -> None:
+        """Start connecting (non-blocking) to ``infos[0]`` (``socket.getaddrinfo``'s answer, resolved off the
+        network thread by the caller); without ``infos`` the host is resolved here, which blocks unless it
+        is an IP address."""
+        if infos is None:
+            infos = socket.getaddrinfo(self.host, self.port, 0, socket.SOCK_STREAM)
+        if not infos:
+            raise ConnectionError_(f"cannot connect to {self.host}:{self.port}: the name resolved to nothing")
         family, _type, proto, _canon, addr = infos[0]
         sock = socket.socket(family, socket.SOCK_STREAM, proto)
         sock.setblocking(False)
