@@ -154,3 +154,29 @@ def test_the_connection_fails_instead_of_staying_authenticating(pair: Any, serve
 
 def test_broker_apis_offer_sasl() -> None:
     assert {a["api_key"] for a in BROKER_APIS} >= {17, 36}
+
+
+def test_a_mechanism_step_that_raises_anything_is_an_authentication_error() -> None:
+    """Issue 34 item 7: a SASL step raising something other than AuthenticationError (a bug, a malformed
+    message nobody foresaw) must still end the exchange with an AuthenticationError naming the broker."""
+    from types import SimpleNamespace
+
+    from kafka_handoff.protocol.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslAuthenticator
+
+    class Broken:
+        name = "PLAIN"
+
+        def initial_response(self) -> bytes:
+            return b"hello"
+
+        def evaluate(self, challenge: bytes) -> bytes | None:
+            raise RuntimeError("mechanism bug")
+
+    auth = SaslAuthenticator("PLAIN", Broken, {SASL_HANDSHAKE: 1, SASL_AUTHENTICATE: 2}, "b1:9092", 1)
+    auth.start()
+    auth.on_response(SASL_HANDSHAKE, SimpleNamespace(error_code=0, mechanisms=["PLAIN"]))
+    response = SimpleNamespace(error_code=0, error_message=None, auth_bytes=b"x", session_lifetime=None)
+    with pytest.raises(
+        AuthenticationError, match=r"b1:9092 \(node 1\).*malformed server message \(RuntimeError\)"
+    ):
+        auth.on_response(SASL_AUTHENTICATE, response)
