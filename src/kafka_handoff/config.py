@@ -726,7 +726,8 @@ def _common_rows(
         ("sasl.oauthbearer.token.endpoint.url", _S, None, _NON_EMPTY, _MED,
          "OIDC token endpoint (https URL) for sasl.oauthbearer.method=oidc; redirects are not followed."),
         ("sasl.oauthbearer.token.endpoint.allow.http", _B, False, None, _LOW,
-         "Accept an http:// token endpoint (the client secret then goes out in clear): for tests only."),
+         "Accept an http:// token endpoint that is not a loopback address (the client secret then goes "
+         "out in clear): for tests only."),
         ("sasl.oauthbearer.client.id", _S, None, _NON_EMPTY, _MED, "OIDC client id."),
         ("sasl.oauthbearer.client.secret", _P, None, None, _MED, "OIDC client secret."),
         ("sasl.oauthbearer.scope", _S, None, _NON_EMPTY, _LOW, "Scope asked of the OIDC token endpoint."),

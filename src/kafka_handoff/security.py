@@ -21,6 +21,7 @@ import base64
 import binascii
 import http.client
 import inspect
+import ipaddress
 import json
 import logging
 import os
@@ -465,17 +466,31 @@ OIDC_MAX_RESPONSE_BYTES = 256 * 1024
 """The largest token endpoint response read (a token response is a few KiB)."""
 
 
+def _is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def check_token_endpoint_url(url: str, allow_http: bool) -> None:
-    """:class:`ConfigError` unless ``url`` is https (or http with
-    ``sasl.oauthbearer.token.endpoint.allow.http=true``): over http the client secret goes out in clear."""
-    scheme = urllib.parse.urlsplit(url).scheme.lower()
-    if scheme == "https" or (scheme == "http" and allow_http):
+    """:class:`ConfigError` unless ``url`` is https, or http to a loopback address (``localhost``,
+    127.0.0.0/8, ``::1``: the secret does not leave the machine), or http anywhere with
+    ``sasl.oauthbearer.token.endpoint.allow.http=true``: over a network, http sends the client secret in
+    clear."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme == "https" or (scheme == "http" and (allow_http or _is_loopback(parts.hostname))):
         return
     if scheme == "http":
         raise ConfigError(
             f"Invalid value {url!r} for configuration 'sasl.oauthbearer.token.endpoint.url': http sends the "
-            "client secret in clear (allowed: an https:// URL, or http:// with "
-            "sasl.oauthbearer.token.endpoint.allow.http=true, for tests only)"
+            "client secret in clear (allowed: an https:// URL, http:// to a loopback address, or http:// "
+            "with sasl.oauthbearer.token.endpoint.allow.http=true, for tests only)"
         )
     raise ConfigError(
         f"Invalid value {url!r} for configuration 'sasl.oauthbearer.token.endpoint.url': "

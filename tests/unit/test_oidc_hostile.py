@@ -111,6 +111,8 @@ def test_http_endpoints_are_refused_unless_explicitly_allowed() -> None:
     assert build_security(parse_consumer_config(allowed)) is not None
     with pytest.raises(ConfigError, match="not an https URL"):
         oidc_fetcher("ftp://idp.example/token", "c", "secret", None, {})
+    for loopback in ("http://127.0.0.1:8080/token", "http://localhost/token", "http://[::1]:80/token"):
+        oidc_fetcher(loopback, "c", "secret", None, {})  # the secret does not leave the machine
 
 
 def test_a_redirect_is_not_followed_and_the_credentials_stay_home(peers: list[HttpPeer]) -> None:

@@ -389,8 +389,6 @@ class DevSecurity:
             if mech == "OAUTHBEARER":
                 config["sasl.oauthbearer.method"] = "oidc"
                 config["sasl.oauthbearer.token.endpoint.url"] = self.token_endpoint_url
-                # The dev broker's token endpoint is plain http on the loopback interface.
-                config["sasl.oauthbearer.token.endpoint.allow.http"] = "true"
                 config["sasl.oauthbearer.client.id"] = user
                 config["sasl.oauthbearer.client.secret"] = secret
             else:
