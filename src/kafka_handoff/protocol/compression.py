@@ -249,6 +249,7 @@ _BUFFER_FULL: Final = "failed to write whole buffer"
 """cramjam's error when ``decompress_into`` runs out of output buffer (``write_all`` on a full slice)."""
 _FIRST_GUESS_RATIO: Final = 8
 _FIRST_GUESS_MIN: Final = 64 * 1024
+_LAZY_BUFFER: Final = 1024 * 1024
 
 
 class _TooLarge(Exception):
@@ -264,14 +265,18 @@ def _bounded(decompress_into: Callable[[Any, Any], int], data: bytes | memoryvie
     """``data`` decompressed into at most ``max_bytes`` bytes of memory; :class:`_TooLarge` beyond."""
     first = max(_FIRST_GUESS_MIN, _FIRST_GUESS_RATIO * len(data))
     if first <= max_bytes:  # most batches fit a buffer a few times their compressed size
-        out = bytearray(first)
+        # (bytearray zeroes its memory: beyond 1 MiB a mapping, whose untouched pages cost nothing, wins)
+        out: bytearray | mmap.mmap = bytearray(first) if first <= _LAZY_BUFFER else mmap.mmap(-1, first)
         try:
             n = decompress_into(data, out)
         except Exception as exc:
             if _BUFFER_FULL not in str(exc):
                 raise
         else:
-            return bytes(memoryview(out)[:n])
+            return bytes(memoryview(out)[:n]) if isinstance(out, bytearray) else out[:n]
+        finally:
+            if isinstance(out, mmap.mmap):
+                out.close()
     # Pages of an anonymous mapping cost memory only once written: a limit of 64 MiB costs what is produced.
     mapped = mmap.mmap(-1, max_bytes + 1)
     try:
