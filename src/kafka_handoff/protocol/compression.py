@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+import threading
 from collections.abc import Callable
 from enum import IntEnum
 from typing import Any, Final
@@ -252,6 +253,18 @@ _FIRST_GUESS_MIN: Final = 64 * 1024
 _LAZY_BUFFER: Final = 1024 * 1024
 
 
+_SCRATCH = threading.local()
+
+
+def _scratch(size: int) -> bytearray:
+    """This thread's reusable output buffer, at least ``size`` bytes."""
+    buf: bytearray | None = getattr(_SCRATCH, "buf", None)
+    if buf is None or len(buf) < size:
+        buf = bytearray(size)
+        _SCRATCH.buf = buf
+    return buf
+
+
 class _TooLarge(Exception):
     pass
 
@@ -265,18 +278,21 @@ def _bounded(decompress_into: Callable[[Any, Any], int], data: bytes | memoryvie
     """``data`` decompressed into at most ``max_bytes`` bytes of memory; :class:`_TooLarge` beyond."""
     first = max(_FIRST_GUESS_MIN, _FIRST_GUESS_RATIO * len(data))
     if first <= max_bytes:  # most batches fit a buffer a few times their compressed size
-        # (bytearray zeroes its memory: beyond 1 MiB a mapping, whose untouched pages cost nothing, wins)
-        out: bytearray | mmap.mmap = bytearray(first) if first <= _LAZY_BUFFER else mmap.mmap(-1, first)
+        # Up to 1 MiB: this thread's scratch buffer (no allocation, no zeroing per batch); beyond, a mapping
+        # whose untouched pages cost nothing.
+        mapped = mmap.mmap(-1, first) if first > _LAZY_BUFFER else None
+        out = memoryview(mapped) if mapped is not None else memoryview(_scratch(first))[:first]
         try:
             n = decompress_into(data, out)
         except Exception as exc:
             if _BUFFER_FULL not in str(exc):
                 raise
         else:
-            return bytes(memoryview(out)[:n]) if isinstance(out, bytearray) else out[:n]
+            return bytes(out[:n])
         finally:
-            if isinstance(out, mmap.mmap):
-                out.close()
+            out.release()
+            if mapped is not None:
+                mapped.close()
     # Pages of an anonymous mapping cost memory only once written: a limit of 64 MiB costs what is produced.
     mapped = mmap.mmap(-1, max_bytes + 1)
     try:
