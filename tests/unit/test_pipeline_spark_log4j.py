@@ -29,7 +29,7 @@ def test_a_log4j2_file_planted_at_the_old_fixed_path_is_not_used(
     # The shared temporary directory, as another local user sees it: they wrote the file first.
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.delenv("HANDOFF_SPARK_LOG_LEVEL", raising=False)
-    monkeypatch.setattr(spark_module, "_log4j2_files", {})
+    monkeypatch.setattr(spark_module, "_log4j2_files", {}, raising=False)  # a fresh process
     planted = tmp_path / "handoff-spark-log4j2-error.properties"
     planted.write_text(PLANTED, encoding="utf-8")
 
