@@ -22,7 +22,7 @@ Layout (every section but ``[kafka]``, ``[transform]`` and ``[sink]`` is optiona
     master = "local[2]"         # or spark://host:7077; or remote = "sc://host:15002" (Spark Connect)
     app_name = "handoff-pipeline"
     handover = "auto"           # batches reach Spark as Parquet files (local master) or by createDataFrame
-    spool_dir = "/dev/shm/kafka-handoff"   # where those files go (default: /dev/shm, else the temp dir)
+    spool_dir = "/dev/shm/kafka-handoff-1000"   # where those files go, private: 0700 (default: /dev/shm)
     [spark.conf]
     "spark.driver.memory" = "2g"
 
@@ -128,8 +128,8 @@ class SparkConfig:
     handover: str = "auto"
     """How batches reach Spark: ``auto`` | ``files`` | ``arrow`` (:mod:`kafka_handoff.pipeline.handover`)."""
     spool_dir: str | None = None
-    """Where ``files`` puts the batches' Parquet files (default: ``/dev/shm/kafka-handoff``, else the
-    temporary directory)."""
+    """Where ``files`` puts the batches' Parquet files, a directory private to the worker's user (mode
+    0700; default: ``/dev/shm/kafka-handoff-<uid>``, else the temporary directory)."""
 
     @property
     def local(self) -> bool:
