@@ -573,6 +573,7 @@ _SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 _SECURITY_PROTOCOL = OneOf(_SECURITY_PROTOCOLS)
+_STORE_TYPES = ("PEM", "PKCS12", "JKS")
 _SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 
 
@@ -690,22 +691,27 @@ def _common_rows(
         ("security.protocol", _S, "PLAINTEXT", _SECURITY_PROTOCOL, _MED,
          "Protocol used to talk to brokers: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."),
         ("ssl.truststore.location", _S, None, _NON_EMPTY, _HI,
-         "PEM file of the CA certificates that sign the brokers' certificates (librdkafka: ssl.ca.location);"
-         " unset: the system's CAs."),
-        ("ssl.truststore.type", _S, "PEM", OneOf(("PEM",)), _MED, "Trust store format: PEM only."),
+         "File of the CA certificates that sign the brokers' certificates, PEM or PKCS#12 (librdkafka: "
+         "ssl.ca.location); unset: the system's CAs."),
+        ("ssl.truststore.type", _S, "PEM", OneOf(_STORE_TYPES), _MED,
+         "Trust store format: PEM or PKCS12 (unset: told from the file); JKS names the keytool conversion."),
+        ("ssl.truststore.password", _P, None, None, _HI, "Password of a PKCS12 trust store."),
         ("ssl.truststore.certificates", _P, None, None, _HI,
          "CA certificates in PEM, inline (librdkafka: ssl.ca.pem)."),
         ("ssl.keystore.certificate.chain", _P, None, None, _HI,
          "Client certificate chain in PEM, inline (librdkafka: ssl.certificate.pem)."),
         ("ssl.keystore.key", _P, None, None, _HI, "Client private key in PEM, inline (ssl.key.pem)."),
         ("ssl.keystore.location", _S, None, _NON_EMPTY, _HI,
-         "PEM file with the client's private key and certificate chain (mutual TLS)."),
-        ("ssl.keystore.type", _S, "PEM", OneOf(("PEM",)), _MED, "Key store format: PEM only."),
+         "File with the client's private key and certificate chain, PEM or PKCS#12 (mutual TLS)."),
+        ("ssl.keystore.type", _S, "PEM", OneOf(_STORE_TYPES), _MED,
+         "Key store format: PEM or PKCS12 (unset: told from the file); JKS names the keytool conversion."),
+        ("ssl.keystore.password", _P, None, None, _HI, "Password of a PKCS12 key store (and its key)."),
         ("ssl.certificate.location", _S, None, _NON_EMPTY, _HI,
          "PEM file of the client certificate chain (librdkafka's name; mutual TLS)."),
         ("ssl.key.location", _S, None, _NON_EMPTY, _HI,
          "PEM file of the client's private key (librdkafka's name; mutual TLS)."),
-        ("ssl.key.password", _P, None, None, _HI, "Password of an encrypted private key."),
+        ("ssl.key.password", _P, None, None, _HI,
+         "Password of an encrypted PEM private key (PKCS12: used when ssl.keystore.password is not set)."),
         ("ssl.endpoint.identification.algorithm", _S, "https", _ENDPOINT_ALGORITHM, _LOW,
          "https: verify the broker's host name against its certificate; empty (or none) disables it."),
         ("enable.ssl.certificate.verification", _B, True, None, _LOW,
@@ -926,11 +932,13 @@ class _CommonFields(ClientConfig):
     security_protocol: str
     ssl_truststore_location: str | None
     ssl_truststore_type: str
+    ssl_truststore_password: Password | None
     ssl_truststore_certificates: Password | None
     ssl_keystore_certificate_chain: Password | None
     ssl_keystore_key: Password | None
     ssl_keystore_location: str | None
     ssl_keystore_type: str
+    ssl_keystore_password: Password | None
     ssl_certificate_location: str | None
     ssl_key_location: str | None
     ssl_key_password: Password | None

@@ -71,11 +71,13 @@ COMMON_DEFAULTS = {
     # Java's security defaults (JKS stores are Java-only: PEM is the one format here).
     "ssl.truststore.location": None,
     "ssl.truststore.type": "PEM",
+    "ssl.truststore.password": None,
     "ssl.truststore.certificates": None,
     "ssl.keystore.certificate.chain": None,
     "ssl.keystore.key": None,
     "ssl.keystore.location": None,
     "ssl.keystore.type": "PEM",
+    "ssl.keystore.password": None,
     "ssl.key.password": None,
     "ssl.endpoint.identification.algorithm": "https",
     "sasl.mechanism": "GSSAPI",
