@@ -37,7 +37,9 @@ def make_stores(directory: Path) -> dict[str, Any]:
     cert_pem, key_pem = ca.issue("alice", server=False)
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
     key = serialization.load_pem_private_key(key_pem, password=None)
-    assert isinstance(key, pkcs12.PKCS12PrivateKeyTypes)
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    assert isinstance(key, rsa.RSAPrivateKey)
     encryption = serialization.BestAvailableEncryption(STORE_PASSWORD.encode())
     keystore = directory / "client.keystore.p12"
     keystore.write_bytes(
@@ -70,7 +72,7 @@ def test_pkcs12_key_and_trust_stores_build_a_mutual_tls_context(tmp_path: Path) 
     settings = build_security(parse_consumer_config(props))
     assert settings is not None and settings.ssl_context is not None
     (trusted,) = settings.ssl_context.get_ca_certs()
-    assert dict(x[0] for x in trusted["subject"])["commonName"] == "kafka-handoff dev CA"
+    assert "(('commonName', 'kafka-handoff dev CA'),)" in str(trusted["subject"])
     # The type may be left out (Java's client.properties often do; librdkafka's keystore is PKCS#12).
     untyped = {k: v for k, v in props.items() if not k.endswith(".type")}
     assert build_security(parse_consumer_config(untyped)) is not None
