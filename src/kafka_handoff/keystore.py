@@ -63,8 +63,19 @@ def jks_error(prefix: str, path: str) -> ConfigError:
     )
 
 
+def _pkcs12(key: str) -> Any:
+    try:
+        from cryptography.hazmat.primitives.serialization import pkcs12
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ConfigError(
+            f"Invalid value 'PKCS12' for configuration '{key}.type': PKCS#12 stores need the 'cryptography' "
+            "package (pip install 'kafka-handoff[pkcs12]'; allowed without it: PEM)"
+        ) from None
+    return pkcs12
+
+
 def _load(path: str, password: str | None, key: str, what: str) -> tuple[Any, Any, list[Any]]:
-    from cryptography.hazmat.primitives.serialization import pkcs12
+    pkcs12 = _pkcs12(key)
 
     try:
         with open(path, "rb") as f:

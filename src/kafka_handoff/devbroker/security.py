@@ -9,8 +9,9 @@ test set-up (its principal ``User:ANONYMOUS`` is a super user).  Everything is t
   ``wrong-host.invalid`` only -- all with the ``cryptography`` package.  The broker reads PEM key and
   trust stores (``ssl.keystore.type=PEM``, ``ssl.truststore.type=PEM``).
 * SASL users ``admin`` (a super user), ``alice`` and ``bob`` with random passwords, for PLAIN (in the
-  listener's JAAS config) and SCRAM-SHA-256/512 (credentials written into the metadata log at storage
-  format time: ``kafka-storage format --add-scram``).
+  listener's JAAS config, in a 0600 ``server.properties``) and SCRAM-SHA-256/512 (credentials written into
+  the metadata log at storage format time: ``kafka-storage format --add-scram``, given through a 0600
+  java argument file, not the command line).
 * OAUTHBEARER validated by Kafka's own ``OAuthBearerValidatorCallbackHandler`` against a JWKS file; an
   RS256 token endpoint (client-credentials grant; client id = user name, client secret = its password,
   ``sub`` = user name) served on 127.0.0.1 by ``_oidc_server.py`` in its own process, which lives as long
