@@ -272,8 +272,11 @@ def generate_ca(common_name: str = "kafka-handoff dev CA", days: int = 30) -> Ce
 def _write_secret(path: Path, data: bytes | str) -> None:
     """Write a file only its owner can read."""
     raw = data.encode() if isinstance(data, str) else data
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o600)
     with os.fdopen(fd, "wb") as f:
+        if hasattr(os, "fchmod"):
+            os.fchmod(f.fileno(), 0o600)  # also when an earlier file had a looser mode
         f.write(raw)
 
 
