@@ -142,7 +142,7 @@ class Handover:
             except OSError as exc:
                 log.warning("cannot use the spool directory %s (%s); handing batches to Spark with "
                             "createDataFrame (set spark.spool_dir to a private directory, or "
-                            "spark.handover = \"arrow\")", self.root, exc)  # fmt: skip
+                            "spark.handover = \"arrow\")", self.base, exc)  # fmt: skip
                 self.files = False
 
     def describe(self) -> str:
