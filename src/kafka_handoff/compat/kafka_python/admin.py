@@ -167,6 +167,24 @@ _UNSUPPORTED: dict[str, str] = {
 }
 
 
+def _topic_from_options(name: str, options: Any) -> NewTopic:
+    if not isinstance(options, Mapping):
+        raise TypeError(
+            f"create_topics(): the options of topic {name!r} must be a dict (num_partitions, "
+            f"replication_factor, assignments, configs), got {options!r}"
+        )
+    unknown = set(options) - {"num_partitions", "replication_factor", "assignments", "configs"}
+    if unknown:
+        raise TypeError(f"create_topics(): unknown options {sorted(unknown)} for topic {name!r}")
+    return NewTopic(
+        name,
+        int(options.get("num_partitions", -1)),
+        int(options.get("replication_factor", -1)),
+        options.get("assignments"),
+        options.get("configs"),
+    )
+
+
 def _seconds(timeout_ms: int | None) -> float | None:
     return None if timeout_ms is None else timeout_ms / 1000.0
 
@@ -201,14 +219,17 @@ class KafkaAdminClient:
     # ------------------------------------------------------------------------------------------ topics
     def create_topics(
         self,
-        new_topics: Iterable[NewTopic | NativeNewTopic | str],
+        new_topics: Iterable[NewTopic | NativeNewTopic | str] | Mapping[str, Mapping[str, Any]],
         timeout_ms: int | None = None,
         validate_only: bool = False,
     ) -> dict[str, CreateTopicResult]:
-        """Create topics (``NewTopic`` objects, or names for the broker's defaults).  Returns the native
-        ``{name: CreateTopicResult}`` (kafka-python returns the raw CreateTopics response); raises
+        """Create topics: ``NewTopic`` objects, names (the broker's defaults) or, as kafka-python 3, a dict
+        ``{name: {'num_partitions', 'replication_factor', 'assignments', 'configs'}}`` (all optional).
+        Returns the native ``{name: CreateTopicResult}`` (kafka-python returns the raw CreateTopics response); raises
         ``TopicAlreadyExistsError`` and the like, as kafka-python does."""
         topics: list[NativeNewTopic] = []
+        if isinstance(new_topics, Mapping):
+            new_topics = [_topic_from_options(name, opts) for name, opts in new_topics.items()]
         for t in new_topics:
             if isinstance(t, NativeNewTopic):
                 topics.append(t)

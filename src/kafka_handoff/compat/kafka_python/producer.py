@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -40,6 +42,15 @@ def _header_size(headers: list[tuple[str, bytes | None]]) -> int:
     return sum(len(k.encode("utf-8")) + (len(v) if v is not None else 0) for k, v in headers)
 
 
+def _close_at_exit(ref: weakref.ref[KafkaProducer]) -> Callable[[], None]:
+    def close() -> None:
+        producer = ref()
+        if producer is not None:
+            producer.close()
+
+    return close
+
+
 class KafkaProducer:
     """kafka-python's producer API: ``send()`` returns a :class:`FutureRecordMetadata`; serializers and a
     ``partitioner`` callable run in ``send()``; ``flush()``, ``close()``, ``partitions_for()``,
@@ -68,6 +79,9 @@ class KafkaProducer:
         self._lock = threading.Lock()
         self._closed = False
         self._native = Producer(native)
+        # As kafka-python: a producer still open when the interpreter exits delivers what it queued first.
+        self._atexit = _close_at_exit(weakref.ref(self))
+        atexit.register(self._atexit)
 
     @property
     def native(self) -> Producer:
@@ -148,6 +162,7 @@ class KafkaProducer:
         if self._closed:
             return
         self._closed = True
+        atexit.unregister(self._atexit)
         try:
             self._native.close(timeout)
         finally:
