@@ -225,8 +225,8 @@ class KafkaAdminClient:
     ) -> dict[str, CreateTopicResult]:
         """Create topics: ``NewTopic`` objects, names (the broker's defaults) or, as kafka-python 3, a dict
         ``{name: {'num_partitions', 'replication_factor', 'assignments', 'configs'}}`` (all optional).
-        Returns the native ``{name: CreateTopicResult}`` (kafka-python returns the raw CreateTopics response); raises
-        ``TopicAlreadyExistsError`` and the like, as kafka-python does."""
+        Returns the native ``{name: CreateTopicResult}`` (kafka-python returns the raw CreateTopics
+        response); raises ``TopicAlreadyExistsError`` and the like, as kafka-python does."""
         topics: list[NativeNewTopic] = []
         if isinstance(new_topics, Mapping):
             new_topics = [_topic_from_options(name, opts) for name, opts in new_topics.items()]
