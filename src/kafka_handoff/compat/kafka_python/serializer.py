@@ -47,17 +47,15 @@ class DefaultSerializer(Serializer, Deserializer):
         return None if data is None else data.decode(self.encoding)
 
 
-class JsonSerializer(Serializer, Deserializer):
-    """JSON in UTF-8 (``None`` stays ``None``: a tombstone)."""
-
-    def __init__(self, **dumps_kwargs: Any) -> None:
-        self.dumps_kwargs = dumps_kwargs
+class JsonSerializer(DefaultSerializer):
+    """JSON text in ``encoding`` (``None`` stays ``None``: a tombstone).  As kafka-python's, bytes are not
+    passed through: ``json.dumps`` refuses them."""
 
     def serialize(self, topic: str, headers: Headers, data: Any) -> bytes | None:
-        return None if data is None else json.dumps(data, **self.dumps_kwargs).encode("utf-8")
+        return None if data is None else super().serialize(topic, headers, json.dumps(data))
 
     def deserialize(self, topic: str, headers: Headers, data: bytes | None) -> Any:
-        return None if data is None else json.loads(data)
+        return None if data is None else json.loads(data.decode(self.encoding))
 
 
 SerializeFn = Callable[[str, Headers, Any], Any]
