@@ -179,7 +179,9 @@ def test_poll_returns_at_most_max_records_grouped_by_partition(
                 seen[tp].extend(r.offset for r in records)
         assert seen == {tp: list(range(10)) for tp in tps}  # each record once, in order
         assert consumer.poll(timeout_ms=0) == {}
-        assert {tp: consumer.position(tp) for tp in tps} == {tp: 10 for tp in tps}
+        produce(bootstrap, topic, 1)
+        assert [r.offset for r in consumer.poll(timeout_ms=None)[tps[0]]] == [10]  # None: until records
+        assert {tp: consumer.position(tp) for tp in tps} == {tps[0]: 11, tps[1]: 10, tps[2]: 10}
 
 
 def test_commit_counts_only_records_handed_out(bootstrap: str, topic_factory: TopicFactory) -> None:

@@ -198,10 +198,10 @@ class KafkaConsumer(Iterator[ConsumerRecord]):
 
     # ====================================================================================== poll
     def poll(
-        self, timeout_ms: int = 0, max_records: int | None = None, update_offsets: bool = True
+        self, timeout_ms: float | None = 0, max_records: int | None = None, update_offsets: bool = True
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """Records of the assigned partitions, waiting up to ``timeout_ms`` for some: at most
-        ``max_records`` (default ``max_poll_records``), grouped by partition."""
+        """Records of the assigned partitions, waiting up to ``timeout_ms`` for some (``None``: until
+        there are some): at most ``max_records`` (default ``max_poll_records``), grouped by partition."""
         self._ensure_open()
         if not update_offsets:
             raise NotImplementedError(
@@ -211,9 +211,14 @@ class KafkaConsumer(Iterator[ConsumerRecord]):
         limit = self._max_poll_records if max_records is None else int(max_records)
         if limit < 1:
             raise ValueError(f"max_records must be at least 1, got {limit}")
-        deadline = time.monotonic() + max(0.0, float(timeout_ms)) / 1000.0
+        wait_s = math.inf if timeout_ms is None else max(0.0, float(timeout_ms)) / 1000.0
+        deadline = time.monotonic() + wait_s
         while not self._buffer:
-            self._fetch(max(0.0, deadline - time.monotonic()))
+            self._fetch(
+                min(1.0, max(0.0, deadline - time.monotonic()))
+                if math.isinf(wait_s)
+                else max(0.0, deadline - time.monotonic())
+            )
             if self._buffer or time.monotonic() >= deadline:
                 break
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
