@@ -331,6 +331,36 @@ def test_pattern_subscription_without_group(bootstrap: str, topic_factory: Topic
         assert consumer.subscription() == {topic}
 
 
+def test_pattern_subscription_with_group(bootstrap: str, topic_factory: TopicFactory) -> None:
+    topic = topic_factory(partitions=2)
+    produce(bootstrap, topic, 4, partitions=2)
+    with KafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group(), auto_offset_reset="earliest"
+    ) as consumer:
+        consumer.subscribe(pattern=re.escape(topic) + "$")
+        assert sorted(r.value for r in take(consumer, 4)) == [b"v0", b"v1", b"v2", b"v3"]
+        assert consumer.assignment() == {TopicPartition(topic, 0), TopicPartition(topic, 1)}
+        with pytest.raises(errors.IllegalStateError):
+            consumer.assign([TopicPartition(topic, 0)])
+
+
+def test_subscribe_after_assign_is_refused(bootstrap: str, topic_factory: TopicFactory) -> None:
+    topic = topic_factory(partitions=1)
+    with KafkaConsumer(bootstrap_servers=bootstrap, group_id=group()) as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        with pytest.raises(errors.IllegalStateError):
+            consumer.subscribe([topic])
+        consumer.assign([])  # as kafka-python: an empty assignment unsubscribes
+        assert consumer.assignment() == set() and consumer.subscription() is None
+        consumer.subscribe([topic])
+        assert consumer.subscription() == {topic}
+
+
+def test_poll_without_subscription_or_assignment_is_refused(bootstrap: str) -> None:
+    with KafkaConsumer(bootstrap_servers=bootstrap) as consumer, pytest.raises(errors.IllegalStateError):
+        consumer.poll()
+
+
 def test_subscribe_rejects_topics_and_pattern_together(bootstrap: str) -> None:
     with KafkaConsumer(bootstrap_servers=bootstrap) as consumer, pytest.raises(errors.IllegalStateError):
         consumer.subscribe(["a"], pattern="b.*")

@@ -160,6 +160,7 @@ class KafkaConsumer(Iterator[ConsumerRecord]):
         self._groupless_listener: Any = None
         self._groupless_complete = False
         self._groupless_checked = -math.inf
+        self._mode: str | None = None  # "group", "groupless" (subscribed without a group), "assigned"
         if topics:
             self.subscribe(topics)
 
@@ -242,7 +243,7 @@ class KafkaConsumer(Iterator[ConsumerRecord]):
                 # No partition yet (the topic does not exist yet): wait a little, then look again.
                 time.sleep(min(timeout_s, 0.2))
                 return
-        elif not self._native.assignment() and not self._native.subscription():
+        elif self._mode is None:
             raise IllegalStateError(
                 "No topics subscribed and no partitions assigned: call subscribe() or assign()"
             )
@@ -317,7 +318,7 @@ class KafkaConsumer(Iterator[ConsumerRecord]):
         if not names and pattern is None:
             raise IllegalStateError("You must choose topics or pattern to subscribe")
         _check_listener(listener)
-        if self._manually_assigned():
+        if self._mode == "assigned":
             raise IllegalStateError("Subscription to topics, partitions and pattern are mutually exclusive")
         compiled = (
             None if pattern is None else (pattern if isinstance(pattern, re.Pattern) else re.compile(pattern))
@@ -328,17 +329,11 @@ class KafkaConsumer(Iterator[ConsumerRecord]):
             self._groupless_listener = listener
             self._groupless_complete = False
             self._groupless_checked = -math.inf
+            self._mode = "groupless"
             return
         self._native.set_rebalance_listener(_ListenerAdapter(self, listener))
         self._native.subscribe(compiled if compiled is not None else names)
-
-    def _manually_assigned(self) -> bool:
-        return (
-            self._groupless_topics is None
-            and self._groupless_pattern is None
-            and bool(self._native.assignment())
-            and not self._native.subscription()
-        )
+        self._mode = "group"
 
     def _groupless_refresh(self, timeout_s: float) -> None:
         now = time.monotonic()
@@ -382,8 +377,9 @@ class KafkaConsumer(Iterator[ConsumerRecord]):
             return set(self._groupless_topics)
         if self._groupless_pattern is not None:
             return {tp.topic for tp in self._native.assignment()}
-        topics = self._native.subscription()
-        return set(topics) if topics else None
+        if self._mode != "group":
+            return None
+        return set(self._native.subscription())
 
     def unsubscribe(self) -> None:
         """Leave the group (revoke callbacks run) or drop the assignment."""
@@ -392,21 +388,22 @@ class KafkaConsumer(Iterator[ConsumerRecord]):
         self._groupless_topics = None
         self._groupless_pattern = None
         self._groupless_listener = None
+        self._mode = None
         self._native.unsubscribe()
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Take exactly these partitions (no group management)."""
+        """Take exactly these partitions (no group management); an empty list unsubscribes."""
         self._ensure_open()
         parts = [TopicPartition(*tp) for tp in partitions]
-        if (
-            self._groupless_topics is not None
-            or self._groupless_pattern is not None
-            or self._native.subscription()
-        ):
+        if self._mode in ("group", "groupless"):
             raise IllegalStateError("Subscription to topics, partitions and pattern are mutually exclusive")
+        if not parts:
+            self.unsubscribe()
+            return
         keep = set(parts)
         self._rewind([tp for tp in self._buffer if tp not in keep])
         self._native.assign(parts)
+        self._mode = "assigned"
 
     def assignment(self) -> set[TopicPartition]:
         self._ensure_open()
