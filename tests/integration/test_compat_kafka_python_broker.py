@@ -419,6 +419,14 @@ def test_admin_consumer_groups(bootstrap: str, topic_factory: TopicFactory) -> N
             assert info.members[0].member_assignment.partitions() == [tp]
             offsets = admin.list_consumer_group_offsets(gid)
             assert offsets[tp].offset == 3
+            # kafka-python 3's names and shapes
+            listed = {g["group_id"]: g for g in admin.list_groups()}
+            assert listed[gid]["group_state"] == "Stable"
+            described = admin.describe_groups([gid])[gid]
+            (member,) = described["members"]
+            assert member["member_assignment"]["assigned_partitions"] == [{"topic": topic, "partitions": [0]}]
+            assert admin.list_group_offsets([gid])[gid][tp].offset == 3
     with KafkaAdminClient(bootstrap_servers=bootstrap) as admin:
         assert admin.delete_consumer_groups([gid]) == [(gid, errors.NoError)]
+        assert admin.delete_groups([gid]) == {gid: "GroupIdNotFoundError"}
         assert gid not in {g for g, _ in admin.list_consumer_groups()}

@@ -348,3 +348,7 @@ def test_config_resource_and_new_partitions() -> None:
     assert NewPartitions(4).total_count == 4
     nt = kp.NewTopic("t", 3, 1, topic_configs={"retention.ms": 1000})
     assert nt.to_native() == kafka_handoff.NewTopic("t", 3, 1, {"retention.ms": "1000"}, None)
+    manual = kp.NewTopic("t", replica_assignments={0: [1]})
+    assert manual.to_native() == kafka_handoff.NewTopic("t", -1, -1, {}, {0: [1]})
+    with pytest.raises(errors.InvalidRequestError, match="replica_assignments"):
+        kp.NewTopic("t", 1, 1, replica_assignments={0: [1]}).to_native()  # as the broker refuses it

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from kafka_handoff.admin import AdminClient, ConfigEntry, CreateTopicResult
 from kafka_handoff.admin import NewTopic as NativeNewTopic
 from kafka_handoff.compat.kafka_python.config import ADMIN_KEYS, translate
-from kafka_handoff.compat.kafka_python.errors import KafkaError, NoError
+from kafka_handoff.compat.kafka_python.errors import InvalidRequestError, KafkaError, NoError
 from kafka_handoff.compat.kafka_python.structs import OffsetAndMetadata, TopicPartition
 
 __all__ = [
@@ -51,6 +51,12 @@ class NewTopic:
         self.topic_configs = dict(topic_configs or {})
 
     def to_native(self) -> NativeNewTopic:
+        if self.replica_assignments and (self.num_partitions != -1 or self.replication_factor != -1):
+            # kafka-python sends both and the broker refuses the request; say so before sending.
+            raise InvalidRequestError(
+                f"cannot create topic {self.name!r}: a manual partition assignment (replica_assignments) was "
+                "specified, but num_partitions and replication_factor were not left at -1"
+            )
         return NativeNewTopic(
             self.name,
             self.num_partitions if not self.replica_assignments else -1,
@@ -409,27 +415,99 @@ class KafkaAdminClient:
                 out.append((gid, type(exc)))
         return out
 
-    # kafka-python 3 names of the group calls
+    # kafka-python 3 names of the group calls, with kafka-python 3's result shapes (dicts)
     def list_groups(
-        self, broker_ids: Iterable[int] | None = None, states_filter: Iterable[str] | None = None
-    ) -> list[tuple[str, str]]:
-        return self.list_consumer_groups(broker_ids, states_filter)
+        self,
+        broker_ids: Iterable[int] | None = None,
+        states_filter: Iterable[str] | None = None,
+        types_filter: Iterable[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """kafka-python 3: ``[{'group_id', 'protocol_type', 'group_state', 'group_type'}, ...]``."""
+        if broker_ids is not None:
+            raise NotImplementedError(
+                "list_groups(broker_ids=...): kafka-handoff's admin client asks every broker"
+            )
+        states = None if states_filter is None else {s.lower() for s in states_filter}
+        types = None if types_filter is None else {t.lower() for t in types_filter}
+        return [
+            {
+                "group_id": g.group_id,
+                "protocol_type": g.protocol_type,
+                "group_state": g.state,
+                "group_type": g.type,
+            }
+            for g in self._native.list_groups()
+            if (states is None or (g.state or "").lower() in states)
+            and (types is None or (g.type or "").lower() in types)
+        ]
 
     def describe_groups(
-        self, group_ids: Iterable[str], group_coordinator_id: int | None = None
-    ) -> list[GroupInformation]:
-        return self.describe_consumer_groups(group_ids, group_coordinator_id)
+        self,
+        group_ids: Iterable[str],
+        group_coordinator_id: int | None = None,
+        include_authorized_operations: bool = False,
+    ) -> dict[str, dict[str, Any]]:
+        """kafka-python 3: ``{group_id: {'group_id', 'group_state', 'protocol_type', 'protocol_data',
+        'members': [{'member_id', 'group_instance_id', 'client_id', 'client_host', 'member_metadata':
+        {'topics'}, 'member_assignment': {'assigned_partitions': [{'topic', 'partitions'}]}}],
+        'authorized_operations', 'error'}}``."""
+        out: dict[str, dict[str, Any]] = {}
+        for info in self.describe_consumer_groups(
+            group_ids, group_coordinator_id, include_authorized_operations
+        ):
+            out[info.group] = {
+                "group_id": info.group,
+                "group_state": info.state,
+                "protocol_type": info.protocol_type,
+                "protocol_data": info.protocol,
+                "members": [
+                    {
+                        "member_id": m.member_id,
+                        "group_instance_id": None,
+                        "client_id": m.client_id,
+                        "client_host": m.client_host,
+                        "member_metadata": {"topics": list(m.member_metadata.subscription)},
+                        "member_assignment": {
+                            "assigned_partitions": [
+                                {"topic": t, "partitions": list(p)} for t, p in m.member_assignment.assignment
+                            ]
+                        },
+                    }
+                    for m in info.members
+                ],
+                "authorized_operations": None,
+                "error": None,
+            }
+        return out
 
-    def list_group_offsets(self, group_specs: str | Iterable[str]) -> Any:
-        """kafka-python 3: one group id -> its offsets; a list of ids -> ``{group_id: offsets}``."""
+    def list_group_offsets(
+        self, group_specs: str | Iterable[str] | Mapping[str, Iterable[TopicPartition] | None]
+    ) -> dict[str, dict[TopicPartition, OffsetAndMetadata]]:
+        """kafka-python 3: ``{group_id: {TopicPartition: OffsetAndMetadata}}`` for a group id, a list of
+        them, or ``{group_id: [TopicPartition, ...] or None}``."""
         if isinstance(group_specs, str):
-            return self.list_consumer_group_offsets(group_specs)
-        return {g: self.list_consumer_group_offsets(g) for g in group_specs}
+            specs: dict[str, Iterable[TopicPartition] | None] = {group_specs: None}
+        elif isinstance(group_specs, Mapping):
+            specs = dict(group_specs)
+        else:
+            specs = {g: None for g in group_specs}
+        return {
+            g: {
+                tp: om
+                for tp, om in sorted(self._native.list_group_offsets(g, parts).items())
+                if om is not None
+            }
+            for g, parts in specs.items()
+        }
 
     def delete_groups(
         self, group_ids: Iterable[str], group_coordinator_id: int | None = None
-    ) -> list[tuple[str, type[BaseException]]]:
-        return self.delete_consumer_groups(group_ids, group_coordinator_id)
+    ) -> dict[str, str]:
+        """kafka-python 3: ``{group_id: 'OK' or the error's class name}``."""
+        return {
+            g: "OK" if err is NoError else err.__name__
+            for g, err in self.delete_consumer_groups(group_ids, group_coordinator_id)
+        }
 
     # ------------------------------------------------------------------------------------------ close
     def close(self) -> None:
