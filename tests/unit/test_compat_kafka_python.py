@@ -352,3 +352,23 @@ def test_config_resource_and_new_partitions() -> None:
     assert manual.to_native() == kafka_handoff.NewTopic("t", -1, -1, {}, {0: [1]})
     with pytest.raises(errors.InvalidRequestError, match="replica_assignments"):
         kp.NewTopic("t", 1, 1, replica_assignments={0: [1]}).to_native()  # as the broker refuses it
+
+
+def test_partition_arguments_accept_varargs_and_one_collection() -> None:
+    from kafka_handoff.compat.kafka_python.consumer import _partitions_arg
+
+    a, b = kp.TopicPartition("t", 0), kp.TopicPartition("t", 1)
+    assert _partitions_arg((a, b)) == [a, b]
+    assert _partitions_arg(([a, b],)) == [a, b]
+    assert _partitions_arg(({a},)) == [a]
+    assert _partitions_arg((("t", 1),)) == [b]  # a bare (topic, partition) tuple is one partition
+
+
+def test_metrics_are_nested_by_group() -> None:
+    from kafka_handoff.compat.kafka_python.producer import nested_metrics
+
+    assert nested_metrics({"producer-metrics:record-send-rate": 1.0, "a:b:c": 2.0, "plain": 3.0}) == {
+        "producer-metrics": {"record-send-rate": 1.0},
+        "a:b": {"c": 2.0},
+        "kafka-handoff": {"plain": 3.0},
+    }
