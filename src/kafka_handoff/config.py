@@ -717,10 +717,11 @@ def _common_rows(
         ("enable.ssl.certificate.verification", _B, True, None, _LOW,
          "Verify the broker's certificate chain (librdkafka's name); false is for tests only."),
         ("sasl.mechanism", _S, "GSSAPI", OneOf(_SASL_MECHANISMS), _MED,
-         "SASL mechanism (librdkafka: sasl.mechanisms): PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER."),
+         "SASL mechanism (librdkafka: sasl.mechanisms): PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, "
+         "GSSAPI (Kerberos)."),
         ("sasl.jaas.config", _P, None, None, _MED,
          "Java's JAAS line, e.g. org.apache.kafka.common.security.plain.PlainLoginModule required "
-         "username=\"u\" password=\"p\"; (PLAIN and SCRAM)."),
+         "username=\"u\" password=\"p\"; (PLAIN and SCRAM; Krb5LoginModule for GSSAPI)."),
         ("sasl.username", _S, None, _NON_EMPTY, _HI, "SASL user name for PLAIN and SCRAM (librdkafka)."),
         ("sasl.password", _P, None, None, _HI, "SASL password for PLAIN and SCRAM (librdkafka's name)."),
         ("sasl.oauthbearer.method", _S, "default", OneOf(("default", "oidc")), _LOW,
@@ -733,6 +734,13 @@ def _common_rows(
         ("sasl.oauthbearer.extensions", _S, None, _NON_EMPTY, _LOW,
          "SASL extensions sent with the token, key=value,... (e.g. logicalCluster=...,identityPoolId=...)."),
         ("sasl.oauthbearer.config", _P, None, None, _LOW, "String passed to oauth_cb (librdkafka's name)."),
+        ("sasl.kerberos.service.name", _S, "kafka", _NON_EMPTY, _MED,
+         "GSSAPI: the primary of the brokers' Kerberos principal (<name>/<broker host>@REALM)."),
+        ("sasl.kerberos.principal", _S, None, _NON_EMPTY, _LOW,
+         "GSSAPI: the client's Kerberos principal (librdkafka's name; Java: principal= in the JAAS line)."),
+        ("sasl.kerberos.keytab", _S, None, _NON_EMPTY, _LOW,
+         "GSSAPI: keytab for a kinit-free login (librdkafka's name; Java: keyTab= of sasl.jaas.config); "
+         "unset: the ticket cache."),
         ("oauth_cb", _FN, None, None, _MED,
          "OAUTHBEARER token callback: oauth_cb(config_str) -> (token, expiry_epoch_seconds[, principal"
          "[, extensions]]), as in confluent-kafka; runs on the token refresher thread."),
@@ -955,6 +963,9 @@ class _CommonFields(ClientConfig):
     sasl_oauthbearer_scope: str | None
     sasl_oauthbearer_extensions: str | None
     sasl_oauthbearer_config: Password | None
+    sasl_kerberos_service_name: str
+    sasl_kerberos_principal: str | None
+    sasl_kerberos_keytab: str | None
     oauth_cb: Callable[..., Any] | None
     sasl_login_retry_backoff_ms: int
     sasl_login_retry_backoff_max_ms: int
