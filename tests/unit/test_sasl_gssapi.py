@@ -10,7 +10,7 @@ import pytest
 
 from kafka_handoff.config import parse_consumer_config
 from kafka_handoff.errors import AuthenticationError, ConfigError
-from kafka_handoff.kerberos import KerberosLogin, kerberos_options
+from kafka_handoff.kerberos import RENEW_WINDOW_FACTOR, KerberosLogin, kerberos_options
 from kafka_handoff.protocol import wire
 from kafka_handoff.protocol.sasl import (
     MECHANISMS,
@@ -261,3 +261,98 @@ def test_a_missing_keytab_is_an_authentication_error_naming_it(tmp_path: Any) ->
     login = KerberosLogin("kafka", "alice@EXAMPLE.COM", str(tmp_path / "gone.keytab"))
     with pytest.raises(AuthenticationError, match=r"keytab file .*gone\.keytab not found"):
         login.credentials()
+
+
+# ------------------------------------------------------------------------------------------ the login
+class FakeGssError(Exception):
+    pass
+
+
+class FakeCredentials:
+    def __init__(self, lifetimes: list[int], name: Any, store: dict[bytes, bytes] | None) -> None:
+        self._lifetimes = lifetimes
+        self.name = name
+        self.store = store
+
+    @property
+    def lifetime(self) -> int:
+        return self._lifetimes[0]
+
+
+class FakeGssapi:
+    """The few names of the ``gssapi`` package KerberosLogin uses; ``lifetimes[0]`` is what every
+    credential reports (the test changes it as time would)."""
+
+    class exceptions:
+        GSSError = FakeGssError
+
+    class NameType:
+        kerberos_principal = "krb5-principal"
+
+    def __init__(self) -> None:
+        self.lifetimes = [36000]
+        self.acquired: list[FakeCredentials] = []
+        self.fail: str | None = None
+
+    def Name(self, text: str, kind: str) -> str:
+        return f"{kind}:{text}"
+
+    def Credentials(
+        self, name: Any = None, usage: str = "both", store: dict[bytes, bytes] | None = None
+    ) -> FakeCredentials:
+        if self.fail:
+            raise FakeGssError(self.fail)
+        creds = FakeCredentials(self.lifetimes, name, store)
+        self.acquired.append(creds)
+        return creds
+
+
+@pytest.fixture
+def fake_gssapi(monkeypatch: pytest.MonkeyPatch) -> FakeGssapi:
+    import kafka_handoff.kerberos as kerberos
+
+    fake = FakeGssapi()
+    monkeypatch.setattr(kerberos, "_gssapi", lambda: fake)
+    return fake
+
+
+def test_keytab_login_uses_a_private_memory_cache_and_renews_near_expiry(
+    fake_gssapi: FakeGssapi, tmp_path: Any
+) -> None:
+    keytab = tmp_path / "alice.keytab"
+    keytab.write_bytes(b"\x05\x02")
+    login = KerberosLogin("kafka", "alice@EXAMPLE.COM", str(keytab))
+    first = login.credentials()
+    store = fake_gssapi.acquired[0].store
+    assert store is not None and store[b"client_keytab"] == str(keytab).encode()
+    assert store[b"ccache"].startswith(b"MEMORY:kafka-handoff-")
+    assert fake_gssapi.acquired[0].name == "krb5-principal:alice@EXAMPLE.COM"
+    # Plenty of life left: the same credentials serve the next authentication.
+    fake_gssapi.lifetimes[0] = 20000
+    assert login.credentials() is first and login.logins == 1
+    # Less than RENEW_WINDOW_FACTOR of the life left: a new login into a new private cache.
+    fake_gssapi.lifetimes[0] = int(36000 * RENEW_WINDOW_FACTOR) - 1
+    second = login.credentials()
+    assert second is not first and login.logins == 2
+    new_store = fake_gssapi.acquired[1].store
+    assert new_store is not None and new_store[b"ccache"] != store[b"ccache"]
+
+
+def test_ticket_cache_login_reads_the_cache_at_every_authentication(fake_gssapi: FakeGssapi) -> None:
+    login = KerberosLogin("kafka", None, None, "FILE:/tmp/krb5cc_app")
+    login.credentials()
+    login.credentials()
+    assert [c.store for c in fake_gssapi.acquired] == [{b"ccache": b"FILE:/tmp/krb5cc_app"}] * 2
+    fake_gssapi.lifetimes[0] = 0
+    with pytest.raises(AuthenticationError, match=r"ticket cache FILE:/tmp/krb5cc_app has expired.*kinit"):
+        login.credentials()
+
+
+def test_a_kerberos_failure_is_an_authentication_error(fake_gssapi: FakeGssapi, tmp_path: Any) -> None:
+    keytab = tmp_path / "k.keytab"
+    keytab.write_bytes(b"\x05\x02")
+    fake_gssapi.fail = "Client 'nobody@EXAMPLE.COM' not found in Kerberos database"
+    login = KerberosLogin("kafka", "nobody@EXAMPLE.COM", str(keytab))
+    with pytest.raises(AuthenticationError, match=r"principal nobody@EXAMPLE\.COM from keytab .*not found"):
+        login.credentials()
+    assert "nobody" in repr(login) and "keytab" in repr(login)
