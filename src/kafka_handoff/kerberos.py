@@ -6,9 +6,10 @@ package (``pip install 'kafka-handoff[kerberos]'``; MIT Kerberos underneath).
 * with a keytab (``sasl.kerberos.keytab``, or ``useKeyTab=true keyTab="..."``): a kinit-free login -- the
   credentials are acquired from the keytab into a private in-memory credential cache (``MEMORY:``) of this
   process, so the user's own ticket cache is neither read nor changed.  A new cache (a new TGT from the
-  KDC) is made whenever the current TGT has less than :data:`RENEW_WINDOW_FACTOR` of its life left at an
-  authentication (every new connection and every KIP-368 re-authentication authenticates), and MIT
-  Kerberos itself refreshes from the keytab in between: tickets never run out under a long-lived client.
+  KDC) is made at an authentication (every new connection and every KIP-368 re-authentication
+  authenticates) once :data:`RENEW_WINDOW_FACTOR` of the current TGT's life has passed (not sooner than
+  ``sasl.kerberos.min.time.before.relogin`` after the last login, unless it expired), and MIT Kerberos
+  itself refreshes from the keytab in between: tickets never run out under a long-lived client.
 * without a keytab: the ticket cache (``ticketCache="..."`` of the JAAS line, else ``KRB5CCNAME`` or the
   default cache) that ``kinit`` or a renewal daemon keeps fresh; it is read again at every authentication.
 
@@ -23,8 +24,10 @@ network thread (bounded by ``kdc_timeout`` and ``max_retries`` of the Kerberos c
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -41,9 +44,10 @@ __all__ = [
     "kerberos_options",
 ]
 
-RENEW_WINDOW_FACTOR = 0.2
-"""Acquire new credentials at an authentication when less than this fraction of the TGT's life is left
-(Java's ``sasl.kerberos.ticket.renew.window.factor`` is 0.8 of the life *passed*)."""
+RENEW_WINDOW_FACTOR = 0.8
+"""Log in from the keytab again at an authentication once this fraction of the TGT's life has passed
+(``sasl.kerberos.ticket.renew.window.factor``, Java's default; plus up to
+``sasl.kerberos.ticket.renew.jitter`` of it, at random)."""
 
 KRB5_LOGIN_MODULE = "com.sun.security.auth.module.Krb5LoginModule"
 
@@ -182,14 +186,27 @@ class KerberosLogin:
         principal: str | None = None,
         keytab: str | None = None,
         ccache: str | None = None,
+        *,
+        renew_window_factor: float = RENEW_WINDOW_FACTOR,
+        renew_jitter: float = 0.05,
+        min_relogin_ms: int = 60_000,
+        clock: Callable[[], float] = time.monotonic,
+        rng: Callable[[], float] = random.random,
     ) -> None:
         self.service = service
         self.principal = principal
         self.keytab = keytab
         self.ccache = ccache
+        self._factor = renew_window_factor
+        self._jitter = renew_jitter
+        self._min_relogin_s = min_relogin_ms / 1000.0
+        self._clock = clock
+        self._rng = rng
         self._lock = threading.Lock()
         self._creds: Any = None
         self._full_lifetime = 0
+        self._login_at = 0.0
+        self._renew_at = renew_window_factor
         self.logins = 0
         """How many times credentials were acquired from the keytab (a new private cache each)."""
 
@@ -250,8 +267,13 @@ class KerberosLogin:
                 left = creds.lifetime
             except gssapi.exceptions.GSSError:
                 left = 0
-            if left is not None and left > RENEW_WINDOW_FACTOR * self._full_lifetime:
+            if left is None:  # no expiry
                 return creds
+            if left > 0:
+                passed = 1.0 - left / self._full_lifetime if self._full_lifetime > 0 else 1.0
+                recent = self._clock() - self._login_at < self._min_relogin_s
+                if passed < self._renew_at or recent:
+                    return creds
         store = {
             b"client_keytab": self.keytab.encode(),
             b"ccache": f"MEMORY:kafka-handoff-{secrets.token_hex(8)}".encode(),
@@ -260,6 +282,8 @@ class KerberosLogin:
         left = creds.lifetime
         self._full_lifetime = int(left or 0)
         self._creds = creds
+        self._login_at = self._clock()
+        self._renew_at = self._factor + self._jitter * self._rng()
         self.logins += 1
         return creds
 
@@ -279,7 +303,17 @@ def gssapi_mechanism_factory(values: Mapping[str, Any]) -> Callable[[str], SaslM
     options = kerberos_options(values, secret)
     service = options["service"]
     assert service is not None
-    login = KerberosLogin(service, options["principal"], options["keytab"], options["ccache"])
+    login = KerberosLogin(
+        service,
+        options["principal"],
+        options["keytab"],
+        options["ccache"],
+        renew_window_factor=float(
+            values.get("sasl.kerberos.ticket.renew.window.factor", RENEW_WINDOW_FACTOR)
+        ),
+        renew_jitter=float(values.get("sasl.kerberos.ticket.renew.jitter", 0.05)),
+        min_relogin_ms=int(values.get("sasl.kerberos.min.time.before.relogin", 60_000)),
+    )
 
     def factory(host: str) -> SaslMechanism:
         return Gssapi(login.new_context(host))

@@ -83,6 +83,10 @@ COMMON_DEFAULTS = {
     "sasl.mechanism": "GSSAPI",
     "sasl.jaas.config": None,
     "sasl.kerberos.service.name": "kafka",  # Java: null (then the JAAS serviceName); librdkafka: kafka
+    "sasl.kerberos.ticket.renew.window.factor": 0.8,
+    "sasl.kerberos.ticket.renew.jitter": 0.05,
+    "sasl.kerberos.min.time.before.relogin": 60_000,
+    "sasl.kerberos.kinit.cmd": "/usr/bin/kinit",
     "sasl.oauthbearer.token.endpoint.url": None,
     "sasl.oauthbearer.client.id": None,
     "sasl.oauthbearer.client.secret": None,

@@ -321,21 +321,33 @@ def test_keytab_login_uses_a_private_memory_cache_and_renews_near_expiry(
 ) -> None:
     keytab = tmp_path / "alice.keytab"
     keytab.write_bytes(b"\x05\x02")
-    login = KerberosLogin("kafka", "alice@EXAMPLE.COM", str(keytab))
+    now = [1000.0]
+    login = KerberosLogin(
+        "kafka", "alice@EXAMPLE.COM", str(keytab), renew_jitter=0.1, clock=lambda: now[0], rng=lambda: 0.5
+    )
     first = login.credentials()
     store = fake_gssapi.acquired[0].store
     assert store is not None and store[b"client_keytab"] == str(keytab).encode()
     assert store[b"ccache"].startswith(b"MEMORY:kafka-handoff-")
     assert fake_gssapi.acquired[0].name == "krb5-principal:alice@EXAMPLE.COM"
-    # Plenty of life left: the same credentials serve the next authentication.
-    fake_gssapi.lifetimes[0] = 20000
+    # Until the renew window (0.8 + 0.1 * 0.5 of the life passed) the same credentials serve every
+    # authentication.
+    now[0] += 30000
+    fake_gssapi.lifetimes[0] = int(36000 * (1 - RENEW_WINDOW_FACTOR - 0.05)) + 1
     assert login.credentials() is first and login.logins == 1
-    # Less than RENEW_WINDOW_FACTOR of the life left: a new login into a new private cache.
-    fake_gssapi.lifetimes[0] = int(36000 * RENEW_WINDOW_FACTOR) - 1
+    # Past it: a new login into a new private cache...
+    fake_gssapi.lifetimes[0] -= 2
+    # ... but not sooner than sasl.kerberos.min.time.before.relogin (60 s) after the last one.
+    now[0] = 1000.0 + 59.0
+    assert login.credentials() is first
+    now[0] = 1000.0 + 30000
     second = login.credentials()
     assert second is not first and login.logins == 2
     new_store = fake_gssapi.acquired[1].store
     assert new_store is not None and new_store[b"ccache"] != store[b"ccache"]
+    # An expired ticket is replaced even right after a login.
+    fake_gssapi.lifetimes[0] = 0
+    assert login.credentials() is not second and login.logins == 3
 
 
 def test_ticket_cache_login_reads_the_cache_at_every_authentication(fake_gssapi: FakeGssapi) -> None:
@@ -356,3 +368,22 @@ def test_a_kerberos_failure_is_an_authentication_error(fake_gssapi: FakeGssapi, 
     with pytest.raises(AuthenticationError, match=r"principal nobody@EXAMPLE\.COM from keytab .*not found"):
         login.credentials()
     assert "nobody" in repr(login) and "keytab" in repr(login)
+
+
+def test_java_kerberos_tuning_keys_parse_and_are_checked() -> None:
+    props = {
+        **BOOT,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.kerberos.ticket.renew.window.factor": "0.9",
+        "sasl.kerberos.ticket.renew.jitter": 0.1,
+        "sasl.kerberos.min.time.before.relogin": "30000",
+        "sasl.kerberos.kinit.cmd": "/usr/bin/kinit -R",
+    }
+    values = parse_consumer_config(props).as_dict()
+    assert values["sasl.kerberos.ticket.renew.window.factor"] == 0.9
+    assert values["sasl.kerberos.ticket.renew.jitter"] == 0.1
+    assert values["sasl.kerberos.min.time.before.relogin"] == 30000
+    with pytest.raises(ConfigError, match=r"'sasl.kerberos.ticket.renew.window.factor'.*0.5,...,1.0"):
+        parse_consumer_config({**props, "sasl.kerberos.ticket.renew.window.factor": 0.2})
+    with pytest.raises(ConfigError, match=r"'sasl.kerberos.ticket.renew.jitter'.*expected a number"):
+        parse_consumer_config({**props, "sasl.kerberos.ticket.renew.jitter": "soon"})
