@@ -97,6 +97,9 @@ def kerberos_options(values: Mapping[str, Any], jaas: str | None) -> dict[str, s
             )
         if options.get("principal"):
             principal = options["principal"]
+        if options.get("serviceName") and service == "kafka":
+            # Kafka's JAAS option; sasl.kerberos.service.name wins when set to something else.
+            service = options["serviceName"]
         if _truthy(options.get("useKeyTab")):
             if not options.get("keyTab"):
                 raise ConfigError(

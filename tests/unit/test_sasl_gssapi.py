@@ -198,6 +198,12 @@ def test_java_jaas_keytab_login() -> None:
     assert options["service"] == "kafka"
 
 
+def test_java_jaas_service_name_option() -> None:
+    jaas = JAAS_KEYTAB.replace("storeKey=true", 'storeKey=true serviceName="kafka-prod"')
+    assert kerberos_options({}, jaas)["service"] == "kafka-prod"
+    assert kerberos_options({"sasl.kerberos.service.name": "kafka-test"}, jaas)["service"] == "kafka-test"
+
+
 def test_java_jaas_ticket_cache() -> None:
     jaas = (
         "com.sun.security.auth.module.Krb5LoginModule required useTicketCache=true "
