@@ -14,7 +14,7 @@ package (``pip install 'kafka-handoff[kerberos]'``; MIT Kerberos underneath).
   default cache) that ``kinit`` or a renewal daemon keeps fresh; it is read again at every authentication.
 
 The broker's service principal is ``<sasl.kerberos.service.name>/<host>`` with the host the connection
-was made to (as Java's client does; no DNS canonicalisation by this code), in the realm the Kerberos
+was made to (as librdkafka does; no DNS look-up by this code), in the realm the Kerberos
 configuration (``KRB5_CONFIG``) maps it to.  A missing keytab, an unknown principal, a wrong key version
 or an expired ticket becomes an :class:`~kafka_handoff.errors.AuthenticationError` naming the cause; the
 connection then fails with the broker named.  Credential acquisition may talk to the KDC and runs on the
