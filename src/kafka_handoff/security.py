@@ -220,6 +220,11 @@ def validate_security_values(values: Mapping[str, Any], explicit: frozenset[str]
     if mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
         sasl_credentials(values)
         return
+    if mechanism == "GSSAPI":
+        from kafka_handoff.kerberos import kerberos_options
+
+        kerberos_options(values, _secret(values.get("sasl.jaas.config")))
+        return
     # OAUTHBEARER
     parse_extensions(values["sasl.oauthbearer.extensions"])
     if values["sasl.oauthbearer.method"] == "oidc":
@@ -644,8 +649,10 @@ class SecuritySettings:
         sasl_mechanism: str | None,
         mechanism_factory: Callable[[], SaslMechanism] | None,
         token_provider: TokenProvider | None,
+        host_mechanism_factory: Callable[[str], SaslMechanism] | None = None,
     ) -> None:
         self.protocol = protocol
+        self._host_factory = host_mechanism_factory
         self.ssl_context = ssl_context
         self.sasl_mechanism = sasl_mechanism
         self._factory = mechanism_factory
@@ -662,8 +669,11 @@ class SecuritySettings:
     def uses_sasl(self) -> bool:
         return self.sasl_mechanism is not None
 
-    def new_mechanism(self) -> SaslMechanism:
-        """A fresh mechanism for one exchange (raises AuthenticationError when no token can be had)."""
+    def new_mechanism(self, host: str = "") -> SaslMechanism:
+        """A fresh mechanism for one exchange with the broker at ``host`` (raises AuthenticationError when
+        no token or ticket can be had)."""
+        if self._host_factory is not None:
+            return self._host_factory(host)
         assert self._factory is not None
         return self._factory()
 
@@ -689,6 +699,10 @@ def build_security(config: Any) -> SecuritySettings | None:
     mechanism = values["sasl.mechanism"]
     provider: TokenProvider | None = None
     factory: Callable[[], SaslMechanism]
+    if mechanism == "GSSAPI":
+        from kafka_handoff.kerberos import gssapi_mechanism_factory
+
+        return SecuritySettings(protocol, ctx, mechanism, None, None, gssapi_mechanism_factory(values))
     if mechanism == "PLAIN":
         user, password = sasl_credentials(values)
 

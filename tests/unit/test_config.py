@@ -82,6 +82,11 @@ COMMON_DEFAULTS = {
     "ssl.endpoint.identification.algorithm": "https",
     "sasl.mechanism": "GSSAPI",
     "sasl.jaas.config": None,
+    "sasl.kerberos.service.name": "kafka",  # Java: null (then the JAAS serviceName); librdkafka: kafka
+    "sasl.kerberos.ticket.renew.window.factor": 0.8,
+    "sasl.kerberos.ticket.renew.jitter": 0.05,
+    "sasl.kerberos.min.time.before.relogin": 60_000,
+    "sasl.kerberos.kinit.cmd": "/usr/bin/kinit",
     "sasl.oauthbearer.token.endpoint.url": None,
     "sasl.oauthbearer.client.id": None,
     "sasl.oauthbearer.client.secret": None,
@@ -98,6 +103,8 @@ COMMON_DEFAULTS = {
     "sasl.oauthbearer.method": "default",
     "sasl.oauthbearer.extensions": None,
     "sasl.oauthbearer.config": None,
+    "sasl.kerberos.principal": None,  # librdkafka's names
+    "sasl.kerberos.keytab": None,
     "oauth_cb": None,
     "metrics.sample.window.ms": 30_000,
     "metrics.num.samples": 2,

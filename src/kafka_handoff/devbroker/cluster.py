@@ -822,9 +822,14 @@ def start(
     if modes:
         try:
             sec = _security.prepare(
-                root, modes, oidc_port=_free_ports(1)[0], reauth_ms=connections_max_reauth_ms
+                root,
+                modes,
+                oidc_port=_free_ports(1)[0],
+                reauth_ms=connections_max_reauth_ms,
+                supervised=supervised,
             )
         except BaseException:
+            _security.stop_services(root)  # a KDC started before the failure
             if ephemeral:
                 shutil.rmtree(root, ignore_errors=True)
             raise
