@@ -47,7 +47,15 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 # Under CI=true what the suite would otherwise skip for lack of it is an error: the C record loops and the
 # peer/engine libraries the oracle and pipeline tests need.
-CI_REQUIRED_MODULES = ("confluent_kafka", "pyspark", "pyarrow", "deltalake", "hypothesis", "cryptography")
+CI_REQUIRED_MODULES = (
+    "confluent_kafka",
+    "pyspark",
+    "pyarrow",
+    "deltalake",
+    "hypothesis",
+    "cryptography",
+    "gssapi",
+)
 
 
 def ci_missing_requirements() -> list[str]:

@@ -191,6 +191,20 @@ def validate_security_values(values: Mapping[str, Any], explicit: frozenset[str]
                 "Configuration 'ssl.keystore.key' and 'ssl.keystore.certificate.chain' go together "
                 "(allowed: both, or neither)"
             )
+        for prefix in ("ssl.keystore", "ssl.truststore"):
+            if values[f"{prefix}.type"] == "JKS":
+                from kafka_handoff.keystore import jks_error
+
+                raise jks_error(prefix, values[f"{prefix}.location"] or "client.jks")
+        if (
+            values["ssl.keystore.password"] is not None
+            and "ssl.keystore.type" in explicit
+            and (values["ssl.keystore.type"] == "PEM")
+        ):
+            raise ConfigError(
+                "Configuration 'ssl.keystore.password' is set with ssl.keystore.type=PEM (allowed: "
+                "ssl.key.password for an encrypted PEM key; ssl.keystore.password with PKCS12)"
+            )
         if values["ssl.key.location"] is not None and values["ssl.certificate.location"] is None:
             raise ConfigError(
                 "Configuration 'ssl.key.location' is set without 'ssl.certificate.location' "
@@ -208,6 +222,11 @@ def validate_security_values(values: Mapping[str, Any], explicit: frozenset[str]
         )
     if mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
         sasl_credentials(values)
+        return
+    if mechanism == "GSSAPI":
+        from kafka_handoff.kerberos import kerberos_options
+
+        kerberos_options(values, _secret(values.get("sasl.jaas.config")))
         return
     # OAUTHBEARER
     parse_extensions(values["sasl.oauthbearer.extensions"])
@@ -243,7 +262,32 @@ def _check_file(key: str, path: str) -> None:
         )
 
 
-def build_ssl_context(values: Mapping[str, Any]) -> ssl.SSLContext:
+def _store_type(values: Mapping[str, Any], explicit: frozenset[str], prefix: str, path: str) -> str:
+    """The format of the store at ``path``: ``{prefix}.type`` when given, else told from the file's first
+    bytes (a Java ``client.properties`` often leaves the type out, and librdkafka's
+    ``ssl.keystore.location`` is PKCS#12)."""
+    from kafka_handoff import keystore
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        head = b""
+    found = keystore.detect_store_type(head)
+    declared = str(values.get(f"{prefix}.type") or "PEM").upper()
+    kind = declared if f"{prefix}.type" in explicit else found
+    if kind == "JKS":
+        raise keystore.jks_error(prefix, path)
+    if kind == "PEM" and found != "PEM":
+        raise ConfigError(
+            f"Invalid value {path!r} for configuration '{prefix}.location': not a PEM file, it looks like "
+            f"{'a PKCS#12' if found == 'PKCS12' else 'a JKS'} store (allowed: set {prefix}.type="
+            f"{'PKCS12' if found == 'PKCS12' else 'PKCS12 after converting it'})"
+        )
+    return kind
+
+
+def build_ssl_context(values: Mapping[str, Any], explicit: frozenset[str] = frozenset()) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     verify = bool(values["enable.ssl.certificate.verification"])
@@ -254,7 +298,13 @@ def build_ssl_context(values: Mapping[str, Any]) -> ssl.SSLContext:
         key = "ssl.truststore.location"
         _check_file(key, ca)
         try:
-            ctx.load_verify_locations(cafile=ca)
+            if _store_type(values, explicit, "ssl.truststore", ca) == "PKCS12":
+                from kafka_handoff.keystore import pkcs12_trusted_certificates
+
+                pem = pkcs12_trusted_certificates(ca, _secret(values.get("ssl.truststore.password")))
+                ctx.load_verify_locations(cadata=pem)
+            else:
+                ctx.load_verify_locations(cafile=ca)
         except (ssl.SSLError, OSError) as exc:
             raise ConfigError(
                 f"Invalid value {ca!r} for configuration '{key}' (ssl.ca.location): cannot load CA "
@@ -272,6 +322,12 @@ def build_ssl_context(values: Mapping[str, Any]) -> ssl.SSLContext:
         ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
     if values["ssl.keystore.certificate.chain"] is not None:
         _load_inline_cert_chain(ctx, values)
+    store = values["ssl.keystore.location"]
+    if store is not None:
+        _check_file("ssl.keystore.location", store)
+    if store is not None and _store_type(values, explicit, "ssl.keystore", store) == "PKCS12":
+        _load_pkcs12_keystore(ctx, store, values)
+        return ctx
     cert_key = "ssl.keystore.location" if values["ssl.keystore.location"] else "ssl.certificate.location"
     cert = values[cert_key]
     if cert is not None:
@@ -297,26 +353,45 @@ def build_ssl_context(values: Mapping[str, Any]) -> ssl.SSLContext:
 
 
 def _load_inline_cert_chain(ctx: ssl.SSLContext, values: Mapping[str, Any]) -> None:
-    """``ssl`` loads certificates and keys from files only: the inline PEM goes to a private temporary
-    file (mode 0600) that is removed right after loading."""
-    import tempfile
+    """``ssl`` loads certificates and keys from paths only: the inline PEM is handed over through an
+    in-memory file (:func:`~kafka_handoff.keystore.memory_file`), never a temporary file on disk that a
+    crash would leave behind."""
+    from kafka_handoff.keystore import memory_file
 
     chain = _secret(values["ssl.keystore.certificate.chain"]) or ""
     key = _secret(values["ssl.keystore.key"]) or ""
     password = _secret(values["ssl.key.password"])
-    fd, path = tempfile.mkstemp(prefix="handoff-key-", suffix=".pem")
+    pem = (key.strip() + "\n" + chain.strip() + "\n").encode("ascii", errors="replace")
     try:
-        with os.fdopen(fd, "w", encoding="ascii", errors="replace") as f:
-            f.write(key.strip() + "\n" + chain.strip() + "\n")
-        ctx.load_cert_chain(path, password=password if password is not None else _no_password)
+        with memory_file(pem) as path:
+            ctx.load_cert_chain(path, password=password if password is not None else _no_password)
     except (ssl.SSLError, OSError, TypeError):
         raise ConfigError(
             "Invalid value [hidden] for configuration 'ssl.keystore.key' / 'ssl.keystore.certificate.chain' "
             "(ssl.key.pem / ssl.certificate.pem): cannot load the client key and certificate (allowed: PEM "
             "private key and certificate chain, ssl.key.password for an encrypted key)"
         ) from None
-    finally:
-        os.unlink(path)
+
+
+def _load_pkcs12_keystore(ctx: ssl.SSLContext, path: str, values: Mapping[str, Any]) -> None:
+    """The client key and certificate chain of a PKCS#12 key store, handed to ``ssl`` from memory.
+    ``ssl.keystore.password`` opens the store (``ssl.key.password`` when it is not set: ``keytool`` gives a
+    PKCS#12 key entry the store's password)."""
+    from kafka_handoff.keystore import memory_file, pkcs12_key_and_chain
+
+    password = _secret(values.get("ssl.keystore.password"))
+    if password is None:
+        password = _secret(values["ssl.key.password"])
+    key_pem, chain_pem, one_time = pkcs12_key_and_chain(path, password)
+    try:
+        with memory_file(key_pem + chain_pem) as pem:
+            ctx.load_cert_chain(pem, password=one_time)
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(
+            f"Invalid value {path!r} for configuration 'ssl.keystore.location': cannot use the key and "
+            f"certificate of the PKCS#12 key store ({exc.__class__.__name__}; allowed: a key store with the "
+            "client's key entry)"
+        ) from None
 
 
 def _no_password() -> str:
@@ -672,6 +747,40 @@ def _raise_fetch_error(exc: BaseException, url: str, client_id: str) -> NoReturn
     ) from None
 
 
+# ------------------------------------------------------------------------------------------------ warnings
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_if_insecure(values: Mapping[str, Any]) -> None:
+    """One WARNING per process for each weakened setting in use: certificate verification off, host name
+    verification off, PLAIN without TLS (the password crosses the network in clear)."""
+    protocol = values["security.protocol"]
+    found: list[str] = []
+    if protocol in _SSL_PROTOCOLS:
+        if not values["enable.ssl.certificate.verification"]:
+            found.append(
+                "enable.ssl.certificate.verification=false: the brokers' certificates are not verified, "
+                "so anyone on the network path can pose as the broker and read or change the traffic"
+            )
+        elif values["ssl.endpoint.identification.algorithm"] != "https":
+            found.append(
+                "ssl.endpoint.identification.algorithm is empty: the brokers' host names are not checked "
+                "against their certificates, so any certificate the CA signed passes for any broker"
+            )
+    if protocol == "SASL_PLAINTEXT" and values["sasl.mechanism"] == "PLAIN":
+        found.append(
+            "sasl.mechanism=PLAIN over security.protocol=SASL_PLAINTEXT: the password crosses the network "
+            "in clear (allowed for safety: SASL_SSL, or SCRAM)"
+        )
+    for message in found:
+        with _warned_lock:
+            if message in _warned:
+                continue
+            _warned.add(message)
+        log.warning("insecure client setting: %s", message)
+
+
 # ------------------------------------------------------------------------------------------------ settings
 class SecuritySettings:
     """What the network layer needs to secure its connections (``None`` settings mean PLAINTEXT)."""
@@ -683,8 +792,10 @@ class SecuritySettings:
         sasl_mechanism: str | None,
         mechanism_factory: Callable[[], SaslMechanism] | None,
         token_provider: TokenProvider | None,
+        host_mechanism_factory: Callable[[str], SaslMechanism] | None = None,
     ) -> None:
         self.protocol = protocol
+        self._host_factory = host_mechanism_factory
         self.ssl_context = ssl_context
         self.sasl_mechanism = sasl_mechanism
         self._factory = mechanism_factory
@@ -701,8 +812,11 @@ class SecuritySettings:
     def uses_sasl(self) -> bool:
         return self.sasl_mechanism is not None
 
-    def new_mechanism(self) -> SaslMechanism:
-        """A fresh mechanism for one exchange (raises AuthenticationError when no token can be had)."""
+    def new_mechanism(self, host: str = "") -> SaslMechanism:
+        """A fresh mechanism for one exchange with the broker at ``host`` (raises AuthenticationError when
+        no token or ticket can be had)."""
+        if self._host_factory is not None:
+            return self._host_factory(host)
         assert self._factory is not None
         return self._factory()
 
@@ -721,12 +835,17 @@ def build_security(config: Any) -> SecuritySettings | None:
     protocol = values["security.protocol"]
     if protocol == "PLAINTEXT":
         return None
-    ctx = build_ssl_context(values) if protocol in _SSL_PROTOCOLS else None
+    _warn_if_insecure(values)
+    ctx = build_ssl_context(values, config.explicit) if protocol in _SSL_PROTOCOLS else None
     if protocol not in _SASL_PROTOCOLS:
         return SecuritySettings(protocol, ctx, None, None, None)
     mechanism = values["sasl.mechanism"]
     provider: TokenProvider | None = None
     factory: Callable[[], SaslMechanism]
+    if mechanism == "GSSAPI":
+        from kafka_handoff.kerberos import gssapi_mechanism_factory
+
+        return SecuritySettings(protocol, ctx, mechanism, None, None, gssapi_mechanism_factory(values))
     if mechanism == "PLAIN":
         user, password = sasl_credentials(values)
 

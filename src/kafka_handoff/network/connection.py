@@ -394,7 +394,7 @@ class BrokerConnection:
         self._waiting_token = False
         self._auth = SaslAuthenticator(
             security.sasl_mechanism,
-            security.new_mechanism,
+            lambda: security.new_mechanism(self.host),  # GSSAPI names the broker's host in its principal
             self.versions,
             f"{self.host}:{self.port}",
             self.node_id,

@@ -7,7 +7,7 @@ first request (SaslHandshake naming the mechanism), and each response fed to
 broker's KIP-368 session lifetime, 0 for none).  Failures raise
 :class:`~kafka_handoff.errors.AuthenticationError` naming the broker and the cause.
 
-Mechanisms (:class:`Plain`, :class:`Scram`, :class:`OAuthBearer`) are small objects with
+Mechanisms (:class:`Plain`, :class:`Scram`, :class:`OAuthBearer`, :class:`Gssapi`) are small objects with
 ``initial_response()`` and ``evaluate(challenge) -> bytes | None``; they never see a socket or a clock.
 Nothing here puts a secret into a message, a repr or an exception.
 """
@@ -31,6 +31,8 @@ from kafka_handoff.protocol.versions import ApiKey
 
 __all__ = [
     "MECHANISMS",
+    "GssContext",
+    "Gssapi",
     "OAuthBearer",
     "OAuthToken",
     "Plain",
@@ -44,7 +46,7 @@ __all__ = [
 SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
 SASL_AUTHENTICATE = ApiKey.SASL_AUTHENTICATE
 
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 
 _UNSUPPORTED_SASL_MECHANISM = ErrorCode.unsupported_sasl_mechanism
 _ILLEGAL_SASL_STATE = ErrorCode.illegal_sasl_state
@@ -291,6 +293,87 @@ class OAuthBearer:
         return None
 
 
+# ---------------------------------------------------------------------------------------------- GSSAPI
+class GssContext(Protocol):
+    """The initiator side of a GSS-API security context (``kafka_handoff.kerberos`` adapts the ``gssapi``
+    package; the unit tests use a fake).  Errors are raised as :class:`AuthenticationError`."""
+
+    @property
+    def complete(self) -> bool:
+        """True once the context is established."""
+        ...
+
+    def step(self, token: bytes | None) -> bytes | None:
+        """``gss_init_sec_context``: the next token for the acceptor (``None``/empty: nothing to send)."""
+        ...
+
+    def unwrap(self, message: bytes) -> bytes:
+        """``gss_unwrap``: the payload of a wrapped message from the acceptor."""
+        ...
+
+    def wrap(self, message: bytes) -> bytes:
+        """``gss_wrap`` with integrity only (no confidentiality)."""
+        ...
+
+
+_LAYER_NONE = 0x01  # RFC 4752 §3.3: bit 0 of the security-layer byte is "no security layer"
+
+
+class Gssapi:
+    """RFC 4752 GSSAPI (Kerberos V5) client as Kafka uses it: the context tokens until the context is
+    established (mutual authentication: the broker's AP-REP completes it, then an empty answer), then the
+    security-layer negotiation -- the broker's wrapped 4-byte offer (layers bit mask, maximum message
+    size) is answered with a wrapped ``[no security layer, 0, 0, 0]`` and no authorization id (Kafka
+    authenticates only; the traffic after it is never wrapped).  The broker's last, empty, response ends
+    the exchange."""
+
+    name = "GSSAPI"
+
+    def __init__(self, context: GssContext) -> None:
+        self._ctx = context
+        self._state = "context"
+
+    def __repr__(self) -> str:
+        return f"Gssapi(state={self._state})"
+
+    def initial_response(self) -> bytes:
+        token = self._ctx.step(None)
+        if self._ctx.complete:
+            self._state = "layer"
+        return token or b""
+
+    def evaluate(self, challenge: bytes) -> bytes | None:
+        if self._state == "context":
+            token = self._ctx.step(challenge)
+            if self._ctx.complete:
+                self._state = "layer"
+            return token or b""
+        if self._state == "layer":
+            if not challenge:
+                return b""  # the broker had nothing to say after our last context token: ask for the offer
+            return self._security_layer(challenge)
+        if self._state == "sent-layer":
+            if challenge:
+                raise AuthenticationError("GSSAPI: unexpected message from the broker after the exchange")
+            self._state = "done"
+            return None
+        raise AuthenticationError("GSSAPI: unexpected message from the broker after the exchange")
+
+    def _security_layer(self, challenge: bytes) -> bytes:
+        offer = self._ctx.unwrap(challenge)
+        if len(offer) != 4:
+            raise AuthenticationError(
+                f"GSSAPI: the broker's security-layer offer has {len(offer)} bytes (expected 4)"
+            )
+        if not offer[0] & _LAYER_NONE:
+            raise AuthenticationError(
+                f"GSSAPI: the broker requires a security layer (offer bit mask 0x{offer[0]:02x}); Kafka "
+                "uses GSSAPI for authentication only (sasl.qop=auth)"
+            )
+        self._state = "sent-layer"
+        return self._ctx.wrap(bytes((_LAYER_NONE, 0, 0, 0)))
+
+
 # ------------------------------------------------------------------------------------------------- the flow
 class SaslAuthenticator:
     """One SASL exchange with one broker (also used again for KIP-368 re-authentication).
@@ -351,10 +434,11 @@ class SaslAuthenticator:
                 raise self._error(f"SaslHandshake returned error code {code}")
             try:
                 self._mechanism = self._factory()
+                first = self._mechanism.initial_response()  # GSSAPI: the service ticket, from the KDC
             except AuthenticationError as exc:
                 raise self._error(str(exc)) from exc
             self._state = "authenticate"
-            return self._authenticate(self._mechanism.initial_response())
+            return self._authenticate(first)
         if api_key != SASL_AUTHENTICATE or self._state != "authenticate":
             raise self._error(f"unexpected response (api key {api_key})")
         assert self._mechanism is not None
@@ -397,6 +481,7 @@ _LOGIN_MODULES = {
     "org.apache.kafka.common.security.plain.PlainLoginModule": ("PLAIN",),
     "org.apache.kafka.common.security.scram.ScramLoginModule": ("SCRAM-SHA-256", "SCRAM-SHA-512"),
     "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule": ("OAUTHBEARER",),
+    "com.sun.security.auth.module.Krb5LoginModule": ("GSSAPI",),
 }
 
 
