@@ -3,8 +3,8 @@
 The field names follow librdkafka's STATISTICS.md so dashboards keep working: top level ``name``,
 ``client_id``, ``type``, ``ts``, ``time``, ``age``, ``replyq``, ``msg_cnt``, ``msg_size``, ``tx``/``rx``
 counters, ``brokers{}``, ``topics{partitions{}}`` (``consumer_lag``, ``fetchq_cnt``, ``committed_offset``,
-``app_offset``, ``stored_offset``, ``hi_offset``, ``lo_offset``, ...) and ``cgrp{}``.  Values kafka-handoff does not track
-are reported as librdkafka reports unknown values (-1, -1001 for offsets, 0 for counters).
+``app_offset``, ``stored_offset``, ``hi_offset``, ``lo_offset``, ...) and ``cgrp{}``.  Values kafka-handoff
+does not track are reported as librdkafka reports unknown values (-1, -1001 for offsets, 0 for counters).
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ How librdkafka's model maps onto ours:
   ``cb(consumer, partitions)`` inside ``poll()``.  ``assign()``/``incremental_assign()`` called inside
   ``on_assign`` set the start offsets (``TopicPartition.offset``: an offset, ``OFFSET_BEGINNING``,
   ``OFFSET_END``, or ``OFFSET_STORED``/``OFFSET_INVALID`` for the committed offset);
-  ``unassign()``/``incremental_unassign()`` inside ``on_revoke`` are accepted (the revocation completes when the callback returns).  Without ``on_lost``, lost partitions
-  go to ``on_revoke``, as in confluent-kafka.
+  ``unassign()``/``incremental_unassign()`` inside ``on_revoke`` are accepted (the revocation completes
+  when the callback returns).  Without ``on_lost``, lost partitions go to ``on_revoke``, as in
+  confluent-kafka.
 * **KIP-983** -- revocations complete at the start of the next native ``poll()``
   (``revoke.completion=next-poll``); :meth:`Consumer.to_be_revoked_partitions`,
   :meth:`Consumer.delay_revoke` and
