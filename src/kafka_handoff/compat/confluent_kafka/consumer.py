@@ -167,6 +167,11 @@ class Consumer:
         if self._auto_commit and "group.id" not in native_conf:
             self._auto_commit = False
         native_conf.setdefault("revoke.completion", "next-poll")
+        session = native_conf.get("session.timeout.ms")
+        if session is not None and "heartbeat.interval.ms" not in native_conf and int(session) <= 3000:
+            # librdkafka does not check heartbeat < session locally (the broker refuses a too short session);
+            # keep that: derive the heartbeat from the session instead of refusing the configuration.
+            native_conf["heartbeat.interval.ms"] = max(1, int(session) // 3)
         self._auto_store = compat_bool(tc, "enable.auto.offset.store", True)
         self._partition_eof = compat_bool(tc, "enable.partition.eof", False)
         self._error_cb = compat_callable(tc, "error_cb")
@@ -201,6 +206,8 @@ class Consumer:
         self._on_lost: RebalanceCallback | None = None
         self._rebalance_cnt = 0
         self._last_commit = time.monotonic()
+        self._max_poll_s = int(native_conf.get("max.poll.interval.ms", 300000)) / 1000.0
+        self._last_native_poll: float | None = None
         self._start = time.monotonic()
         self._next_stats = self._start + self._stats_interval_s if self._stats_interval_s > 0 else math.inf
         self._admin: kafka_handoff.AdminClient | None = None
@@ -379,7 +386,7 @@ class Consumer:
         current = set(self._native.assignment())
         new = [p for p in parts if NativeTP(p.topic, p.partition) not in current]
         if len(new) != len(parts):
-            raise KafkaException(KafkaError(KafkaError._INVALID_ARG, "partition(s) already assigned"))
+            raise KafkaException(KafkaError(KafkaError._CONFLICT, "partition(s) already assigned"))
         try:
             self._native.assign([*current, *(NativeTP(p.topic, p.partition) for p in parts)])
         except (native_errors.KafkaError, ValueError) as e:
@@ -524,7 +531,7 @@ class Consumer:
             chunk = self._chunk
             if chunk is not None:
                 if chunk.index < len(chunk.records):
-                    return self.poll(0)
+                    return Consumer.poll(self, 0)
                 self._finish_chunk(chunk)
                 self._chunk = None
                 if self._events:
@@ -599,6 +606,27 @@ class Consumer:
             self._maybe_eof(tp, pos)
 
     def _native_poll(self, wait: float) -> None:
+        now = time.monotonic()
+        last, self._last_native_poll = self._last_native_poll, now
+        if self._subscribed and last is not None and now - last > self._max_poll_s:
+            # As librdkafka: the first poll after max.poll.interval.ms was exceeded reports it; the member
+            # has left the group, and the next poll rejoins (on_lost, then on_assign).
+            self._events.append(
+                Message(
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    KafkaError(
+                        KafkaError._MAX_POLL_EXCEEDED,
+                        f"Application maximum poll interval ({int(self._max_poll_s * 1000)}ms) exceeded by "
+                        f"{int((now - last - self._max_poll_s) * 1000)}ms",
+                    ),
+                )
+            )
+            return
         try:
             records = self._native.poll(wait)
         except _CallbackError as e:
@@ -780,6 +808,9 @@ class Consumer:
                 )
             }
         elif offsets is not None:
+            for p in _check_tps(offsets):
+                if p.metadata is not None and "\x00" in p.metadata:
+                    raise ValueError("embedded null character in TopicPartition.metadata")
             commit = {
                 NativeTP(p.topic, p.partition): OffsetAndMetadata(p.offset, p.metadata or "", p.leader_epoch)
                 for p in _check_tps(offsets)
