@@ -154,9 +154,19 @@ class _ErrorWatcher(logging.Handler):
 class Consumer:
     """confluent-kafka's high-level consumer (``confluent_kafka.Consumer``) on kafka-handoff."""
 
+    # Until __init__ ran (a subclass that does not call it), every method raises "Consumer closed".
+    _closed = True
+    _chunk: _Chunk | None = None
+
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        if config is None and not kwargs:
+            raise TypeError("expected configuration dict")
+        if config is not None and not isinstance(config, Mapping):
+            raise TypeError("expected configuration dict")
         conf = dict(config or {})
         conf.update(kwargs)
+        if not conf.get("group.id"):
+            raise ValueError("Failed to create consumer: group.id must be set")
         self._prepare_config(conf)
         tc = translate_config(conf, "consumer")
         self._tc: TranslatedConfig = tc
@@ -752,7 +762,9 @@ class Consumer:
         """Store the offset after ``message`` (or each ``TopicPartition.offset`` as given) for the next
         commit."""
         self._check_open()
-        if (message is None) == (offsets is None):
+        if message is not None and offsets is not None:
+            raise ValueError("message and offsets are mutually exclusive")
+        if message is None and offsets is None:
             raise ValueError("expected either message or offsets")
         assigned = self._ops().assignment()
         items: list[tuple[NativeTP, int]]
@@ -773,7 +785,8 @@ class Consumer:
             if tp not in assigned:
                 raise KafkaException(
                     KafkaError(
-                        KafkaError._STATE, f"Failed to store offset for {tp}: partition is not assigned"
+                        KafkaError._UNKNOWN_PARTITION,
+                        f"Failed to store offset for {tp}: partition is not assigned",
                     )
                 )
         for tp, off in items:
@@ -817,7 +830,13 @@ class Consumer:
             }
         else:
             commit = self._stored_offsets(None)
+        # As librdkafka: logical offsets (OFFSET_INVALID, OFFSET_END, ...) in the list are skipped.
+        commit = {tp: om for tp, om in commit.items() if om.offset >= 0}
         if not commit:
+            if asynchronous:  # as librdkafka: the result (an error) goes to on_commit
+                if self._on_commit is not None:
+                    self._pending_commit_cbs.append((KafkaError(KafkaError._NO_OFFSET), []))
+                return None
             raise KafkaException(KafkaError(KafkaError._NO_OFFSET, "Local: No offset stored"))
         if asynchronous:
 
@@ -901,18 +920,18 @@ class Consumer:
         self, partition: TopicPartition, timeout: float | None = None, cached: bool = False
     ) -> tuple[int, int] | None:
         """``(low, high)`` offsets of ``partition``; ``cached``: from the last fetch, without a request
-        (``None`` if unknown; ``low`` is ``OFFSET_INVALID`` there)."""
+        (``OFFSET_INVALID`` for what is unknown; ``low`` always is)."""
         self._check_open()
         (p,) = _check_tps([partition])
         tp = NativeTP(p.topic, p.partition)
         if cached:
             try:
                 lag = self._native.current_lag(tp)
-                if lag is None:
-                    return None
-                return (OFFSET_INVALID, self._native.position(tp, timeout=0) + lag)
+                if lag is not None:
+                    return (OFFSET_INVALID, self._native.position(tp, timeout=0) + lag)
             except native_errors.KafkaError:
-                return None
+                pass
+            return (OFFSET_INVALID, OFFSET_INVALID)
         try:
             ops = self._ops()
             low = ops.beginning_offsets([tp], timeout=_api_timeout(timeout))[tp]

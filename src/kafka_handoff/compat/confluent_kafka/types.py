@@ -88,15 +88,25 @@ class TopicPartition:
     def __lt__(self, other: TopicPartition) -> bool:
         return self._key() < other._key()
 
+    def __le__(self, other: TopicPartition) -> bool:
+        return self._key() <= other._key()
+
+    def __gt__(self, other: TopicPartition) -> bool:
+        return self._key() > other._key()
+
+    def __ge__(self, other: TopicPartition) -> bool:
+        return self._key() >= other._key()
+
     def __hash__(self) -> int:
         return hash((self.topic, self.partition))
 
 
 class Message:
     """One consumed record, a delivery report, or an event (``error()`` is not ``None``: e.g.
-    ``_PARTITION_EOF``)."""
+    ``_PARTITION_EOF``).  Positional arguments follow confluent-kafka's order."""
 
     __slots__ = (
+        "_delivery_count",
         "_error",
         "_headers",
         "_key",
@@ -111,16 +121,17 @@ class Message:
 
     def __init__(
         self,
-        topic: str | None = None,
+        topic: Any = None,
         partition: int | None = None,
         offset: int | None = None,
         key: Any = None,
         value: Any = None,
-        headers: Headers | None = None,
-        error: KafkaError | None = None,
-        timestamp: tuple[int, int] = (TIMESTAMP_NOT_AVAILABLE, -1),
+        headers: Any = None,
+        error: Any = None,
+        timestamp: tuple[int, int] | None = None,
         latency: float | None = None,
         leader_epoch: int | None = None,
+        delivery_count: int | None = None,
     ) -> None:
         self._topic = topic
         self._partition = partition
@@ -132,18 +143,23 @@ class Message:
         self._timestamp = timestamp
         self._latency = latency
         self._leader_epoch = leader_epoch
+        if delivery_count is not None and not -32768 <= delivery_count <= 32767:
+            raise OverflowError("delivery_count must fit in a signed 16-bit integer")
+        self._delivery_count = delivery_count
 
-    def error(self) -> KafkaError | None:
+    def error(self) -> Any:
         return self._error
 
-    def topic(self) -> str | None:
+    def topic(self) -> Any:
         return self._topic
 
     def partition(self) -> int | None:
-        return self._partition
+        p = self._partition
+        return None if p is None or p < 0 else p
 
     def offset(self) -> int | None:
-        return self._offset
+        o = self._offset
+        return None if o is None or o < 0 else o
 
     def key(self) -> Any:
         return self._key
@@ -151,20 +167,31 @@ class Message:
     def value(self) -> Any:
         return self._value
 
-    def headers(self) -> Headers | None:
+    def headers(self) -> Any:
         return self._headers
 
     def timestamp(self) -> tuple[int, int]:
-        """``(timestamp_type, timestamp_ms)``; ``(TIMESTAMP_NOT_AVAILABLE, -1)`` when unknown."""
-        return self._timestamp
+        """``(timestamp_type, timestamp_ms)``; ``(TIMESTAMP_NOT_AVAILABLE, ...)`` when unknown."""
+        ts = self._timestamp
+        return (TIMESTAMP_NOT_AVAILABLE, 0) if ts is None else ts
 
     def latency(self) -> float | None:
-        return self._latency
+        lat = self._latency
+        return None if lat is None or lat < 0 else lat
 
     def leader_epoch(self) -> int | None:
-        return self._leader_epoch
+        e = self._leader_epoch
+        return None if e is None or e < 0 else e
 
-    def set_headers(self, headers: Headers | None) -> None:
+    def delivery_count(self) -> int | None:
+        """How many times a share group delivered the record (``None`` outside share groups)."""
+        d = self._delivery_count
+        return None if d is None or d <= 0 else d
+
+    def set_topic(self, topic: Any) -> None:
+        self._topic = topic
+
+    def set_headers(self, headers: Any) -> None:
         self._headers = headers
 
     def set_key(self, key: Any) -> None:
@@ -173,9 +200,37 @@ class Message:
     def set_value(self, value: Any) -> None:
         self._value = value
 
+    def set_error(self, error: Any) -> None:
+        self._error = error
+
     def __len__(self) -> int:
         value = self._value
         return 0 if value is None else len(value)
+
+    def _state(self) -> tuple[Any, ...]:
+        return (
+            self._topic,
+            -1 if self.partition() is None else self._partition,
+            OFFSET_INVALID if self.offset() is None else self._offset,
+            self._key,
+            self._value,
+            self._headers,
+            self._error,
+            self.timestamp(),
+            -1.0 if self.latency() is None else self._latency,
+            -1 if self.leader_epoch() is None else self._leader_epoch,
+            -1 if self.delivery_count() is None else self._delivery_count,
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Message, self._state())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return self._state() == other._state()
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         if self._error is not None:
