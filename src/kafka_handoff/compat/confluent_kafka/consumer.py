@@ -49,9 +49,9 @@ from kafka_handoff.compat.confluent_kafka.types import (
     OFFSET_END,
     OFFSET_INVALID,
     OFFSET_STORED,
-    TIMESTAMP_NOT_AVAILABLE,
     ClusterMetadata,
     Message,
+    RecordMessage,
     TopicPartition,
     cluster_metadata_from,
 )
@@ -463,22 +463,8 @@ class Consumer:
             i = chunk.index
             records = chunk.records
             if i < len(records):
-                r = records[i]
                 chunk.index = i + 1
-                ts = r.timestamp
-                h = r.headers
-                return Message(
-                    r.topic,
-                    r.partition,
-                    r.offset,
-                    r.key,
-                    r.value,
-                    list(h) if h else None,
-                    None,
-                    (r.timestamp_type + 1, ts) if ts >= 0 else (TIMESTAMP_NOT_AVAILABLE, -1),
-                    None,
-                    r.leader_epoch,
-                )
+                return RecordMessage(records[i])
         return self._poll_slow(timeout)
 
     def consume(self, num_messages: int = 1, timeout: float | None = -1) -> list[Message]:
@@ -492,16 +478,32 @@ class Consumer:
             raise ValueError("num_messages must be between 0 and 1000000 (1M)")
         self._check_open()
         out: list[Message] = []
+        if num_messages == 0:
+            return out
         deadline = time.monotonic() + _timeout_s(timeout)
-        while len(out) < num_messages:
-            remaining = deadline - time.monotonic()
-            msg = self.poll(max(0.0, remaining) if out == [] or remaining > 0 else 0.0)
+        while True:
+            chunk = self._chunk
+            if chunk is not None and not self._events:
+                i = chunk.index
+                recs = chunk.records
+                j = min(len(recs), i + num_messages - len(out))
+                if j > i:
+                    out.extend(map(RecordMessage, recs[i:j]))
+                    chunk.index = j
+                    if len(out) >= num_messages:
+                        return out
+            msg = self._next_buffered()
             if msg is None:
-                break
+                # Nothing buffered: wait (as librdkafka) until the batch is full or the timeout passed.
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return out
+                msg = self._poll_slow(remaining)
+                if msg is None:
+                    return out
             out.append(msg)
-            if remaining <= 0 and self._buffered() == 0:
-                break
-        return out
+            if len(out) >= num_messages:
+                return out
 
     def _buffered(self) -> int:
         n = len(self._events)

@@ -23,6 +23,7 @@ __all__ = [
     "Message",
     "Node",
     "PartitionMetadata",
+    "RecordMessage",
     "TopicCollection",
     "TopicMetadata",
     "TopicPartition",
@@ -236,6 +237,115 @@ class Message:
         if self._error is not None:
             return f"Message(error={self._error!r}, topic={self._topic}, partition={self._partition})"
         return f"Message(topic={self._topic}, partition={self._partition}, offset={self._offset})"
+
+
+class RecordMessage(Message):
+    """A :class:`Message` for a consumed record, reading the native record lazily (one allocation per
+    message on the consumer's hot path).  A setter copies the record's fields into the message first."""
+
+    __slots__ = ("_r",)
+
+    def __init__(self, record: Any) -> None:
+        self._r = record
+
+    def _materialize(self) -> None:
+        r = self._r
+        if r is None:
+            return
+        Message.__init__(
+            self,
+            r.topic,
+            r.partition,
+            r.offset,
+            r.key,
+            r.value,
+            list(r.headers) if r.headers else None,
+            None,
+            (r.timestamp_type + 1, r.timestamp) if r.timestamp >= 0 else (TIMESTAMP_NOT_AVAILABLE, -1),
+            None,
+            r.leader_epoch,
+        )
+        self._r = None
+
+    def error(self) -> Any:
+        return None if self._r is not None else self._error
+
+    def topic(self) -> Any:
+        r = self._r
+        return r.topic if r is not None else self._topic
+
+    def partition(self) -> int | None:
+        r = self._r
+        return r.partition if r is not None else Message.partition(self)
+
+    def offset(self) -> int | None:
+        r = self._r
+        return r.offset if r is not None else Message.offset(self)
+
+    def key(self) -> Any:
+        r = self._r
+        return r.key if r is not None else self._key
+
+    def value(self) -> Any:
+        r = self._r
+        return r.value if r is not None else self._value
+
+    def headers(self) -> Any:
+        r = self._r
+        if r is None:
+            return self._headers
+        return list(r.headers) if r.headers else None
+
+    def timestamp(self) -> tuple[int, int]:
+        r = self._r
+        if r is None:
+            return Message.timestamp(self)
+        return (r.timestamp_type + 1, r.timestamp) if r.timestamp >= 0 else (TIMESTAMP_NOT_AVAILABLE, -1)
+
+    def latency(self) -> float | None:
+        return None if self._r is not None else Message.latency(self)
+
+    def leader_epoch(self) -> int | None:
+        r = self._r
+        if r is None:
+            return Message.leader_epoch(self)
+        e = r.leader_epoch
+        return None if e is None or e < 0 else e
+
+    def delivery_count(self) -> int | None:
+        return None if self._r is not None else Message.delivery_count(self)
+
+    def set_topic(self, topic: Any) -> None:
+        self._materialize()
+        self._topic = topic
+
+    def set_headers(self, headers: Any) -> None:
+        self._materialize()
+        self._headers = headers
+
+    def set_key(self, key: Any) -> None:
+        self._materialize()
+        self._key = key
+
+    def set_value(self, value: Any) -> None:
+        self._materialize()
+        self._value = value
+
+    def set_error(self, error: Any) -> None:
+        self._materialize()
+        self._error = error
+
+    def __len__(self) -> int:
+        r = self._r
+        value = r.value if r is not None else self._value
+        return 0 if value is None else len(value)
+
+    def _state(self) -> tuple[Any, ...]:
+        self._materialize()
+        return Message._state(self)
+
+    def __repr__(self) -> str:
+        return f"Message(topic={self.topic()}, partition={self.partition()}, offset={self.offset()})"
 
 
 class Node:
