@@ -351,3 +351,25 @@ def test_native_poll_none_returns_on_wakeup(broker: BrokerLike, topic_factory: T
         assert len(outcome) == 1 and isinstance(outcome[0], WakeupError)
     finally:
         consumer.close()
+
+
+def test_poll_and_consume_interleaved_return_each_message_once(
+    broker: BrokerLike, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=1)
+    seed(broker.bootstrap_servers, topic, 40, 1)
+    consumer = ck.Consumer(conf(broker))
+    try:
+        consumer.subscribe([topic])
+        offsets: list[int] = []
+        deadline = time.monotonic() + DEADLINE_S
+        turn = 0
+        while len(offsets) < 40:
+            assert time.monotonic() < deadline
+            turn += 1
+            got = consumer.consume(3, timeout=0.5) if turn % 2 else [m for m in [consumer.poll(0.5)] if m]
+            offsets.extend(int(m.offset() or 0) for m in got if m.error() is None)
+        assert offsets == list(range(40))
+        assert consumer.position([ck.TopicPartition(topic, 0)])[0].offset == 40
+    finally:
+        consumer.close()

@@ -28,9 +28,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import operator
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import kafka_handoff
@@ -65,6 +66,13 @@ __all__ = ["Consumer"]
 log = logging.getLogger(__name__)
 
 RebalanceCallback = Callable[["Consumer", list[TopicPartition]], None]
+
+
+def _exhausted() -> Message:
+    raise StopIteration
+
+
+_EXHAUSTED: Callable[[], Message] = _exhausted
 
 _SLICE_S = 0.2
 """How long one native poll() waits inside a longer compat poll(), so callbacks and events are served."""
@@ -157,6 +165,7 @@ class Consumer:
     # Until __init__ ran (a subclass that does not call it), every method raises "Consumer closed".
     _closed = True
     _chunk: _Chunk | None = None
+    _next: Callable[[], Message] = staticmethod(lambda: _exhausted())
 
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
         if config is None and not kwargs:
@@ -201,6 +210,9 @@ class Consumer:
         self._assigned_mode = False
         self._chunks: deque[_Chunk] = deque()
         self._chunk: _Chunk | None = None
+        self._it: Iterator[ConsumerRecord] | None = None
+        self._it_chunk = _Chunk(NativeTP("", -1), [])
+        self._next: Callable[[], Message] = _EXHAUSTED
         self._events: deque[Message] = deque()
         self._stored: dict[NativeTP, int] = {}
         self._app_offsets: dict[NativeTP, int] = {}
@@ -458,14 +470,10 @@ class Consumer:
     def poll(self, timeout: float | None = None) -> Message | None:
         """The next message or event (``Message.error()`` set), or ``None`` after ``timeout`` seconds
         (``None``/negative: wait until one arrives)."""
-        chunk = self._chunk
-        if chunk is not None and not self._events:
-            i = chunk.index
-            records = chunk.records
-            if i < len(records):
-                chunk.index = i + 1
-                return RecordMessage(records[i])
-        return self._poll_slow(timeout)
+        try:
+            return self._next()  # the current chunk's next message (armed only while no event is due)
+        except StopIteration:
+            return self._poll_slow(timeout)
 
     def consume(self, num_messages: int = 1, timeout: float | None = -1) -> list[Message]:
         """Up to ``num_messages`` messages (and events), waiting up to ``timeout`` seconds for the first
@@ -482,6 +490,7 @@ class Consumer:
             return out
         deadline = time.monotonic() + _timeout_s(timeout)
         while True:
+            self._disarm()  # this loop moves chunk.index itself
             chunk = self._chunk
             if chunk is not None and not self._events:
                 i = chunk.index
@@ -491,21 +500,55 @@ class Consumer:
                     out.extend(map(RecordMessage, recs[i:j]))
                     chunk.index = j
                     if len(out) >= num_messages:
+                        self._arm()
                         return out
             msg = self._next_buffered()
             if msg is None:
                 # Nothing buffered: wait (as librdkafka) until the batch is full or the timeout passed.
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
+                    self._arm()
                     return out
                 msg = self._poll_slow(remaining)
                 if msg is None:
+                    self._arm()
                     return out
             out.append(msg)
             if len(out) >= num_messages:
+                self._arm()
                 return out
 
+    def _arm(self) -> None:
+        """Point poll()'s fast path at the rest of the current chunk (or disarm it while an event is due)."""
+        self._settle()
+        chunk = self._chunk
+        if chunk is None or self._events or chunk.index >= len(chunk.records):
+            self._it = None
+            self._next = _EXHAUSTED
+            return
+        self._it_chunk = chunk
+        it = iter(chunk.records)
+        if chunk.index:
+            it.__setstate__(chunk.index)  # type: ignore[attr-defined]  # list_iterator: start there, no copy
+        self._it = it
+        self._next = map(RecordMessage, it).__next__
+
+    def _disarm(self) -> None:
+        """Settle ``chunk.index`` and switch poll()'s fast path off (the slow path re-arms it)."""
+        self._settle()
+        self._it = None
+        self._next = _EXHAUSTED
+
+    def _settle(self) -> None:
+        """Bring ``chunk.index`` up to date with what the fast path handed out."""
+        it = self._it
+        if it is not None:
+            chunk = self._it_chunk
+            chunk.index = len(chunk.records) - operator.length_hint(it)
+            self._it = None if chunk is not self._chunk else it
+
     def _buffered(self) -> int:
+        self._settle()
         n = len(self._events)
         if self._chunk is not None:
             n += len(self._chunk.records) - self._chunk.index
@@ -539,13 +582,16 @@ class Consumer:
         """The next undelivered message, moving on to the next chunk (and its EOF event) as needed."""
         if self._events:
             return self._events.popleft()
+        self._settle()
         while True:
             chunk = self._chunk
             if chunk is not None:
                 if chunk.index < len(chunk.records):
-                    return Consumer.poll(self, 0)
+                    self._arm()
+                    return self._next()
                 self._finish_chunk(chunk)
                 self._chunk = None
+                self._arm()
                 if self._events:
                     return self._events.popleft()
             if not self._chunks:
@@ -566,6 +612,7 @@ class Consumer:
 
     def _sync_current_chunk(self) -> None:
         """Account the records delivered from the current chunk (before commits, position, stats)."""
+        self._settle()
         chunk = self._chunk
         if chunk is not None and chunk.index > 0:
             nxt = chunk.records[chunk.index - 1].offset + 1
@@ -726,6 +773,7 @@ class Consumer:
         self._chunk = None
         self._chunks.clear()
         self._events.clear()
+        self._arm()
 
     def _drop_chunks(self, partitions: set[NativeTP], *, seek: bool) -> None:
         """Forget undelivered records of ``partitions``; with ``seek`` the native consumer is moved back
@@ -745,6 +793,7 @@ class Consumer:
         if self._chunk is not None and self._chunk.tp in partitions:
             self._chunk = None
         self._chunks = deque(c for c in kept if c is not self._chunk)
+        self._arm()
         if seek:
             for tp, offset in first.items():
                 self._native.seek(tp, offset)
