@@ -186,6 +186,7 @@ class Consumer:
         if self._auto_commit and "group.id" not in native_conf:
             self._auto_commit = False
         native_conf.setdefault("revoke.completion", "next-poll")
+        self._incremental_protocol = str(native_conf.get("group.protocol", "classic")).lower() == "consumer"
         session = native_conf.get("session.timeout.ms")
         if session is not None and "heartbeat.interval.ms" not in native_conf and int(session) <= 3000:
             # librdkafka does not check heartbeat < session locally (the broker refuses a too short session);
@@ -324,7 +325,8 @@ class Consumer:
         parts = sorted(partitions)
         for tp in parts:
             self._eof_at.pop(tp, None)
-        if self._on_assign is None:
+        if self._on_assign is None or (not parts and self._incremental_protocol):
+            # Under KIP-848 librdkafka reports only non-empty incremental assignments.
             return
         self._view = view
         self._in_assign_cb = True
@@ -344,6 +346,8 @@ class Consumer:
         self._rebalance_cnt += 1
         parts = sorted(partitions)
         cb = self._on_lost if lost and self._on_lost is not None else self._on_revoke
+        if not parts and self._incremental_protocol:
+            cb = None
         self._view = view
         try:
             if cb is not None:
