@@ -9,14 +9,13 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import os
 import signal
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-from kafka_handoff.cli.command_config import add_command_config_arg, client_config
+from kafka_handoff.cli.command_config import add_command_config_arg, check_reachable, client_config
 
 __all__ = ["register"]
 
@@ -28,8 +27,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--bootstrap-servers",
         default=None,
-        help="host:port[,host:port] (default: the --command-config file's, $HANDOFF_BOOTSTRAP or "
-        "127.0.0.1:9092)",
+        help="host:port[,host:port] (default: the --command-config file's, $HANDOFF_BOOTSTRAP, the broker "
+        "`handoff broker start` started here, or 127.0.0.1:9092)",
     )
     add_command_config_arg(p)
     p.add_argument("--topic", "-t", required=True)
@@ -117,14 +116,17 @@ def _text(value: bytes | None) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from kafka_handoff.cli.command_config import BrokerUnreachableError
     from kafka_handoff.consumer import Consumer
     from kafka_handoff.errors import ConfigError, KafkaError
     from kafka_handoff.types import TopicPartition
 
     try:
-        config = client_config(
-            args, args.bootstrap_servers, os.environ.get("HANDOFF_BOOTSTRAP", "").strip() or "127.0.0.1:9092"
-        )
+        config = client_config(args, args.bootstrap_servers)
+        check_reachable(config, getattr(args, "bootstrap_source", ""))
+    except BrokerUnreachableError as exc:
+        print(f"handoff consume: {exc}", file=sys.stderr)
+        return 1
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
