@@ -16,16 +16,27 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from kafka_handoff.admin import (
+    AclBinding,
+    AclBindingFilter,
     AdminClient,
+    AlterConfigOp,
     ClusterDescription,
     ConfigEntry,
+    ConfigResource,
     CreateTopicResult,
+    DeletedRecords,
     GroupDescription,
     GroupListing,
     NewTopic,
+    OffsetReset,
     OffsetSpec,
+    RecordsToDelete,
+    ResetSpec,
     TopicDescription,
     TopicListing,
+    UserScramCredentialDeletion,
+    UserScramCredentialsDescription,
+    UserScramCredentialUpsertion,
 )
 from kafka_handoff.admin.admin import _GRACE_MS
 from kafka_handoff.admin.calls import AdminCall, Done, Pause, Steps, call_outcome, next_step, steps_of
@@ -161,10 +172,70 @@ class AsyncAdminClient:
         await self._drive(steps)
 
     async def describe_configs(
-        self, topics: Iterable[str], timeout: float | None = None
+        self, resources: Iterable[str | ConfigResource], timeout: float | None = None
     ) -> dict[str, dict[str, ConfigEntry]]:
         a = self._check()
-        return await self._drive(steps_of(AdminClient.describe_configs)(a, topics, timeout))
+        return await self._drive(steps_of(AdminClient.describe_configs)(a, resources, timeout))
+
+    async def incremental_alter_configs(
+        self,
+        configs: Mapping[ConfigResource, Iterable[AlterConfigOp]],
+        *,
+        validate_only: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        a = self._check()
+        steps = steps_of(AdminClient.incremental_alter_configs)(
+            a, configs, validate_only=validate_only, timeout=timeout
+        )
+        await self._drive(steps)
+
+    async def alter_configs(
+        self,
+        configs: Mapping[ConfigResource, Mapping[str, str]],
+        *,
+        validate_only: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        a = self._check()
+        steps = steps_of(AdminClient.alter_configs)(a, configs, validate_only=validate_only, timeout=timeout)
+        await self._drive(steps)
+
+    async def delete_records(
+        self, records_to_delete: Mapping[TopicPartition, RecordsToDelete | int], timeout: float | None = None
+    ) -> dict[TopicPartition, DeletedRecords]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.delete_records)(a, records_to_delete, timeout))
+
+    async def create_acls(self, acls: Iterable[AclBinding], timeout: float | None = None) -> None:
+        a = self._check()
+        await self._drive(steps_of(AdminClient.create_acls)(a, acls, timeout))
+
+    async def describe_acls(
+        self, acl_filter: AclBindingFilter | None = None, timeout: float | None = None
+    ) -> list[AclBinding]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.describe_acls)(a, acl_filter, timeout))
+
+    async def delete_acls(
+        self, filters: Iterable[AclBindingFilter], timeout: float | None = None
+    ) -> list[AclBinding]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.delete_acls)(a, filters, timeout))
+
+    async def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None, timeout: float | None = None
+    ) -> dict[str, UserScramCredentialsDescription]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.describe_user_scram_credentials)(a, users, timeout))
+
+    async def alter_user_scram_credentials(
+        self,
+        alterations: Iterable[UserScramCredentialUpsertion | UserScramCredentialDeletion],
+        timeout: float | None = None,
+    ) -> None:
+        a = self._check()
+        await self._drive(steps_of(AdminClient.alter_user_scram_credentials)(a, alterations, timeout))
 
     async def list_offsets(
         self,
@@ -195,6 +266,39 @@ class AsyncAdminClient:
     async def delete_groups(self, group_ids: Iterable[str], timeout: float | None = None) -> None:
         a = self._check()
         await self._drive(steps_of(AdminClient.delete_groups)(a, group_ids, timeout))
+
+    async def alter_consumer_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+        timeout: float | None = None,
+    ) -> None:
+        a = self._check()
+        await self._drive(steps_of(AdminClient.alter_consumer_group_offsets)(a, group_id, offsets, timeout))
+
+    async def delete_consumer_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition], timeout: float | None = None
+    ) -> None:
+        a = self._check()
+        await self._drive(
+            steps_of(AdminClient.delete_consumer_group_offsets)(a, group_id, partitions, timeout)
+        )
+
+    async def reset_consumer_group_offsets(
+        self,
+        group_id: str,
+        spec: ResetSpec,
+        *,
+        topics: Iterable[str | TopicPartition] | None = None,
+        dry_run: bool = True,
+        now_ms: int | None = None,
+        timeout: float | None = None,
+    ) -> list[OffsetReset]:
+        a = self._check()
+        steps = steps_of(AdminClient.reset_consumer_group_offsets)(
+            a, group_id, spec, topics=topics, dry_run=dry_run, now_ms=now_ms, timeout=timeout
+        )
+        return await self._drive(steps)
 
     async def close(self, timeout: float | None = 30.0) -> None:
         self._bridge.check()
