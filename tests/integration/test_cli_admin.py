@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka_tools import run_tool
 
 from kafka_handoff.admin import AdminClient
 from kafka_handoff.cli.main import main
@@ -45,3 +46,217 @@ def test_produce_sample_stops_at_the_first_failed_delivery_and_says_why(
     assert "large" in err.lower()  # the broker's reason (RecordTooLarge / MessageTooLarge)
     with AdminClient({"bootstrap.servers": broker.bootstrap_servers}) as admin:
         assert admin.list_offsets([TopicPartition(topic, 0)], timeout=30)[TopicPartition(topic, 0)] == 0
+
+
+# ------------------------------------------------------------------------------------ operator commands
+# Kafka's own tools are the oracle: what handoff changed is what they describe.
+CGC = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+
+
+def _produce(bootstrap: str, topic: str, per_partition: int, partitions: int, base_ts: int) -> None:
+    from kafka_handoff.producer import Producer
+
+    with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as producer:
+        futures = [
+            producer.send(topic, b"v%d" % i, partition=p, timestamp=base_ts + i * 1000)
+            for p in range(partitions)
+            for i in range(per_partition)
+        ]
+        producer.flush(60)
+        for f in futures:
+            f.result(0)
+
+
+def _kafka_group_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    """``kafka-consumer-groups --describe --offsets``: (topic, partition) -> CURRENT-OFFSET."""
+    out = run_tool(CGC, "--bootstrap-server", bootstrap, "--describe", "--offsets", "--group", group)
+    offsets: dict[tuple[str, int], int] = {}
+    for line in out.splitlines():
+        cols = line.split()
+        if len(cols) >= 4 and cols[0] == group and cols[3].isdigit():
+            offsets[(cols[1], int(cols[2]))] = int(cols[3])
+    return offsets
+
+
+def test_cli_groups_reset_offsets_lag_and_delete_offsets_checked_by_kafkas_tool(
+    broker: Any, topic_factory: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+    import uuid
+
+    bootstrap = broker.bootstrap_servers
+    b = ["--bootstrap-servers", bootstrap]
+    topic = topic_factory(partitions=2)
+    base = int(time.time() * 1000) - 60_000
+    _produce(bootstrap, topic, 10, 2, base)
+    group = f"cli-reset-{uuid.uuid4().hex[:8]}"
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.alter_consumer_group_offsets(group, {TopicPartition(topic, 0): 2, TopicPartition(topic, 1): 3})
+    capsys.readouterr()
+
+    # Dry run by default: the plan is printed, nothing changes.
+    reset = ["groups", "reset-offsets", "--group", group, "--topic", topic, *b]
+    assert main([*reset, "--to-latest", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["executed"] is False
+    assert [(p["partition"], p["current"], p["new"]) for p in plan["partitions"]] == [(0, 2, 10), (1, 3, 10)]
+    assert _kafka_group_offsets(bootstrap, group) == {(topic, 0): 2, (topic, 1): 3}
+
+    # --to-datetime: record i has timestamp base + i s; the first at or after base + 4.5 s is offset 5.
+    from datetime import UTC, datetime
+
+    when = datetime.fromtimestamp((base + 4500) / 1000, UTC).isoformat(timespec="milliseconds")
+    assert main([*reset, "--to-datetime", when, "--execute"]) == 0
+    assert "reset" in capsys.readouterr().out
+    assert _kafka_group_offsets(bootstrap, group) == {(topic, 0): 5, (topic, 1): 5}
+
+    assert main(["groups", "reset-offsets", "--group", group, "--topic", f"{topic}:1", "--shift-by", "-2",
+                 "--execute", *b]) == 0  # fmt: skip
+    assert _kafka_group_offsets(bootstrap, group) == {(topic, 0): 5, (topic, 1): 3}
+
+    capsys.readouterr()
+    assert main(["groups", "lag", group, "--json", *b]) == 0
+    lag = json.loads(capsys.readouterr().out)
+    assert lag["total_lag"] == (10 - 5) + (10 - 3)
+    assert [(p["partition"], p["lag"]) for p in lag["partitions"]] == [(0, 5), (1, 7)]
+
+    assert main(["groups", "delete-offsets", "--group", group, "--topic", f"{topic}:0", *b]) == 0
+    assert _kafka_group_offsets(bootstrap, group) == {(topic, 1): 3}
+
+
+def test_cli_reset_offsets_bad_flags_and_unknown_topics_fail_with_one_line(
+    broker: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    b = ["--bootstrap-servers", broker.bootstrap_servers]
+    base = ["groups", "reset-offsets", "--group", "g", "--topic", "no-such-topic-xyz", *b]
+    assert main([*base, "--by-duration", "ten minutes"]) == 2
+    assert "not a duration" in capsys.readouterr().err
+    assert main([*base, "--to-earliest"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("handoff groups:") and "no-such-topic-xyz" in err and "\n" not in err
+
+
+def test_cli_metadata_configs_and_records(
+    broker: Any, topic_factory: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    bootstrap = broker.bootstrap_servers
+    b = ["--bootstrap-servers", bootstrap]
+    topic = topic_factory(partitions=3)
+    capsys.readouterr()
+    assert main(["metadata", "--topic", topic, "--json", *b]) == 0
+    meta = json.loads(capsys.readouterr().out)
+    assert [t["name"] for t in meta["topics"]] == [topic]
+    assert [p["partition"] for p in meta["topics"][0]["partitions"]] == [0, 1, 2]
+    broker_ids = {br["id"] for br in meta["brokers"]}
+    assert meta["controller_id"] in broker_ids or meta["controller_id"] < 0
+    assert all(p["leader"] in broker_ids and p["isr"] for p in meta["topics"][0]["partitions"])
+
+    assert (
+        main(
+            [
+                "configs",
+                "set",
+                "--topic",
+                topic,
+                "--add-config",
+                "retention.ms=86400000,segment.ms=3600000",
+                *b,
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["configs", "describe", "--entity-type", "topics", "--entity-name", topic, "--json", *b]) == 0
+    described = json.loads(capsys.readouterr().out)
+    assert described["retention.ms"]["value"] == "86400000"
+    assert described["segment.ms"]["source"] == "TOPIC_CONFIG"
+    assert main(["configs", "delete", "--topic", topic, "--delete-config", "segment.ms", *b]) == 0
+    capsys.readouterr()
+    assert main(["configs", "describe", "--topic", topic, "--json", *b]) == 0
+    remaining = json.loads(capsys.readouterr().out)
+    assert "segment.ms" not in remaining
+    assert remaining["retention.ms"]["value"] == "86400000"
+
+    _produce(bootstrap, topic, 4, 3, int(time.time() * 1000))
+    assert (
+        main(["records", "delete", "--topic", topic, "--partition", "1", "--offset", "3", "--json", *b]) == 0
+    )
+    assert json.loads(capsys.readouterr().out) == [{"topic": topic, "partition": 1, "low_watermark": 3}]
+    # Kafka's GetOffsetShell: the earliest offsets after the deletion.
+    out = run_tool(
+        "org.apache.kafka.tools.GetOffsetShell",
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+        "--time",
+        "-2",
+    )
+    assert sorted(out.split()) == sorted([f"{topic}:0:0", f"{topic}:1:3", f"{topic}:2:0"])
+
+
+def test_cli_acls_and_users_on_the_secured_broker_checked_by_kafkas_acl_command(
+    secured: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import io
+    import time
+    import uuid
+
+    bootstrap = secured.bootstrap_servers
+    b = ["--bootstrap-servers", bootstrap]
+    topic = f"cli-acl-{uuid.uuid4().hex[:8]}"
+    add = ["acls", "add", "--topic", topic, "--deny-principal", "User:alice", "--operation", "Write",
+           "--operation", "Read", *b]  # fmt: skip
+    assert main(add) == 0
+    capsys.readouterr()
+
+    def kafka_lists() -> str:
+        return run_tool(
+            "org.apache.kafka.tools.AclCommand", "--bootstrap-server", bootstrap, "--list", "--topic", topic
+        )
+
+    deadline = time.monotonic() + 30
+    while (listed := kafka_lists()).count("User:alice") < 2:  # ACLs propagate through the metadata log
+        assert time.monotonic() < deadline, listed
+    assert (
+        "operation=WRITE, permissionType=DENY" in listed and "operation=READ, permissionType=DENY" in listed
+    )
+
+    assert main(["acls", "list", "--topic", topic, "--json", *b]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted((r["operation"], r["permission_type"], r["principal"]) for r in rows) == [
+        ("READ", "DENY", "User:alice"),
+        ("WRITE", "DENY", "User:alice"),
+    ]
+    assert main(["acls", "remove", "--topic", topic, "--operation", "Write", "--json", *b]) == 0
+    assert [r["operation"] for r in json.loads(capsys.readouterr().out)] == ["WRITE"]
+    deadline = time.monotonic() + 30
+    while "WRITE" in (listed := kafka_lists()):
+        assert time.monotonic() < deadline, listed
+    assert "operation=READ, permissionType=DENY" in listed
+    assert main(["acls", "remove", "--topic", topic, *b]) == 0
+
+    user = f"dave{uuid.uuid4().hex[:6]}"
+    stdin = io.StringIO("pw-of-dave\n")
+    import sys as _sys
+
+    saved, _sys.stdin = _sys.stdin, stdin
+    try:
+        assert (
+            main(
+                ["users", "scram-set", "--user", user, "--mechanism", "SCRAM-SHA-512", "--password-stdin", *b]
+            )
+            == 0
+        )
+    finally:
+        _sys.stdin = saved
+    capsys.readouterr()
+    assert main(["users", "describe", "--user", user, "--json", *b]) == 0
+    assert json.loads(capsys.readouterr().out) == [
+        {"user": user, "mechanism": "SCRAM-SHA-512", "iterations": 8192}
+    ]
+    assert main(["users", "scram-delete", "--user", user, "--mechanism", "SCRAM-SHA-512", *b]) == 0
+    assert main(["users", "describe", "--user", user, *b]) == 1
+    assert user in capsys.readouterr().err

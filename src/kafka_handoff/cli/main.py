@@ -26,8 +26,13 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "consume",
     "produce_sample",
     "topics",
+    "metadata",
     "groups",
     "share_groups",
+    "configs",
+    "acls",
+    "records",
+    "users",
     "bench",
     "pipeline",
 )

@@ -24,7 +24,15 @@ if TYPE_CHECKING:
 
     from kafka_handoff.admin import AdminClient
 
-__all__ = ["DEFAULT_BOOTSTRAP", "add_connection_args", "connection_config", "console", "run_admin"]
+__all__ = [
+    "DEFAULT_BOOTSTRAP",
+    "add_connection_args",
+    "add_json_arg",
+    "connection_config",
+    "console",
+    "print_json",
+    "run_admin",
+]
 
 
 # ------------------------------------------------------------------------------------- shared with groups.py
@@ -54,6 +62,17 @@ def connection_config(args: argparse.Namespace, check: bool = True) -> dict[str,
     if check:
         check_reachable(props, getattr(args, "bootstrap_source", ""))
     return props
+
+
+def add_json_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON (for scripts) instead of tables")
+
+
+def print_json(value: Any) -> None:
+    """One JSON document on stdout (stable keys, for scripts)."""
+    import json
+
+    print(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
 def console() -> Console:
