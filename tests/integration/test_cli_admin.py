@@ -260,3 +260,67 @@ def test_cli_acls_and_users_on_the_secured_broker_checked_by_kafkas_acl_command(
     assert main(["users", "scram-delete", "--user", user, "--mechanism", "SCRAM-SHA-512", *b]) == 0
     assert main(["users", "describe", "--user", user, *b]) == 1
     assert user in capsys.readouterr().err
+
+
+def test_cli_produce_json_lines_from_a_file_read_back_by_librdkafka(
+    broker: Any, topic_factory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ck = pytest.importorskip("confluent_kafka")
+    import base64
+    import uuid
+
+    topic = topic_factory(partitions=2)
+    lines = [
+        json.dumps({"key": f"k{i}", "value": {"n": i}, "headers": {"src": "file"}, "partition": i % 2})
+        for i in range(20)
+    ]
+    data = tmp_path / "records.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    binary = tmp_path / "binary.txt"
+    binary.write_text(base64.b64encode(b"\x00k").decode() + ":" + base64.b64encode(b"\xffv").decode() + "\n")
+    b = ["--bootstrap-servers", broker.bootstrap_servers]
+    assert main(["produce", "-t", topic, "--format", "json", str(data), *b]) == 0
+    assert (
+        main(["produce", "-t", topic, "-K", ":", "--base64", "-p", "0", "-H", "kind=bin", str(binary), *b])
+        == 0
+    )
+    assert "produced 1 records" in capsys.readouterr().err
+
+    consumer = ck.Consumer(
+        {"bootstrap.servers": broker.bootstrap_servers, "group.id": f"o-{uuid.uuid4().hex[:6]}",
+         "auto.offset.reset": "earliest", "enable.partition.eof": True}
+    )  # fmt: skip
+    consumer.subscribe([topic])
+    got: list[tuple[int, bytes, bytes, list[tuple[str, bytes]]]] = []
+    eof: set[int] = set()
+    import time
+
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < 21 or len(eof) < 2:
+            assert time.monotonic() < deadline, got
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                eof.add(msg.partition())
+                continue
+            eof.discard(msg.partition())
+            got.append((msg.partition(), msg.key(), msg.value(), list(msg.headers() or [])))
+    finally:
+        consumer.close()
+    by_key = {k: (p, v, h) for p, k, v, h in got}
+    assert by_key[b"k7"] == (1, b'{"n":7}', [("src", b"file")])
+    assert by_key[b"\x00k"] == (0, b"\xffv", [("kind", b"bin")])
+    assert len(got) == 21
+
+
+def test_cli_produce_stops_at_the_first_failed_delivery(
+    broker: Any, topic_factory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = topic_factory(partitions=1, configs={"max.message.bytes": "64"})
+    data = tmp_path / "big.txt"
+    data.write_text("".join("x" * 200 + "\n" for _ in range(500)))
+    assert main(["produce", "-t", topic, str(data), "--bootstrap-servers", broker.bootstrap_servers]) == 1
+    err = capsys.readouterr().err
+    assert "first failed delivery" in err and "large" in err.lower()

@@ -24,6 +24,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "demo",
     "broker",
     "consume",
+    "produce",
     "produce_sample",
     "topics",
     "metadata",
