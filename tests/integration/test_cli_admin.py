@@ -324,3 +324,35 @@ def test_cli_produce_stops_at_the_first_failed_delivery(
     assert main(["produce", "-t", topic, str(data), "--bootstrap-servers", broker.bootstrap_servers]) == 1
     err = capsys.readouterr().err
     assert "first failed delivery" in err and "large" in err.lower()
+
+
+def test_cli_consume_offsets_times_partitions_and_until_end(
+    broker: Any, topic_factory: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    bootstrap = broker.bootstrap_servers
+    topic = topic_factory(partitions=2)
+    base = int(time.time() * 1000) - 60_000
+    _produce(bootstrap, topic, 10, 2, base)  # record i: value v<i>, timestamp base + i s, in both partitions
+    c = ["consume", "-t", topic, "--bootstrap-servers", bootstrap, "--until-end"]
+    capsys.readouterr()
+
+    def lines(*flags: str) -> list[str]:
+        assert main([*c, *flags]) == 0
+        return sorted(capsys.readouterr().out.splitlines())
+
+    assert lines("--offset", "-3", "--format", "{partition}:{offset}:{value}") == [
+        f"{p}:{o}:v{o}" for p in (0, 1) for o in (7, 8, 9)
+    ]
+    assert lines("--timestamp", str(base + 8500), "--format", "{partition}:{offset}") == ["0:9", "1:9"]
+    assert lines("--since", "1h", "--partition", "1", "--format", "{offset}") == sorted(
+        str(o) for o in range(10)
+    )
+    assert lines("--offset", "end", "--format", "{offset}") == []
+    assert lines("--partition", "0", "--offset", "4", "--count", "2", "--format", "{offset}") == ["4", "5"]
+    (record,) = lines("--partition", "1", "--offset", "-1", "--format", "json")
+    assert json.loads(record) == {
+        "topic": topic, "partition": 1, "offset": 9, "timestamp": base + 9000, "key": None, "value": "v9",
+        "headers": [],
+    }  # fmt: skip
