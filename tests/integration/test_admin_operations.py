@@ -291,3 +291,18 @@ def test_scram_credentials_set_describe_and_delete(secured: devbroker.Cluster) -
         )
         with pytest.raises(Exception, match=user):
             admin.describe_user_scram_credentials([user], timeout=30)
+
+
+def test_list_groups_filters_by_type_and_state(admin: AdminClient, topic_factory: Any) -> None:
+    topic = topic_factory(partitions=1)
+    group = f"filtered-{uuid.uuid4().hex[:8]}"
+    admin.alter_consumer_group_offsets(
+        group, {TopicPartition(topic, 0): 0}, timeout=30
+    )  # an Empty classic group
+    ids = lambda **kw: {g.group_id for g in admin.list_groups(timeout=30, **kw)}  # noqa: E731
+    assert group in ids(types=["classic"], states=["Empty"])
+    assert group in ids(states=["EMPTY"])
+    assert group not in ids(states=["Stable"])
+    assert group not in ids(types=["share", "consumer"])
+    listed = [g for g in admin.list_groups(timeout=30, types=["classic"]) if g.group_id == group]
+    assert [(g.type, g.state) for g in listed] == [("classic", "Empty")]

@@ -247,9 +247,15 @@ class AsyncAdminClient:
         a = self._check()
         return await self._drive(steps_of(AdminClient.list_offsets)(a, partitions, spec, timeout=timeout))
 
-    async def list_groups(self, timeout: float | None = None) -> list[GroupListing]:
+    async def list_groups(
+        self,
+        timeout: float | None = None,
+        *,
+        types: Iterable[str] | None = None,
+        states: Iterable[str] | None = None,
+    ) -> list[GroupListing]:
         a = self._check()
-        return await self._drive(steps_of(AdminClient.list_groups)(a, timeout))
+        return await self._drive(steps_of(AdminClient.list_groups)(a, timeout, types=types, states=states))
 
     async def describe_groups(
         self, group_ids: Iterable[str], timeout: float | None = None

@@ -29,6 +29,11 @@ def register(subparsers: Any) -> None:
     actions = parser.add_subparsers(dest="groups_action", metavar="ACTION", required=True)
 
     listing = actions.add_parser("list", help="every group the cluster knows, with type and state")
+    listing.add_argument(
+        "--type", action="append", default=None, help="classic, consumer, share, streams (repeatable)"
+    )
+    listing.add_argument("--state", action="append", default=None, help="Stable, Empty, ... (repeatable)")
+    add_json_arg(listing)
     add_connection_args(listing)
     listing.set_defaults(func=cmd_list)
 
@@ -109,7 +114,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     def action(admin: AdminClient) -> int:
-        groups = admin.list_groups(timeout=args.timeout)
+        groups = admin.list_groups(timeout=args.timeout, types=args.type, states=args.state)
+        if args.json:
+            print_json(
+                [
+                    {"group": g.group_id, "type": g.type, "state": g.state, "protocol_type": g.protocol_type}
+                    for g in groups
+                ]
+            )
+            return 0
         table = Table(title=f"{len(groups)} group(s)", title_justify="left")
         table.add_column("group", no_wrap=True)
         table.add_column("type")
