@@ -299,7 +299,10 @@ def test_list_groups_filters_by_type_and_state(admin: AdminClient, topic_factory
     admin.alter_consumer_group_offsets(
         group, {TopicPartition(topic, 0): 0}, timeout=30
     )  # an Empty classic group
-    ids = lambda **kw: {g.group_id for g in admin.list_groups(timeout=30, **kw)}  # noqa: E731
+
+    def ids(types: list[str] | None = None, states: list[str] | None = None) -> set[str]:
+        return {g.group_id for g in admin.list_groups(timeout=30, types=types, states=states)}
+
     assert group in ids(types=["classic"], states=["Empty"])
     assert group in ids(states=["EMPTY"])
     assert group not in ids(states=["Stable"])
