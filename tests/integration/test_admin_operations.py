@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kafka_tools import run_tool
 
 from kafka_handoff import devbroker
 from kafka_handoff.admin import (
@@ -309,3 +310,81 @@ def test_list_groups_filters_by_type_and_state(admin: AdminClient, topic_factory
     assert group not in ids(types=["share", "consumer"])
     listed = [g for g in admin.list_groups(timeout=30, types=["classic"]) if g.group_id == group]
     assert [(g.type, g.state) for g in listed] == [("classic", "Empty")]
+
+
+# ------------------------------------------------------------------------------------ cluster operations
+def test_elections_reassignments_log_dirs_and_producers(
+    admin: AdminClient, broker: Any, topic_factory: Any
+) -> None:
+    from kafka_handoff.admin import ElectionType
+    from kafka_handoff.errors import BrokerResponseError
+
+    topic = topic_factory(partitions=2)
+    produce(broker.bootstrap_servers, topic, 3, 2, int(time.time() * 1000))  # an idempotent producer
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    (node,) = [b.node_id for b in admin.describe_cluster(timeout=30).brokers]
+
+    elected = admin.elect_leaders(ElectionType.PREFERRED, [tp0], timeout=30)
+    assert list(elected) == [tp0]
+    assert "ELECTION_NOT_NEEDED" in str(elected[tp0])  # the only replica leads already
+
+    with pytest.raises(BrokerResponseError, match=f"{topic}-1") as info:
+        admin.alter_partition_reassignments({tp0: [node], tp1: [node, 99]}, timeout=30)
+    assert f"{topic}-0" not in str(info.value)  # the good partition is not reported as failed
+    assert admin.list_partition_reassignments([tp0, tp1], timeout=30) == {}
+
+    dirs = admin.describe_log_dirs(timeout=30)
+    assert list(dirs) == [node]
+    replicas = {tp: r for d in dirs[node].values() for tp, r in d.replica_infos.items()}
+    assert replicas[tp0].size > 0 and not replicas[tp0].is_future
+
+    producers = admin.describe_producers([tp0, tp1], timeout=30)
+    assert [len(producers[tp]) for tp in (tp0, tp1)] == [1, 1]
+    state = producers[tp0][0]
+    assert (
+        state.producer_id >= 0 and state.last_sequence == 2 and state.current_transaction_start_offset is None
+    )
+
+
+def test_transactions_listed_and_described_as_kafkas_tool_describes_them(
+    admin: AdminClient, broker: Any, topic_factory: Any
+) -> None:
+    topic = topic_factory(partitions=1)
+    txn_id = f"txn-{uuid.uuid4().hex[:8]}"
+    with Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": txn_id}) as producer:
+        producer.init_transactions(60)
+        producer.begin_transaction()
+        producer.send(topic, b"in-flight").result(60)
+        listed = admin.list_transactions(states=["Ongoing"], timeout=30)
+        assert txn_id in [t.transactional_id for t in listed]
+        described = admin.describe_transactions([txn_id], timeout=30)[txn_id]
+        assert described.state == "Ongoing"
+        assert described.topic_partitions == (TopicPartition(topic, 0),)
+        oracle = run_tool(
+            "org.apache.kafka.tools.TransactionsCommand",
+            "--bootstrap-server",
+            broker.bootstrap_servers,
+            "describe",
+            "--transactional-id",
+            txn_id,
+        )
+        assert str(described.producer_id) in oracle and "Ongoing" in oracle and f"{topic}-0" in oracle
+        producer.abort_transaction(60)
+
+
+def test_client_quotas_set_described_and_removed(admin: AdminClient) -> None:
+    from kafka_handoff.admin import ClientQuotaAlteration, ClientQuotaEntity
+
+    user = f"quota-{uuid.uuid4().hex[:6]}"
+    entity = ClientQuotaEntity({"user": user})
+    admin.alter_client_quotas([ClientQuotaAlteration(entity, {"producer_byte_rate": 1024.0})], timeout=30)
+    deadline = time.monotonic() + 30
+    while not (found := admin.describe_client_quotas({"user": user}, timeout=30)):
+        assert time.monotonic() < deadline, "quota never visible"
+        time.sleep(0.1)
+    assert found == {entity: {"producer_byte_rate": 1024.0}}
+    admin.alter_client_quotas([ClientQuotaAlteration(entity, {"producer_byte_rate": None})], timeout=30)
+    deadline = time.monotonic() + 30
+    while admin.describe_client_quotas({"user": user}, timeout=30):
+        assert time.monotonic() < deadline, "quota never removed"
+        time.sleep(0.1)

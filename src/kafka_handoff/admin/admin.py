@@ -37,6 +37,7 @@ from kafka_handoff.admin.calls import (
     run_one,
     set_exception,
 )
+from kafka_handoff.admin.cluster_ops import ClusterOpsAdminMixin
 from kafka_handoff.admin.configs import ConfigAdminMixin
 from kafka_handoff.admin.group_offsets import GroupOffsetsAdminMixin
 from kafka_handoff.admin.groups import GroupAdminMixin
@@ -81,6 +82,7 @@ class AdminClient(
     GroupOffsetsAdminMixin,
     RecordsAdminMixin,
     AclAdminMixin,
+    ClusterOpsAdminMixin,
     ShareAdminMixin,
 ):
     """A small Kafka admin client.  Thread-safe: calls from several threads are fine."""

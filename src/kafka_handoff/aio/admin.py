@@ -20,20 +20,28 @@ from kafka_handoff.admin import (
     AclBindingFilter,
     AdminClient,
     AlterConfigOp,
+    ClientQuotaAlteration,
+    ClientQuotaEntity,
     ClusterDescription,
     ConfigEntry,
     ConfigResource,
     CreateTopicResult,
     DeletedRecords,
+    ElectionType,
     GroupDescription,
     GroupListing,
+    LogDirDescription,
     NewTopic,
     OffsetReset,
     OffsetSpec,
+    PartitionReassignment,
+    ProducerState,
     RecordsToDelete,
     ResetSpec,
     TopicDescription,
     TopicListing,
+    TransactionDescription,
+    TransactionListing,
     UserScramCredentialDeletion,
     UserScramCredentialsDescription,
     UserScramCredentialUpsertion,
@@ -305,6 +313,78 @@ class AsyncAdminClient:
             a, group_id, spec, topics=topics, dry_run=dry_run, now_ms=now_ms, timeout=timeout
         )
         return await self._drive(steps)
+
+    async def elect_leaders(
+        self,
+        election_type: ElectionType,
+        partitions: Iterable[TopicPartition] | None = None,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, BaseException | None]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.elect_leaders)(a, election_type, partitions, timeout))
+
+    async def alter_partition_reassignments(
+        self, reassignments: Mapping[TopicPartition, Sequence[int] | None], timeout: float | None = None
+    ) -> None:
+        a = self._check()
+        await self._drive(steps_of(AdminClient.alter_partition_reassignments)(a, reassignments, timeout))
+
+    async def list_partition_reassignments(
+        self, partitions: Iterable[TopicPartition] | None = None, timeout: float | None = None
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.list_partition_reassignments)(a, partitions, timeout))
+
+    async def describe_log_dirs(
+        self, broker_ids: Iterable[int] | None = None, timeout: float | None = None
+    ) -> dict[int, dict[str, LogDirDescription]]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.describe_log_dirs)(a, broker_ids, timeout))
+
+    async def describe_producers(
+        self, partitions: Iterable[TopicPartition], timeout: float | None = None
+    ) -> dict[TopicPartition, list[ProducerState]]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.describe_producers)(a, partitions, timeout))
+
+    async def list_transactions(
+        self,
+        states: Iterable[str] | None = None,
+        producer_ids: Iterable[int] | None = None,
+        timeout: float | None = None,
+    ) -> list[TransactionListing]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.list_transactions)(a, states, producer_ids, timeout))
+
+    async def describe_transactions(
+        self, transactional_ids: Iterable[str], timeout: float | None = None
+    ) -> dict[str, TransactionDescription]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.describe_transactions)(a, transactional_ids, timeout))
+
+    async def describe_client_quotas(
+        self,
+        entity_filter: Mapping[str, str | None] | None = None,
+        *,
+        strict: bool = False,
+        timeout: float | None = None,
+    ) -> dict[ClientQuotaEntity, dict[str, float]]:
+        a = self._check()
+        steps = steps_of(AdminClient.describe_client_quotas)(a, entity_filter, strict=strict, timeout=timeout)
+        return await self._drive(steps)
+
+    async def alter_client_quotas(
+        self,
+        alterations: Iterable[ClientQuotaAlteration],
+        *,
+        validate_only: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        a = self._check()
+        steps = steps_of(AdminClient.alter_client_quotas)(
+            a, alterations, validate_only=validate_only, timeout=timeout
+        )
+        await self._drive(steps)
 
     async def close(self, timeout: float | None = 30.0) -> None:
         self._bridge.check()
