@@ -356,3 +356,40 @@ def test_cli_consume_offsets_times_partitions_and_until_end(
         "topic": topic, "partition": 1, "offset": 9, "timestamp": base + 9000, "key": None, "value": "v9",
         "headers": [],
     }  # fmt: skip
+
+
+def test_cli_partitions_and_transactions(
+    broker: Any, topic_factory: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import uuid
+
+    from kafka_handoff.producer import Producer
+
+    bootstrap = broker.bootstrap_servers
+    b = ["--bootstrap-servers", bootstrap]
+    topic = topic_factory(partitions=2)
+    capsys.readouterr()
+    assert (
+        main(["partitions", "elect-leaders", "--election-type", "preferred", "--topic", topic, "--json", *b])
+        == 0
+    )
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["partition"], r["result"]) for r in rows] == [(0, "not needed"), (1, "not needed")]
+
+    assert main(["partitions", "reassign", "--topic", topic, "--partition", "1", "--replicas", "99", *b]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("handoff partitions:") and f"{topic}-1" in err and "\n" not in err
+    assert main(["partitions", "reassignments", "--json", *b]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+    txn_id = f"cli-txn-{uuid.uuid4().hex[:8]}"
+    with Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id}) as producer:
+        producer.init_transactions(60)
+        producer.begin_transaction()
+        producer.send(topic, b"x", partition=1).result(60)
+        assert main(["transactions", "describe", "--transactional-id", txn_id, "--json", *b]) == 0
+        described = json.loads(capsys.readouterr().out)
+        assert described["state"] == "Ongoing" and described["partitions"] == [f"{topic}-1"]
+        assert main(["transactions", "list", "--state", "Ongoing", "--json", *b]) == 0
+        assert txn_id in [t["transactional_id"] for t in json.loads(capsys.readouterr().out)]
+        producer.abort_transaction(60)

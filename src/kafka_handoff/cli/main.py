@@ -33,6 +33,8 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "configs",
     "acls",
     "records",
+    "partitions",
+    "transactions",
     "users",
     "bench",
     "pipeline",
