@@ -388,3 +388,31 @@ def test_client_quotas_set_described_and_removed(admin: AdminClient) -> None:
     while admin.describe_client_quotas({"user": user}, timeout=30):
         assert time.monotonic() < deadline, "quota never removed"
         time.sleep(0.1)
+
+
+def test_abort_transaction_ends_a_hanging_transaction(
+    admin: AdminClient, broker: Any, topic_factory: Any
+) -> None:
+    from kafka_handoff.admin import AbortTransactionSpec
+
+    topic = topic_factory(partitions=1)
+    tp = TopicPartition(topic, 0)
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap_servers, "transactional.id": f"hang-{uuid.uuid4().hex[:8]}"}
+    )
+    try:
+        producer.init_transactions(60)
+        producer.begin_transaction()
+        producer.send(topic, b"hanging", partition=0).result(60)
+        (state,) = admin.describe_producers([tp], timeout=30)[tp]
+        assert state.current_transaction_start_offset == 0
+        admin.abort_transaction(
+            AbortTransactionSpec(tp, state.producer_id, state.producer_epoch, state.coordinator_epoch),
+            timeout=30,
+        )
+        (after,) = admin.describe_producers([tp], timeout=30)[tp]
+        assert after.current_transaction_start_offset is None
+        # The abort marker follows the record: the log end moved past it.
+        assert admin.list_offsets([tp], timeout=30)[tp] == 2
+    finally:
+        producer.close(5)

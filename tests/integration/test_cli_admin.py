@@ -392,4 +392,7 @@ def test_cli_partitions_and_transactions(
         assert described["state"] == "Ongoing" and described["partitions"] == [f"{topic}-1"]
         assert main(["transactions", "list", "--state", "Ongoing", "--json", *b]) == 0
         assert txn_id in [t["transactional_id"] for t in json.loads(capsys.readouterr().out)]
-        producer.abort_transaction(60)
+        assert main(["transactions", "abort", "--topic", topic, "--partition", "1", *b]) == 0
+        assert "aborted the transaction" in capsys.readouterr().out
+        assert main(["transactions", "abort", "--topic", topic, "--partition", "1", *b]) == 1
+        assert "no open transaction" in capsys.readouterr().err

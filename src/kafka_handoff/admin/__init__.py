@@ -18,6 +18,7 @@ from kafka_handoff.admin.acls import (
 )
 from kafka_handoff.admin.admin import AdminClient, OffsetSpec
 from kafka_handoff.admin.cluster_ops import (
+    AbortTransactionSpec,
     ClientQuotaAlteration,
     ClientQuotaEntity,
     ElectionType,
@@ -45,6 +46,7 @@ from kafka_handoff.admin.results import (
 from kafka_handoff.admin.share import ShareGroupDescription, ShareMemberDescription, SharePartitionOffset
 
 __all__ = [
+    "AbortTransactionSpec",
     "AccessControlEntry",
     "AclBinding",
     "AclBindingFilter",

@@ -20,6 +20,7 @@ from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import TopicPartition
 
 __all__ = [
+    "AbortTransactionSpec",
     "ClientQuotaAlteration",
     "ClientQuotaEntity",
     "ClusterOpsAdminMixin",
@@ -88,6 +89,17 @@ class TransactionDescription:
     transaction_timeout_ms: int
     transaction_start_time_ms: int | None
     topic_partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AbortTransactionSpec:
+    """Java's ``AbortTransactionSpec``: the hanging transaction of a producer on a partition (from
+    :meth:`~kafka_handoff.admin.AdminClient.describe_producers`)."""
+
+    topic_partition: TopicPartition
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -496,6 +508,53 @@ class ClusterOpsAdminMixin(AdminPlumbing):
         outcomes = yield from run_calls([describe(t, n) for t, n in zip(ids, nodes, strict=True)], deadline)
         self._raise_first([o for o in outcomes if isinstance(o, BaseException)])
         return dict(zip(ids, outcomes, strict=True))
+
+    @drives_steps
+    def abort_transaction(self, spec: AbortTransactionSpec, timeout: float | None = None) -> Steps[None]:
+        """Abort a hanging transaction on one partition: write the ABORT marker for the producer to the
+        partition's leader (WriteTxnMarkers, as Java's ``abortTransaction``; needs CLUSTER_ACTION)."""
+        tp = TopicPartition(*spec.topic_partition)
+        deadline = self._deadline(timeout)
+        cluster = yield from self._cluster_steps([tp.topic], deadline)
+        leader = cluster.leader_for(tp)
+        if leader is None:
+            raise UnknownTopicOrPartitionError(f"cannot abort the transaction on {tp}: no leader")
+
+        def build(version: int, timeout_ms: int) -> dict[str, Any]:
+            return {
+                "markers": [
+                    {
+                        "producer_id": spec.producer_id,
+                        "producer_epoch": spec.producer_epoch,
+                        "transaction_result": False,
+                        "topics": [{"name": tp.topic, "partition_indexes": [tp.partition]}],
+                        "coordinator_epoch": spec.coordinator_epoch,
+                    }
+                ]
+            }
+
+        def handle(response: Any, version: int, node: int) -> None:
+            for m in response.markers:
+                for t in m.topics:
+                    for p in t.partitions:
+                        code = int(p.error_code)
+                        if code != ErrorCode.none:
+                            error = error_for_code(
+                                code, f"cannot abort the transaction of producer {spec.producer_id} on {tp}"
+                            )
+                            raise error if error.retriable else NoRetry(error)
+
+        yield from run_one(
+            AdminCall(
+                f"WriteTxnMarkers({tp})",
+                ApiKey.WRITE_TXN_MARKERS,
+                leader,
+                build,
+                handle,
+                deadline,
+                min_version=1,
+            )
+        )
 
     @drives_steps
     def describe_client_quotas(

@@ -16,6 +16,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from kafka_handoff.admin import (
+    AbortTransactionSpec,
     AclBinding,
     AclBindingFilter,
     AdminClient,
@@ -361,6 +362,10 @@ class AsyncAdminClient:
     ) -> dict[str, TransactionDescription]:
         a = self._check()
         return await self._drive(steps_of(AdminClient.describe_transactions)(a, transactional_ids, timeout))
+
+    async def abort_transaction(self, spec: AbortTransactionSpec, timeout: float | None = None) -> None:
+        a = self._check()
+        await self._drive(steps_of(AdminClient.abort_transaction)(a, spec, timeout))
 
     async def describe_client_quotas(
         self,

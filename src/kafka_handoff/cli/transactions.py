@@ -1,5 +1,6 @@
-"""``handoff transactions list|describe``: the transactions the cluster coordinates (Kafka's
-``kafka-transactions``)."""
+"""``handoff transactions list|describe|abort``: the transactions the cluster coordinates (Kafka's
+``kafka-transactions``).  ``abort --topic T --partition P [--start-offset O]`` aborts the hanging
+transaction on a partition (the one starting at O, or the only one there), as Kafka's tool does."""
 
 from __future__ import annotations
 
@@ -28,6 +29,50 @@ def register(subparsers: Any) -> None:
     add_json_arg(describe)
     add_connection_args(describe)
     describe.set_defaults(func=cmd_describe)
+
+    abort = actions.add_parser("abort", help="abort the hanging transaction on a partition")
+    abort.add_argument("--topic", "-t", required=True)
+    abort.add_argument("--partition", "-p", type=int, required=True)
+    abort.add_argument("--start-offset", type=int, default=None, help="the open transaction's first offset")
+    add_connection_args(abort)
+    abort.set_defaults(func=cmd_abort)
+
+
+def cmd_abort(args: argparse.Namespace) -> int:
+    import sys
+
+    from kafka_handoff.admin import AbortTransactionSpec
+    from kafka_handoff.types import TopicPartition
+
+    tp = TopicPartition(args.topic, args.partition)
+
+    def action(admin: AdminClient) -> int:
+        open_ = [
+            s
+            for s in admin.describe_producers([tp], timeout=args.timeout).get(tp, [])
+            if s.current_transaction_start_offset is not None
+            and (args.start_offset is None or s.current_transaction_start_offset == args.start_offset)
+        ]
+        if len(open_) != 1:
+            what = (
+                "no open transaction"
+                if not open_
+                else f"{len(open_)} open transactions (give --start-offset)"
+            )
+            print(f"handoff transactions abort: {tp} has {what}", file=sys.stderr)
+            return 1
+        s = open_[0]
+        admin.abort_transaction(
+            AbortTransactionSpec(tp, s.producer_id, s.producer_epoch, s.coordinator_epoch),
+            timeout=args.timeout,
+        )
+        print(
+            f"aborted the transaction of producer {s.producer_id} on {tp} "
+            f"(started at offset {s.current_transaction_start_offset})"
+        )
+        return 0
+
+    return run_admin(args, action)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
