@@ -119,6 +119,8 @@ def test_cli_groups_reset_offsets_lag_and_delete_offsets_checked_by_kafkas_tool(
     lag = json.loads(capsys.readouterr().out)
     assert lag["total_lag"] == (10 - 5) + (10 - 3)
     assert [(p["partition"], p["lag"]) for p in lag["partitions"]] == [(0, 5), (1, 7)]
+    assert main(["groups", "lag", group, "--watch", "0.01", "--iterations", "2", *b]) == 0
+    assert capsys.readouterr().out.count(f"total lag {12}") == 2
 
     assert main(["groups", "delete-offsets", "--group", group, "--topic", f"{topic}:0", *b]) == 0
     assert _kafka_group_offsets(bootstrap, group) == {(topic, 1): 3}

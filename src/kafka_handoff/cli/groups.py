@@ -51,6 +51,14 @@ def register(subparsers: Any) -> None:
         "lag", help="committed offset, log end offset and lag per partition, with a total"
     )
     lag.add_argument("group")
+    lag.add_argument(
+        "--watch",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="show it again every SECONDS (Ctrl-C stops)",
+    )
+    lag.add_argument("--iterations", type=int, default=0, help=argparse.SUPPRESS)  # --watch rounds (tests)
     add_json_arg(lag)
     add_connection_args(lag)
     lag.set_defaults(func=cmd_lag)
@@ -368,6 +376,20 @@ def cmd_lag(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     def action(admin: AdminClient) -> int:
+        import time
+
+        rounds = 0
+        while True:
+            show_lag(admin)
+            rounds += 1
+            if args.watch is None or (args.iterations and rounds >= args.iterations):
+                return 0
+            try:
+                time.sleep(args.watch)
+            except KeyboardInterrupt:
+                return 0
+
+    def show_lag(admin: AdminClient) -> None:
         committed = admin.list_group_offsets(args.group, timeout=args.timeout)
         partitions = sorted(committed)
         ends = admin.list_offsets(partitions, timeout=args.timeout) if partitions else {}
@@ -396,7 +418,7 @@ def cmd_lag(args: argparse.Namespace) -> int:
                     ],
                 }
             )
-            return 0
+            return
         table = Table(title=f"group {args.group}: lag", title_justify="left")
         table.add_column("topic", no_wrap=True)
         for column in ("partition", "committed", "end offset", "lag"):
@@ -412,6 +434,5 @@ def cmd_lag(args: argparse.Namespace) -> int:
         out = console()
         out.print(table)
         out.print(f"total lag {total}")
-        return 0
 
     return run_admin(args, action)
