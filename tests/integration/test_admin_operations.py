@@ -416,3 +416,24 @@ def test_abort_transaction_ends_a_hanging_transaction(
         assert admin.list_offsets([tp], timeout=30)[tp] == 2
     finally:
         producer.close(5)
+
+
+def test_describe_features_as_kafkas_feature_command_describes_them(admin: AdminClient, broker: Any) -> None:
+    features = admin.describe_features(timeout=30)
+    assert "metadata.version" in features.supported_features
+    assert features.finalized_features_epoch is not None
+    out = run_tool(
+        "org.apache.kafka.tools.FeatureCommand", "--bootstrap-server", broker.bootstrap_servers, "describe"
+    )
+    # Lines like: Feature: transaction.version  SupportedMinVersion: 0  SupportedMaxVersion: 2
+    #             FinalizedVersionLevel: 2 ...
+    levels: dict[str, int] = {}
+    for line in out.splitlines():
+        cols = line.replace("\t", " ").split()
+        if len(cols) >= 8 and cols[0] == "Feature:" and "FinalizedVersionLevel:" in cols:
+            level = cols[cols.index("FinalizedVersionLevel:") + 1]
+            if level.isdigit() and int(level) > 0:
+                levels[cols[1]] = int(level)
+    finalized = {k: v.max_version for k, v in features.finalized_features.items() if k != "metadata.version"}
+    assert finalized, out
+    assert {k: levels.get(k) for k in finalized} == finalized

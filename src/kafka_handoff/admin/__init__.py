@@ -22,12 +22,14 @@ from kafka_handoff.admin.cluster_ops import (
     ClientQuotaAlteration,
     ClientQuotaEntity,
     ElectionType,
+    FeatureMetadata,
     LogDirDescription,
     PartitionReassignment,
     ProducerState,
     ReplicaInfo,
     TransactionDescription,
     TransactionListing,
+    VersionRange,
 )
 from kafka_handoff.admin.configs import AlterConfigOp, AlterConfigOpType, ConfigResource, ConfigResourceType
 from kafka_handoff.admin.group_offsets import OffsetReset, ResetSpec
@@ -64,6 +66,7 @@ __all__ = [
     "CreateTopicResult",
     "DeletedRecords",
     "ElectionType",
+    "FeatureMetadata",
     "GroupDescription",
     "GroupListing",
     "LogDirDescription",
@@ -91,4 +94,5 @@ __all__ = [
     "UserScramCredentialDeletion",
     "UserScramCredentialUpsertion",
     "UserScramCredentialsDescription",
+    "VersionRange",
 ]

@@ -25,12 +25,14 @@ __all__ = [
     "ClientQuotaEntity",
     "ClusterOpsAdminMixin",
     "ElectionType",
+    "FeatureMetadata",
     "LogDirDescription",
     "PartitionReassignment",
     "ProducerState",
     "ReplicaInfo",
     "TransactionDescription",
     "TransactionListing",
+    "VersionRange",
 ]
 
 
@@ -89,6 +91,23 @@ class TransactionDescription:
     transaction_timeout_ms: int
     transaction_start_time_ms: int | None
     topic_partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRange:
+    """Java's ``FinalizedVersionRange`` / ``SupportedVersionRange``."""
+
+    min_version: int
+    max_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureMetadata:
+    """Java's ``FeatureMetadata``: the cluster's finalized feature levels and a broker's supported ranges."""
+
+    finalized_features: Mapping[str, VersionRange]
+    finalized_features_epoch: int | None
+    supported_features: Mapping[str, VersionRange]
 
 
 @dataclass(frozen=True, slots=True)
@@ -508,6 +527,35 @@ class ClusterOpsAdminMixin(AdminPlumbing):
         outcomes = yield from run_calls([describe(t, n) for t, n in zip(ids, nodes, strict=True)], deadline)
         self._raise_first([o for o in outcomes if isinstance(o, BaseException)])
         return dict(zip(ids, outcomes, strict=True))
+
+    @drives_steps
+    def describe_features(self, timeout: float | None = None) -> Steps[FeatureMetadata]:
+        """The cluster's finalized features (``metadata.version``, ``group.version``,
+        ``transaction.version``, ...) and the supported ranges of a broker (ApiVersions v3+)."""
+        deadline = self._deadline(timeout)
+
+        def build(version: int, timeout_ms: int) -> dict[str, Any]:
+            return {"client_software_name": "kafka-handoff", "client_software_version": "admin"}
+
+        def handle(response: Any, version: int, node: int) -> FeatureMetadata:
+            _raise_top(response, "cannot describe features")
+            epoch = int(getattr(response, "finalized_features_epoch", -1))
+            return FeatureMetadata(
+                {
+                    str(f.name): VersionRange(int(f.min_version_level), int(f.max_version_level))
+                    for f in getattr(response, "finalized_features", ())
+                },
+                epoch if epoch >= 0 else None,
+                {
+                    str(f.name): VersionRange(int(f.min_version), int(f.max_version))
+                    for f in getattr(response, "supported_features", ())
+                },
+            )
+
+        result: FeatureMetadata = yield from run_one(
+            AdminCall("ApiVersions", ApiKey.API_VERSIONS, ANY_NODE, build, handle, deadline, min_version=3)
+        )
+        return result
 
     @drives_steps
     def abort_transaction(self, spec: AbortTransactionSpec, timeout: float | None = None) -> Steps[None]:

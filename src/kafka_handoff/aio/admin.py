@@ -29,6 +29,7 @@ from kafka_handoff.admin import (
     CreateTopicResult,
     DeletedRecords,
     ElectionType,
+    FeatureMetadata,
     GroupDescription,
     GroupListing,
     LogDirDescription,
@@ -362,6 +363,10 @@ class AsyncAdminClient:
     ) -> dict[str, TransactionDescription]:
         a = self._check()
         return await self._drive(steps_of(AdminClient.describe_transactions)(a, transactional_ids, timeout))
+
+    async def describe_features(self, timeout: float | None = None) -> FeatureMetadata:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.describe_features)(a, timeout))
 
     async def abort_transaction(self, spec: AbortTransactionSpec, timeout: float | None = None) -> None:
         a = self._check()
