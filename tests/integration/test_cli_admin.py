@@ -398,3 +398,32 @@ def test_cli_partitions_and_transactions(
         assert "aborted the transaction" in capsys.readouterr().out
         assert main(["transactions", "abort", "--topic", topic, "--partition", "1", *b]) == 1
         assert "no open transaction" in capsys.readouterr().err
+
+
+def test_cli_reports_every_failed_resource_on_one_line(
+    broker: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import uuid
+
+    b = ["--bootstrap-servers", broker.bootstrap_servers]
+    missing = f"missing-{uuid.uuid4().hex[:6]}"
+    assert (
+        main(
+            [
+                "records",
+                "delete",
+                "--topic",
+                missing,
+                "--partition",
+                "0",
+                "--partition",
+                "1",
+                "--offset",
+                "1",
+                *b,
+            ]
+        )
+        == 1
+    )
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{missing}-0" in err and f"{missing}-1" in err

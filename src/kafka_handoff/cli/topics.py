@@ -92,7 +92,9 @@ def run_admin(args: argparse.Namespace, action: Callable[[AdminClient], int]) ->
         with AdminClient(connection_config(args)) as admin:
             return action(admin)
     except (KafkaError, ValueError) as exc:
-        print(f"handoff {args.command}: {exc}", file=sys.stderr)
+        # One line: the first error, then the others of a per-resource operation (its notes).
+        others = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
+        print(f"handoff {args.command}: {exc}{others}".replace("\n", " "), file=sys.stderr)
         return 1
 
 
