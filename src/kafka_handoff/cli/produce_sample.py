@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
             }
         )
     except (KafkaError, ValueError) as exc:
-        console.print(f"[red]handoff produce-sample: {exc}[/red]")
+        console.print(f"[red]handoff produce-sample: {exc}[/red]", soft_wrap=True)
         return 1
 
     failures: list[BaseException] = []
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         producer.close(5)
         raise
     except KafkaError as exc:
-        console.print(f"[red]handoff produce-sample: {exc}[/red]")
+        console.print(f"[red]handoff produce-sample: {exc}[/red]", soft_wrap=True)
         producer.close(5)
         return 1
     producer.close(5 if failures else 30)
