@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import re
 import time
 import uuid
@@ -232,8 +233,8 @@ class AsyncConsumer:
                 result: ConsumerRecords = c._make_records(kept)
                 return result
         loop = self._bridge.loop
-        timeout_s = 0.0 if timeout is None else max(0.0, float(timeout))
-        deadline = loop.time() + timeout_s
+        # poll(None) waits until records arrive or the consumer is closed.
+        deadline = math.inf if timeout is None else loop.time() + max(0.0, float(timeout))
         # Start of poll (KIP-983 start-of-poll rules): the callbacks step off the loop only when it runs
         # user code; otherwise it is bookkeeping.
         c._poll_start_prepare()
@@ -248,7 +249,7 @@ class AsyncConsumer:
             early = await self._before_collect()
             records = await self._collect()
             remaining = deadline - loop.time()
-            if records or early or remaining <= 0:
+            if records or early or remaining <= 0 or c._closed:
                 out: ConsumerRecords = c._make_records(records)
                 return out
             now = time.monotonic()

@@ -155,6 +155,8 @@ class KafkaError:
     _UNKNOWN_TOPIC: ClassVar[int] = -188
     _INVALID_ARG: ClassVar[int] = -186
     _NO_OFFSET: ClassVar[int] = -168
+    _UNKNOWN_GROUP: ClassVar[int] = -179
+    _WAIT_COORD: ClassVar[int] = -180
     _STATE: ClassVar[int] = -172
     _FATAL: ClassVar[int] = -150
     _FAIL: ClassVar[int] = -196
