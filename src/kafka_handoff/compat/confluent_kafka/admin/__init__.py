@@ -246,8 +246,17 @@ class AdminClient:
         """Stop the client (confluent-kafka's admin client has no close(); garbage collection does this)."""
         self._finalizer()
 
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def __len__(self) -> int:
         return 0
+
+    def __bool__(self) -> bool:
+        return True
 
     def poll(self, timeout: float | None = -1) -> int:
         """No events are queued for the admin client; waits ``timeout`` seconds (as librdkafka does) and
@@ -370,13 +379,16 @@ class AdminClient:
         """``{partition: future of ListOffsetsResultInfo}`` for each partition's ``OffsetSpec``."""
         timeout = self._timeout(kwargs)
         level = kwargs.get("isolation_level")
-        if level is not None and level != IsolationLevel.READ_UNCOMMITTED:
-            raise _not_implemented("list_offsets(isolation_level=READ_COMMITTED)")
+        if level is not None and not isinstance(level, IsolationLevel):
+            raise TypeError("isolation_level must be an IsolationLevel")
+        isolation = "read_committed" if level == IsolationLevel.READ_COMMITTED else "read_uncommitted"
 
         def one(tp: TopicPartition, spec: OffsetSpec) -> Callable[[], ListOffsetsResultInfo]:
             def run() -> ListOffsetsResultInfo:
                 native_tp = NativeTopicPartition(tp.topic, tp.partition)
-                offsets = self._native.list_offsets([native_tp], spec._value, timeout=timeout)
+                offsets = self._native.list_offsets(
+                    [native_tp], spec._value, timeout=timeout, isolation_level=isolation
+                )
                 return ListOffsetsResultInfo(offsets[native_tp], -1, None)
 
             return run
