@@ -291,7 +291,7 @@ class Producer:
         seconds = _seconds(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
         while True:
-            served = self._serve(block=False)
+            served = self._serve()
             if served:
                 return served
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -303,9 +303,9 @@ class Producer:
             except queue.Empty:
                 continue
             served = self._serve_one(*item)
-            return served + self._serve(block=False)
+            return served + self._serve()
 
-    def _serve(self, block: bool) -> int:
+    def _serve(self) -> int:
         served = self._serve_events()
         get = self._reports.get_nowait
         while True:
@@ -377,7 +377,7 @@ class Producer:
         seconds = _seconds(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
         while True:
-            self._serve(block=False)
+            self._serve()
             if self._count <= 0:
                 return 0
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -421,7 +421,8 @@ class Producer:
             code, base.str(), fatal=fatal, retriable=retriable and not abortable, txn_requires_abort=abortable
         )
 
-    def _txn(self, call: Callable[[], None]) -> None:
+    def _txn(self, call: Callable[[], None], serve: bool = False) -> None:
+        """A transaction call; ``serve``: it flushes, so (as librdkafka's) it serves delivery reports."""
         if self._closed:
             raise RuntimeError("Producer has been closed")
         try:
@@ -429,7 +430,8 @@ class Producer:
         except native_errors.KafkaError as exc:
             raise KafkaException(self._txn_error(exc)) from exc
         finally:
-            self._serve(block=False)
+            if serve:
+                self._serve()
 
     def init_transactions(self, timeout: float | None = -1) -> None:
         """Register the ``transactional.id`` (fences older producers with the same id)."""
@@ -452,11 +454,11 @@ class Producer:
 
     def commit_transaction(self, timeout: float | None = -1) -> None:
         """Flush, then commit the transaction (delivery reports are served on the way)."""
-        self._txn(lambda: self._native.commit_transaction(_seconds(timeout)))
+        self._txn(lambda: self._native.commit_transaction(_seconds(timeout)), serve=True)
 
     def abort_transaction(self, timeout: float | None = -1) -> None:
         """Abort the transaction: its undelivered messages fail, what was written stays invisible."""
-        self._txn(lambda: self._native.abort_transaction(_seconds(timeout)))
+        self._txn(lambda: self._native.abort_transaction(_seconds(timeout)), serve=True)
 
     # -------------------------------------------------------------------------------------- metadata
     def list_topics(self, topic: str | None = None, timeout: float | None = -1) -> ClusterMetadata:
@@ -485,7 +487,7 @@ class Producer:
         try:
             self._native.close(_seconds(timeout))
         finally:
-            self._serve(block=False)
+            self._serve()
             self._finalizer()
         return True
 
