@@ -1,7 +1,8 @@
 """The confluent-kafka compat ``Producer``/``SerializingProducer`` and admin types without a broker: the queue
 limits (``BufferError``, ``len()``), ``flush()``/``poll()`` returning counts instead of raising, argument
 checks, librdkafka's configuration (``consistent_random`` default, ``compression.level``), serializer errors
-and the admin value types.  Delivery against the real broker: tests/integration/test_compat_confluent_producer.py.
+and the admin value types.  Delivery against the real broker:
+tests/integration/test_compat_confluent_producer.py.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def test_a_full_queue_raises_buffer_error_and_len_counts_the_queue(offline: Prod
     for i in range(5):
         offline.produce("t", b"v%d" % i)
     assert len(offline) == 5
-    with pytest.raises(BufferError, match="(?i)queue full"):
+    with pytest.raises(BufferError, match=r"(?i)queue full"):
         offline.produce("t", b"one too many")
     assert len(offline) == 5  # the refused message was not counted
 
@@ -146,7 +147,7 @@ def test_librdkafka_settings_reach_the_native_producer() -> None:
 
 
 def test_bad_settings_raise_kafka_exception_naming_the_key() -> None:
-    with pytest.raises(KafkaException, match="queue.buffering.max.messages"):
+    with pytest.raises(KafkaException, match=r"queue\.buffering\.max\.messages"):
         Producer(_conf(**{"queue.buffering.max.messages": 0}))
     with pytest.raises(KafkaException, match="partitioner"):
         Producer(_conf(partitioner="round_robin"))
