@@ -123,8 +123,10 @@ def test_consumer_group_calls(broker: Any, admin: AdminClient, topic_factory: An
 
     request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0), TopicPartition(topic, 1)])
     result = admin.list_consumer_group_offsets([request])[group].result(60)
-    assert [(tp.partition, tp.offset) for tp in result.topic_partitions] == [(0, 7), (1, 3)]
-    assert result.topic_partitions[0].metadata == "meta"
+    partitions = result.topic_partitions
+    assert partitions is not None
+    assert [(tp.partition, tp.offset) for tp in partitions] == [(0, 7), (1, 3)]
+    assert partitions[0].metadata == "meta"
 
     assert admin.delete_consumer_groups([group])[group].result(60) is None
     assert group not in {g.group_id for g in admin.list_consumer_groups().result(60).valid}
