@@ -47,8 +47,10 @@ def register(subparsers: Any) -> None:
     tp.add_argument(
         "--clients",
         default="all",
-        help="comma-separated: handoff, handoff-py, handoff-batch, confluent, confluent-tuned, kafka-python, "
-        "handoff-aio, aiokafka, confluent-aio, java (default: all)",
+        help="comma-separated: handoff, handoff-py, handoff-batch, confluent, confluent-tuned, "
+        "handoff-compat (confluent's program on kafka_handoff.compat.confluent_kafka), confluent-poll, "
+        "handoff-compat-poll (their one-message poll() loops), kafka-python, handoff-aio, aiokafka, "
+        "confluent-aio, java (default: all)",
     )
     _common(tp)
     tp.add_argument("--keep-topic", action="store_true", help="do not delete the benchmark topic")

@@ -28,9 +28,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import operator
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import kafka_handoff
@@ -49,9 +50,9 @@ from kafka_handoff.compat.confluent_kafka.types import (
     OFFSET_END,
     OFFSET_INVALID,
     OFFSET_STORED,
-    TIMESTAMP_NOT_AVAILABLE,
     ClusterMetadata,
     Message,
+    RecordMessage,
     TopicPartition,
     cluster_metadata_from,
 )
@@ -65,6 +66,13 @@ __all__ = ["Consumer"]
 log = logging.getLogger(__name__)
 
 RebalanceCallback = Callable[["Consumer", list[TopicPartition]], None]
+
+
+def _exhausted() -> Message:
+    raise StopIteration
+
+
+_EXHAUSTED: Callable[[], Message] = _exhausted
 
 _SLICE_S = 0.2
 """How long one native poll() waits inside a longer compat poll(), so callbacks and events are served."""
@@ -154,9 +162,20 @@ class _ErrorWatcher(logging.Handler):
 class Consumer:
     """confluent-kafka's high-level consumer (``confluent_kafka.Consumer``) on kafka-handoff."""
 
+    # Until __init__ ran (a subclass that does not call it), every method raises "Consumer closed".
+    _closed = True
+    _chunk: _Chunk | None = None
+    _next: Callable[[], Message] = staticmethod(lambda: _exhausted())
+
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        if config is None and not kwargs:
+            raise TypeError("expected configuration dict")
+        if config is not None and not isinstance(config, Mapping):
+            raise TypeError("expected configuration dict")
         conf = dict(config or {})
         conf.update(kwargs)
+        if not conf.get("group.id"):
+            raise ValueError("Failed to create consumer: group.id must be set")
         self._prepare_config(conf)
         tc = translate_config(conf, "consumer")
         self._tc: TranslatedConfig = tc
@@ -167,6 +186,11 @@ class Consumer:
         if self._auto_commit and "group.id" not in native_conf:
             self._auto_commit = False
         native_conf.setdefault("revoke.completion", "next-poll")
+        session = native_conf.get("session.timeout.ms")
+        if session is not None and "heartbeat.interval.ms" not in native_conf and int(session) <= 3000:
+            # librdkafka does not check heartbeat < session locally (the broker refuses a too short session);
+            # keep that: derive the heartbeat from the session instead of refusing the configuration.
+            native_conf["heartbeat.interval.ms"] = max(1, int(session) // 3)
         self._auto_store = compat_bool(tc, "enable.auto.offset.store", True)
         self._partition_eof = compat_bool(tc, "enable.partition.eof", False)
         self._error_cb = compat_callable(tc, "error_cb")
@@ -186,6 +210,9 @@ class Consumer:
         self._assigned_mode = False
         self._chunks: deque[_Chunk] = deque()
         self._chunk: _Chunk | None = None
+        self._it: Iterator[ConsumerRecord] | None = None
+        self._it_chunk = _Chunk(NativeTP("", -1), [])
+        self._next: Callable[[], Message] = _EXHAUSTED
         self._events: deque[Message] = deque()
         self._stored: dict[NativeTP, int] = {}
         self._app_offsets: dict[NativeTP, int] = {}
@@ -201,6 +228,8 @@ class Consumer:
         self._on_lost: RebalanceCallback | None = None
         self._rebalance_cnt = 0
         self._last_commit = time.monotonic()
+        self._max_poll_s = int(native_conf.get("max.poll.interval.ms", 300000)) / 1000.0
+        self._last_native_poll: float | None = None
         self._start = time.monotonic()
         self._next_stats = self._start + self._stats_interval_s if self._stats_interval_s > 0 else math.inf
         self._admin: kafka_handoff.AdminClient | None = None
@@ -379,7 +408,7 @@ class Consumer:
         current = set(self._native.assignment())
         new = [p for p in parts if NativeTP(p.topic, p.partition) not in current]
         if len(new) != len(parts):
-            raise KafkaException(KafkaError(KafkaError._INVALID_ARG, "partition(s) already assigned"))
+            raise KafkaException(KafkaError(KafkaError._CONFLICT, "partition(s) already assigned"))
         try:
             self._native.assign([*current, *(NativeTP(p.topic, p.partition) for p in parts)])
         except (native_errors.KafkaError, ValueError) as e:
@@ -441,28 +470,10 @@ class Consumer:
     def poll(self, timeout: float | None = None) -> Message | None:
         """The next message or event (``Message.error()`` set), or ``None`` after ``timeout`` seconds
         (``None``/negative: wait until one arrives)."""
-        chunk = self._chunk
-        if chunk is not None and not self._events:
-            i = chunk.index
-            records = chunk.records
-            if i < len(records):
-                r = records[i]
-                chunk.index = i + 1
-                ts = r.timestamp
-                h = r.headers
-                return Message(
-                    r.topic,
-                    r.partition,
-                    r.offset,
-                    r.key,
-                    r.value,
-                    list(h) if h else None,
-                    None,
-                    (r.timestamp_type + 1, ts) if ts >= 0 else (TIMESTAMP_NOT_AVAILABLE, -1),
-                    None,
-                    r.leader_epoch,
-                )
-        return self._poll_slow(timeout)
+        try:
+            return self._next()  # the current chunk's next message (armed only while no event is due)
+        except StopIteration:
+            return self._poll_slow(timeout)
 
     def consume(self, num_messages: int = 1, timeout: float | None = -1) -> list[Message]:
         """Up to ``num_messages`` messages (and events), waiting up to ``timeout`` seconds for the first
@@ -475,18 +486,69 @@ class Consumer:
             raise ValueError("num_messages must be between 0 and 1000000 (1M)")
         self._check_open()
         out: list[Message] = []
+        if num_messages == 0:
+            return out
         deadline = time.monotonic() + _timeout_s(timeout)
-        while len(out) < num_messages:
-            remaining = deadline - time.monotonic()
-            msg = self.poll(max(0.0, remaining) if out == [] or remaining > 0 else 0.0)
+        while True:
+            self._disarm()  # this loop moves chunk.index itself
+            chunk = self._chunk
+            if chunk is not None and not self._events:
+                i = chunk.index
+                recs = chunk.records
+                j = min(len(recs), i + num_messages - len(out))
+                if j > i:
+                    out.extend(map(RecordMessage, recs[i:j]))
+                    chunk.index = j
+                    if len(out) >= num_messages:
+                        self._arm()
+                        return out
+            msg = self._next_buffered()
             if msg is None:
-                break
+                # Nothing buffered: wait (as librdkafka) until the batch is full or the timeout passed.
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._arm()
+                    return out
+                msg = self._poll_slow(remaining)
+                if msg is None:
+                    self._arm()
+                    return out
             out.append(msg)
-            if remaining <= 0 and self._buffered() == 0:
-                break
-        return out
+            if len(out) >= num_messages:
+                self._arm()
+                return out
+
+    def _arm(self) -> None:
+        """Point poll()'s fast path at the rest of the current chunk (or disarm it while an event is due)."""
+        self._settle()
+        chunk = self._chunk
+        if chunk is None or self._events or chunk.index >= len(chunk.records):
+            self._it = None
+            self._next = _EXHAUSTED
+            return
+        self._it_chunk = chunk
+        it = iter(chunk.records)
+        if chunk.index:
+            it.__setstate__(chunk.index)  # type: ignore[attr-defined]  # list_iterator: start there, no copy
+        self._it = it
+        self._next = map(RecordMessage, it).__next__
+
+    def _disarm(self) -> None:
+        """Settle ``chunk.index`` and switch poll()'s fast path off (the slow path re-arms it)."""
+        self._settle()
+        self._it = None
+        self._next = _EXHAUSTED
+
+    def _settle(self) -> None:
+        """Bring ``chunk.index`` up to date with what the fast path handed out."""
+        it = self._it
+        if it is not None:
+            chunk = self._it_chunk
+            chunk.index = len(chunk.records) - operator.length_hint(it)
+            self._it = None if chunk is not self._chunk else it
 
     def _buffered(self) -> int:
+        self._settle()
         n = len(self._events)
         if self._chunk is not None:
             n += len(self._chunk.records) - self._chunk.index
@@ -520,13 +582,16 @@ class Consumer:
         """The next undelivered message, moving on to the next chunk (and its EOF event) as needed."""
         if self._events:
             return self._events.popleft()
+        self._settle()
         while True:
             chunk = self._chunk
             if chunk is not None:
                 if chunk.index < len(chunk.records):
-                    return self.poll(0)
+                    self._arm()
+                    return self._next()
                 self._finish_chunk(chunk)
                 self._chunk = None
+                self._arm()
                 if self._events:
                     return self._events.popleft()
             if not self._chunks:
@@ -547,6 +612,7 @@ class Consumer:
 
     def _sync_current_chunk(self) -> None:
         """Account the records delivered from the current chunk (before commits, position, stats)."""
+        self._settle()
         chunk = self._chunk
         if chunk is not None and chunk.index > 0:
             nxt = chunk.records[chunk.index - 1].offset + 1
@@ -599,6 +665,27 @@ class Consumer:
             self._maybe_eof(tp, pos)
 
     def _native_poll(self, wait: float) -> None:
+        now = time.monotonic()
+        last, self._last_native_poll = self._last_native_poll, now
+        if self._subscribed and last is not None and now - last > self._max_poll_s:
+            # As librdkafka: the first poll after max.poll.interval.ms was exceeded reports it; the member
+            # has left the group, and the next poll rejoins (on_lost, then on_assign).
+            self._events.append(
+                Message(
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    KafkaError(
+                        KafkaError._MAX_POLL_EXCEEDED,
+                        f"Application maximum poll interval ({int(self._max_poll_s * 1000)}ms) exceeded by "
+                        f"{int((now - last - self._max_poll_s) * 1000)}ms",
+                    ),
+                )
+            )
+            return
         try:
             records = self._native.poll(wait)
         except _CallbackError as e:
@@ -686,6 +773,7 @@ class Consumer:
         self._chunk = None
         self._chunks.clear()
         self._events.clear()
+        self._arm()
 
     def _drop_chunks(self, partitions: set[NativeTP], *, seek: bool) -> None:
         """Forget undelivered records of ``partitions``; with ``seek`` the native consumer is moved back
@@ -705,6 +793,7 @@ class Consumer:
         if self._chunk is not None and self._chunk.tp in partitions:
             self._chunk = None
         self._chunks = deque(c for c in kept if c is not self._chunk)
+        self._arm()
         if seek:
             for tp, offset in first.items():
                 self._native.seek(tp, offset)
@@ -724,7 +813,9 @@ class Consumer:
         """Store the offset after ``message`` (or each ``TopicPartition.offset`` as given) for the next
         commit."""
         self._check_open()
-        if (message is None) == (offsets is None):
+        if message is not None and offsets is not None:
+            raise ValueError("message and offsets are mutually exclusive")
+        if message is None and offsets is None:
             raise ValueError("expected either message or offsets")
         assigned = self._ops().assignment()
         items: list[tuple[NativeTP, int]]
@@ -745,7 +836,8 @@ class Consumer:
             if tp not in assigned:
                 raise KafkaException(
                     KafkaError(
-                        KafkaError._STATE, f"Failed to store offset for {tp}: partition is not assigned"
+                        KafkaError._UNKNOWN_PARTITION,
+                        f"Failed to store offset for {tp}: partition is not assigned",
                     )
                 )
         for tp, off in items:
@@ -780,13 +872,22 @@ class Consumer:
                 )
             }
         elif offsets is not None:
+            for p in _check_tps(offsets):
+                if p.metadata is not None and "\x00" in p.metadata:
+                    raise ValueError("embedded null character in TopicPartition.metadata")
             commit = {
                 NativeTP(p.topic, p.partition): OffsetAndMetadata(p.offset, p.metadata or "", p.leader_epoch)
                 for p in _check_tps(offsets)
             }
         else:
             commit = self._stored_offsets(None)
+        # As librdkafka: logical offsets (OFFSET_INVALID, OFFSET_END, ...) in the list are skipped.
+        commit = {tp: om for tp, om in commit.items() if om.offset >= 0}
         if not commit:
+            if asynchronous:  # as librdkafka: the result (an error) goes to on_commit
+                if self._on_commit is not None:
+                    self._pending_commit_cbs.append((KafkaError(KafkaError._NO_OFFSET), []))
+                return None
             raise KafkaException(KafkaError(KafkaError._NO_OFFSET, "Local: No offset stored"))
         if asynchronous:
 
@@ -870,18 +971,18 @@ class Consumer:
         self, partition: TopicPartition, timeout: float | None = None, cached: bool = False
     ) -> tuple[int, int] | None:
         """``(low, high)`` offsets of ``partition``; ``cached``: from the last fetch, without a request
-        (``None`` if unknown; ``low`` is ``OFFSET_INVALID`` there)."""
+        (``OFFSET_INVALID`` for what is unknown; ``low`` always is)."""
         self._check_open()
         (p,) = _check_tps([partition])
         tp = NativeTP(p.topic, p.partition)
         if cached:
             try:
                 lag = self._native.current_lag(tp)
-                if lag is None:
-                    return None
-                return (OFFSET_INVALID, self._native.position(tp, timeout=0) + lag)
+                if lag is not None:
+                    return (OFFSET_INVALID, self._native.position(tp, timeout=0) + lag)
             except native_errors.KafkaError:
-                return None
+                pass
+            return (OFFSET_INVALID, OFFSET_INVALID)
         try:
             ops = self._ops()
             low = ops.beginning_offsets([tp], timeout=_api_timeout(timeout))[tp]

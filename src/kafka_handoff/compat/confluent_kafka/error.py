@@ -158,6 +158,7 @@ class KafkaError:
     _UNKNOWN_GROUP: ClassVar[int] = -179
     _WAIT_COORD: ClassVar[int] = -180
     _STATE: ClassVar[int] = -172
+    _CONFLICT: ClassVar[int] = -173
     _FATAL: ClassVar[int] = -150
     _FAIL: ClassVar[int] = -196
     _KEY_SERIALIZATION: ClassVar[int] = -162

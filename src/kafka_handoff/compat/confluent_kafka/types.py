@@ -23,6 +23,7 @@ __all__ = [
     "Message",
     "Node",
     "PartitionMetadata",
+    "RecordMessage",
     "TopicCollection",
     "TopicMetadata",
     "TopicPartition",
@@ -88,15 +89,25 @@ class TopicPartition:
     def __lt__(self, other: TopicPartition) -> bool:
         return self._key() < other._key()
 
+    def __le__(self, other: TopicPartition) -> bool:
+        return self._key() <= other._key()
+
+    def __gt__(self, other: TopicPartition) -> bool:
+        return self._key() > other._key()
+
+    def __ge__(self, other: TopicPartition) -> bool:
+        return self._key() >= other._key()
+
     def __hash__(self) -> int:
         return hash((self.topic, self.partition))
 
 
 class Message:
     """One consumed record, a delivery report, or an event (``error()`` is not ``None``: e.g.
-    ``_PARTITION_EOF``)."""
+    ``_PARTITION_EOF``).  Positional arguments follow confluent-kafka's order."""
 
     __slots__ = (
+        "_delivery_count",
         "_error",
         "_headers",
         "_key",
@@ -111,16 +122,17 @@ class Message:
 
     def __init__(
         self,
-        topic: str | None = None,
+        topic: Any = None,
         partition: int | None = None,
         offset: int | None = None,
         key: Any = None,
         value: Any = None,
-        headers: Headers | None = None,
-        error: KafkaError | None = None,
-        timestamp: tuple[int, int] = (TIMESTAMP_NOT_AVAILABLE, -1),
+        headers: Any = None,
+        error: Any = None,
+        timestamp: tuple[int, int] | None = None,
         latency: float | None = None,
         leader_epoch: int | None = None,
+        delivery_count: int | None = None,
     ) -> None:
         self._topic = topic
         self._partition = partition
@@ -132,18 +144,23 @@ class Message:
         self._timestamp = timestamp
         self._latency = latency
         self._leader_epoch = leader_epoch
+        if delivery_count is not None and not -32768 <= delivery_count <= 32767:
+            raise OverflowError("delivery_count must fit in a signed 16-bit integer")
+        self._delivery_count = delivery_count
 
-    def error(self) -> KafkaError | None:
+    def error(self) -> Any:
         return self._error
 
-    def topic(self) -> str | None:
+    def topic(self) -> Any:
         return self._topic
 
     def partition(self) -> int | None:
-        return self._partition
+        p = self._partition
+        return None if p is None or p < 0 else p
 
     def offset(self) -> int | None:
-        return self._offset
+        o = self._offset
+        return None if o is None or o < 0 else o
 
     def key(self) -> Any:
         return self._key
@@ -151,20 +168,31 @@ class Message:
     def value(self) -> Any:
         return self._value
 
-    def headers(self) -> Headers | None:
+    def headers(self) -> Any:
         return self._headers
 
     def timestamp(self) -> tuple[int, int]:
-        """``(timestamp_type, timestamp_ms)``; ``(TIMESTAMP_NOT_AVAILABLE, -1)`` when unknown."""
-        return self._timestamp
+        """``(timestamp_type, timestamp_ms)``; ``(TIMESTAMP_NOT_AVAILABLE, ...)`` when unknown."""
+        ts = self._timestamp
+        return (TIMESTAMP_NOT_AVAILABLE, 0) if ts is None else ts
 
     def latency(self) -> float | None:
-        return self._latency
+        lat = self._latency
+        return None if lat is None or lat < 0 else lat
 
     def leader_epoch(self) -> int | None:
-        return self._leader_epoch
+        e = self._leader_epoch
+        return None if e is None or e < 0 else e
 
-    def set_headers(self, headers: Headers | None) -> None:
+    def delivery_count(self) -> int | None:
+        """How many times a share group delivered the record (``None`` outside share groups)."""
+        d = self._delivery_count
+        return None if d is None or d <= 0 else d
+
+    def set_topic(self, topic: Any) -> None:
+        self._topic = topic
+
+    def set_headers(self, headers: Any) -> None:
         self._headers = headers
 
     def set_key(self, key: Any) -> None:
@@ -173,14 +201,151 @@ class Message:
     def set_value(self, value: Any) -> None:
         self._value = value
 
+    def set_error(self, error: Any) -> None:
+        self._error = error
+
     def __len__(self) -> int:
         value = self._value
         return 0 if value is None else len(value)
+
+    def _state(self) -> tuple[Any, ...]:
+        return (
+            self._topic,
+            -1 if self.partition() is None else self._partition,
+            OFFSET_INVALID if self.offset() is None else self._offset,
+            self._key,
+            self._value,
+            self._headers,
+            self._error,
+            self.timestamp(),
+            -1.0 if self.latency() is None else self._latency,
+            -1 if self.leader_epoch() is None else self._leader_epoch,
+            -1 if self.delivery_count() is None else self._delivery_count,
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Message, self._state())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return self._state() == other._state()
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         if self._error is not None:
             return f"Message(error={self._error!r}, topic={self._topic}, partition={self._partition})"
         return f"Message(topic={self._topic}, partition={self._partition}, offset={self._offset})"
+
+
+class RecordMessage(Message):
+    """A :class:`Message` for a consumed record, reading the native record lazily (one allocation per
+    message on the consumer's hot path).  A setter copies the record's fields into the message first."""
+
+    __slots__ = ("_r",)
+
+    def __init__(self, record: Any) -> None:
+        self._r = record
+
+    def _materialize(self) -> None:
+        r = self._r
+        if r is None:
+            return
+        Message.__init__(
+            self,
+            r.topic,
+            r.partition,
+            r.offset,
+            r.key,
+            r.value,
+            list(r.headers) if r.headers else None,
+            None,
+            (r.timestamp_type + 1, r.timestamp) if r.timestamp >= 0 else (TIMESTAMP_NOT_AVAILABLE, -1),
+            None,
+            r.leader_epoch,
+        )
+        self._r = None
+
+    def error(self) -> Any:
+        return None if self._r is not None else self._error
+
+    def topic(self) -> Any:
+        r = self._r
+        return r.topic if r is not None else self._topic
+
+    def partition(self) -> int | None:
+        r = self._r
+        return r.partition if r is not None else Message.partition(self)
+
+    def offset(self) -> int | None:
+        r = self._r
+        return r.offset if r is not None else Message.offset(self)
+
+    def key(self) -> Any:
+        r = self._r
+        return r.key if r is not None else self._key
+
+    def value(self) -> Any:
+        r = self._r
+        return r.value if r is not None else self._value
+
+    def headers(self) -> Any:
+        r = self._r
+        if r is None:
+            return self._headers
+        return list(r.headers) if r.headers else None
+
+    def timestamp(self) -> tuple[int, int]:
+        r = self._r
+        if r is None:
+            return Message.timestamp(self)
+        return (r.timestamp_type + 1, r.timestamp) if r.timestamp >= 0 else (TIMESTAMP_NOT_AVAILABLE, -1)
+
+    def latency(self) -> float | None:
+        return None if self._r is not None else Message.latency(self)
+
+    def leader_epoch(self) -> int | None:
+        r = self._r
+        if r is None:
+            return Message.leader_epoch(self)
+        e = r.leader_epoch
+        return None if e is None or e < 0 else e
+
+    def delivery_count(self) -> int | None:
+        return None if self._r is not None else Message.delivery_count(self)
+
+    def set_topic(self, topic: Any) -> None:
+        self._materialize()
+        self._topic = topic
+
+    def set_headers(self, headers: Any) -> None:
+        self._materialize()
+        self._headers = headers
+
+    def set_key(self, key: Any) -> None:
+        self._materialize()
+        self._key = key
+
+    def set_value(self, value: Any) -> None:
+        self._materialize()
+        self._value = value
+
+    def set_error(self, error: Any) -> None:
+        self._materialize()
+        self._error = error
+
+    def __len__(self) -> int:
+        r = self._r
+        value = r.value if r is not None else self._value
+        return 0 if value is None else len(value)
+
+    def _state(self) -> tuple[Any, ...]:
+        self._materialize()
+        return Message._state(self)
+
+    def __repr__(self) -> str:
+        return f"Message(topic={self.topic()}, partition={self.partition()}, offset={self.offset()})"
 
 
 class Node:
