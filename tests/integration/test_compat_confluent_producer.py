@@ -82,8 +82,10 @@ def test_flush_serves_every_report_and_returns_zero(broker: Any, topic_factory: 
     reports = Reports()
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
     try:
-        for i in range(50):
+        for i in range(25):
             producer.produce(topic, value=b"%d" % i, callback=reports)  # confluent's alias of on_delivery
+        for i in range(25, 50):
+            producer.produce(topic, b"%d" % i, None, -1, reports)  # confluent's positional order
         reports.inside = True
         assert producer.flush(60) == 0
         reports.inside = False
@@ -252,3 +254,23 @@ def _tp(topic: str, partition: int, offset: int) -> Any:
     from kafka_handoff.compat.confluent_kafka import TopicPartition
 
     return TopicPartition(topic, partition, offset)
+
+
+def test_produce_batch_queues_each_message_and_marks_failures(broker: Any, topic_factory: Any) -> None:
+    topic = topic_factory(partitions=2)
+    reports = Reports()
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    try:
+        messages: list[dict[str, Any]] = [
+            {"value": b"a", "key": b"k"},
+            {"value": b"b", "partition": 1},
+            {"value": b"c", "partition": 9},  # no such partition
+        ]
+        assert producer.produce_batch(topic, messages, on_delivery=reports) == 2
+        assert messages[2]["_error"].code() == KafkaError._UNKNOWN_PARTITION
+        assert "_error" not in messages[0] and "_error" not in messages[1]
+        assert producer.flush(60) == 0
+        assert sorted(m.value() for _, m in reports.got) == [b"a", b"b"]
+        assert {m.value(): m.partition() for _, m in reports.got}[b"b"] == 1
+    finally:
+        producer.close()

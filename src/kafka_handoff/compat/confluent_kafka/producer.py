@@ -201,12 +201,13 @@ class Producer:
         value: Any = None,
         key: Any = None,
         partition: int = -1,
+        callback: DeliveryCallback | None = None,
         on_delivery: DeliveryCallback | None = None,
         timestamp: int = 0,
         headers: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None,
-        callback: DeliveryCallback | None = None,
     ) -> None:
-        """Queue one message; its delivery report ``on_delivery(err, msg)`` (or ``callback``, or the
+        """Queue one message (confluent's argument order: ``callback`` and its alias ``on_delivery`` come
+        before ``timestamp``); its delivery report ``on_delivery(err, msg)`` (or ``callback``, or the
         configured ``on_delivery``) is served by a later :meth:`poll`/:meth:`flush`.  Raises ``BufferError``
         when the queue is full, ``KafkaException`` for a message that cannot be queued."""
         if self._closed:
@@ -248,6 +249,39 @@ class Producer:
                 raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, str(error))) from error
             # Anything else (no metadata, broker down, authentication) is the delivery report's error.
             self._on_native_delivery(rec, None, error)
+
+    def produce_batch(
+        self,
+        topic: str,
+        messages: list[dict[str, Any]],
+        partition: int = -1,
+        callback: DeliveryCallback | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> int:
+        """Produce each message dict (``value``, ``key``, ``partition``, ``timestamp``, ``callback``);
+        returns how many were queued.  A message that could not be queued gets an ``_error`` entry
+        (a :class:`KafkaError`); ``BufferError`` when the queue is full stops the batch there."""
+        if not isinstance(messages, list):
+            raise TypeError("messages must be a list of dicts")
+        default_cb = on_delivery if on_delivery is not None else callback
+        queued = 0
+        for message in messages:
+            if not isinstance(message, dict):
+                raise TypeError("each message must be a dict")
+            try:
+                self.produce(
+                    topic,
+                    message.get("value"),
+                    message.get("key"),
+                    message.get("partition", partition),
+                    message.get("callback", default_cb),
+                    timestamp=message.get("timestamp", 0),
+                )
+            except KafkaException as exc:
+                message["_error"] = exc.args[0]
+                continue
+            queued += 1
+        return queued
 
     def _produce_error(self, exc: BaseException) -> BaseException:
         if isinstance(exc, native_errors.SerializationError):
