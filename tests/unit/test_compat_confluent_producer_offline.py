@@ -230,7 +230,7 @@ def test_config_resource_accepts_enum_names_and_numbers() -> None:
         ConfigResource("table", "x")
     resource = ConfigResource("topic", "x", set_config={"a": "1"})
     resource.set_config("a", "2", overwrite=False)
-    assert resource.set_config_dict == {"a": "1"}
+    assert resource.set_config_dict == {"a": "1"} and len(resource) == 1
 
 
 def test_consumer_group_state_from_broker_names() -> None:

@@ -24,6 +24,10 @@ __all__ = [
     "RESOURCE_TOPIC",
     "RESOURCE_TRANSACTIONAL_ID",
     "RESOURCE_UNKNOWN",
+    "AclBinding",
+    "AclBindingFilter",
+    "AclOperation",
+    "AclPermissionType",
     "AlterConfigOpType",
     "ConfigEntry",
     "ConfigResource",
@@ -32,7 +36,9 @@ __all__ = [
     "ConsumerGroupListing",
     "ConsumerGroupState",
     "ConsumerGroupType",
+    "DeletedRecords",
     "DescribeClusterResult",
+    "ElectionType",
     "IsolationLevel",
     "ListConsumerGroupsResult",
     "ListOffsetsResultInfo",
@@ -41,9 +47,16 @@ __all__ = [
     "NewPartitions",
     "NewTopic",
     "OffsetSpec",
+    "ResourcePatternType",
     "ResourceType",
+    "ScramCredentialInfo",
+    "ScramMechanism",
     "TopicDescription",
     "TopicPartitionInfo",
+    "UserScramCredentialAlteration",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
+    "UserScramCredentialsDescription",
 ]
 
 # librdkafka's rd_kafka_ResourceType_t and rd_kafka_ConfigSource_t values.
@@ -268,6 +281,10 @@ class ConfigResource:
     def __lt__(self, other: ConfigResource) -> bool:
         return (self.restype.value, self.name) < (other.restype.value, other.name)
 
+    def __len__(self) -> int:
+        """The number of configuration entries set (``set_config``)."""
+        return len(self.set_config_dict)
+
     def set_config(self, name: str, value: str, overwrite: bool = True) -> None:
         if not overwrite and name in self.set_config_dict:
             return
@@ -419,3 +436,119 @@ class ListOffsetsResultInfo:
         self.offset = offset
         self.timestamp = timestamp
         self.leader_epoch = leader_epoch
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Types of calls kafka-handoff's admin client does not support yet (ACLs, SCRAM, records, elections): defined
+# so that programs importing them load; the AdminClient methods taking them raise NotImplementedError.
+# ---------------------------------------------------------------------------------------------------------
+
+
+class AclOperation(enum.Enum):
+    UNKNOWN = 0
+    ANY = 1
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+
+
+class AclPermissionType(enum.Enum):
+    UNKNOWN = 0
+    ANY = 1
+    DENY = 2
+    ALLOW = 3
+
+
+class ResourcePatternType(enum.Enum):
+    UNKNOWN = 0
+    ANY = 1
+    MATCH = 2
+    LITERAL = 3
+    PREFIXED = 4
+
+
+class ScramMechanism(enum.Enum):
+    UNKNOWN = 0
+    SCRAM_SHA_256 = 1
+    SCRAM_SHA_512 = 2
+
+
+class ElectionType(enum.Enum):
+    PREFERRED = 0
+    UNCLEAN = 1
+
+
+class AclBinding:
+    """An ACL: resource, pattern, principal, host, operation and permission."""
+
+    def __init__(
+        self,
+        restype: ResourceType,
+        name: str | None,
+        resource_pattern_type: ResourcePatternType,
+        principal: str | None,
+        host: str | None,
+        operation: AclOperation,
+        permission_type: AclPermissionType,
+    ) -> None:
+        self.restype = restype
+        self.name = name
+        self.resource_pattern_type = resource_pattern_type
+        self.principal = principal
+        self.host = host
+        self.operation = operation
+        self.permission_type = permission_type
+
+
+class AclBindingFilter(AclBinding):
+    """An ACL filter (``None`` fields and ``ANY`` values match everything)."""
+
+
+class ScramCredentialInfo:
+    def __init__(self, mechanism: ScramMechanism, iterations: int) -> None:
+        self.mechanism = mechanism
+        self.iterations = iterations
+
+
+class UserScramCredentialsDescription:
+    def __init__(self, user: str, scram_credential_infos: list[ScramCredentialInfo]) -> None:
+        self.user = user
+        self.scram_credential_infos = scram_credential_infos
+
+
+class UserScramCredentialAlteration:
+    def __init__(self, user: str) -> None:
+        self.user = user
+
+
+class UserScramCredentialUpsertion(UserScramCredentialAlteration):
+    def __init__(
+        self,
+        user: str,
+        scram_credential_info: ScramCredentialInfo,
+        password: bytes,
+        salt: bytes | None = None,
+    ) -> None:
+        super().__init__(user)
+        self.scram_credential_info = scram_credential_info
+        self.password = password
+        self.salt = salt
+
+
+class UserScramCredentialDeletion(UserScramCredentialAlteration):
+    def __init__(self, user: str, mechanism: ScramMechanism) -> None:
+        super().__init__(user)
+        self.mechanism = mechanism
+
+
+class DeletedRecords:
+    def __init__(self, low_watermark: int) -> None:
+        self.low_watermark = low_watermark
