@@ -165,13 +165,17 @@ def test_a_closed_producer_refuses_calls() -> None:
     assert producer.close() is True  # closing again is harmless
 
 
-def test_purge_says_it_is_not_supported() -> None:
-    producer = Producer(_conf())
-    try:
-        with pytest.raises(NotImplementedError, match="purge"):
-            producer.purge()
-    finally:
-        producer.close(0)
+def test_purge_fails_the_queued_messages_in_their_delivery_reports(offline: Producer) -> None:
+    reports: list[tuple[KafkaError | None, Any]] = []
+    for i in range(3):
+        offline.produce("t", b"v%d" % i, on_delivery=lambda err, msg: reports.append((err, msg)))
+    offline.produce("t", b"no report wanted")
+    assert len(offline) == 4
+    offline.purge()
+    assert offline.flush(5) == 0  # the reports are served, nothing is left
+    assert sorted(m.value() for _, m in reports) == [b"v0", b"v1", b"v2"]
+    assert {err.code() for err, _ in reports if err is not None} == {KafkaError._PURGE_QUEUE}
+    assert len(reports) == 3 and all(err is not None for err, _ in reports)
 
 
 def test_transaction_calls_without_transactional_id_raise_kafka_exception() -> None:

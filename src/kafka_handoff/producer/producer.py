@@ -52,6 +52,7 @@ from kafka_handoff.errors import (
     KafkaError,
     KafkaTimeoutError,
     MessageTooLargeError,
+    RecordPurgedError,
     SerializationError,
     error_for_code,
 )
@@ -73,6 +74,7 @@ from kafka_handoff.producer.events import (
     CommitTransactionEvent,
     InitTransactionsEvent,
     ProducerEventProcessor,
+    PurgeEvent,
     SendOffsetsToTransactionEvent,
     TopicMetadataEvent,
 )
@@ -318,6 +320,7 @@ class Producer:
                 telemetry=self._telemetry,
                 txn=self._txn,
                 add_topic=self._add_topic_nt,
+                purge=self._sender.purge_unsent,
             ),
             on_close=self._on_close_nt,
         )
@@ -916,6 +919,23 @@ class Producer:
             self._accumulator.end_flush()
         if self._unreported is not None:
             self._raise_unreported()
+
+    def purge(self, timeout: float | None = None) -> int:
+        """Fail every queued record that was not sent yet with
+        :class:`~kafka_handoff.errors.RecordPurgedError` (their futures and callbacks get it as usual) and
+        return how many.  Records already sent -- in flight, or waiting for a retry -- are not touched: their
+        outcome is reported as it comes.  Waits up to ``timeout`` s (default ``max.block.ms``)."""
+        if self._closed:
+            raise IllegalStateError("cannot purge: the producer is closed")
+        timeout_ms = self._max_block_ms if timeout is None else max(0, int(timeout * 1000))
+        fut = self._thread.submit(
+            PurgeEvent(error=RecordPurgedError("the record was purged before it was sent"), name="purge")
+        )
+        try:
+            purged: int = fut.result(timeout_ms / 1000.0)
+        except FutureTimeout:
+            raise KafkaTimeoutError(f"purge did not complete within {timeout_ms} ms") from None
+        return purged
 
     # ================================================================================ transactions
     def _txn_call(self, event: ApplicationEvent, timeout: float | None) -> None:

@@ -434,12 +434,17 @@ class Producer:
 
     # ------------------------------------------------------------------------------------------ purge
     def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
-        """librdkafka's purge of queued messages is not available: kafka-handoff's producer sends or
-        fails every queued message (use ``flush()``, or ``abort_transaction()`` in a transaction)."""
-        raise NotImplementedError(
-            "Producer.purge() is not supported by kafka-handoff's producer: flush() them, or produce in a "
-            "transaction and abort_transaction() (see docs/migrating.md)"
-        )
+        """Fail the queued messages not sent yet (``in_queue``): their delivery reports carry
+        ``_PURGE_QUEUE`` and are served by the next :meth:`poll`/:meth:`flush`.  Messages already sent are
+        not purged (``in_flight`` has no effect): their reports tell their real outcome."""
+        if self._closed:
+            raise RuntimeError("Producer has been closed")
+        if not in_queue:
+            return
+        try:
+            self._native.purge()
+        except native_errors.KafkaError as exc:
+            raise KafkaException(from_exception(exc)) from exc
 
     # ------------------------------------------------------------------------------------ transactions
     def _txn_error(self, exc: BaseException) -> KafkaError:
@@ -620,7 +625,7 @@ def _is_client_error(error: BaseException) -> bool:
 def _delivery_error(error: BaseException) -> KafkaError:
     if isinstance(error, native_errors.KafkaTimeoutError):
         return KafkaError(KafkaError._MSG_TIMED_OUT, str(error))
-    if isinstance(error, native_errors.TransactionAbortedError):
+    if isinstance(error, native_errors.TransactionAbortedError | native_errors.RecordPurgedError):
         return KafkaError(KafkaError._PURGE_QUEUE, str(error))
     if isinstance(error, native_errors.IllegalStateError) and "closed" in str(error):
         return KafkaError(KafkaError._DESTROY, str(error))
