@@ -274,3 +274,24 @@ def test_produce_batch_queues_each_message_and_marks_failures(broker: Any, topic
         assert {m.value(): m.partition() for _, m in reports.got}[b"b"] == 1
     finally:
         producer.close()
+
+
+def test_purge_fails_queued_messages_and_nothing_reaches_the_topic(broker: Any, topic_factory: Any) -> None:
+    topic = topic_factory(partitions=1)
+    reports = Reports()
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 600_000, "on_delivery": reports}
+    )
+    try:
+        for i in range(20):
+            producer.produce(topic, b"purged-%d" % i)
+        producer.purge(in_queue=True, in_flight=False)
+        assert producer.flush(30) == 0
+        assert len(reports.got) == 20
+        assert {err.code() for err, _ in reports.got if err is not None} == {KafkaError._PURGE_QUEUE}
+        assert all(err is not None for err, _ in reports.got)
+        producer.produce(topic, b"kept")
+        assert producer.flush(30) == 0
+    finally:
+        producer.close()
+    assert read_confluent(broker.bootstrap_servers, topic, "read_uncommitted", expected=1) == [b"kept"]
