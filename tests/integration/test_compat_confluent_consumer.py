@@ -1,10 +1,12 @@
 """The confluent-kafka compatibility consumer against the real broker: confluent's semantics (single-message
 poll, on_assign/on_revoke with assign() inside, the offset store, _PARTITION_EOF, commit/committed/position,
 watermarks, stats_cb, DeserializingConsumer) on top of the native consumer.  Also the native API fix that
-came with it: ``poll(None)`` blocks until records arrive or ``wakeup()``."""
+came with it: ``poll(None)`` blocks until records arrive (or ``wakeup()``) for Consumer, AsyncConsumer and
+ShareConsumer."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -14,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from kafka_handoff import AdminClient, AsyncConsumer, ShareConsumer, WakeupError
 from kafka_handoff import Consumer as NativeConsumer
 from kafka_handoff import Producer as NativeProducer
 from kafka_handoff import TopicPartition as NativeTP
-from kafka_handoff import WakeupError
 from kafka_handoff.compat import confluent_kafka as ck
 from kafka_handoff.compat.confluent_kafka.serialization import StringDeserializer
 
@@ -371,5 +373,44 @@ def test_poll_and_consume_interleaved_return_each_message_once(
             offsets.extend(int(m.offset() or 0) for m in got if m.error() is None)
         assert offsets == list(range(40))
         assert consumer.position([ck.TopicPartition(topic, 0)])[0].offset == 40
+    finally:
+        consumer.close()
+
+
+def test_async_consumer_poll_none_waits_for_records(broker: BrokerLike, topic_factory: TopicFactory) -> None:
+    topic = topic_factory(partitions=1)
+
+    async def main() -> list[bytes]:
+        consumer = AsyncConsumer(
+            {"bootstrap.servers": broker.bootstrap_servers, "auto.offset.reset": "earliest"}
+        )
+        async with consumer:
+            await consumer.assign([NativeTP(topic, 0)])
+            waiting = asyncio.ensure_future(consumer.poll(None))
+            await asyncio.to_thread(seed, broker.bootstrap_servers, topic, 1, 1)
+            records = await asyncio.wait_for(waiting, DEADLINE_S)
+            return [r.value for r in records]
+
+    assert asyncio.run(main()) == [b"v0"]  # poll(0) would have returned nothing
+
+
+def test_share_consumer_poll_none_waits_for_records(broker: BrokerLike, topic_factory: TopicFactory) -> None:
+    topic = topic_factory(partitions=1)
+    group = f"share-{uuid.uuid4().hex[:10]}"
+    with AdminClient({"bootstrap.servers": broker.bootstrap_servers}) as admin:
+        admin.alter_group_configs(group, {"share.auto.offset.reset": "earliest"}, timeout=30)
+    # A 1 ms default.api.timeout.ms: poll(None) must not fall back to it (it once did).
+    consumer = ShareConsumer(
+        {"bootstrap.servers": broker.bootstrap_servers, "group.id": group, "default.api.timeout.ms": 1}
+    )
+    result: list[Any] = []
+    try:
+        consumer.subscribe([topic])
+        thread = threading.Thread(target=lambda: result.append(consumer.poll(None)))
+        thread.start()
+        seed(broker.bootstrap_servers, topic, 1, 1)
+        thread.join(DEADLINE_S)
+        assert not thread.is_alive()
+        assert [r.value for r in result[0]] == [b"v0"]
     finally:
         consumer.close()

@@ -181,16 +181,18 @@ class Consumer:
         self._tc: TranslatedConfig = tc
         native_conf = dict(tc.native)
         self._auto_commit = bool(_bool_value(native_conf.pop("enable.auto.commit", True)))
-        self._auto_commit_interval_s = int(native_conf.get("auto.commit.interval.ms", 5000)) / 1000.0
+        self._auto_commit_interval_s = _int_or(native_conf.get("auto.commit.interval.ms"), 5000) / 1000.0
         native_conf["enable.auto.commit"] = False
         if self._auto_commit and "group.id" not in native_conf:
             self._auto_commit = False
         native_conf.setdefault("revoke.completion", "next-poll")
+        self._incremental_protocol = str(native_conf.get("group.protocol", "classic")).lower() == "consumer"
         session = native_conf.get("session.timeout.ms")
-        if session is not None and "heartbeat.interval.ms" not in native_conf and int(session) <= 3000:
+        session_ms = _int_or(session, 45000)
+        if session is not None and "heartbeat.interval.ms" not in native_conf and 0 < session_ms <= 3000:
             # librdkafka does not check heartbeat < session locally (the broker refuses a too short session);
             # keep that: derive the heartbeat from the session instead of refusing the configuration.
-            native_conf["heartbeat.interval.ms"] = max(1, int(session) // 3)
+            native_conf["heartbeat.interval.ms"] = max(1, session_ms // 3)
         self._auto_store = compat_bool(tc, "enable.auto.offset.store", True)
         self._partition_eof = compat_bool(tc, "enable.partition.eof", False)
         self._error_cb = compat_callable(tc, "error_cb")
@@ -228,7 +230,7 @@ class Consumer:
         self._on_lost: RebalanceCallback | None = None
         self._rebalance_cnt = 0
         self._last_commit = time.monotonic()
-        self._max_poll_s = int(native_conf.get("max.poll.interval.ms", 300000)) / 1000.0
+        self._max_poll_s = _int_or(native_conf.get("max.poll.interval.ms"), 300000) / 1000.0
         self._last_native_poll: float | None = None
         self._start = time.monotonic()
         self._next_stats = self._start + self._stats_interval_s if self._stats_interval_s > 0 else math.inf
@@ -324,7 +326,8 @@ class Consumer:
         parts = sorted(partitions)
         for tp in parts:
             self._eof_at.pop(tp, None)
-        if self._on_assign is None:
+        if self._on_assign is None or (not parts and self._incremental_protocol):
+            # Under KIP-848 librdkafka reports only non-empty incremental assignments.
             return
         self._view = view
         self._in_assign_cb = True
@@ -344,6 +347,8 @@ class Consumer:
         self._rebalance_cnt += 1
         parts = sorted(partitions)
         cb = self._on_lost if lost and self._on_lost is not None else self._on_revoke
+        if not parts and self._incremental_protocol:
+            cb = None
         self._view = view
         try:
             if cb is not None:
@@ -1174,6 +1179,14 @@ def _check_tps(partitions: Iterable[TopicPartition] | None) -> list[TopicPartiti
         if not isinstance(p, TopicPartition):
             raise TypeError(f"expected TopicPartition, got {type(p).__name__}")
     return parts
+
+
+def _int_or(value: Any, default: int) -> int:
+    """An integer setting, or ``default`` when unset or malformed (the native client then names the key)."""
+    try:
+        return int(value) if value is not None else default
+    except (TypeError, ValueError):
+        return default
 
 
 def _bool_value(value: Any) -> bool:
