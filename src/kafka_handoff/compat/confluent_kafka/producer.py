@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import queue
 import threading
 import time
@@ -546,7 +547,8 @@ class Producer:
         """librdkafka's statistics (STATISTICS.md) as far as kafka-handoff knows them."""
         now = time.time()
         topics: dict[str, Any] = {}
-        for (topic, partition), (msgs, size) in list(self._delivered.items()):
+        delivered = list(self._delivered.items())  # one snapshot: the completion thread adds entries
+        for (topic, partition), (msgs, size) in delivered:
             entry = topics.setdefault(topic, {"topic": topic, "age": 0, "partitions": {}})
             entry["partitions"][str(partition)] = {
                 "partition": partition,
@@ -556,8 +558,8 @@ class Producer:
                 "msgq_cnt": 0,
                 "xmit_msgq_cnt": 0,
             }
-        sent_msgs = sum(m for m, _ in self._delivered.values())
-        sent_bytes = sum(b for _, b in self._delivered.values())
+        sent_msgs = sum(counts[0] for _, counts in delivered)
+        sent_bytes = sum(counts[1] for _, counts in delivered)
         stats = {
             "name": self._native.client_id,
             "client_id": self._native.client_id,
@@ -580,7 +582,7 @@ class Producer:
             "rxmsg_bytes": 0,
             "brokers": {},
             "topics": topics,
-            "metrics": self._native.metrics(),
+            "metrics": {k: v for k, v in self._native.metrics().items() if math.isfinite(v)},
         }
         return json.dumps(stats)
 
