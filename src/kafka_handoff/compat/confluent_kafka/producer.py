@@ -75,8 +75,7 @@ def _seconds(timeout: float | None) -> float | None:
     return float(timeout)
 
 
-def _size(data: Any) -> int:
-    return 0 if data is None else len(data)
+_BYTES_LIKE = (bytes, str, bytearray, memoryview)
 
 
 class _Record:
@@ -213,15 +212,20 @@ class Producer:
         when the queue is full, ``KafkaException`` for a message that cannot be queued."""
         if self._closed:
             raise RuntimeError("Producer has been closed")
-        if not isinstance(topic, str):
+        if type(topic) is not str:
             raise TypeError("topic must be a str")
-        for what, data in (("value", value), ("key", key)):
-            if data is not None and not isinstance(data, (bytes, str, bytearray, memoryview)):
-                raise TypeError(f"{what} must be bytes or str (or None), not {type(data).__name__}")
+        size = 0
+        if value is not None:
+            if type(value) is not bytes and not isinstance(value, _BYTES_LIKE):
+                raise TypeError(f"value must be bytes or str (or None), not {type(value).__name__}")
+            size = len(value)
+        if key is not None:
+            if type(key) is not bytes and not isinstance(key, _BYTES_LIKE):
+                raise TypeError(f"key must be bytes or str (or None), not {type(key).__name__}")
+            size += len(key)
         dr = on_delivery if on_delivery is not None else callback
         if dr is None:
             dr = self._on_delivery
-        size = _size(value) + _size(key)
         with self._lock:
             if self._count >= self._max_messages or self._bytes + size > self._max_bytes:
                 raise BufferError(KafkaError(KafkaError._QUEUE_FULL).str())
@@ -305,7 +309,7 @@ class Producer:
     def _on_native_delivery(self, rec: _Record, metadata: Any, error: BaseException | None) -> None:
         """The native producer's callback (its completion thread): queue the report for the application's
         thread; a message nobody wants a report of leaves the queue count at once."""
-        if error is None:
+        if error is None and self._stats_cb is not None:
             key = (metadata.topic, metadata.partition)
             counts = self._delivered.get(key)
             if counts is None:
@@ -343,28 +347,32 @@ class Producer:
     def _serve(self) -> int:
         served = self._serve_events()
         get = self._reports.get_nowait
+        serve_one = self._serve_one
         while True:
             try:
                 item = get()
             except queue.Empty:
                 return served
-            served += self._serve_one(*item)
+            served += serve_one(*item)
 
     def _serve_one(self, rec: _Record, metadata: Any, error: BaseException | None) -> int:
-        self._release(rec)
+        with self._lock:
+            self._count -= 1
+            self._bytes -= rec.size
         if error is not None and self._error_cb is not None and _is_client_error(error):
             self._events.put(from_exception(error))
         callback = rec.on_delivery
         if callback is None:
             return 0
         if error is None:
+            headers = rec.headers
             msg = Message(
                 rec.topic,
                 metadata.partition,
                 metadata.offset,
                 rec.key,
                 rec.value,
-                _headers_list(rec.headers),
+                None if headers is None else _headers_list(headers),
                 None,
                 (TIMESTAMP_CREATE_TIME, metadata.timestamp),
                 time.monotonic() - rec.started,
