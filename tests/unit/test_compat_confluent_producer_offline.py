@@ -146,6 +146,21 @@ def test_librdkafka_settings_reach_the_native_producer() -> None:
         producer.close(0)
 
 
+def test_a_message_timeout_shorter_than_a_request_timeout_is_accepted() -> None:
+    producer = Producer(_conf(**{"message.timeout.ms": 5000}))  # librdkafka allows it; Java needs >= 30005
+    try:
+        cfg = producer._native.config
+        assert cfg.delivery_timeout_ms == 5000
+        assert cfg.linger_ms + cfg.request_timeout_ms <= 5000
+    finally:
+        producer.close(0)
+    unlimited = Producer(_conf(**{"message.timeout.ms": 0}))  # librdkafka's 0: no limit
+    try:
+        assert unlimited._native.config.delivery_timeout_ms == 2_147_483_647
+    finally:
+        unlimited.close(0)
+
+
 def test_bad_settings_raise_kafka_exception_naming_the_key() -> None:
     with pytest.raises(KafkaException, match=r"queue\.buffering\.max\.messages"):
         Producer(_conf(**{"queue.buffering.max.messages": 0}))

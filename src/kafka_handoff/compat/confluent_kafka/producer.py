@@ -188,6 +188,17 @@ class Producer:
         codec = str(native.get("compression.type", "none"))
         if level is not None and int(level) != -1 and codec in ("gzip", "lz4", "zstd"):
             native[f"compression.{codec}.level"] = int(level)
+        if "delivery.timeout.ms" in native:  # message.timeout.ms
+            delivery = int(native["delivery.timeout.ms"])
+            if delivery == 0:  # librdkafka's 0: no limit
+                delivery = native["delivery.timeout.ms"] = 2_147_483_647
+            # librdkafka lets message.timeout.ms be shorter than a request's timeout; Java requires
+            # delivery.timeout.ms >= linger.ms + request.timeout.ms: shorten the request timeout to fit.
+            linger = int(native.get("linger.ms", 5))
+            request = int(native.get("request.timeout.ms", 30_000))
+            if delivery < linger + request:
+                native["request.timeout.ms"] = max(1, delivery - linger)
+                native["linger.ms"] = min(linger, max(0, delivery - 1))
         limit = int(native.get("buffer.memory", _DEFAULT_MAX_KBYTES * 1024))
         self._max_bytes = limit
         # The native producer's own memory bound stays above this layer's (it would block, not raise).
