@@ -261,6 +261,8 @@ def test_produce_batch_queues_each_message_and_marks_failures(broker: Any, topic
     reports = Reports()
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
     try:
+        producer.produce(topic, b"first")  # the topic's metadata is known from here on
+        assert producer.flush(60) == 0
         messages: list[dict[str, Any]] = [
             {"value": b"a", "key": b"k"},
             {"value": b"b", "partition": 1},
@@ -295,3 +297,21 @@ def test_purge_fails_queued_messages_and_nothing_reaches_the_topic(broker: Any, 
     finally:
         producer.close()
     assert read_confluent(broker.bootstrap_servers, topic, "read_uncommitted", expected=1) == [b"kept"]
+
+
+def test_produce_to_a_topic_without_metadata_yet_queues_in_order(broker: Any) -> None:
+    topic = f"compat-new-{uuid.uuid4().hex[:8]}"  # auto-created by the first metadata request
+    reports = Reports()
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "on_delivery": reports})
+    try:
+        for i in range(30):
+            producer.produce(topic, b"%d" % i, partition=0)
+        assert len(producer) == 30  # queued at once, behind the topic's metadata
+        reports.inside = True
+        assert producer.flush(60) == 0
+        reports.inside = False
+        assert all(err is None for err, _ in reports.got) and reports.outside_calls == 0
+        in_offset_order = [m.value() for _, m in sorted(reports.got, key=lambda r: r[1].offset() or 0)]
+        assert in_offset_order == [b"%d" % i for i in range(30)]
+    finally:
+        producer.close()

@@ -341,3 +341,19 @@ def test_every_name_confluents_admin_module_exports_is_there() -> None:
         "CONFIG_SOURCE_DEFAULT_CONFIG",
     ]
     assert [n for n in names if not hasattr(admin, n)] == []
+
+
+def test_produce_never_waits_for_a_topics_metadata() -> None:
+    """No broker: the message is queued at once and its report says it timed out (message.timeout.ms)."""
+    reports: list[tuple[KafkaError | None, Any]] = []
+    producer = Producer(_conf(**{"message.timeout.ms": 500}))
+    try:
+        producer.produce("unknown", b"v", on_delivery=lambda err, msg: reports.append((err, msg)))
+        assert len(producer) == 1
+        assert producer.poll(30) == 1
+        ((err, msg),) = reports
+        assert err is not None and err.code() == KafkaError._MSG_TIMED_OUT
+        assert (msg.topic(), msg.value(), msg.error()) == ("unknown", b"v", err)
+        assert len(producer) == 0
+    finally:
+        producer.close(0)

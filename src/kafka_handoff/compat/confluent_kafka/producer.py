@@ -19,6 +19,7 @@ What confluent-kafka programs rely on, kept:
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import math
@@ -141,6 +142,16 @@ class Producer:
         except native_errors.ConfigError as exc:
             raise KafkaException(KafkaError(KafkaError._INVALID_ARG, str(exc))) from exc
         self._native_props = native
+        self._delivery_timeout = int(self._native.config.delivery_timeout_ms) / 1000.0
+        # Topics whose metadata the native producer has: produce() hands their messages over at once.  The
+        # messages of other topics wait here, in order, while a thread waits for the topic's metadata, so that
+        # produce() never blocks on it (librdkafka queues them the same way).
+        self._ready: set[str] = set()
+        self._pending: dict[str, collections.deque[tuple[_Record, dict[str, Any]]]] = {}
+        self._pending_lock = threading.Lock()
+        # A transactional producer hands every message over in produce() (waiting for a new topic's
+        # metadata there), so that commit_transaction() commits exactly what was produced before it.
+        self._queue_new_topics = self._native.config.transactional_id is None
         self._admin: list[Any] = []  # list_topics()'s native admin client, made on first use
         self._closed = False
         self._finalizer = weakref.finalize(self, _close_quietly, self._native, self._admin, self._log_handler)
@@ -243,16 +254,17 @@ class Producer:
             self._count += 1
             self._bytes += size
         rec = _Record(self, topic, key, value, headers, partition, dr, size)
+        args = {
+            "key": key,
+            "partition": None if partition is None or partition < 0 else partition,
+            "headers": headers,
+            "timestamp": timestamp if timestamp and timestamp > 0 else None,
+        }
+        if topic not in self._ready and self._queue_new_topics and not self._hand_over_now(topic, rec, args):
+            rec.thread = None
+            return  # queued until the topic's metadata arrives
         try:
-            self._native.send_nowait(
-                topic,
-                value,
-                key=key,
-                partition=None if partition is None or partition < 0 else partition,
-                headers=headers,
-                timestamp=timestamp if timestamp and timestamp > 0 else None,
-                callback=rec,
-            )
+            self._native.send_nowait(topic, value, callback=rec, **args)
         except BaseException as exc:
             self._release(rec)
             raise self._produce_error(exc) from exc
@@ -265,6 +277,51 @@ class Producer:
                 raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, str(error))) from error
             # Anything else (no metadata, broker down, authentication) is the delivery report's error.
             self._on_native_delivery(rec, None, error)
+
+    def _hand_over_now(self, topic: str, rec: _Record, args: dict[str, Any]) -> bool:
+        """For a topic not known ready: True when the native producer has its metadata (and nothing of it
+        waits), else queue the message behind the topic's metadata wait (started if needed)."""
+        with self._pending_lock:
+            waiting = self._pending.get(topic)
+            if waiting is None:
+                if topic in self._native._partition_counts:
+                    self._ready.add(topic)
+                    return True
+                waiting = self._pending[topic] = collections.deque()
+                threading.Thread(
+                    target=self._await_topic, args=(topic,), name=f"compat-metadata-{topic}", daemon=True
+                ).start()
+            waiting.append((rec, args))
+            return False
+
+    def _await_topic(self, topic: str) -> None:
+        """Wait for ``topic``'s metadata, then hand its queued messages to the native producer in order
+        (or fail them in their delivery reports)."""
+        error: BaseException | None = None
+        try:
+            self._native.partitions_for(topic, self._delivery_timeout)
+        except BaseException as exc:
+            error = exc
+        while True:
+            with self._pending_lock:
+                waiting = self._pending[topic]
+                if not waiting:
+                    del self._pending[topic]
+                    if error is None:
+                        self._ready.add(topic)
+                    return
+                rec, args = waiting.popleft()
+            if error is not None:
+                self._on_native_delivery(rec, None, error)
+                continue
+            rec.thread = threading.get_ident()
+            try:
+                self._native.send_nowait(topic, rec.value, callback=rec, **args)
+            except BaseException as exc:
+                rec.sync_error = exc
+            rec.thread = None
+            if rec.sync_error is not None:
+                self._on_native_delivery(rec, None, rec.sync_error)
 
     def produce_batch(
         self,
@@ -441,9 +498,16 @@ class Producer:
             try:
                 self._native.flush(wait)
             except native_errors.KafkaTimeoutError:
-                pass
+                continue
             except native_errors.KafkaError as exc:  # a background error: error_cb, as librdkafka
                 self._events.put(from_exception(exc))
+            if self._count > 0 and self._reports.empty():
+                # Left: messages waiting for their topic's metadata (or reports on their way).
+                try:
+                    item = self._reports.get(timeout=wait)
+                except queue.Empty:
+                    continue
+                self._serve_one(*item)
 
     def __len__(self) -> int:
         """Messages produced whose delivery report has not been served yet."""
@@ -461,6 +525,13 @@ class Producer:
             raise RuntimeError("Producer has been closed")
         if not in_queue:
             return
+        purged = native_errors.RecordPurgedError("the message was purged before it was sent")
+        with self._pending_lock:  # the messages still waiting for their topic's metadata
+            waiting = [item for queued in self._pending.values() for item in queued]
+            for queued in self._pending.values():
+                queued.clear()
+        for rec, _args in waiting:
+            self._on_native_delivery(rec, None, purged)
         try:
             self._native.purge()
         except native_errors.KafkaError as exc:
@@ -650,6 +721,8 @@ def _delivery_error(error: BaseException) -> KafkaError:
         return KafkaError(KafkaError._PURGE_QUEUE, str(error))
     if isinstance(error, native_errors.IllegalStateError) and "closed" in str(error):
         return KafkaError(KafkaError._DESTROY, str(error))
+    if type(error) is native_errors.KafkaError and "invalid partition" in str(error):
+        return KafkaError(KafkaError._UNKNOWN_PARTITION, str(error))
     return from_exception(error)
 
 
