@@ -161,6 +161,13 @@ def test_a_message_timeout_shorter_than_a_request_timeout_is_accepted() -> None:
         unlimited.close(0)
 
 
+def test_no_configuration_at_all_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="expected configuration dict"):
+        Producer()
+    with pytest.raises(TypeError, match="expected configuration dict"):
+        AdminClient()
+
+
 def test_bad_settings_raise_kafka_exception_naming_the_key() -> None:
     with pytest.raises(KafkaException, match=r"queue\.buffering\.max\.messages"):
         Producer(_conf(**{"queue.buffering.max.messages": 0}))

@@ -134,6 +134,8 @@ class Producer:
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        if config is None and not kwargs:
+            raise TypeError("expected configuration dict")
         tc = translate_config(config, "producer", **kwargs)
         self._setup_compat(tc)
         native = self._native_config(tc)

@@ -233,6 +233,8 @@ class AdminClient:
     """confluent-kafka's ``AdminClient`` over :class:`kafka_handoff.admin.AdminClient`."""
 
     def __init__(self, conf: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        if conf is None and not kwargs:
+            raise TypeError("expected configuration dict")
         tc = translate_config(conf, "admin", **kwargs)
         self._error_cb = compat_callable(tc, "error_cb")
         try:
