@@ -313,8 +313,9 @@ class Consumer:
         self._subscribed = True
 
     def unsubscribe(self) -> None:
+        """Leave the group: ``on_revoke`` runs for the assignment and (auto-commit) the stored offsets are
+        committed before the partitions go."""
         self._check_open()
-        self._commit_stored_on_leave(None)
         self._run_native(self._native.unsubscribe)
         self._subscribed = False
         self._assigned_mode = False
