@@ -72,6 +72,10 @@ class DeliveryFailedError(KafkaError):
         self.cause = cause
 
 
+class RecordPurgedError(KafkaError):
+    """``Producer.purge()`` failed the record before it was sent."""
+
+
 class NoOffsetForPartitionError(KafkaError):
     """No committed offset and ``auto.offset.reset=none``.  Raised by every ``poll()`` until the application
     seeks the ``partitions`` (as Java does)."""
