@@ -5,19 +5,22 @@ per topic/group/resource, or a single one); they are completed by a small thread
 native client's blocking calls.  A failure is the future's ``KafkaException`` carrying a :class:`KafkaError`
 with librdkafka's code (``TOPIC_ALREADY_EXISTS``, ``UNKNOWN_TOPIC_OR_PART``, ...).
 
-Operations kafka-handoff's admin client does not have yet (``alter_configs``,
-``incremental_alter_configs``, ACLs, SCRAM credentials, ``delete_records``, ``elect_leaders``,
-``alter_consumer_group_offsets``, broker ``describe_configs``) raise ``NotImplementedError`` naming them.
+Configs (topics, brokers, groups), ACLs, SCRAM credentials, ``delete_records``, ``elect_leaders`` and
+``alter_consumer_group_offsets`` map onto the native calls of the same names, one native call per
+resource (so each future carries only its own resource's error).  What remains unsupported
+(``create_partitions(replica_assignment=...)``, ``set_sasl_credentials``) raises ``NotImplementedError``.
 """
 
 from __future__ import annotations
 
+import enum
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from kafka_handoff import admin as native
 from kafka_handoff import errors as native_errors
 from kafka_handoff.admin import AdminClient as NativeAdminClient
 from kafka_handoff.admin import NewTopic as NativeNewTopic
@@ -85,6 +88,7 @@ from kafka_handoff.compat.confluent_kafka.types import (
     TopicPartition,
 )
 from kafka_handoff.config import ADMIN_CONFIG_DEF, CONFIG_ALIASES
+from kafka_handoff.types import OffsetAndMetadata as NativeOffsetAndMetadata
 from kafka_handoff.types import TopicPartition as NativeTopicPartition
 
 __all__ = [
@@ -151,6 +155,7 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+_E = TypeVar("_E", bound=enum.Enum)
 _ADMIN_KEYS = ADMIN_CONFIG_DEF.names | frozenset(CONFIG_ALIASES)
 _SOURCES = {
     "TOPIC_CONFIG": ConfigSource.DYNAMIC_TOPIC_CONFIG,
@@ -227,6 +232,110 @@ def cluster_metadata(admin: NativeAdminClient, topic: str | None, timeout: float
     for name in missing:
         out.topics[name] = TopicMetadata(name, error=KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
     return out
+
+
+_CONFIG_TYPES = {
+    ResourceType.TOPIC: native.ConfigResourceType.TOPIC,
+    ResourceType.BROKER: native.ConfigResourceType.BROKER,
+    ResourceType.GROUP: native.ConfigResourceType.GROUP,
+}
+
+
+def _config_resource(resource: ConfigResource) -> native.ConfigResource:
+    if not isinstance(resource, ConfigResource):
+        raise TypeError(f"Expected a list of ConfigResource objects, got {resource!r}")
+    kind = _CONFIG_TYPES.get(resource.restype)
+    if kind is None:
+        raise ValueError(
+            f"{resource!r}: configs exist for TOPIC, BROKER and GROUP resources, not {resource.restype.name}"
+        )
+    return native.ConfigResource(kind, resource.name)
+
+
+def _native_binding(b: AclBinding) -> native.AclBinding:
+    return native.AclBinding(
+        native.ResourcePattern(
+            native.ResourceType(b.restype_int), b.name or "", native.PatternType(b.resource_pattern_type_int)
+        ),
+        native.AccessControlEntry(
+            b.principal or "",
+            b.host or "",
+            native.AclOperation(b.operation_int),
+            native.AclPermissionType(b.permission_type_int),
+        ),
+    )
+
+
+def _native_filter(f: AclBindingFilter) -> native.AclBindingFilter:
+    return native.AclBindingFilter(
+        native.ResourceType(f.restype_int),
+        f.name,
+        native.PatternType(f.resource_pattern_type_int),
+        f.principal,
+        f.host,
+        native.AclOperation(f.operation_int),
+        native.AclPermissionType(f.permission_type_int),
+    )
+
+
+def _member(kind: type[_E], value: int) -> _E:
+    try:
+        return kind(value)
+    except ValueError:
+        return kind(0)  # UNKNOWN: a value confluent-kafka has no name for
+
+
+def _binding(b: native.AclBinding) -> AclBinding:
+    """A binding the broker returned (a value confluent-kafka has no name for becomes UNKNOWN)."""
+    return AclBinding._unchecked(
+        _member(ResourceType, int(b.pattern.resource_type)),
+        b.pattern.name,
+        _member(ResourcePatternType, int(b.pattern.pattern_type)),
+        b.entry.principal,
+        b.entry.host,
+        _member(AclOperation, int(b.entry.operation)),
+        _member(AclPermissionType, int(b.entry.permission_type)),
+    )
+
+
+def _scram_description(d: native.UserScramCredentialsDescription) -> UserScramCredentialsDescription:
+    return UserScramCredentialsDescription(
+        d.name,
+        [
+            ScramCredentialInfo(_member(ScramMechanism, int(c.mechanism)), c.iterations)
+            for c in d.credential_infos
+        ],
+    )
+
+
+def _scram_alteration(
+    a: UserScramCredentialAlteration,
+) -> native.UserScramCredentialUpsertion | native.UserScramCredentialDeletion:
+    if isinstance(a, UserScramCredentialUpsertion):
+        info = a.scram_credential_info
+        if not isinstance(info, ScramCredentialInfo) or info.mechanism == ScramMechanism.UNKNOWN:
+            raise ValueError(f"{a!r}: scram_credential_info needs a SCRAM_SHA_256 or SCRAM_SHA_512 mechanism")
+        password: Any = a.password
+        if isinstance(password, bytes):
+            try:
+                password = password.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"the password of user {a.user!r} must be UTF-8") from None
+        if not isinstance(password, str):
+            raise TypeError(f"the password of user {a.user!r} must be bytes")
+        return native.UserScramCredentialUpsertion(
+            a.user,
+            native.ScramCredentialInfo(native.ScramMechanism(info.mechanism.value), int(info.iterations)),
+            password,
+            a.salt,
+        )
+    if isinstance(a, UserScramCredentialDeletion):
+        if a.mechanism == ScramMechanism.UNKNOWN:
+            raise ValueError(f"deleting the SCRAM credential of user {a.user!r} needs a mechanism")
+        return native.UserScramCredentialDeletion(a.user, native.ScramMechanism(a.mechanism.value))
+    raise TypeError(
+        f"Expected UserScramCredentialUpsertion or UserScramCredentialDeletion objects, got {a!r}"
+    )
 
 
 class AdminClient:
@@ -427,17 +536,17 @@ class AdminClient:
     def describe_configs(
         self, resources: list[ConfigResource], **kwargs: Any
     ) -> dict[ConfigResource, Future[dict[str, ConfigEntry]]]:
-        """``{resource: future of {name: ConfigEntry}}`` (topic resources)."""
+        """``{resource: future of {name: ConfigEntry}}`` (topic, broker and group resources; a broker's
+        name is its id)."""
         if not isinstance(resources, list) or not resources:
             raise ValueError("Expected non-empty list of ConfigResource objects")
-        for resource in resources:
-            if resource.restype != ResourceType.TOPIC:
-                raise _not_implemented(f"describe_configs({resource.restype.name} resources)")
+        natives = {r: _config_resource(r) for r in resources}
         timeout = self._timeout(kwargs)
 
         def describe(resource: ConfigResource) -> Callable[[], dict[str, ConfigEntry]]:
             def run() -> dict[str, ConfigEntry]:
-                entries = self._native.describe_configs([resource.name], timeout=timeout)[resource.name]
+                target = natives[resource]
+                entries = self._native.describe_configs([target], timeout=timeout)[target.name]
                 return {
                     name: ConfigEntry(
                         name,
@@ -457,12 +566,57 @@ class AdminClient:
     def alter_configs(
         self, resources: list[ConfigResource], **kwargs: Any
     ) -> dict[ConfigResource, Future[None]]:
-        raise _not_implemented("alter_configs()")
+        """Replace each resource's dynamic configs with its ``set_config`` values (the deprecated
+        AlterConfigs: configs not given go back to their defaults); ``{resource: future}``."""
+        if not isinstance(resources, list) or not resources:
+            raise ValueError("Expected non-empty list of ConfigResource objects")
+        natives = {r: _config_resource(r) for r in resources}
+        validate = bool(kwargs.get("validate_only", False))
+        timeout = self._timeout(kwargs)
+
+        def alter(resource: ConfigResource) -> Callable[[], None]:
+            values = dict(resource.set_config_dict)
+            return lambda: self._native.alter_configs(
+                {natives[resource]: values}, validate_only=validate, timeout=timeout
+            )
+
+        return {r: self._run(alter(r)) for r in resources}
 
     def incremental_alter_configs(
         self, resources: list[ConfigResource], **kwargs: Any
     ) -> dict[ConfigResource, Future[None]]:
-        raise _not_implemented("incremental_alter_configs()")
+        """Set, delete, append to or subtract from some configs of each resource (its
+        ``incremental_configs``: ``ConfigEntry`` objects with an ``incremental_operation``), leaving the
+        others; ``{resource: future}``."""
+        if not isinstance(resources, list) or not resources:
+            raise ValueError("Expected non-empty list of ConfigResource objects")
+        natives = {r: _config_resource(r) for r in resources}
+        ops: dict[ConfigResource, list[native.AlterConfigOp]] = {}
+        for r in resources:
+            if not r.incremental_configs:
+                raise ValueError(f"{r!r} has no incremental_configs to apply")
+            ops[r] = []
+            for entry in r.incremental_configs:
+                if not isinstance(entry, ConfigEntry) or not isinstance(
+                    entry.incremental_operation, AlterConfigOpType
+                ):
+                    raise TypeError(
+                        f"incremental_configs of {r!r} must be ConfigEntry objects with an "
+                        f"incremental_operation (AlterConfigOpType), got {entry!r}"
+                    )
+                op = native.AlterConfigOpType(entry.incremental_operation.value)
+                if op != native.AlterConfigOpType.DELETE and entry.value is None:
+                    raise ValueError(f"{entry.name}: a {op.name} operation needs a value")
+                ops[r].append(native.AlterConfigOp(entry.name, entry.value, op))
+        validate = bool(kwargs.get("validate_only", False))
+        timeout = self._timeout(kwargs)
+
+        def alter(resource: ConfigResource) -> Callable[[], None]:
+            return lambda: self._native.incremental_alter_configs(
+                {natives[resource]: ops[resource]}, validate_only=validate, timeout=timeout
+            )
+
+        return {r: self._run(alter(r)) for r in resources}
 
     # -------------------------------------------------------------------------------------- groups
     def list_consumer_groups(self, **kwargs: Any) -> Future[ListConsumerGroupsResult]:
@@ -623,29 +777,184 @@ class AdminClient:
     def alter_consumer_group_offsets(
         self, alter_consumer_group_offsets_request: Sequence[ConsumerGroupTopicPartitions], **kwargs: Any
     ) -> dict[str, Future[ConsumerGroupTopicPartitions]]:
-        raise _not_implemented("alter_consumer_group_offsets()")
+        """Commit offsets for a group that has no active members: ``{group: future of
+        ConsumerGroupTopicPartitions}`` echoing the partitions and offsets committed."""
+        requests = list(alter_consumer_group_offsets_request)
+        if len(requests) != 1:
+            raise ValueError("Currently we support altering consumer group offsets for a single group only")
+        for request in requests:
+            if not isinstance(request, ConsumerGroupTopicPartitions):
+                raise TypeError("Expected a list of ConsumerGroupTopicPartitions objects")
+            if not request.topic_partitions:
+                raise ValueError("topic_partitions of the request must not be empty")
+            for tp in request.topic_partitions:
+                if tp.offset < 0:
+                    raise ValueError(f"offset of {tp.topic} [{tp.partition}] must be >= 0, got {tp.offset}")
+        timeout = self._timeout(kwargs)
 
-    # ------------------------------------------------------------------------ not supported (yet)
-    def create_acls(self, acls: Iterable[Any], **kwargs: Any) -> dict[Any, Future[None]]:
-        raise _not_implemented("create_acls()")
+        def one(request: ConsumerGroupTopicPartitions) -> Callable[[], ConsumerGroupTopicPartitions]:
+            parts = list(request.topic_partitions or [])
 
-    def describe_acls(self, acl_binding_filter: Any, **kwargs: Any) -> Future[Any]:
-        raise _not_implemented("describe_acls()")
+            def run() -> ConsumerGroupTopicPartitions:
+                offsets = {
+                    NativeTopicPartition(tp.topic, tp.partition): NativeOffsetAndMetadata(
+                        tp.offset, tp.metadata or "", tp.leader_epoch
+                    )
+                    for tp in parts
+                }
+                self._native.alter_consumer_group_offsets(request.group_id, offsets, timeout=timeout)
+                return ConsumerGroupTopicPartitions(
+                    request.group_id,
+                    [TopicPartition(tp.topic, tp.partition, tp.offset, tp.metadata) for tp in parts],
+                )
 
-    def delete_acls(self, acl_binding_filters: Iterable[Any], **kwargs: Any) -> dict[Any, Future[Any]]:
-        raise _not_implemented("delete_acls()")
+            return run
 
-    def describe_user_scram_credentials(self, users: Any = None, **kwargs: Any) -> Any:
-        raise _not_implemented("describe_user_scram_credentials()")
+        return {r.group_id: self._run(one(r)) for r in requests}
 
-    def alter_user_scram_credentials(self, alterations: Any, **kwargs: Any) -> Any:
-        raise _not_implemented("alter_user_scram_credentials()")
+    # ---------------------------------------------------------------------------------------- ACLs
+    def create_acls(self, acls: list[AclBinding], **kwargs: Any) -> dict[AclBinding, Future[None]]:
+        """Create ACL bindings; ``{binding: future}``."""
+        if not isinstance(acls, list) or not acls:
+            raise ValueError("Expected non-empty list of AclBinding objects")
+        for b in acls:
+            if not isinstance(b, AclBinding) or isinstance(b, AclBindingFilter):
+                raise TypeError("Expected a list of AclBinding objects")
+        if len(set(acls)) != len(acls):
+            raise ValueError("duplicate ACL bindings not allowed")
+        timeout = self._timeout(kwargs)
 
-    def delete_records(self, topic_partition_offsets: Any, **kwargs: Any) -> Any:
-        raise _not_implemented("delete_records()")
+        def create(b: AclBinding) -> Callable[[], None]:
+            return lambda: self._native.create_acls([_native_binding(b)], timeout=timeout)
 
-    def elect_leaders(self, election_type: Any, partitions: Any = None, **kwargs: Any) -> Any:
-        raise _not_implemented("elect_leaders()")
+        return {b: self._run(create(b)) for b in acls}
+
+    def describe_acls(self, acl_binding_filter: AclBindingFilter, **kwargs: Any) -> Future[list[AclBinding]]:
+        """A future of the ACL bindings matching the filter."""
+        if not isinstance(acl_binding_filter, AclBindingFilter):
+            raise TypeError("Expected an AclBindingFilter object")
+        flt = _native_filter(acl_binding_filter)
+        timeout = self._timeout(kwargs)
+        return self._run(lambda: [_binding(b) for b in self._native.describe_acls(flt, timeout=timeout)])
+
+    def delete_acls(
+        self, acl_binding_filters: list[AclBindingFilter], **kwargs: Any
+    ) -> dict[AclBindingFilter, Future[list[AclBinding]]]:
+        """Delete the ACL bindings matching each filter; ``{filter: future of the deleted bindings}``."""
+        if not isinstance(acl_binding_filters, list) or not acl_binding_filters:
+            raise ValueError("Expected non-empty list of AclBindingFilter objects")
+        for f in acl_binding_filters:
+            if not isinstance(f, AclBindingFilter):
+                raise TypeError("Expected a list of AclBindingFilter objects")
+        if len(set(acl_binding_filters)) != len(acl_binding_filters):
+            raise ValueError("duplicate ACL binding filters not allowed")
+        timeout = self._timeout(kwargs)
+
+        def delete(f: AclBindingFilter) -> Callable[[], list[AclBinding]]:
+            flt = _native_filter(f)
+            return lambda: [_binding(b) for b in self._native.delete_acls([flt], timeout=timeout)]
+
+        return {f: self._run(delete(f)) for f in acl_binding_filters}
+
+    # ---------------------------------------------------------------------------------------- SCRAM
+    def describe_user_scram_credentials(
+        self, users: list[str] | None = None, **kwargs: Any
+    ) -> (
+        Future[dict[str, UserScramCredentialsDescription]]
+        | dict[str, Future[UserScramCredentialsDescription]]
+    ):
+        """``users=None``: a future of ``{user: UserScramCredentialsDescription}`` for every user with
+        credentials; a list of users: ``{user: future}`` (``RESOURCE_NOT_FOUND`` for a user without any)."""
+        timeout = self._timeout(kwargs)
+        if users is None:
+            return self._run(
+                lambda: {
+                    name: _scram_description(d)
+                    for name, d in self._native.describe_user_scram_credentials(None, timeout=timeout).items()
+                }
+            )
+        if not isinstance(users, list) or not all(isinstance(u, str) for u in users):
+            raise TypeError("Expected users to be a list of str")
+        if not users:
+            raise ValueError("Expected at least one user")
+
+        def describe(user: str) -> Callable[[], UserScramCredentialsDescription]:
+            return lambda: _scram_description(
+                self._native.describe_user_scram_credentials([user], timeout=timeout)[user]
+            )
+
+        return {u: self._run(describe(u)) for u in users}
+
+    def alter_user_scram_credentials(
+        self, alterations: list[UserScramCredentialAlteration], **kwargs: Any
+    ) -> dict[str, Future[None]]:
+        """Upsert or delete users' SCRAM credentials; ``{user: future}``."""
+        if not isinstance(alterations, list) or not alterations:
+            raise ValueError("Expected non-empty list of UserScramCredentialAlteration objects")
+        by_user: dict[str, list[Any]] = {}
+        for a in alterations:
+            by_user.setdefault(a.user, []).append(_scram_alteration(a))
+        timeout = self._timeout(kwargs)
+
+        def alter(user: str) -> Callable[[], None]:
+            return lambda: self._native.alter_user_scram_credentials(by_user[user], timeout=timeout)
+
+        return {u: self._run(alter(u)) for u in by_user}
+
+    # ------------------------------------------------------------------------------ records, leaders
+    def delete_records(
+        self, topic_partition_offsets: list[TopicPartition], **kwargs: Any
+    ) -> dict[TopicPartition, Future[DeletedRecords]]:
+        """Delete each partition's records before its ``offset`` (``OFFSET_END``, -1: all of them);
+        ``{partition: future of DeletedRecords}`` (the new low watermark)."""
+        if not isinstance(topic_partition_offsets, list) or not topic_partition_offsets:
+            raise ValueError("Expected non-empty list of TopicPartition objects")
+        keys = {(tp.topic, tp.partition) for tp in topic_partition_offsets}
+        if len(keys) != len(topic_partition_offsets):
+            raise ValueError("Duplicate partitions in topic_partition_offsets")
+        for tp in topic_partition_offsets:
+            if tp.offset < 0 and tp.offset != -1:
+                raise ValueError(f"offset of {tp.topic} [{tp.partition}] must be >= 0 or OFFSET_END (-1)")
+        timeout = self._timeout(kwargs)
+
+        def delete(tp: TopicPartition) -> Callable[[], DeletedRecords]:
+            def run() -> DeletedRecords:
+                ntp = NativeTopicPartition(tp.topic, tp.partition)
+                done = self._native.delete_records({ntp: tp.offset}, timeout=timeout)
+                return DeletedRecords(done[ntp].low_watermark)
+
+            return run
+
+        return {tp: self._run(delete(tp)) for tp in topic_partition_offsets}
+
+    def elect_leaders(
+        self, election_type: ElectionType, partitions: list[TopicPartition] | None = None, **kwargs: Any
+    ) -> Future[dict[TopicPartition, KafkaException | None]]:
+        """Elect preferred or unclean leaders of ``partitions`` (``None``: every partition that needs one);
+        a future of ``{partition: None (elected) or its KafkaException}`` (``ELECTION_NOT_NEEDED`` when the
+        preferred replica leads already)."""
+        if not isinstance(election_type, ElectionType):
+            raise TypeError("Expected election_type to be an ElectionType")
+        if partitions is not None and (
+            not isinstance(partitions, list) or not all(isinstance(tp, TopicPartition) for tp in partitions)
+        ):
+            raise TypeError("Expected partitions to be a list of TopicPartition objects or None")
+        wanted = (
+            None
+            if partitions is None
+            else [NativeTopicPartition(tp.topic, tp.partition) for tp in partitions]
+        )
+        kind = native.ElectionType(election_type.value)
+        timeout = self._timeout(kwargs)
+
+        def run() -> dict[TopicPartition, KafkaException | None]:
+            outcome = self._native.elect_leaders(kind, wanted, timeout=timeout)
+            return {
+                TopicPartition(tp.topic, tp.partition): None if err is None else _failure(err)
+                for tp, err in outcome.items()
+            }
+
+        return self._run(run)
 
     def set_sasl_credentials(self, username: str, password: str) -> None:
         raise _not_implemented("set_sasl_credentials()")

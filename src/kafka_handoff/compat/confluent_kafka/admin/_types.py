@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from kafka_handoff.compat.confluent_kafka.error import KafkaError
 from kafka_handoff.compat.confluent_kafka.types import Node, TopicPartition
@@ -66,6 +66,8 @@ RESOURCE_TOPIC = 2
 RESOURCE_GROUP = 3
 RESOURCE_BROKER = 4
 RESOURCE_TRANSACTIONAL_ID = 5
+
+_E = TypeVar("_E", bound=enum.Enum)
 
 CONFIG_SOURCE_UNKNOWN_CONFIG = 0
 CONFIG_SOURCE_DYNAMIC_TOPIC_CONFIG = 1
@@ -439,8 +441,7 @@ class ListOffsetsResultInfo:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Types of calls kafka-handoff's admin client does not support yet (ACLs, SCRAM, records, elections): defined
-# so that programs importing them load; the AdminClient methods taking them raise NotImplementedError.
+# ACLs, SCRAM credentials, record deletion and leader elections
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -486,36 +487,149 @@ class ElectionType(enum.Enum):
     UNCLEAN = 1
 
 
+def _enum(kind: type[_E], value: Any, field: str) -> _E:
+    """``value`` as a member of ``kind``: the member itself, its name (any case) or its number."""
+    if isinstance(value, kind):
+        return value
+    if isinstance(value, str):
+        try:
+            return kind[value.upper()]
+        except KeyError:
+            pass
+    elif isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    allowed = ", ".join(m.name for m in kind)
+    raise ValueError(f"{field} must be a {kind.__name__} ({allowed}), got {value!r}")
+
+
 class AclBinding:
-    """An ACL: resource, pattern, principal, host, operation and permission."""
+    """An ACL: ``AclBinding(restype, name, resource_pattern_type, principal, host, operation,
+    permission_type)`` (the enums, or their names).  A binding to create must not use ``ANY``/``MATCH``/
+    ``UNKNOWN`` values nor leave a field ``None``."""
+
+    _filter = False
 
     def __init__(
         self,
-        restype: ResourceType,
+        restype: ResourceType | str | int,
         name: str | None,
-        resource_pattern_type: ResourcePatternType,
+        resource_pattern_type: ResourcePatternType | str | int,
         principal: str | None,
         host: str | None,
-        operation: AclOperation,
-        permission_type: AclPermissionType,
+        operation: AclOperation | str | int,
+        permission_type: AclPermissionType | str | int,
     ) -> None:
-        self.restype = restype
+        self._set(restype, name, resource_pattern_type, principal, host, operation, permission_type)
+        self._check()
+
+    def _set(
+        self,
+        restype: ResourceType | str | int,
+        name: str | None,
+        resource_pattern_type: ResourcePatternType | str | int,
+        principal: str | None,
+        host: str | None,
+        operation: AclOperation | str | int,
+        permission_type: AclPermissionType | str | int,
+    ) -> None:
+        self.restype = _enum(ResourceType, restype, "restype")
+        self.restype_int = int(self.restype.value)
         self.name = name
-        self.resource_pattern_type = resource_pattern_type
+        self.resource_pattern_type = _enum(
+            ResourcePatternType, resource_pattern_type, "resource_pattern_type"
+        )
+        self.resource_pattern_type_int = int(self.resource_pattern_type.value)
         self.principal = principal
         self.host = host
-        self.operation = operation
-        self.permission_type = permission_type
+        self.operation = _enum(AclOperation, operation, "operation")
+        self.operation_int = int(self.operation.value)
+        self.permission_type = _enum(AclPermissionType, permission_type, "permission_type")
+        self.permission_type_int = int(self.permission_type.value)
+
+    @classmethod
+    def _unchecked(cls, *fields: Any) -> AclBinding:
+        """A binding as the broker returned it (it may hold UNKNOWN values)."""
+        out = cls.__new__(cls)
+        out._set(*fields)
+        return out
+
+    def _check(self) -> None:
+        for field in ("name", "principal", "host"):
+            value = getattr(self, field)
+            if value is None and not self._filter:
+                raise ValueError(f"{field} must not be None in an AclBinding (use an AclBindingFilter)")
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{field} must be a str, got {value!r}")
+        if self._filter:
+            return
+        for field, value, bad in (
+            ("restype", self.restype, (ResourceType.ANY, ResourceType.UNKNOWN)),
+            (
+                "resource_pattern_type",
+                self.resource_pattern_type,
+                (ResourcePatternType.ANY, ResourcePatternType.MATCH, ResourcePatternType.UNKNOWN),
+            ),
+            ("operation", self.operation, (AclOperation.ANY, AclOperation.UNKNOWN)),
+            ("permission_type", self.permission_type, (AclPermissionType.ANY, AclPermissionType.UNKNOWN)),
+        ):
+            if value in bad:
+                raise ValueError(f"{field} cannot be {value.name} in an AclBinding (use an AclBindingFilter)")
+
+    def _key(self) -> tuple[Any, ...]:
+        return (
+            self.restype_int,
+            self.name,
+            self.resource_pattern_type_int,
+            self.principal,
+            self.host,
+            self.operation_int,
+            self.permission_type_int,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(restype={self.restype.name},name={self.name},"
+            f"resource_pattern_type={self.resource_pattern_type.name},principal={self.principal},"
+            f"host={self.host},operation={self.operation.name},permission_type={self.permission_type.name})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AclBinding) or type(other)._filter != self._filter:
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash((self._filter, *self._key()))
+
+    def __lt__(self, other: AclBinding) -> bool:
+        return tuple(str(k) for k in self._key()) < tuple(str(k) for k in other._key())
 
 
 class AclBindingFilter(AclBinding):
-    """An ACL filter (``None`` fields and ``ANY`` values match everything)."""
+    """An ACL filter: ``None`` fields and ``ANY`` values match everything (``MATCH``: the patterns that
+    match the name)."""
+
+    _filter = True
 
 
 class ScramCredentialInfo:
     def __init__(self, mechanism: ScramMechanism, iterations: int) -> None:
         self.mechanism = mechanism
         self.iterations = iterations
+
+    def __repr__(self) -> str:
+        return f"ScramCredentialInfo({self.mechanism.name}, {self.iterations})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ScramCredentialInfo):
+            return NotImplemented
+        return (self.mechanism, self.iterations) == (other.mechanism, other.iterations)
+
+    def __hash__(self) -> int:
+        return hash((self.mechanism, self.iterations))
 
 
 class UserScramCredentialsDescription:
@@ -542,6 +656,9 @@ class UserScramCredentialUpsertion(UserScramCredentialAlteration):
         self.password = password
         self.salt = salt
 
+    def __repr__(self) -> str:  # never the password
+        return f"UserScramCredentialUpsertion({self.user}, {self.scram_credential_info!r})"
+
 
 class UserScramCredentialDeletion(UserScramCredentialAlteration):
     def __init__(self, user: str, mechanism: ScramMechanism) -> None:
@@ -550,5 +667,10 @@ class UserScramCredentialDeletion(UserScramCredentialAlteration):
 
 
 class DeletedRecords:
+    """The outcome of ``delete_records`` for a partition: its log start offset afterwards."""
+
     def __init__(self, low_watermark: int) -> None:
         self.low_watermark = low_watermark
+
+    def __repr__(self) -> str:
+        return f"DeletedRecords(low_watermark={self.low_watermark})"
