@@ -3,8 +3,10 @@
 
 Results come in kafka-python 2.x's shapes where programs read them (lists of names, ``describe_topics``
 dicts, ``(group_id, protocol_type)`` tuples, ``{TopicPartition: OffsetAndMetadata}``); calls that return
-a raw protocol response in kafka-python return the native result instead (documented per method).  Calls
-the native admin client does not have raise :class:`NotImplementedError` naming what is missing.
+a raw protocol response in kafka-python return the native result instead (documented per method).  ACLs
+(``create_acls``/``describe_acls``/``delete_acls`` with kafka-python's ACL types), ``alter_configs``,
+``delete_records`` and ``perform_leader_election`` map onto the native calls.  Calls not mapped raise
+:class:`NotImplementedError` naming what is missing.
 """
 
 from __future__ import annotations
@@ -13,13 +15,38 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from kio.schema.errors import ErrorCode
+
+from kafka_handoff import admin as native
+from kafka_handoff import types as native_types
 from kafka_handoff.admin import AdminClient, ConfigEntry, CreateTopicResult
 from kafka_handoff.admin import NewTopic as NativeNewTopic
+from kafka_handoff.compat.kafka_python.acl_resource import (
+    ACL,
+    ACLFilter,
+    ACLOperation,
+    ACLPermissionType,
+    ACLResourcePatternType,
+    ResourcePattern,
+    ResourcePatternFilter,
+    ResourceType,
+)
 from kafka_handoff.compat.kafka_python.config import ADMIN_KEYS, translate
-from kafka_handoff.compat.kafka_python.errors import InvalidRequestError, KafkaError, NoError
+from kafka_handoff.compat.kafka_python.errors import (
+    IllegalArgumentError,
+    InvalidRequestError,
+    KafkaError,
+    NoError,
+)
 from kafka_handoff.compat.kafka_python.structs import OffsetAndMetadata, TopicPartition
+from kafka_handoff.errors import BrokerResponseError
 
 __all__ = [
+    "ACL",
+    "ACLFilter",
+    "ACLOperation",
+    "ACLPermissionType",
+    "ACLResourcePatternType",
     "ConfigResource",
     "ConfigResourceType",
     "DescribeConfigsResult",
@@ -30,6 +57,9 @@ __all__ = [
     "MemberMetadata",
     "NewPartitions",
     "NewTopic",
+    "ResourcePattern",
+    "ResourcePatternFilter",
+    "ResourceType",
 ]
 
 
@@ -91,7 +121,8 @@ class ConfigResourceType(enum.IntEnum):
 
 
 class ConfigResource:
-    """A resource whose configuration to describe (only ``TOPIC`` resources are supported)."""
+    """A resource whose configuration to describe or alter (``TOPIC``, ``BROKER``: its id as the name,
+    ``GROUP``); ``configs``: the keys to describe, or ``{key: value}`` to alter."""
 
     def __init__(
         self,
@@ -146,17 +177,11 @@ class GroupInformation(NamedTuple):
 
 
 _UNSUPPORTED: dict[str, str] = {
-    "alter_configs": "altering configurations",
     "incremental_alter_configs": "altering configurations",
-    "create_acls": "ACLs",
-    "describe_acls": "ACLs",
-    "delete_acls": "ACLs",
     "alter_partition_reassignments": "partition reassignments",
     "list_partition_reassignments": "partition reassignments",
-    "delete_records": "deleting records",
     "describe_log_dirs": "log directories",
     "alter_replica_log_dirs": "log directories",
-    "perform_leader_election": "leader elections",
     "elect_leaders": "leader elections",
     "alter_consumer_group_offsets": "altering group offsets",
     "alter_group_offsets": "altering group offsets",
@@ -189,6 +214,31 @@ def _topic_from_options(name: str, options: Any) -> NewTopic:
         options.get("assignments"),
         options.get("configs"),
     )
+
+
+_CONFIG_TYPES = {
+    ConfigResourceType.TOPIC: native.ConfigResourceType.TOPIC,
+    ConfigResourceType.BROKER: native.ConfigResourceType.BROKER,
+    ConfigResourceType.GROUP: native.ConfigResourceType.GROUP,
+}
+
+
+def _native_resource(r: ConfigResource) -> native.ConfigResource:
+    kind = _CONFIG_TYPES.get(r.resource_type)
+    if kind is None:
+        raise NotImplementedError(
+            f"kafka-handoff's admin client keeps configs of TOPIC, BROKER and GROUP resources, not "
+            f"{r.resource_type.name}"
+        )
+    return native.ConfigResource(kind, str(r.name))
+
+
+def native_tp(tp: TopicPartition) -> native_types.TopicPartition:
+    return native_types.TopicPartition(tp.topic, tp.partition)
+
+
+def _election_not_needed(error: BaseException) -> bool:
+    return isinstance(error, BrokerResponseError) and int(error.code) == ErrorCode.election_not_needed
 
 
 def _seconds(timeout_ms: int | None) -> float | None:
@@ -323,23 +373,132 @@ class KafkaAdminClient:
     def describe_configs(
         self, config_resources: Iterable[ConfigResource], include_synonyms: bool = False
     ) -> list[DescribeConfigsResult]:
-        """The configuration of TOPIC resources, one :class:`DescribeConfigsResult` per resource (only the
-        keys the resource names, when it names some)."""
+        """The configuration of TOPIC, BROKER (the broker's id as the name) and GROUP resources, one
+        :class:`DescribeConfigsResult` per resource (only the keys the resource names, when it names
+        some)."""
         resources = list(config_resources)
-        other = [r for r in resources if r.resource_type is not ConfigResourceType.TOPIC]
-        if other:
-            raise NotImplementedError(
-                f"describe_configs(): kafka-handoff's admin client describes TOPIC resources only, not "
-                f"{other[0].resource_type.name}"
-            )
-        described = self._native.describe_configs([r.name for r in resources])
+        natives = [_native_resource(r) for r in resources]
         out: list[DescribeConfigsResult] = []
-        for r in resources:
-            entries = described[r.name]
+        for r, n in zip(resources, natives, strict=True):
+            entries = self._native.describe_configs([n])[n.name]
             if r.configs:
                 entries = {k: v for k, v in entries.items() if k in r.configs}
             out.append(DescribeConfigsResult(r.resource_type, r.name, dict(entries)))
         return out
+
+    def alter_configs(
+        self, config_resources: Iterable[ConfigResource], validate_only: bool = False
+    ) -> dict[str, dict[str, str]]:
+        """Replace each resource's dynamic configs with its ``configs`` dict (AlterConfigs: keys not given
+        go back to their defaults).  kafka-python 3's result: ``{resource type ('topic', 'broker',
+        'group'): {name: 'OK' or the error}}``, each resource altered on its own (kafka-python 2 returns the
+        raw AlterConfigs response)."""
+        out: dict[str, dict[str, str]] = {}
+        for r in config_resources:
+            n = _native_resource(r)
+            if not isinstance(r.configs, Mapping):
+                raise IllegalArgumentError(f"alter_configs(): the configs of {r.name!r} must be a dict")
+            values = {str(k): str(v) for k, v in r.configs.items()}
+            try:
+                self._native.alter_configs({n: values}, validate_only=validate_only)
+                result = "OK"
+            except KafkaError as exc:
+                result = f"{type(exc).__name__}: {exc}"
+            out.setdefault(n.type.name.lower(), {})[r.name] = result
+        return out
+
+    # ------------------------------------------------------------------------------------------ ACLs
+    def create_acls(self, acls: Iterable[ACL]) -> dict[str, list[Any]]:
+        """Create ACLs: ``{'succeeded': [ACL, ...], 'failed': [error class, ...]}`` (each ACL created on
+        its own, so one refused ACL does not stop the others)."""
+        items = list(acls)
+        for acl in items:
+            if not isinstance(acl, ACL):
+                raise IllegalArgumentError("acls must contain ACL objects")
+        results: dict[str, list[Any]] = {"succeeded": [], "failed": []}
+        for acl in items:
+            try:
+                self._native.create_acls([acl.to_native()])
+            except KafkaError as exc:
+                results["failed"].append(type(exc))
+            else:
+                results["succeeded"].append(acl)
+        return results
+
+    def describe_acls(self, acl_filter: ACLFilter) -> tuple[list[ACL], type[BaseException]]:
+        """``([ACL, ...], NoError)``: the ACLs matching the filter (raises the broker's error, e.g.
+        ``SecurityDisabledError`` without an authorizer)."""
+        if not isinstance(acl_filter, ACLFilter):
+            raise IllegalArgumentError("acl_filter must be an ACLFilter")
+        found = self._native.describe_acls(acl_filter.to_native_filter())
+        return [ACL.from_native(b) for b in found], NoError
+
+    def delete_acls(
+        self, acl_filters: Iterable[ACLFilter]
+    ) -> list[tuple[ACLFilter, list[ACL], type[BaseException]]]:
+        """Delete the ACLs matching each filter: ``[(filter, [deleted ACL, ...], NoError or the error
+        class), ...]`` in the order of the filters."""
+        flts = list(acl_filters)
+        for f in flts:
+            if not isinstance(f, ACLFilter):
+                raise IllegalArgumentError("acl_filters must contain ACLFilter type objects")
+        out: list[tuple[ACLFilter, list[ACL], type[BaseException]]] = []
+        for f in flts:
+            try:
+                deleted = self._native.delete_acls([f.to_native_filter()])
+            except KafkaError as exc:
+                out.append((f, [], type(exc)))
+            else:
+                out.append((f, [ACL.from_native(b) for b in deleted], NoError))
+        return out
+
+    # ---------------------------------------------------------------------------- records, elections
+    def delete_records(
+        self,
+        records_to_delete: Mapping[TopicPartition, int],
+        timeout_ms: int | None = None,
+        partition_leader_id: int | None = None,
+    ) -> dict[TopicPartition, dict[str, int]]:
+        """Delete each partition's records before its offset (``-1``: all of them): ``{TopicPartition:
+        {'partition_index', 'low_watermark', 'error_code'}}``.  A partition's failure raises its error
+        (the others named in its notes).  ``partition_leader_id`` is not needed: the native client sends
+        each partition to its current leader."""
+        wanted = {TopicPartition(tp.topic, tp.partition): int(o) for tp, o in records_to_delete.items()}
+        done = self._native.delete_records(
+            {native_tp(tp): o for tp, o in wanted.items()}, timeout=_seconds(timeout_ms)
+        )
+        return {
+            tp: {
+                "partition_index": tp.partition,
+                "low_watermark": done[native_tp(tp)].low_watermark,
+                "error_code": 0,
+            }
+            for tp in wanted
+        }
+
+    def perform_leader_election(
+        self,
+        election_type: int,
+        topic_partitions: Mapping[str, Iterable[int]] | None = None,
+        timeout_ms: int | None = None,
+        raise_errors: bool = True,
+    ) -> dict[TopicPartition, BaseException | None]:
+        """Elect preferred (0) or unclean (1) leaders of ``{topic: [partition, ...]}`` (``None``: every
+        partition that needs one).  Returns the native ``{TopicPartition: None or the error}`` (kafka-python
+        returns the raw ElectLeaders response); with ``raise_errors`` the first error other than
+        ``ElectionNotNeededError`` is raised."""
+        kind = native.ElectionType(int(election_type))
+        wanted = (
+            None
+            if topic_partitions is None
+            else [native_tp(TopicPartition(t, int(p))) for t, ps in topic_partitions.items() for p in ps]
+        )
+        result = self._native.elect_leaders(kind, wanted, timeout=_seconds(timeout_ms))
+        if raise_errors:
+            for error in result.values():
+                if error is not None and not _election_not_needed(error):
+                    raise error
+        return {TopicPartition(tp.topic, tp.partition): e for tp, e in result.items()}
 
     # ------------------------------------------------------------------------------------------ groups
     def list_consumer_groups(
