@@ -20,11 +20,20 @@ from kafka_handoff.compat.confluent_kafka import (
     SerializingProducer,
 )
 from kafka_handoff.compat.confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
+    ConfigEntry,
     ConfigResource,
     ConsumerGroupState,
     NewTopic,
+    ResourcePatternType,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
 )
 from kafka_handoff.compat.confluent_kafka.error import KeySerializationError, ValueSerializationError
 from kafka_handoff.compat.confluent_kafka.serialization import MessageField, SerializationContext
@@ -266,21 +275,56 @@ def test_consumer_group_state_from_broker_names() -> None:
     assert ConsumerGroupState.of(None) is ConsumerGroupState.UNKNOWN
 
 
-def test_admin_operations_kafka_handoff_lacks_name_themselves() -> None:
+def test_admin_operations_check_their_arguments_before_sending() -> None:
     admin = AdminClient(_conf())
     try:
-        with pytest.raises(NotImplementedError, match=r"alter_configs\(\)"):
-            admin.alter_configs([ConfigResource("topic", "x", set_config={"a": "1"})])
-        with pytest.raises(NotImplementedError, match=r"describe_configs\(BROKER resources\)"):
-            admin.describe_configs([ConfigResource("broker", "1")])
-        with pytest.raises(NotImplementedError, match=r"delete_records\(\)"):
-            admin.delete_records({})
+        with pytest.raises(ValueError, match="configs exist for TOPIC, BROKER and GROUP"):
+            admin.describe_configs([ConfigResource("transactional_id", "x")])
+        with pytest.raises(TypeError, match="incremental_operation"):
+            admin.incremental_alter_configs(
+                [ConfigResource("topic", "x", incremental_configs=[ConfigEntry("a", "1")])]
+            )
+        with pytest.raises(ValueError, match="non-empty list of TopicPartition"):
+            admin.delete_records([])
+        with pytest.raises(TypeError, match="AclBinding objects"):
+            admin.create_acls([AclBindingFilter("any", None, "any", None, None, "any", "any")])
+        with pytest.raises(TypeError, match="ElectionType"):
+            admin.elect_leaders(0)  # type: ignore[arg-type]
+        with pytest.raises(NotImplementedError, match=r"set_sasl_credentials\(\)"):
+            admin.set_sasl_credentials("u", "p")
         with pytest.raises(TypeError, match="NewTopic"):
             admin.create_topics(["not-a-NewTopic"])  # type: ignore[list-item]
         with pytest.raises(TypeError, match="must be a set"):
             admin.list_consumer_groups(states=[ConsumerGroupState.STABLE])
     finally:
         admin.close()
+
+
+def test_acl_bindings_take_enum_names_and_refuse_filter_values() -> None:
+    by_name = AclBinding("topic", "t", "prefixed", "User:a", "*", "write", "deny")
+    by_enum = AclBinding(
+        ResourceType.TOPIC,
+        "t",
+        ResourcePatternType.PREFIXED,
+        "User:a",
+        "*",
+        AclOperation.WRITE,
+        AclPermissionType.DENY,
+    )
+    assert by_name == by_enum and hash(by_name) == hash(by_enum) and len({by_name, by_enum}) == 1
+    with pytest.raises(ValueError, match="operation cannot be ANY"):
+        AclBinding("topic", "t", "literal", "User:a", "*", "any", "allow")
+    with pytest.raises(ValueError, match="principal must not be None"):
+        AclBinding("topic", "t", "literal", None, "*", "read", "allow")
+    with pytest.raises(ValueError, match="AclOperation"):
+        AclBinding("topic", "t", "literal", "User:a", "*", "fly", "allow")
+    flt = AclBindingFilter("any", None, "match", None, None, "any", "any")
+    assert flt != AclBindingFilter("any", None, "any", None, None, "any", "any")
+
+
+def test_scram_upsertion_repr_hides_the_password() -> None:
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    assert "hunter2" not in repr(UserScramCredentialUpsertion("u", info, b"hunter2"))
 
 
 def test_new_topic_keeps_confluents_fields() -> None:

@@ -13,6 +13,7 @@ import pytest
 
 import kafka_handoff
 from kafka_handoff.compat import kafka_python as kp
+from kafka_handoff.compat.kafka_python import acl_resource as acl
 from kafka_handoff.compat.kafka_python import errors
 from kafka_handoff.compat.kafka_python.admin import KafkaAdminClient
 from kafka_handoff.compat.kafka_python.config import (
@@ -326,16 +327,47 @@ def test_errors_alias_the_native_classes() -> None:
         assert issubclass(getattr(errors, name), Exception), name
 
 
+def test_acl_types_validate_as_kafka_pythons_do() -> None:
+    pattern = acl.ResourcePattern(acl.ResourceType.TOPIC, "t", acl.ACLResourcePatternType.PREFIXED)
+    entry = acl.ACL("User:a", "*", acl.ACLOperation.WRITE, acl.ACLPermissionType.DENY, pattern)
+    same = acl.ACL(
+        "User:a",
+        "*",
+        acl.ACLOperation.WRITE,
+        acl.ACLPermissionType.DENY,
+        acl.ResourcePattern(acl.ResourceType.TOPIC, "t", acl.ACLResourcePatternType.PREFIXED),
+    )
+    assert entry == same and hash(entry) == hash(same)
+    native = entry.to_native()
+    assert (native.pattern.name, native.pattern.pattern_type.name, native.entry.operation.name) == (
+        "t",
+        "PREFIXED",
+        "WRITE",
+    )
+    assert acl.ACL.from_native(native) == entry
+    with pytest.raises(errors.IllegalArgumentError, match="cannot be ANY"):
+        acl.ResourcePattern(acl.ResourceType.ANY, "t")
+    with pytest.raises(errors.IllegalArgumentError, match="operation cannot be ANY"):
+        acl.ACL("User:a", "*", acl.ACLOperation.ANY, acl.ACLPermissionType.DENY, pattern)
+    any_topic = acl.ResourcePatternFilter(acl.ResourceType.TOPIC, None, acl.ACLResourcePatternType.ANY)
+    flt = acl.ACLFilter(None, None, acl.ACLOperation.ANY, acl.ACLPermissionType.ANY, any_topic)
+    assert flt.to_native_filter().name is None
+    with pytest.raises(errors.IllegalArgumentError, match="ResourcePattern object"):
+        acl.ACL("User:a", "*", acl.ACLOperation.READ, acl.ACLPermissionType.ALLOW, any_topic)  # type: ignore[arg-type]
+
+
 def test_every_exported_name_resolves() -> None:
     assert [n for n in kp.__all__ if not hasattr(kp, n)] == []
 
 
 def test_admin_calls_the_native_client_lacks_raise_not_implemented() -> None:
     admin = KafkaAdminClient.__new__(KafkaAdminClient)  # no connection needed for the stubs
-    with pytest.raises(NotImplementedError, match=r"alter_configs\(\).*altering configurations"):
-        admin.alter_configs([])
-    with pytest.raises(NotImplementedError, match="ACLs"):
-        admin.describe_acls(None)
+    with pytest.raises(NotImplementedError, match=r"incremental_alter_configs\(\).*altering configurations"):
+        admin.incremental_alter_configs([])
+    with pytest.raises(NotImplementedError, match="log directories"):
+        admin.describe_log_dirs()
+    with pytest.raises(errors.IllegalArgumentError, match="ACLFilter"):
+        admin.describe_acls(None)  # type: ignore[arg-type]
     with pytest.raises(AttributeError):
         admin.no_such_call  # noqa: B018
 
