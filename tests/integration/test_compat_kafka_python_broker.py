@@ -23,6 +23,7 @@ from kafka_handoff.compat.kafka_python import (
     TopicPartition,
     errors,
 )
+from kafka_handoff.compat.kafka_python import acl_resource as acl
 from kafka_handoff.compat.kafka_python.admin import ConfigResource, ConfigResourceType, NewPartitions
 
 pytestmark = pytest.mark.integration
@@ -389,13 +390,93 @@ def test_admin_topics_partitions_configs_and_cluster(bootstrap: str) -> None:
             assert sorted(p["partition"] for p in described["partitions"]) == [0, 1, 2]
             (configs,) = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)])
             assert configs.configs["retention.ms"].value == "123456"
-            with pytest.raises(NotImplementedError, match="BROKER"):
-                admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, "1")])
             cluster = admin.describe_cluster()
             assert cluster["brokers"] and cluster["cluster_id"]
+            node = str(cluster["brokers"][0]["node_id"])
+            (broker_configs,) = admin.describe_configs(
+                [ConfigResource(ConfigResourceType.BROKER, node, ["log.retention.hours"])]
+            )
+            assert broker_configs.resource_name == node
+            assert list(broker_configs.configs) == ["log.retention.hours"]
+
+            # alter_configs replaces the dynamic configs: retention.ms goes back to its default.
+            missing = f"kp-missing-{uuid.uuid4().hex[:8]}"
+            result = admin.alter_configs(
+                [
+                    ConfigResource(ConfigResourceType.TOPIC, name, {"cleanup.policy": "compact"}),
+                    ConfigResource(ConfigResourceType.TOPIC, missing, {"cleanup.policy": "compact"}),
+                ]
+            )
+            assert result["topic"][name] == "OK"
+            assert result["topic"][missing].startswith("UnknownTopicOrPartitionError")
+            now = _configs_once(admin, name, lambda c: c["cleanup.policy"].value == "compact")
+            assert now["cleanup.policy"].value == "compact" and now["retention.ms"].is_default
         finally:
             admin.delete_topics([name])
         assert name not in admin.list_topics()
+
+
+def _configs_once(
+    admin: KafkaAdminClient, topic: str, check: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """The topic's configs once ``check`` holds (bounded): an altered config reaches the broker that
+    describes it through the metadata log, after the controller acknowledged the change."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        (described,) = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        if check(described.configs) or time.monotonic() > deadline:
+            return described.configs
+        time.sleep(0.1)
+
+
+def test_admin_delete_records_and_leader_election(bootstrap: str, topic_factory: TopicFactory) -> None:
+    topic = topic_factory(partitions=2)
+    produce(bootstrap, topic, 10, partitions=2)  # 5 records per partition
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    with KafkaAdminClient(bootstrap_servers=bootstrap) as admin:
+        result = admin.delete_records({tp0: 2, tp1: -1}, timeout_ms=30_000)
+        assert result == {
+            tp0: {"partition_index": 0, "low_watermark": 2, "error_code": 0},
+            tp1: {"partition_index": 1, "low_watermark": 5, "error_code": 0},
+        }
+        with pytest.raises(errors.UnknownTopicOrPartitionError):
+            admin.delete_records({TopicPartition(topic, 9): 1})
+        # The only replica leads already: ElectionNotNeeded is reported, not raised.
+        elected = admin.perform_leader_election(0, {topic: [0, 1]}, timeout_ms=30_000)
+        assert sorted(elected) == [tp0, tp1]
+        assert all("ELECTION_NOT_NEEDED" in str(e) for e in elected.values())
+    with KafkaConsumer(bootstrap_servers=bootstrap) as consumer:
+        assert consumer.beginning_offsets([tp0, tp1]) == {tp0: 2, tp1: 5}
+
+
+def test_admin_acls_on_the_secured_broker(secured: Any) -> None:
+    topic = f"kp-acl-{uuid.uuid4().hex[:8]}"
+    pattern = acl.ResourcePattern(acl.ResourceType.TOPIC, topic)
+    read = acl.ACL("User:bob", "*", acl.ACLOperation.READ, acl.ACLPermissionType.ALLOW, pattern)
+    deny = acl.ACL("User:bob", "*", acl.ACLOperation.WRITE, acl.ACLPermissionType.DENY, pattern)
+    everything = acl.ACLFilter(
+        None,
+        None,
+        acl.ACLOperation.ANY,
+        acl.ACLPermissionType.ANY,
+        acl.ResourcePatternFilter(acl.ResourceType.TOPIC, topic, acl.ACLResourcePatternType.ANY),
+    )
+    with KafkaAdminClient(bootstrap_servers=secured.bootstrap_servers) as admin:
+        created = admin.create_acls([read, deny])
+        assert created == {"succeeded": [read, deny], "failed": []}
+        deadline = time.monotonic() + WAIT_S  # ACLs reach the authorizer through the metadata log
+        while True:
+            found, error = admin.describe_acls(everything)
+            if len(found) == 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert error is errors.NoError and sorted(found, key=repr) == sorted([read, deny], key=repr)
+        only_write = acl.ACLFilter(
+            "User:bob", None, acl.ACLOperation.WRITE, acl.ACLPermissionType.ANY, everything.resource_pattern
+        )
+        ((flt, deleted, err), (flt2, rest, err2)) = admin.delete_acls([only_write, everything])
+        assert (flt, deleted, err) == (only_write, [deny], errors.NoError)
+        assert (flt2, err2) == (everything, errors.NoError) and rest in ([read], [read, deny])
 
 
 def test_admin_consumer_groups(bootstrap: str, topic_factory: TopicFactory) -> None:

@@ -128,7 +128,7 @@ class ConfigResource:
         self,
         resource_type: ConfigResourceType | str | int,
         name: str,
-        configs: Mapping[str, Any] | None = None,
+        configs: Mapping[str, Any] | Sequence[str] | None = None,
     ) -> None:
         if isinstance(resource_type, str):
             resource_type = ConfigResourceType[resource_type.upper()]
