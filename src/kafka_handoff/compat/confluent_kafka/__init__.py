@@ -13,6 +13,7 @@ from kafka_handoff.compat.confluent_kafka import admin, error, serialization
 from kafka_handoff.compat.confluent_kafka.admin._types import (
     ConsumerGroupState,
     ConsumerGroupType,
+    ElectionType,
     IsolationLevel,
 )
 from kafka_handoff.compat.confluent_kafka.consumer import Consumer
@@ -47,6 +48,7 @@ __all__ = [
     "ConsumerGroupTopicPartitions",
     "ConsumerGroupType",
     "DeserializingConsumer",
+    "ElectionType",
     "IsolationLevel",
     "KafkaError",
     "KafkaException",

@@ -929,9 +929,9 @@ class AdminClient:
 
     def elect_leaders(
         self, election_type: ElectionType, partitions: list[TopicPartition] | None = None, **kwargs: Any
-    ) -> Future[dict[TopicPartition, KafkaException | None]]:
+    ) -> Future[dict[TopicPartition, KafkaError | None]]:
         """Elect preferred or unclean leaders of ``partitions`` (``None``: every partition that needs one);
-        a future of ``{partition: None (elected) or its KafkaException}`` (``ELECTION_NOT_NEEDED`` when the
+        a future of ``{partition: None (elected) or its KafkaError}`` (``ELECTION_NOT_NEEDED`` when the
         preferred replica leads already)."""
         if not isinstance(election_type, ElectionType):
             raise TypeError("Expected election_type to be an ElectionType")
@@ -947,10 +947,10 @@ class AdminClient:
         kind = native.ElectionType(election_type.value)
         timeout = self._timeout(kwargs)
 
-        def run() -> dict[TopicPartition, KafkaException | None]:
+        def run() -> dict[TopicPartition, KafkaError | None]:
             outcome = self._native.elect_leaders(kind, wanted, timeout=timeout)
             return {
-                TopicPartition(tp.topic, tp.partition): None if err is None else _failure(err)
+                TopicPartition(tp.topic, tp.partition): None if err is None else from_exception(err)
                 for tp, err in outcome.items()
             }
 
