@@ -231,7 +231,8 @@ def test_configs_incremental_and_replacing_alters_and_broker_and_group_resources
     assert described["retention.ms"].is_default and described["cleanup.policy"].value == "compact"
 
     # alter_configs replaces every dynamic config: cleanup.policy goes back to its default.
-    replace = ConfigResource("topic", topic, set_config={"segment.ms": "7200000"})
+    replace = ConfigResource("topic", topic)
+    replace.set_config("segment.ms", 7200000)  # not a str: sent as its text, as librdkafka does
     checked = admin.alter_configs([replace], validate_only=True)[replace]
     assert checked.result(60) is None
     assert admin.describe_configs([good])[good].result(60)["cleanup.policy"].value == "compact"

@@ -575,7 +575,7 @@ class AdminClient:
         timeout = self._timeout(kwargs)
 
         def alter(resource: ConfigResource) -> Callable[[], None]:
-            values = dict(resource.set_config_dict)
+            values = {str(k): str(v) for k, v in resource.set_config_dict.items()}  # as librdkafka takes them
             return lambda: self._native.alter_configs(
                 {natives[resource]: values}, validate_only=validate, timeout=timeout
             )
@@ -607,7 +607,8 @@ class AdminClient:
                 op = native.AlterConfigOpType(entry.incremental_operation.value)
                 if op != native.AlterConfigOpType.DELETE and entry.value is None:
                     raise ValueError(f"{entry.name}: a {op.name} operation needs a value")
-                ops[r].append(native.AlterConfigOp(entry.name, entry.value, op))
+                value = None if entry.value is None else str(entry.value)
+                ops[r].append(native.AlterConfigOp(str(entry.name), value, op))
         validate = bool(kwargs.get("validate_only", False))
         timeout = self._timeout(kwargs)
 

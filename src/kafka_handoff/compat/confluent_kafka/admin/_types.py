@@ -245,7 +245,7 @@ class ConfigResource:
         self,
         restype: ResourceType | str | int,
         name: str,
-        set_config: Mapping[str, str] | None = None,
+        set_config: Mapping[str, Any] | None = None,
         described_configs: Mapping[str, ConfigEntry] | None = None,
         error: KafkaError | None = None,
         incremental_configs: Sequence[ConfigEntry] | None = None,
@@ -287,7 +287,7 @@ class ConfigResource:
         """The number of configuration entries set (``set_config``)."""
         return len(self.set_config_dict)
 
-    def set_config(self, name: str, value: str, overwrite: bool = True) -> None:
+    def set_config(self, name: str, value: Any, overwrite: bool = True) -> None:
         if not overwrite and name in self.set_config_dict:
             return
         self.set_config_dict[name] = value
