@@ -457,6 +457,12 @@ class Consumer:
         return self._wait(self._thread.submit(event), 30_000, "network thread call", internal=internal)
 
     def _raise_background_errors(self) -> None:
+        if self._dispatch.in_callback:
+            # A rebalance callback's own calls (commit_sync, committed, position, offset lookups on its view)
+            # raise only their own errors: what another callback or the network thread queued stays queued
+            # for the application's next call (KIP-1306: "other callbacks are not affected").
+            self._drain_background()
+            return
         if self._fatal is not None:
             raise self._fatal
         self._drain_background()
