@@ -226,9 +226,7 @@ def test_close_commits_through_the_listener_despite_a_pending_error(broker: Any,
     pump([loop], lambda: len(consumer.assignment()) == 2, 60, "the assignment")
     parts = sorted(consumer.assignment())
     posted = threading.Event()
-    future = consumer.commit_async(
-        {tp: OffsetAndMetadata(1) for tp in parts}, callback=failing_commit_callback
-    )
+    future = consumer.commit_async({tp: OffsetAndMetadata(1) for tp in parts}, callback=failing_commit_callback)
     future.add_done_callback(lambda _: posted.set())  # runs after the consumer posted its callback event
     assert posted.wait(30)
     # The commit callback's error is not the revoke callback's: close() logs it (nobody can receive it any
@@ -244,3 +242,26 @@ def test_close_commits_through_the_listener_despite_a_pending_error(broker: Any,
     assert {tp: (om.offset if om is not None else None) for tp, om in committed.items()} == {
         tp: 7 for tp in parts
     }
+
+
+def test_new_partitions_are_fetched_from_the_assigned_callbacks_seek_while_a_revoke_is_delayed(
+    broker: Any, topic_factory: Any
+) -> None:
+    listener = ExternalOffsets()
+    a, b, t1, t2 = _revoke_and_assign_in_one_rebalance(
+        broker, topic_factory, listener, delay_revoke=True, auto_offset_reset="none"
+    )
+    try:
+        new = {TopicPartition(t2, 0), TopicPartition(t2, 1)}
+        pump([a, b], lambda: new <= set(a.first_offset) or bool(a.errors), 90, "A to consume t2")
+        still_delayed = set(a.consumer._dispatch.revoke.revoke_requested_partitions())
+    finally:
+        a.consumer.close(10)
+        b.consumer.close(10)
+    assert [e for e in a.errors if isinstance(e, NoOffsetForPartitionError)] == []
+    assert a.errors == []
+    # A saw the revoke request (the KIP-983 loop works) and t2 was fetched while it was still delayed.
+    assert any(tp.topic == t1 for tp in a.to_be_revoked_seen)
+    assert any(tp.topic == t1 for tp in still_delayed), "the revoke was expected to be still delayed"
+    assert new <= a.fetched_while_delaying
+    assert {tp: a.first_offset[tp] for tp in new} == {tp: EXTERNAL_OFFSET for tp in new}

@@ -222,15 +222,29 @@ def test_delay_revoke_marks_kip983_use(rig: Rig) -> None:
 
 
 # ================================================================================================ order
-def test_assign_waits_for_an_earlier_delayed_revoke(rig: Rig) -> None:
+def test_assign_waits_for_an_earlier_revoke_until_the_next_poll(rig: Rig) -> None:
+    """KIP-429 order: the revoke requested in the same poll completes first, at the next poll's start."""
     rig.poll(revoke(1, T0), assign(2, T2))
-    assert rig.d.delay_revoke([T0])
-    rig.poll()
-    assert rig.host.calls() == []  # the assign waits behind the delayed revoke
+    assert rig.host.calls() == []
     assert not rig.d.callbacks_runnable()
     rig.poll()
     assert rig.host.calls() == [("revoked", tps(T0)), ("assigned", tps(T2))]
     assert rig.host.completed() == [(1, None), (2, None)]
+
+
+def test_assign_does_not_wait_for_a_revoke_the_application_delays(rig: Rig) -> None:
+    """Issue 26: new partitions are not held back by an unrelated revoke the application keeps delaying
+    (their positions are initialised only after their assigned callback, which must therefore run)."""
+    rig.poll(revoke(1, T0), assign(2, T2))
+    assert rig.d.delay_revoke([T0])
+    rig.poll()
+    assert rig.host.calls() == [("assigned", tps(T2))]
+    assert rig.host.completed() == [(2, None)]
+    assert rig.d.delay_revoke([T0])
+    rig.poll()
+    rig.poll()
+    assert rig.host.calls() == [("assigned", tps(T2)), ("revoked", tps(T0))]
+    assert rig.host.completed() == [(2, None), (1, None)]
 
 
 def test_assign_without_a_pending_revoke_runs_in_the_same_poll(rig: Rig) -> None:
@@ -242,10 +256,8 @@ def test_assign_without_a_pending_revoke_runs_in_the_same_poll(rig: Rig) -> None
     assert rig.host.completed() == [(4, None)]
 
 
-def test_on_assignment_runs_after_a_delayed_revoke_and_before_assigned(rig: Rig) -> None:
+def test_on_assignment_runs_after_the_revoke_and_before_assigned(rig: Rig) -> None:
     rig.poll(revoke(1, T0), assign(2, T2, on_assignment=lambda: rig.host.journal.append(("on_assignment",))))
-    assert rig.d.delay_revoke([T0])
-    rig.poll()
     rig.poll()
     assert rig.host.calls() == [("revoked", tps(T0)), ("on_assignment",), ("assigned", tps(T2))]
 
@@ -291,9 +303,7 @@ def test_lost_runs_at_once_resolves_a_pending_revoke_and_returns_early(rig: Rig)
 
 def test_lost_drops_an_assign_waiting_behind_a_revoke_of_the_reset_generation(rig: Rig) -> None:
     hook: list[str] = []
-    rig.poll(revoke(1, T0), assign(2, T2, on_assignment=lambda: hook.append("x")))
-    assert rig.d.delay_revoke([T0])
-    rig.poll(lost(3, T0, T1, T2))
+    rig.poll(revoke(1, T0), assign(2, T2, on_assignment=lambda: hook.append("x")), lost(3, T0, T1, T2))
     rig.poll()
     assert rig.host.calls() == [("lost", tps(T0, T1, T2))]
     assert hook == []
@@ -301,9 +311,7 @@ def test_lost_drops_an_assign_waiting_behind_a_revoke_of_the_reset_generation(ri
 
 
 def test_assign_partly_lost_runs_for_the_partitions_still_owned(rig: Rig) -> None:
-    rig.poll(revoke(1, T0), assign(2, T1, T2))
-    assert rig.d.delay_revoke([T0])
-    rig.poll(lost(3, T2))
+    rig.poll(revoke(1, T0), assign(2, T1, T2), lost(3, T2))
     rig.poll()
     assert rig.host.calls() == [("lost", tps(T2)), ("revoked", tps(T0)), ("assigned", tps(T1))]
 

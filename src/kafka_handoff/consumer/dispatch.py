@@ -99,6 +99,10 @@ class RebalanceDispatcher:
         # Partitions whose revoked/lost callback ran and that were not assigned again since.
         self._told_gone: set[TopicPartition] = set()
         self._early_return = False
+        # REVOKE requests made since the last start of poll(): an ASSIGN waits for them (KIP-429 order:
+        # revoked < assigned), but not for a revoke the application delayed since (KIP-983: the new
+        # partitions are consumed at full speed meanwhile).
+        self._fresh_revokes: set[int] = set()
         # Set once the application shows it follows KIP-983 (reads to_be_revoked_partitions or calls
         # delay_revoke): only then must a revoke wait for the next poll() without a listener (KIP-848).
         self.kip983_used = False
@@ -126,6 +130,7 @@ class RebalanceDispatcher:
         """KIP-983's start-of-poll rules: complete the revokes that are due, then run queued callbacks."""
         with self.polling():
             self.complete_revokes(self.revoke.start_of_poll())
+            self._fresh_revokes.clear()
             self.run_deferred()
 
     def take_early_return(self) -> bool:
@@ -137,11 +142,21 @@ class RebalanceDispatcher:
         """True when queued work would run user code now (an ASSIGN behind a pending revoke would not)."""
         if not self.deferred:
             return False
-        pending = self.revoke.pending_seqs()
+        held = self._assign_held()
         return any(
-            isinstance(event, AppThreadTask) or event.kind is not CallbackKind.ASSIGN or not pending
+            isinstance(event, AppThreadTask) or event.kind is not CallbackKind.ASSIGN or not held
             for event in self.deferred
         )
+
+    def _assign_held(self) -> bool:
+        """An ASSIGN waits while a REVOKE requested since the last start of ``poll()`` has not completed:
+        the start of the next ``poll()`` completes it first (revoked < assigned, KIP-429).  A revoke the
+        application delayed beyond that does not hold the new partitions back (as Java, their positions
+        are initialised only after their assigned callback, which therefore must run)."""
+        if self.leaving or not self._fresh_revokes:
+            return False
+        self._fresh_revokes &= self.revoke.pending_seqs()
+        return bool(self._fresh_revokes)
 
     # ------------------------------------------------------------------------------ events
     def on_event(self, event: DispatchEvent) -> None:
@@ -164,7 +179,7 @@ class RebalanceDispatcher:
                 self._run_task(event)
                 i = 0
                 continue
-            if event.kind is CallbackKind.ASSIGN and self.revoke.pending_seqs() and not self.leaving:
+            if event.kind is CallbackKind.ASSIGN and self._assign_held():
                 i += 1
                 continue
             del queue_[i]
@@ -193,6 +208,7 @@ class RebalanceDispatcher:
             received = event.received_ms if event.received_ms is not None else self._now_ms()
             deadline = received + int(0.8 * self._max_poll_interval_ms)
             self.revoke.on_revoke_requested(parts, event.seq, deadline_ms=deadline)
+            self._fresh_revokes.add(event.seq)
             self._host.drop_fetched(lambda tp: tp not in parts)
             if self.leaving or self._revoke_completes_at_once():
                 # unsubscribe()/close(): no later poll will complete it; or it completes in this poll.

@@ -313,7 +313,8 @@ class SubscriptionState:
             return {
                 tp: (st.reset_strategy or self.default_reset, st.position_epoch)
                 for tp, st in self._parts.items()
-                if st.position is None and not st.pending_revocation
+                # As Java: not before the assigned callback ran (it may seek to offsets kept elsewhere).
+                if st.position is None and not st.pending_revocation and not st.awaiting_callback
             }
 
     def partitions_without_offset(self) -> frozenset[TopicPartition]:
@@ -323,7 +324,10 @@ class SubscriptionState:
             return frozenset(
                 tp
                 for tp, st in self._parts.items()
-                if st.position is None and st.reset_strategy == "none" and not st.pending_revocation
+                if st.position is None
+                and st.reset_strategy == "none"
+                and not st.pending_revocation
+                and not st.awaiting_callback
             )
 
     def fetchable(self) -> dict[TopicPartition, tuple[FetchPosition, int]]:
