@@ -90,7 +90,7 @@ class Loop:
     def poll(self) -> None:
         try:
             result = self.consumer.poll(0.05)
-        except Exception as exc:  # noqa: BLE001 -- recorded, the test asserts on them
+        except Exception as exc:  # recorded: the test asserts on them
             self.errors.append(exc)
             return
         delaying = set()
@@ -171,7 +171,7 @@ def test_a_raising_revoke_callback_does_not_fail_the_assigned_callbacks_view_cal
     broker: Any, topic_factory: Any
 ) -> None:
     listener = ExternalOffsets(raise_on_revoke=True)
-    a, b, t1, t2 = _revoke_and_assign_in_one_rebalance(broker, topic_factory, listener, delay_revoke=False)
+    a, b, _t1, t2 = _revoke_and_assign_in_one_rebalance(broker, topic_factory, listener, delay_revoke=False)
     try:
         new = {TopicPartition(t2, 0), TopicPartition(t2, 1)}
         pump([a, b], lambda: new <= set(a.first_offset), 90, "A to consume t2's partitions")
@@ -226,7 +226,8 @@ def test_close_commits_through_the_listener_despite_a_pending_error(broker: Any,
     pump([loop], lambda: len(consumer.assignment()) == 2, 60, "the assignment")
     parts = sorted(consumer.assignment())
     posted = threading.Event()
-    future = consumer.commit_async({tp: OffsetAndMetadata(1) for tp in parts}, callback=failing_commit_callback)
+    offsets = {tp: OffsetAndMetadata(1) for tp in parts}
+    future = consumer.commit_async(offsets, callback=failing_commit_callback)
     future.add_done_callback(lambda _: posted.set())  # runs after the consumer posted its callback event
     assert posted.wait(30)
     # The commit callback's error is not the revoke callback's: close() logs it (nobody can receive it any
