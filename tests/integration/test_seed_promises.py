@@ -22,8 +22,9 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 import pytest
-from group_harness import base_config
+from group_harness import base_config, wait_for
 
+from kafka_handoff.admin import AdminClient
 from kafka_handoff.consumer.consumer import Consumer
 from kafka_handoff.consumer.listener import RebalanceConsumer, RebalanceListenerBase
 from kafka_handoff.errors import NoOffsetForPartitionError
@@ -266,3 +267,43 @@ def test_new_partitions_are_fetched_from_the_assigned_callbacks_seek_while_a_rev
     assert any(tp.topic == t1 for tp in still_delayed), "the revoke was expected to be still delayed"
     assert new <= a.fetched_while_delaying
     assert {tp: a.first_offset[tp] for tp in new} == {tp: EXTERNAL_OFFSET for tp in new}
+
+
+@pytest.mark.parametrize("protocol", ["classic-cooperative", "consumer"])
+def test_a_loss_is_reported_by_the_next_poll_when_the_poll_it_happened_in_raised(
+    broker: Any, topic_factory: Any, protocol: str
+) -> None:
+    """Issue 26 item 5: the member stops polling past max.poll.interval.ms, so it leaves the group and its
+    partitions are lost; its lost callback raises, so the poll that runs it raises -- and the next poll
+    still reports the loss in ``lost_partitions`` (once)."""
+    topic = topic_factory(partitions=2)
+    bootstrap = broker.bootstrap_servers
+    group = f"seeds-lost-{uuid.uuid4().hex[:8]}"
+
+    class RaisingLost(RebalanceListenerBase):
+        def on_partitions_lost(
+            self, partitions: Collection[TopicPartition], consumer: RebalanceConsumer
+        ) -> None:
+            raise Boom("lost callback failed")
+
+    consumer = Consumer(base_config(bootstrap, group, protocol, max_poll_interval_ms=3000))
+    consumer.set_rebalance_listener(RaisingLost())
+    consumer.subscribe([topic])
+    loop = Loop(consumer)
+    pump([loop], lambda: len(consumer.assignment()) == 2, 60, "the assignment")
+    owned = consumer.assignment()
+    # Stop polling until the broker shows the member gone (its poll timer expired and it left).
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        wait_for(lambda: not admin.describe_groups([group])[group].members, 60, "the member to leave")
+    reported: list[frozenset[TopicPartition]] = []
+    errors: list[BaseException] = []
+    try:
+        for _ in range(6):
+            try:
+                reported.append(consumer.poll(0.05).lost_partitions)
+            except Boom as exc:
+                errors.append(exc)
+    finally:
+        consumer.close(10)
+    assert [str(e) for e in errors] == ["lost callback failed"]
+    assert [r for r in reported if r] == [owned], reported

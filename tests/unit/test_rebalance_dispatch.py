@@ -123,7 +123,7 @@ class Rig:
             for event in during:
                 d.on_event(event)
         early = d.take_early_return()
-        return Poll(early, d.revoke.to_be_revoked_partitions(), d.lost_partitions())
+        return Poll(early, d.revoke.to_be_revoked_partitions(), d.revoke.lost_reported())
 
     def between_polls(self, *events: CallbackNeeded | AppThreadTask) -> None:
         for event in events:

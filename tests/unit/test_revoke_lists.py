@@ -113,8 +113,21 @@ def test_lost_is_reported_for_exactly_one_poll() -> None:
     lists = RevokeLists()
     lists.start_of_poll()  # poll N
     lists.on_lost([A])  # during poll N
-    assert lists.lost_partitions() == {A}  # what poll N returns, and until poll N+1 starts
+    assert lists.lost_reported() == {A}  # what poll N returns, and until poll N+1 starts
     lists.start_of_poll()  # poll N+1
+    assert lists.lost_partitions() == frozenset()
+
+
+def test_a_loss_during_a_poll_that_raised_is_reported_by_the_next_poll_that_returns() -> None:
+    """Issue 26 item 5: poll N raised (a raising lost callback, a queued error), so it returned nothing; the
+    loss is not forgotten at the start of poll N+1 but reported by it, once."""
+    lists = RevokeLists()
+    lists.start_of_poll()  # poll N
+    lists.on_lost([A])  # ... which then raises: lost_reported() is never called
+    lists.start_of_poll()  # poll N+1
+    lists.on_lost([B])
+    assert lists.lost_reported() == {A, B}  # poll N+1 returns both
+    lists.start_of_poll()  # poll N+2
     assert lists.lost_partitions() == frozenset()
 
 
@@ -126,6 +139,7 @@ def test_delay_revoke_returns_false_for_lost_partitions() -> None:
     assert lists.delay_revoke([A, B]) is False
     assert lists.to_be_revoked_partitions() == {B}  # the refused call moved nothing
     assert lists.delay_revoke([B]) is True
+    lists.lost_reported()
     lists.start_of_poll()
     assert lists.delay_revoke([A]) is False  # after the report, A is simply not pending
 

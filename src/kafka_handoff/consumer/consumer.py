@@ -626,7 +626,7 @@ class Consumer:
         result = kind(
             records,
             to_be_revoked=self._dispatch.revoke.to_be_revoked_partitions(),
-            lost=self._dispatch.lost_partitions(),
+            lost=self._dispatch.revoke.lost_reported(),
         )
         if not self._dispatch.kip983_used:
             result._on_revoke_seen = self._dispatch.note_kip983_use

@@ -15,7 +15,9 @@ The lists (seed 001, "Proposed changes"):
 Rules:
 
 * at the start of ``poll()`` (:meth:`RevokeLists.start_of_poll`): (1) complete the revoke of everything on
-  revoke-next and empty it, (2) empty lost, (3) move revoke-thereafter to revoke-next;
+  revoke-next and empty it, (2) empty lost -- once a ``poll()`` returned it
+  (:meth:`RevokeLists.lost_reported`; a loss during a ``poll()`` that raised is reported by the next one
+  that returns), (3) move revoke-thereafter to revoke-next;
 * a revoke request adds its partitions to revoke-next;
 * a loss removes the partitions from both revoke lists and adds them to lost;
 * ``to_be_revoked_partitions()`` is revoke-next; ``lost_partitions()`` is lost;
@@ -118,15 +120,18 @@ class RevokeLists:
             membership_event(on_callback_completed, done.seq, done.error)
         ...  # then drain membership events: on_revoke_requested(...) / on_lost(...)
         return ConsumerRecords(..., to_be_revoked=lists.to_be_revoked_partitions(),
-                               lost=lists.lost_partitions())
+                               lost=lists.lost_reported())
     """
 
-    __slots__ = ("_deadlines", "_lost", "_next", "_ready", "_requests", "_thereafter")
+    __slots__ = ("_deadlines", "_lost", "_lost_reported", "_next", "_ready", "_requests", "_thereafter")
 
     def __init__(self) -> None:
         self._next: dict[TopicPartition, None] = {}
         self._thereafter: dict[TopicPartition, None] = {}
         self._lost: dict[TopicPartition, None] = {}
+        # Whether a poll() result carried the lost list since the last start of poll: a loss is forgotten
+        # only once the application was told (a poll() that raised told it nothing).
+        self._lost_reported = False
         self._deadlines: dict[TopicPartition, int] = {}
         self._requests: dict[int, _Request] = {}
         self._ready: list[_Request] = []
@@ -181,7 +186,9 @@ class RevokeLists:
         """
         completed = frozenset(self._next)
         self._next.clear()
-        self._lost.clear()
+        if self._lost_reported:
+            self._lost.clear()
+        self._lost_reported = False
         self._next.update(self._thereafter)
         self._thereafter.clear()
         for tp in completed:
@@ -204,6 +211,7 @@ class RevokeLists:
         self._next.clear()
         self._thereafter.clear()
         self._lost.clear()
+        self._lost_reported = False
         self._deadlines.clear()
         self._requests.clear()
         self._ready.clear()
@@ -261,8 +269,16 @@ class RevokeLists:
         return frozenset(self._thereafter) if self._thereafter else _EMPTY
 
     def lost_partitions(self) -> frozenset[TopicPartition]:
-        """The partitions lost since the start of the last ``poll()`` (reported for exactly one poll)."""
+        """The partitions lost since the start of the last ``poll()`` (reported for exactly one poll), and
+        those lost earlier whose ``poll()`` raised instead of returning them."""
         return frozenset(self._lost) if self._lost else _EMPTY
+
+    def lost_reported(self) -> frozenset[TopicPartition]:
+        """A ``poll()`` returns now, carrying :meth:`lost_partitions`: the next start of poll forgets them.
+        Until a ``poll()`` returns, a loss stays listed (so the application learns of it exactly once,
+        from the next successful ``poll()``, also when the poll during which it happened raised)."""
+        self._lost_reported = True
+        return self.lost_partitions()
 
     def revoke_requested_partitions(self) -> frozenset[TopicPartition]:
         """Every partition whose revoke was requested and has not completed (revoke-next and
