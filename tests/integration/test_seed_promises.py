@@ -307,3 +307,86 @@ def test_a_loss_is_reported_by_the_next_poll_when_the_poll_it_happened_in_raised
         consumer.close(10)
     assert [str(e) for e in errors] == ["lost callback failed"]
     assert [r for r in reported if r] == [owned], reported
+
+
+REBALANCE_TIMEOUT_MS = 6_000
+
+
+class Recorder(RebalanceListenerBase):
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, frozenset[TopicPartition]]] = []
+
+    def on_partitions_assigned(
+        self, partitions: Collection[TopicPartition], consumer: RebalanceConsumer
+    ) -> None:
+        self.calls.append(("assigned", frozenset(partitions)))
+
+    def on_partitions_revoked(
+        self, partitions: Collection[TopicPartition], consumer: RebalanceConsumer
+    ) -> None:
+        self.calls.append(("revoked", frozenset(partitions)))
+
+    def on_partitions_lost(self, partitions: Collection[TopicPartition], consumer: RebalanceConsumer) -> None:
+        self.calls.append(("lost", frozenset(partitions)))
+
+
+@pytest.mark.parametrize("interval_ms", [700, 1_300])
+@pytest.mark.parametrize("protocol", ["classic-cooperative", "consumer"])
+def test_a_slow_loop_that_always_delays_is_never_fenced(
+    broker: Any, topic_factory: Any, protocol: str, interval_ms: int
+) -> None:
+    """Issue 26 item 1: A's loop polls every ``interval_ms`` (12 % / 22 % of the rebalance timeout, not a
+    divisor of it) and asks to delay every revoke for as long as delay_revoke() grants it.  B joins, and
+    while A delays, C joins too (under the classic protocol that rebalance gives A a deadline to rejoin).
+    delay_revoke() must stop granting early enough that every revoke completes in time: nobody is fenced and
+    no partition is lost."""
+    topic = topic_factory(partitions=6)
+    bootstrap = broker.bootstrap_servers
+    group = f"seeds-slow-{uuid.uuid4().hex[:8]}"
+
+    def member(name: str) -> tuple[Consumer, Recorder]:
+        config = base_config(
+            bootstrap, group, protocol, client_id=name, max_poll_interval_ms=REBALANCE_TIMEOUT_MS
+        )
+        consumer = Consumer(config)
+        recorder = Recorder()
+        consumer.set_rebalance_listener(recorder)
+        return consumer, recorder
+
+    a, rec_a = member("A")
+    b, rec_b = member("B")
+    c, rec_c = member("C")
+    granted = refused = 0
+    lost_seen: set[TopicPartition] = set()
+    try:
+        a.subscribe([topic])
+        while len(a.assignment()) < 6:
+            a.poll(0.05)
+        b.subscribe([topic])
+        c_joined = False
+        deadline = time.monotonic() + 120
+        while True:
+            assert time.monotonic() < deadline, (rec_a.calls, rec_b.calls, rec_c.calls)
+            records = a.poll(0)
+            lost_seen |= records.lost_partitions
+            for tp in records.to_be_revoked_partitions:  # A's processing of them "never ends"
+                if a.delay_revoke([tp]):
+                    granted += 1
+                else:
+                    refused += 1
+            if records.to_be_revoked_partitions and not c_joined:
+                c.subscribe([topic])
+                c_joined = True
+            for other in (b, c) if c_joined else (b,):
+                lost_seen |= other.poll(0).lost_partitions
+            owned = [len(m.assignment()) for m in (a, b, c)]
+            if c_joined and owned == [2, 2, 2] and not a._dispatch.revoke.revoke_requested_partitions():
+                break
+            time.sleep(interval_ms / 1000)  # the slow part of A's loop (its processing), not a wait
+    finally:
+        for consumer in (a, b, c):
+            consumer.close(10)
+    assert granted > 0 and refused > 0  # A delayed, and delay_revoke() bounded the delays
+    assert lost_seen == set()
+    for rec in (rec_a, rec_b, rec_c):
+        assert [k for k, _ in rec.calls if k == "lost"] == [], rec.calls

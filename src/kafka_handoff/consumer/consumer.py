@@ -650,7 +650,10 @@ class Consumer:
         Returns False (and changes nothing) when any of them is lost or not pending revocation, or when
         delaying further would run into the rebalance timeout (``max.poll.interval.ms``): under KIP-848 the
         broker fences a member that does not acknowledge a revocation within it, and every partition of the
-        member is lost; under the classic protocol the follow-up rebalance waits for this member.
+        member is lost; under the classic protocol the follow-up rebalance waits for this member.  True only
+        if the delayed revoke, at the pace this application has been polling, still completes within 80 %
+        of the rebalance timeout after the group's target arrived; once False, the next ``poll()`` completes
+        the revoke.
         """
         self._ensure_open()
         return self._dispatch.delay_revoke([TopicPartition(*tp) for tp in partitions])

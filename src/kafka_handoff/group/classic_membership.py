@@ -1130,7 +1130,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             self._rejoin.backoff.reset()
             self._hb.stable_evidence_ms = max(self._hb.stable_evidence_ms, sent_ms)
             self._hb.alive_evidence_ms = max(self._hb.alive_evidence_ms, sent_ms)
-            self._on_join_complete(bytes(resp.assignment), now_ms)
+            self._on_join_complete(bytes(resp.assignment), now_ms, sent_ms)
             return
 
         if code == _E.rebalance_in_progress:
@@ -1149,7 +1149,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             # GROUP_AUTHORIZATION_FAILED and anything unexpected: raised to the caller.
             self._fail_visible(error_for_code(code, "SyncGroup"), now_ms)
 
-    def _on_join_complete(self, data: bytes, now_ms: int) -> None:
+    def _on_join_complete(self, data: bytes, now_ms: int, sync_sent_ms: int | None = None) -> None:
         """Java's ``onJoinComplete`` (KIP-429 step 3)."""
         self._rejoin.prepare_needed = True
         assignor = self._assignor(self._generation.protocol_name or "")
@@ -1169,10 +1169,13 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         added = assigned - owned_before
         revoked = self._assigned - assigned
         if revoked:
+            # The revocation's clock starts when the coordinator completed the rebalance, i.e. after it
+            # received our SyncGroup (the same evidence the join deadline counts from).
             self._revoke(
                 revoked,
                 "partitions assigned to another member: revoke, then rejoin",
                 followup=self.protocol is RebalanceProtocol.COOPERATIVE,
+                received_ms=sync_sent_ms,
             )
         self._assigned = assigned
         self._events.append(AssignmentChanged(owned=self.owned, awaiting_callback=added))
@@ -1359,12 +1362,25 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
     # ------------------------------------------------------------------------------------------------
     # callbacks and ownership
 
-    def _revoke(self, partitions: Iterable[TopicPartition], reason: str, *, followup: bool = False) -> None:
+    def _revoke(
+        self,
+        partitions: Iterable[TopicPartition],
+        reason: str,
+        *,
+        followup: bool = False,
+        received_ms: int | None = None,
+    ) -> None:
         parts = frozenset(partitions) & self._assigned
         if not parts:
             return
         self._assigned = self._assigned - parts
-        self._ledger.ask(CallbackKind.REVOKE, parts, reason, _Outstanding(revoking=parts, followup=followup))
+        self._ledger.ask(
+            CallbackKind.REVOKE,
+            parts,
+            reason,
+            _Outstanding(revoking=parts, followup=followup),
+            received_ms=received_ms,
+        )
 
     def _lose(self, partitions: Iterable[TopicPartition], reason: str) -> None:
         """LOST for some owned partitions (no wait: nobody can be handed them through us)."""
