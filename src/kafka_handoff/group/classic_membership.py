@@ -80,12 +80,13 @@ Delayed revocation (KIP-983) -- the rule implemented here
       coordinator started it after it answered our last successful heartbeat (sent at ``t``), so it
       waits for us until at least ``t + rebalance.timeout`` (``max.poll.interval.ms``).  The member keeps
       waiting for the REVOKE until ``t + rebalance_timeout - margin`` (margin: ``revoke_deadline_margin_ms``,
-      default 10 % of the rebalance timeout); then the still-pending partitions are declared LOST (they
-      leave ``owned``; a late completion of the REVOKE is ignored, as its ``seq`` is stale) and the JoinGroup
-      is sent at once, without them, and without waiting for any other callback.  The member does *not*
+      default 10 % of the rebalance timeout); then every owned partition is declared LOST (the still-pending
+      ones and the rest: the lost callback always gets everything, as Java's; a late completion of the
+      REVOKE is ignored, as its ``seq`` is stale) and the JoinGroup is sent at once, claiming nothing, and
+      without waiting for any other callback.  The member does *not*
       rejoin claiming them as owned: a revoking partition is never reported in JoinGroup.
-    * no successful heartbeat within ``session.timeout.ms`` (the coordinator may have expired us): pending
-      revocations are declared LOST at once (the coordinator is also marked unknown, as in Java).
+    * no successful heartbeat within ``session.timeout.ms`` (the coordinator may have expired us): every
+      owned partition is declared LOST at once (the coordinator is also marked unknown, as in Java).
     * generation reset: LOST(all owned) at once, superseding every outstanding REVOKE/ASSIGN (a late
       completion of those is ignored); the JoinGroup waits for the LOST callback (as Java's synchronous
       ``onJoinPrepare`` does).
@@ -1419,12 +1420,17 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
                 self._ledger.drop(seq)
 
     def _give_up_revocations(self, reason: str) -> None:
-        """Pending revocations become LOST; the JoinGroup stops waiting for any callback."""
-        parts = self.revoking
+        """The member missed a deadline (it may be out of the group): every partition it owns is LOST --
+        the lost callback gets all of them, as Java's does, not only those still being revoked -- and the
+        JoinGroup stops waiting for any callback and claims nothing."""
+        if not self.revoking:
+            self._stop_waiting()
+            return
+        parts = self.owned
         self._stop_waiting()
-        if parts:
-            self._events.append(AssignmentChanged(owned=self.owned))
-            self._ledger.ask(CallbackKind.LOST, parts, reason)
+        self._assigned = frozenset()
+        self._events.append(AssignmentChanged(owned=self.owned))
+        self._ledger.ask(CallbackKind.LOST, parts, reason)
 
     def _request_rejoin(self, reason: str) -> None:
         self._rejoin.needed = True
