@@ -33,6 +33,7 @@ import logging
 import re
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -416,10 +417,20 @@ class AsyncConsumer:
     async def subscribe(
         self, topics: Iterable[str] | re.Pattern[str] | str, listener: object | None = None
     ) -> None:
-        """Join the group for ``topics`` on the next ``poll()`` (``listener``: as set_rebalance_listener)."""
+        """Join the group for ``topics`` on the next ``poll()``.
+
+        ``listener`` is deprecated (as for the synchronous consumer, KIP-1306): use
+        :meth:`set_rebalance_listener`.
+        """
         c = self._check()
         if listener is not None:
-            self.set_rebalance_listener(listener)
+            self.set_rebalance_listener(listener)  # validates it first
+            warnings.warn(
+                "subscribe(..., listener=...) is deprecated; call consumer.set_rebalance_listener(listener) "
+                "instead",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         topics_ = topics if isinstance(topics, (str, re.Pattern)) else list(topics)
         await self._settle()
         subscription = c._subscribe_prepare(topics_, None, stacklevel=4)
