@@ -15,6 +15,7 @@ A and B share topic ``t1`` (one partition each), then A also subscribes to ``t2`
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -24,7 +25,7 @@ from typing import Any
 import pytest
 from group_harness import base_config, wait_for
 
-from kafka_handoff.admin import AdminClient
+from kafka_handoff.admin import AdminClient, NewTopic
 from kafka_handoff.consumer.consumer import Consumer
 from kafka_handoff.consumer.listener import RebalanceConsumer, RebalanceListenerBase
 from kafka_handoff.errors import NoOffsetForPartitionError
@@ -390,3 +391,42 @@ def test_a_slow_loop_that_always_delays_is_never_fenced(
     assert lost_seen == set()
     for rec in (rec_a, rec_b, rec_c):
         assert [k for k, _ in rec.calls if k == "lost"] == [], rec.calls
+
+
+def test_a_deleted_topic_of_a_pattern_subscription_is_lost_not_revoked(broker: Any) -> None:
+    """Issue 26 gap (classic, as Java): under a pattern subscription, a deleted topic's partitions are
+    reported to on_partitions_lost and in lost_partitions -- nobody can commit for them any more -- not
+    revoked (the pattern stops matching the topic only because it is gone)."""
+    bootstrap = broker.bootstrap_servers
+    prefix = f"seeds-pattern-{uuid.uuid4().hex[:8]}"
+    kept, deleted = f"{prefix}-kept", f"{prefix}-deleted"
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(kept, 2, 1), NewTopic(deleted, 2, 1)], timeout=60)
+    recorder = Recorder()
+    config = base_config(
+        bootstrap, f"seeds-pattern-{uuid.uuid4().hex[:8]}", "classic-cooperative", metadata_max_age_ms=500
+    )
+    consumer = Consumer(config)
+    consumer.set_rebalance_listener(recorder)
+    lost_seen: set[TopicPartition] = set()
+    gone = {TopicPartition(deleted, 0), TopicPartition(deleted, 1)}
+    try:
+        consumer.subscribe(re.compile(re.escape(prefix) + "-.*"))
+        loop = Loop(consumer)
+        pump([loop], lambda: len(consumer.assignment()) == 4, 60, "all four partitions")
+        with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+            admin.delete_topics([deleted], timeout=30)
+        deadline = time.monotonic() + 60
+        while consumer.assignment() & gone or not lost_seen:
+            assert time.monotonic() < deadline, recorder.calls
+            lost_seen |= consumer.poll(0.05).lost_partitions
+        calls = list(recorder.calls)  # before close(), which may lose the rest if a rebalance is running
+    finally:
+        consumer.close(10)
+        with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+            admin.delete_topics([kept], if_exists=True, wait=False, timeout=15)
+    assert lost_seen == gone
+    lost_calls = [parts for kind, parts in calls if kind == "lost"]
+    revoked = set().union(*[parts for kind, parts in calls if kind == "revoked"])
+    assert lost_calls and set().union(*lost_calls) == gone, calls
+    assert revoked.isdisjoint(gone), calls

@@ -1533,14 +1533,18 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         if md is None:
             return
         gone: set[TopicPartition] = set()
+        # Under a pattern the metadata lists every topic: one that is no longer in it was deleted (the
+        # pattern stopped matching it because it is gone), so its partitions are LOST, not revoked (as Java).
+        pattern = self._topics.subscription.pattern is not None
         for tp in self.owned:
-            if tp.topic not in self._topics.subscribed:
+            parts = md.partitions.get(tp.topic)
+            if tp.topic not in self._topics.subscribed and not (pattern and parts is None):
                 continue
             if md.topic_errors.get(tp.topic, _E.none) == _E.unknown_topic_or_partition:
                 gone.add(tp)
                 continue
-            parts = md.partitions.get(tp.topic)
-            if parts and tp.partition not in {p.partition for p in parts}:
+            deleted = parts is None and pattern
+            if deleted or (parts and tp.partition not in {p.partition for p in parts}):
                 gone.add(tp)
         if gone:
             # KIP-429 1.2: LOST for owned partitions that no longer exist; only the leader rejoins (the
