@@ -34,11 +34,14 @@ def test_analysis_counts_fenced_members_and_lost_partitions_before_the_stop() ->
     logs = {
         "m1": _log([(10.0, "assigned", [0, 1]), (20.0, "lost", [0, 1])], [(11.0, 0, 0), (12.0, 1, 0)]),
         "m2": _log([(10.0, "assigned", [2, 3]), (40.0, "lost", [2, 3])], [(11.0, 2, 0), (21.0, 0, 0)]),
+        # m3 closes gracefully during a rebalance: not fenced, counted apart.
+        "m3": _log([(10.0, "assigned", [3]), (25.0, "stopping", []), (25.1, "lost", [3])], []),
     }
     marks = {"stable": 10.0, "produce_stopped": 30.0, "drained": 35.0}
     result = analyse(logs, [1, 1, 1, 0], marks, 9.0, cfg)
     assert result["fenced_members"] == 1  # m2's loss came after the producer stopped (closing)
     assert result["lost_partitions"] == 2
+    assert result["lost_on_own_leave"] == 1
     assert result["duplicates"] == 1  # (0, 0) processed by m1 and again by m2
     assert result["missing"] == 0
-    assert result["refused_delays"] == 2
+    assert result["refused_delays"] == 3

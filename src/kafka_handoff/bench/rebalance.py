@@ -796,15 +796,29 @@ def analyse(
     member_rates = {name: _bins(ts, t_first, bin_s, nbins) for name, ts in sorted(by_member.items())}
     stable = _stable_partitions(events, cfg.partitions, until=marks.get("drained", t_end))
     stable_times = sorted(t for p in stable for t in by_partition[p])
-    # Lost partitions and fenced members (a member that lost partitions was fenced or expelled), before the
-    # members were stopped (a loss while closing mid-rebalance is not the scenario's).
+    # Lost partitions and fenced members: a member that lost partitions while it was running was fenced or
+    # expelled.  A loss once the member itself is stopping (a graceful close that lands in a rebalance:
+    # Java's classic consumer also calls onPartitionsLost then) is counted apart, as is anything after the
+    # producer stopped (the members are being shut down).
     stopped_at = marks.get("produce_stopped", float("inf"))
+    stopping: dict[str, float] = {}
+    for t, name, kind, _parts in events:
+        if kind == "stopping":
+            stopping.setdefault(name, t)
     lost_events = [
-        (name, parts) for t, name, kind, parts in events if kind == "lost" and parts and t < stopped_at
+        (name, parts)
+        for t, name, kind, parts in events
+        if kind == "lost" and parts and t < min(stopped_at, stopping.get(name, float("inf")))
     ]
+    lost_on_leave = sum(
+        len(parts)
+        for t, name, kind, parts in events
+        if kind == "lost" and parts and stopping.get(name, float("inf")) <= t < stopped_at
+    )
     return {
         "fenced_members": len({name for name, _ in lost_events}),
         "lost_partitions": sum(len(parts) for _, parts in lost_events),
+        "lost_on_own_leave": lost_on_leave,
         "refused_delays": sum(int(log.get("refused_delays", 0)) for log in logs.values()),
         "produced": int(sum(produced)),
         "processed": total_processed,
@@ -887,16 +901,16 @@ def fenced_table(results: Sequence[dict[str, Any]], title: str = "") -> Any:
 
     table = Table(title=title or None, title_justify="left")
     for column in ("client / protocol", "fenced members", "lost partitions", "processed twice",
-                   "never processed", "refused delays"):  # fmt: skip
+                   "never processed", "refused delays", "lost when leaving"):  # fmt: skip
         table.add_column(column, justify="left" if column == "client / protocol" else "right")
     for r in results:
         name = f"{r.get('label', r.get('client'))} / {r.get('protocol')}"
         if r.get("error"):
-            table.add_row(name, "failed", str(r["error"])[:60], "", "", "")
+            table.add_row(name, "failed", str(r["error"])[:60], "", "", "", "")
             continue
         refused = str(r["refused_delays"]) if r["client"] == "handoff" else "n/a"
         table.add_row(name, str(r["fenced_members"]), str(r["lost_partitions"]), f"{r['duplicates']:,}",
-                      f"{r['missing']:,}", refused)  # fmt: skip
+                      f"{r['missing']:,}", refused, str(r.get("lost_on_own_leave", 0)))  # fmt: skip
     return table
 
 
