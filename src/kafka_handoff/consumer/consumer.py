@@ -700,6 +700,7 @@ class Consumer:
         pos = self._subs.position(tp)
         if pos is not None:
             return pos.offset
+        self._subs.request_position(tp)  # also before its assigned callback ran (as Java's position())
         if tp in self._subs.partitions_without_offset():
             self._raise_no_offset()
         if expired:
