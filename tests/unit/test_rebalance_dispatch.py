@@ -407,3 +407,19 @@ def test_app_thread_task_runs_inside_poll_and_reports_its_outcome(rig: Rig) -> N
         ("task_done", "ok", {"m": [T0]}, None),
         ("task_done", "bad", None, boom),
     ]
+
+
+def test_start_of_poll_announces_an_assign_that_a_delayed_revoke_no_longer_holds(rig: Rig) -> None:
+    """The asyncio consumer runs the start-of-poll step on its worker only when it runs user code: an ASSIGN
+    held in the previous poll by a revoke the application then delayed runs at this start of poll."""
+    rig.poll(revoke(1, T0), assign(2, T2))
+    assert not rig.d.callbacks_runnable()  # held until the next start of poll
+    assert rig.d.delay_revoke([T0])
+    assert rig.d.revoke.to_be_revoked_partitions() == frozenset()  # delayed: revoke-thereafter
+    assert rig.d.start_of_poll_runs_callbacks()
+    rig.poll()
+    assert rig.host.calls() == [("assigned", tps(T2))]
+    assert rig.d.start_of_poll_runs_callbacks()  # T0's revoke completes at the next start of poll
+    rig.poll()
+    assert rig.host.calls() == [("assigned", tps(T2)), ("revoked", tps(T0))]
+    assert not rig.d.start_of_poll_runs_callbacks()

@@ -238,7 +238,7 @@ class AsyncConsumer:
         # Start of poll (KIP-983 start-of-poll rules): the callbacks step off the loop only when it runs
         # user code; otherwise it is bookkeeping.
         c._poll_start_prepare()
-        if c._dispatch.revoke.to_be_revoked_partitions() or self._callbacks_runnable():
+        if c._dispatch.start_of_poll_runs_callbacks():
             await self._run_phase(c._poll_start_callbacks)
         else:
             c._poll_start_callbacks()

@@ -142,6 +142,12 @@ class RebalanceDispatcher:
             self._fresh_revokes.clear()
             self.run_deferred()
 
+    def start_of_poll_runs_callbacks(self) -> bool:
+        """True when :meth:`start_of_poll_callbacks` would run user code: a revoke completes, or queued
+        callbacks run (at the start of a poll nothing waits for a revoke any more: an ASSIGN held behind one
+        requested in the previous poll runs after it completes, or at once when it was delayed)."""
+        return bool(self.revoke.to_be_revoked_partitions()) or bool(self.deferred)
+
     def take_early_return(self) -> bool:
         """True (once) when ``poll()`` must return now: a revoke was requested or partitions were lost."""
         early, self._early_return = self._early_return, False
