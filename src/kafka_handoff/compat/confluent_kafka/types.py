@@ -239,14 +239,9 @@ class Message:
         return f"Message(topic={self._topic}, partition={self._partition}, offset={self._offset})"
 
 
-_NONE: Any = type(None)
-"""``NoneType``: calling it returns ``None`` without a Python frame (the lazy message's constant getters)."""
-
-
 class RecordMessage(Message):
     """A :class:`Message` for a consumed record, reading the native record lazily (one allocation per
-    message on the consumer's hot path).  A setter first copies the record's fields into the message and
-    turns it into a :class:`_MaterializedRecordMessage` (plain :class:`Message` behaviour)."""
+    message on the consumer's hot path).  A setter copies the record's fields into the message first."""
 
     __slots__ = ("_r",)
 
@@ -255,6 +250,8 @@ class RecordMessage(Message):
 
     def _materialize(self) -> None:
         r = self._r
+        if r is None:
+            return
         Message.__init__(
             self,
             r.topic,
@@ -269,39 +266,54 @@ class RecordMessage(Message):
             r.leader_epoch,
         )
         self._r = None
-        self.__class__ = _MaterializedRecordMessage
 
-    # A consumed record never carries an error, latency or share-group delivery count.
-    error = _NONE
-    latency = _NONE
-    delivery_count = _NONE
+    def error(self) -> Any:
+        return None if self._r is not None else self._error
 
     def topic(self) -> Any:
-        return self._r.topic
+        r = self._r
+        return r.topic if r is not None else self._topic
 
     def partition(self) -> int | None:
-        return self._r.partition  # type: ignore[no-any-return]
+        r = self._r
+        return r.partition if r is not None else Message.partition(self)
 
     def offset(self) -> int | None:
-        return self._r.offset  # type: ignore[no-any-return]
+        r = self._r
+        return r.offset if r is not None else Message.offset(self)
 
     def key(self) -> Any:
-        return self._r.key
+        r = self._r
+        return r.key if r is not None else self._key
 
     def value(self) -> Any:
-        return self._r.value
+        r = self._r
+        return r.value if r is not None else self._value
 
     def headers(self) -> Any:
-        h = self._r.headers
-        return list(h) if h else None
+        r = self._r
+        if r is None:
+            return self._headers
+        return list(r.headers) if r.headers else None
 
     def timestamp(self) -> tuple[int, int]:
         r = self._r
+        if r is None:
+            return Message.timestamp(self)
         return (r.timestamp_type + 1, r.timestamp) if r.timestamp >= 0 else (TIMESTAMP_NOT_AVAILABLE, -1)
 
+    def latency(self) -> float | None:
+        return None if self._r is not None else Message.latency(self)
+
     def leader_epoch(self) -> int | None:
-        e = self._r.leader_epoch
+        r = self._r
+        if r is None:
+            return Message.leader_epoch(self)
+        e = r.leader_epoch
         return None if e is None or e < 0 else e
+
+    def delivery_count(self) -> int | None:
+        return None if self._r is not None else Message.delivery_count(self)
 
     def set_topic(self, topic: Any) -> None:
         self._materialize()
@@ -324,7 +336,8 @@ class RecordMessage(Message):
         self._error = error
 
     def __len__(self) -> int:
-        value = self._r.value
+        r = self._r
+        value = r.value if r is not None else self._value
         return 0 if value is None else len(value)
 
     def _state(self) -> tuple[Any, ...]:
@@ -333,36 +346,6 @@ class RecordMessage(Message):
 
     def __repr__(self) -> str:
         return f"Message(topic={self.topic()}, partition={self.partition()}, offset={self.offset()})"
-
-
-class _MaterializedRecordMessage(RecordMessage):
-    """A :class:`RecordMessage` after a setter ran: its fields live in the message (same layout, so the
-    lazy message switches to this class in place)."""
-
-    __slots__ = ()
-
-    error = Message.error
-    topic = Message.topic
-    partition = Message.partition
-    offset = Message.offset
-    key = Message.key
-    value = Message.value
-    headers = Message.headers
-    timestamp = Message.timestamp
-    latency = Message.latency
-    leader_epoch = Message.leader_epoch
-    delivery_count = Message.delivery_count
-    set_topic = Message.set_topic
-    set_headers = Message.set_headers
-    set_key = Message.set_key
-    set_value = Message.set_value
-    set_error = Message.set_error
-    __len__ = Message.__len__
-    _state = Message._state
-    __repr__ = Message.__repr__
-
-    def _materialize(self) -> None:
-        pass
 
 
 class Node:
