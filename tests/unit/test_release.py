@@ -1,0 +1,108 @@
+"""What a company adopting the library checks first (issue 31): the licence, the changelog, one version
+string, a core install that needs only the client's dependencies, and a CLI that names the missing extra."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import kafka_handoff
+from kafka_handoff import _version
+from kafka_handoff.cli import main as cli_main
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_the_version_is_written_in_one_place() -> None:
+    project = PYPROJECT["project"]
+    assert "version" not in project and "version" in project["dynamic"]
+    attr = PYPROJECT["tool"]["setuptools"]["dynamic"]["version"]["attr"]
+    assert attr == "kafka_handoff._version.__version__"
+    assert kafka_handoff.__version__ is _version.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+((a|b|rc)\d+)?(\.dev\d+)?", kafka_handoff.__version__)
+    assert kafka_handoff.build_info()["version"] == kafka_handoff.__version__
+
+
+def test_the_licence_is_the_apache_2_text_the_metadata_names() -> None:
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
+    assert PYPROJECT["project"]["license"] == "Apache-2.0"
+    assert PYPROJECT["project"]["license-files"] == ["LICENSE"]
+
+
+def test_the_changelog_keeps_an_unreleased_section_first() -> None:
+    text = (ROOT / "CHANGELOG.md").read_text()
+    versions = re.findall(r"^## \[([^\]]+)\]", text, flags=re.MULTILINE)
+    assert versions[0] == "Unreleased"
+    assert "keepachangelog.com" in text
+
+
+def test_the_supported_pythons_are_declared() -> None:
+    project = PYPROJECT["project"]
+    assert project["requires-python"] == ">=3.11"
+    prefix = "Programming Language :: Python :: 3."
+    declared = {c.rsplit(" ", 1)[-1] for c in project["classifiers"] if c.startswith(prefix)}
+    assert declared == {"3.11", "3.12", "3.13"}
+
+
+def test_a_core_install_pulls_only_what_the_client_needs() -> None:
+    core = {re.split(r"[<>=\[ ]", d, maxsplit=1)[0].lower() for d in PYPROJECT["project"]["dependencies"]}
+    assert core == {"kio", "crc32c", "cramjam"}
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    for extra in ("cli", "pipeline", "aio", "metrics", "schema-registry"):
+        assert extra in extras, extra
+    assert any(d.startswith("rich") for d in extras["cli"])
+    assert any(d.startswith("pyspark") for d in extras["pipeline"])
+    # every third-party module the CLI names an extra for is in that extra
+    for module, extra in cli_main.EXTRA_FOR_MODULE.items():
+        names = " ".join(extras[extra]).lower().replace("-", "_")
+        wanted = {"kafka": "kafka_python", "numpy": "pandas"}.get(module, module)
+        assert wanted in names, (module, extra)
+
+
+def test_the_cli_names_the_extra_to_install_when_rich_is_missing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def needs_rich(args: argparse.Namespace) -> int:
+        from rich.console import Console  # noqa: F401
+
+        return 0
+
+    parser = argparse.ArgumentParser(prog="handoff")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.set_defaults(func=needs_rich)
+    monkeypatch.setattr(cli_main, "build_parser", lambda: parser)
+    monkeypatch.setitem(sys.modules, "rich", None)
+    monkeypatch.delitem(sys.modules, "rich.console", raising=False)
+
+    assert cli_main.main([]) == 2
+    err = capsys.readouterr().err
+    assert "'rich'" in err and "pip install 'kafka-handoff[cli]'" in err
+
+
+def test_a_missing_module_that_is_no_extra_is_not_disguised(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(args: argparse.Namespace) -> int:
+        import kafka_handoff_no_such_module  # type: ignore[import-not-found]  # noqa: F401
+
+        return 0
+
+    parser = argparse.ArgumentParser(prog="handoff")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.set_defaults(func=broken)
+    monkeypatch.setattr(cli_main, "build_parser", lambda: parser)
+    with pytest.raises(ModuleNotFoundError):
+        cli_main.main([])
+
+
+def test_spark_is_the_same_extra_as_pipeline() -> None:
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    assert sorted(extras["spark"]) == sorted(extras["pipeline"])
