@@ -106,3 +106,40 @@ def test_a_missing_module_that_is_no_extra_is_not_disguised(monkeypatch: pytest.
 def test_spark_is_the_same_extra_as_pipeline() -> None:
     extras = PYPROJECT["project"]["optional-dependencies"]
     assert sorted(extras["spark"]) == sorted(extras["pipeline"])
+
+
+def test_build_info_says_why_each_fast_path_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kafka_handoff.producer import future
+    from kafka_handoff.protocol import records
+
+    monkeypatch.setattr(records, "IMPLEMENTATION", "python")
+    monkeypatch.setattr(records, "C_UNAVAILABLE_REASON", "ImportError: no _fastrecords")
+    monkeypatch.setattr(future, "C_FUTURES", None)
+    off = kafka_handoff.build_info()["fast_paths_off"]
+    assert off["record_decoder"] == "ImportError: no _fastrecords"
+    assert off.get("send_path")
+
+
+def test_build_info_names_the_pure_python_switch() -> None:
+    import json
+    import os
+    import subprocess
+
+    code = "import json, kafka_handoff; print(json.dumps(kafka_handoff.build_info()))"
+    env = {**os.environ, "KAFKA_HANDOFF_PURE_PYTHON": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    info = json.loads(out.stdout)
+    assert info["record_decoder"] == "python" and info["json_scanner"] == "python"
+    assert set(info["fast_paths_off"]) == {"record_decoder", "record_encoder", "send_path", "json_scanner"}
+    assert all("KAFKA_HANDOFF_PURE_PYTHON" in why for why in info["fast_paths_off"].values())
+
+
+def test_build_info_says_how_the_c_loops_check_overflow() -> None:
+    from kafka_handoff.protocol import records
+
+    checks = kafka_handoff.build_info()["c_overflow_checks"]
+    if records._extension is None:
+        assert checks is None
+    else:
+        assert checks in ("builtin", "portable")
+        assert checks == records._extension.OVERFLOW_CHECKS
