@@ -46,8 +46,17 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 # Under CI=true what the suite would otherwise skip for lack of it is an error: the C record loops and the
-# peer/engine libraries the oracle and pipeline tests need.
-CI_REQUIRED_MODULES = ("confluent_kafka", "pyspark", "pyarrow", "deltalake", "hypothesis", "cryptography")
+# peer/engine libraries the oracle, pipeline and bench tests need (each in an extra of pyproject.toml).
+CI_REQUIRED_MODULES = (
+    "confluent_kafka",
+    "pyspark",
+    "pyarrow",
+    "deltalake",
+    "hypothesis",
+    "cryptography",
+    "matplotlib",
+    "rich",
+)
 
 
 def ci_missing_requirements() -> list[str]:
