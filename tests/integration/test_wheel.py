@@ -82,14 +82,19 @@ def test_wheel_installs_without_the_source_tree_and_uses_the_c_loops(broker: Any
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
+    # Without PYTHONPATH: a source tree on the path (with its egg-info) would make pip skip the install.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KAFKA_HANDOFF_PURE_PYTHON")}
     install = subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", str(wheel)], capture_output=True, text=True, timeout=600
+        [str(py), "-m", "pip", "install", "-q", str(wheel)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
 
     work = tmp_path / "elsewhere"
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KAFKA_HANDOFF_PURE_PYTHON")}
     run = subprocess.run(
         [str(py), "-c", CHECK, broker.bootstrap_servers],
         cwd=work,

@@ -143,3 +143,19 @@ def test_build_info_says_how_the_c_loops_check_overflow() -> None:
     else:
         assert checks in ("builtin", "portable")
         assert checks == records._extension.OVERFLOW_CHECKS
+
+
+def test_the_cli_starts_without_any_optional_package() -> None:
+    import subprocess
+
+    optional = sorted({*cli_main.EXTRA_FOR_MODULE, "hypothesis"})
+    code = (
+        "import sys\n"
+        f"for name in {optional!r}: sys.modules[name] = None\n"
+        "from kafka_handoff.cli.main import build_parser\n"
+        "parser = build_parser()\n"
+        "print(sorted(parser._subparsers._group_actions[0].choices))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "bench" in out.stdout and "consume" in out.stdout
