@@ -61,9 +61,9 @@ test: setup docs lint typecheck
 test-unit: $(STAMP)
 	$(VENV)/bin/pytest -p no:cacheprovider -m "unit or threads" tests
 
-# The inner loop: lint, types and the unit tests (no broker, no Spark).
+# The inner loop: lint, types and the unit tests (no broker, no Spark), the tests on 2 processes.
 check: lint typecheck
-	$(VENV)/bin/pytest -p no:cacheprovider -q -m "unit or threads" tests
+	$(VENV)/bin/pytest -p no:cacheprovider -q -n 2 -m "unit or threads" tests
 
 # The unit suite on every supported CPython found here (python3.11/3.12/3.13, pyenv or PATH), each in its
 # own .venv-3.x.  Not part of `make test`: the first run installs every extra per interpreter.
