@@ -13,18 +13,40 @@ PIP    := $(VENV)/bin/pip
 EXT    := setup.py $(sort $(wildcard src/kafka_handoff/*/*.c))
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(EXT) | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test test-unit check lint typecheck clean jars docs test-pythons test-portable-c
+.PHONY: setup demo test test-unit check lint typecheck clean jars docs kerberos test-pythons test-portable-c
 
-$(STAMP): pyproject.toml $(EXT)
+# MIT Kerberos (SASL/GSSAPI): the gssapi package builds against libkrb5-dev, and the dev broker's
+# --security kerberos runs the distribution's KDC.  Installed with apt-get when missing (as root, or with
+# sudo); skipped when present.  Without them GSSAPI is unavailable -- an error under CI=true.
+KRB5_PACKAGES := krb5-kdc krb5-admin-server krb5-user libkrb5-dev
+KRB5_PRESENT  := command -v krb5-config >/dev/null && test -x /usr/sbin/krb5kdc && test -x /usr/sbin/kadmin.local
+kerberos:
+	@if $(KRB5_PRESENT); then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing MIT Kerberos ($(KRB5_PACKAGES))"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(KRB5_PACKAGES) >/dev/null; \
+	elif command -v apt-get >/dev/null && command -v sudo >/dev/null && sudo -n true 2>/dev/null; then \
+	  echo "installing MIT Kerberos ($(KRB5_PACKAGES)) with sudo"; \
+	  sudo -n env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && \
+	  sudo -n env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(KRB5_PACKAGES) >/dev/null; \
+	fi; \
+	if ! $(KRB5_PRESENT); then \
+	  if [ "$$CI" = true ]; then echo "CI=true: MIT Kerberos ($(KRB5_PACKAGES)) is missing" >&2; exit 1; fi; \
+	  echo "note: MIT Kerberos ($(KRB5_PACKAGES)) not installed: GSSAPI and --security kerberos unavailable"; \
+	fi
+
+$(STAMP): pyproject.toml $(EXT) | kerberos
 	@start=$$(date +%s); \
 	test -x $(PY) || $(PYTHON) -m venv $(VENV); \
 	$(PIP) install -q --upgrade pip; \
-	$(PIP) install -q -e '.[$(EXTRAS)]'; \
+	extras=$(EXTRAS); if command -v krb5-config >/dev/null; then extras=$$extras,kerberos; fi; \
+	$(PIP) install -q -e ".[$$extras]"; \
 	touch $(STAMP); \
 	echo $$(( $$(date +%s) - start )) > $(VENV)/.setup-seconds; \
 	echo "python environment ready in $$(( $$(date +%s) - start ))s"
 
-setup: $(STAMP)
+setup: kerberos $(STAMP)
 	@start=$$(date +%s); $(VENV)/bin/handoff broker fetch-jars || exit 1; \
 	jars=$$(( $$(date +%s) - start )); \
 	if [ -f $(VENV)/.setup-seconds ]; then \

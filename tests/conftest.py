@@ -56,6 +56,7 @@ CI_REQUIRED_MODULES = (
     "deltalake",
     "hypothesis",
     "cryptography",
+    "gssapi",
     "matplotlib",
     "rich",
 )

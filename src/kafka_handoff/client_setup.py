@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kafka_handoff.errors import KafkaTimeoutError, WakeupError
 from kafka_handoff.group.coordinator import CoordinatorManager
 from kafka_handoff.network.client import NetworkClient
+from kafka_handoff.network.connection import RESPONSE_OVERHEAD_BYTES
 from kafka_handoff.network.thread import BackgroundError
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.security import build_security
@@ -38,6 +39,14 @@ def client_properties(config: Mapping[str, Any] | None, kwargs: Mapping[str, Any
     for key, value in kwargs.items():
         props[key.replace("_", ".")] = value
     return props
+
+
+def max_response_bytes(cfg: _CommonFields) -> int:
+    """The largest response frame a client accepts once connected: ``fetch.max.bytes`` (or
+    ``max.partition.fetch.bytes``, whichever is larger) plus :data:`RESPONSE_OVERHEAD_BYTES` for a consumer,
+    that overhead alone (64 MiB) for clients that do not fetch."""
+    fetch = max(int(getattr(cfg, "fetch_max_bytes", 0)), int(getattr(cfg, "max_partition_fetch_bytes", 0)))
+    return fetch + RESPONSE_OVERHEAD_BYTES
 
 
 def metadata_and_client(
@@ -68,6 +77,7 @@ def metadata_and_client(
         send_buffer_bytes=cfg.send_buffer_bytes,
         max_in_flight_per_connection=max_in_flight_per_connection,
         security=build_security(cfg),
+        max_response_bytes=max_response_bytes(cfg),
     )
     metadata.listeners.append(lambda cluster, now: client.update_brokers(cluster.brokers.values()))
     return metadata, client

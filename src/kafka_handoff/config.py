@@ -86,6 +86,8 @@ class ConfigType(enum.Enum):
     """A Python callable (Java's CLASS type: serializers, deserializers) or ``None``."""
     PASSWORD = "password"
     """A secret string, held in a :class:`Password` whose repr and str are ``[hidden]``."""
+    DOUBLE = "double"
+    """A finite floating-point number (or its string)."""
 
 
 class Password:
@@ -296,6 +298,18 @@ def _coerce(key: str, ctype: ConfigType, value: Any, allowed: str) -> Any:
         if not lo <= number <= hi:
             raise _invalid(key, value, f"out of range for {_article(ctype.value)} ({lo}..{hi})", allowed)
         return number
+    if ctype is ConfigType.DOUBLE:
+        real: float | None = None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            real = float(value)
+        elif isinstance(value, str):
+            try:
+                real = float(value.strip())
+            except ValueError:
+                real = None
+        if real is None or real != real or real in (float("inf"), float("-inf")):
+            raise _invalid(key, value, "expected a number", allowed)
+        return real
     if ctype is ConfigType.STRING:
         if isinstance(value, str):
             return value.strip()
@@ -573,6 +587,7 @@ _SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 _SECURITY_PROTOCOL = OneOf(_SECURITY_PROTOCOLS)
+_STORE_TYPES = ("PEM", "PKCS12", "JKS")
 _SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 
 
@@ -655,6 +670,18 @@ _NON_EMPTY = _NonEmptyString()
 # Key tables: (name, type, default, validator, importance, doc).  One row per key; defaults are Java's.
 _Row = tuple[str, ConfigType, Any, Validator | None, Importance, str]
 _I, _L, _S, _B = ConfigType.INT, ConfigType.LONG, ConfigType.STRING, ConfigType.BOOLEAN
+_DBL = ConfigType.DOUBLE
+
+
+def _fraction_between(lo: float, hi: float) -> _Check:
+    def check(key: str, value: Any) -> Any:
+        if not lo <= value <= hi:
+            raise _invalid(key, value, "out of range", f"[{lo},...,{hi}]")
+        return value
+
+    return _Check(check, f"[{lo},...,{hi}]")
+
+
 _LIST, _FN, _P = ConfigType.LIST, ConfigType.CALLABLE, ConfigType.PASSWORD
 _HI, _MED, _LOW = Importance.HIGH, Importance.MEDIUM, Importance.LOW
 
@@ -690,43 +717,71 @@ def _common_rows(
         ("security.protocol", _S, "PLAINTEXT", _SECURITY_PROTOCOL, _MED,
          "Protocol used to talk to brokers: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."),
         ("ssl.truststore.location", _S, None, _NON_EMPTY, _HI,
-         "PEM file of the CA certificates that sign the brokers' certificates (librdkafka: ssl.ca.location);"
-         " unset: the system's CAs."),
-        ("ssl.truststore.type", _S, "PEM", OneOf(("PEM",)), _MED, "Trust store format: PEM only."),
+         "File of the CA certificates that sign the brokers' certificates, PEM or PKCS#12 (librdkafka: "
+         "ssl.ca.location); unset: the system's CAs."),
+        ("ssl.truststore.type", _S, "PEM", OneOf(_STORE_TYPES), _MED,
+         "Trust store format: PEM or PKCS12 (unset: told from the file); JKS names the keytool conversion."),
+        ("ssl.truststore.password", _P, None, None, _HI, "Password of a PKCS12 trust store."),
         ("ssl.truststore.certificates", _P, None, None, _HI,
          "CA certificates in PEM, inline (librdkafka: ssl.ca.pem)."),
         ("ssl.keystore.certificate.chain", _P, None, None, _HI,
          "Client certificate chain in PEM, inline (librdkafka: ssl.certificate.pem)."),
         ("ssl.keystore.key", _P, None, None, _HI, "Client private key in PEM, inline (ssl.key.pem)."),
         ("ssl.keystore.location", _S, None, _NON_EMPTY, _HI,
-         "PEM file with the client's private key and certificate chain (mutual TLS)."),
-        ("ssl.keystore.type", _S, "PEM", OneOf(("PEM",)), _MED, "Key store format: PEM only."),
+         "File with the client's private key and certificate chain, PEM or PKCS#12 (mutual TLS)."),
+        ("ssl.keystore.type", _S, "PEM", OneOf(_STORE_TYPES), _MED,
+         "Key store format: PEM or PKCS12 (unset: told from the file); JKS names the keytool conversion."),
+        ("ssl.keystore.password", _P, None, None, _HI, "Password of a PKCS12 key store (and its key)."),
         ("ssl.certificate.location", _S, None, _NON_EMPTY, _HI,
          "PEM file of the client certificate chain (librdkafka's name; mutual TLS)."),
         ("ssl.key.location", _S, None, _NON_EMPTY, _HI,
          "PEM file of the client's private key (librdkafka's name; mutual TLS)."),
-        ("ssl.key.password", _P, None, None, _HI, "Password of an encrypted private key."),
+        ("ssl.key.password", _P, None, None, _HI,
+         "Password of an encrypted PEM private key (PKCS12: used when ssl.keystore.password is not set)."),
         ("ssl.endpoint.identification.algorithm", _S, "https", _ENDPOINT_ALGORITHM, _LOW,
          "https: verify the broker's host name against its certificate; empty (or none) disables it."),
         ("enable.ssl.certificate.verification", _B, True, None, _LOW,
          "Verify the broker's certificate chain (librdkafka's name); false is for tests only."),
         ("sasl.mechanism", _S, "GSSAPI", OneOf(_SASL_MECHANISMS), _MED,
-         "SASL mechanism (librdkafka: sasl.mechanisms): PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER."),
+         "SASL mechanism (librdkafka: sasl.mechanisms): PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, "
+         "GSSAPI (Kerberos)."),
         ("sasl.jaas.config", _P, None, None, _MED,
          "Java's JAAS line, e.g. org.apache.kafka.common.security.plain.PlainLoginModule required "
-         "username=\"u\" password=\"p\"; (PLAIN and SCRAM)."),
+         "username=\"u\" password=\"p\"; (PLAIN and SCRAM; Krb5LoginModule for GSSAPI)."),
         ("sasl.username", _S, None, _NON_EMPTY, _HI, "SASL user name for PLAIN and SCRAM (librdkafka)."),
         ("sasl.password", _P, None, None, _HI, "SASL password for PLAIN and SCRAM (librdkafka's name)."),
+        ("sasl.scram.min.iterations", _I, 4096, _AT_LEAST_1, _LOW,
+         "Fewest SCRAM iterations a broker may ask for (Java's bound; fewer is refused as a downgrade)."),
+        ("sasl.scram.max.iterations", _I, 16384, _AT_LEAST_1, _LOW,
+         "Most SCRAM iterations a broker may ask for (Java's bound; PBKDF2 runs on the network thread)."),
         ("sasl.oauthbearer.method", _S, "default", OneOf(("default", "oidc")), _LOW,
          "OAUTHBEARER token source: default (the oauth_cb callback) or oidc (client credentials)."),
         ("sasl.oauthbearer.token.endpoint.url", _S, None, _NON_EMPTY, _MED,
-         "OIDC token endpoint (http or https URL) for sasl.oauthbearer.method=oidc."),
+         "OIDC token endpoint (https URL) for sasl.oauthbearer.method=oidc; redirects are not followed."),
+        ("sasl.oauthbearer.token.endpoint.allow.http", _B, False, None, _LOW,
+         "Accept an http:// token endpoint that is not a loopback address (the client secret then goes "
+         "out in clear): for tests only."),
         ("sasl.oauthbearer.client.id", _S, None, _NON_EMPTY, _MED, "OIDC client id."),
         ("sasl.oauthbearer.client.secret", _P, None, None, _MED, "OIDC client secret."),
         ("sasl.oauthbearer.scope", _S, None, _NON_EMPTY, _LOW, "Scope asked of the OIDC token endpoint."),
         ("sasl.oauthbearer.extensions", _S, None, _NON_EMPTY, _LOW,
          "SASL extensions sent with the token, key=value,... (e.g. logicalCluster=...,identityPoolId=...)."),
         ("sasl.oauthbearer.config", _P, None, None, _LOW, "String passed to oauth_cb (librdkafka's name)."),
+        ("sasl.kerberos.service.name", _S, "kafka", _NON_EMPTY, _MED,
+         "GSSAPI: the primary of the brokers' Kerberos principal (<name>/<broker host>@REALM)."),
+        ("sasl.kerberos.principal", _S, None, _NON_EMPTY, _LOW,
+         "GSSAPI: the client's Kerberos principal (librdkafka's name; Java: principal= in the JAAS line)."),
+        ("sasl.kerberos.keytab", _S, None, _NON_EMPTY, _LOW,
+         "GSSAPI: keytab for a kinit-free login (librdkafka's name; Java: keyTab= of sasl.jaas.config); "
+         "unset: the ticket cache."),
+        ("sasl.kerberos.ticket.renew.window.factor", _DBL, 0.8, _fraction_between(0.5, 1.0), _LOW,
+         "GSSAPI with a keytab: log in again once this fraction of the ticket's life has passed."),
+        ("sasl.kerberos.ticket.renew.jitter", _DBL, 0.05, _fraction_between(0.0, 0.25), _LOW,
+         "GSSAPI: random fraction of the ticket's life added to the renew window."),
+        ("sasl.kerberos.min.time.before.relogin", _L, 60_000, _AT_LEAST_0, _LOW,
+         "GSSAPI with a keytab: least time between two logins while the ticket is still valid."),
+        ("sasl.kerberos.kinit.cmd", _S, "/usr/bin/kinit", None, _LOW,
+         "Accepted for Java/librdkafka compatibility; unused (a keytab login needs no kinit)."),
         ("oauth_cb", _FN, None, None, _MED,
          "OAUTHBEARER token callback: oauth_cb(config_str) -> (token, expiry_epoch_seconds[, principal"
          "[, extensions]]), as in confluent-kafka; runs on the token refresher thread."),
@@ -735,7 +790,10 @@ def _common_rows(
         ("sasl.login.retry.backoff.max.ms", _L, 10_000, _AT_LEAST_0, _LOW,
          "Cap of the token fetch retry backoff."),
         ("sasl.login.connect.timeout.ms", _I, 10_000, _AT_LEAST_1, _LOW,
-         "Timeout of one HTTP request to the OIDC token endpoint."),
+         "Timeout of each network operation of a request to the OIDC token endpoint."),
+        ("sasl.login.read.timeout.ms", _I, 10_000, _AT_LEAST_1, _LOW,
+         "With sasl.login.connect.timeout.ms: the deadline of a whole OIDC token request (connect, send, "
+         "read the answer)."),
         ("metrics.sample.window.ms", _L, 30_000, _AT_LEAST_0, _LOW, "Length of one metrics sample window."),
         ("metrics.num.samples", _I, 2, _AT_LEAST_1, _LOW, "Sample windows kept by a windowed metric."),
         ("metrics.recording.level", _S, "INFO", OneOf(("INFO", "DEBUG", "TRACE")), _LOW,
@@ -773,6 +831,9 @@ _CONSUMER_ROWS: list[_Row] = [
     ("fetch.max.wait.ms", _I, 500, _AT_LEAST_0, _LOW, "How long the broker may wait for fetch.min.bytes."),
     ("max.partition.fetch.bytes", _I, 1_048_576, _AT_LEAST_0, _HI, "Maximum bytes per partition per fetch."),
     ("check.crcs", _B, True, None, _LOW, "Verify the CRC32C of fetched record batches."),
+    ("max.decompressed.batch.bytes", _I, 67_108_864, _AT_LEAST_1, _MED,
+     "Most bytes one compressed record batch may decompress to (default 64 MiB); a batch beyond it is "
+     "refused as a decompression bomb with a CorruptRecordError naming topic, partition and offset."),
     ("exclude.internal.topics", _B, True, None, _MED, "Subscription patterns never match internal topics."),
     ("allow.auto.create.topics", _B, True, None, _MED, "Let subscribing auto-create missing topics."),
     ("default.api.timeout.ms", _I, 60_000, _AT_LEAST_0, _MED, "Timeout of blocking calls not given one."),
@@ -926,11 +987,13 @@ class _CommonFields(ClientConfig):
     security_protocol: str
     ssl_truststore_location: str | None
     ssl_truststore_type: str
+    ssl_truststore_password: Password | None
     ssl_truststore_certificates: Password | None
     ssl_keystore_certificate_chain: Password | None
     ssl_keystore_key: Password | None
     ssl_keystore_location: str | None
     ssl_keystore_type: str
+    ssl_keystore_password: Password | None
     ssl_certificate_location: str | None
     ssl_key_location: str | None
     ssl_key_password: Password | None
@@ -940,17 +1003,28 @@ class _CommonFields(ClientConfig):
     sasl_jaas_config: Password | None
     sasl_username: str | None
     sasl_password: Password | None
+    sasl_scram_min_iterations: int
+    sasl_scram_max_iterations: int
     sasl_oauthbearer_method: str
     sasl_oauthbearer_token_endpoint_url: str | None
+    sasl_oauthbearer_token_endpoint_allow_http: bool
     sasl_oauthbearer_client_id: str | None
     sasl_oauthbearer_client_secret: Password | None
     sasl_oauthbearer_scope: str | None
     sasl_oauthbearer_extensions: str | None
     sasl_oauthbearer_config: Password | None
+    sasl_kerberos_service_name: str
+    sasl_kerberos_principal: str | None
+    sasl_kerberos_keytab: str | None
+    sasl_kerberos_ticket_renew_window_factor: float
+    sasl_kerberos_ticket_renew_jitter: float
+    sasl_kerberos_min_time_before_relogin: int
+    sasl_kerberos_kinit_cmd: str
     oauth_cb: Callable[..., Any] | None
     sasl_login_retry_backoff_ms: int
     sasl_login_retry_backoff_max_ms: int
     sasl_login_connect_timeout_ms: int
+    sasl_login_read_timeout_ms: int
     metrics_sample_window_ms: int
     metrics_num_samples: int
     metrics_recording_level: str
@@ -984,6 +1058,7 @@ class ConsumerConfig(_CommonFields):
     fetch_max_wait_ms: int
     max_partition_fetch_bytes: int
     check_crcs: bool
+    max_decompressed_batch_bytes: int
     exclude_internal_topics: bool
     allow_auto_create_topics: bool
     default_api_timeout_ms: int

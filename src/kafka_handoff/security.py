@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import http.client
 import inspect
+import ipaddress
 import json
 import logging
 import os
+import socket
 import ssl
 import threading
 import time
@@ -30,7 +33,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from kafka_handoff.errors import AuthenticationError, ConfigError
 from kafka_handoff.protocol.backoff import ExponentialBackoff
@@ -188,6 +191,20 @@ def validate_security_values(values: Mapping[str, Any], explicit: frozenset[str]
                 "Configuration 'ssl.keystore.key' and 'ssl.keystore.certificate.chain' go together "
                 "(allowed: both, or neither)"
             )
+        for prefix in ("ssl.keystore", "ssl.truststore"):
+            if values[f"{prefix}.type"] == "JKS":
+                from kafka_handoff.keystore import jks_error
+
+                raise jks_error(prefix, values[f"{prefix}.location"] or "client.jks")
+        if (
+            values["ssl.keystore.password"] is not None
+            and "ssl.keystore.type" in explicit
+            and (values["ssl.keystore.type"] == "PEM")
+        ):
+            raise ConfigError(
+                "Configuration 'ssl.keystore.password' is set with ssl.keystore.type=PEM (allowed: "
+                "ssl.key.password for an encrypted PEM key; ssl.keystore.password with PKCS12)"
+            )
         if values["ssl.key.location"] is not None and values["ssl.certificate.location"] is None:
             raise ConfigError(
                 "Configuration 'ssl.key.location' is set without 'ssl.certificate.location' "
@@ -206,6 +223,11 @@ def validate_security_values(values: Mapping[str, Any], explicit: frozenset[str]
     if mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
         sasl_credentials(values)
         return
+    if mechanism == "GSSAPI":
+        from kafka_handoff.kerberos import kerberos_options
+
+        kerberos_options(values, _secret(values.get("sasl.jaas.config")))
+        return
     # OAUTHBEARER
     parse_extensions(values["sasl.oauthbearer.extensions"])
     if values["sasl.oauthbearer.method"] == "oidc":
@@ -220,12 +242,10 @@ def validate_security_values(values: Mapping[str, Any], explicit: frozenset[str]
                     "(allowed: set sasl.oauthbearer.token.endpoint.url, sasl.oauthbearer.client.id and "
                     "sasl.oauthbearer.client.secret)"
                 )
-        url = values["sasl.oauthbearer.token.endpoint.url"]
-        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-            raise ConfigError(
-                f"Invalid value {url!r} for configuration 'sasl.oauthbearer.token.endpoint.url': "
-                "not an http(s) URL (allowed: https://... or http://...)"
-            )
+        check_token_endpoint_url(
+            values["sasl.oauthbearer.token.endpoint.url"],
+            bool(values["sasl.oauthbearer.token.endpoint.allow.http"]),
+        )
     elif values["oauth_cb"] is None:
         raise ConfigError(
             "Missing configuration 'oauth_cb': sasl.mechanism=OAUTHBEARER needs a token source "
@@ -242,7 +262,32 @@ def _check_file(key: str, path: str) -> None:
         )
 
 
-def build_ssl_context(values: Mapping[str, Any]) -> ssl.SSLContext:
+def _store_type(values: Mapping[str, Any], explicit: frozenset[str], prefix: str, path: str) -> str:
+    """The format of the store at ``path``: ``{prefix}.type`` when given, else told from the file's first
+    bytes (a Java ``client.properties`` often leaves the type out, and librdkafka's
+    ``ssl.keystore.location`` is PKCS#12)."""
+    from kafka_handoff import keystore
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        head = b""
+    found = keystore.detect_store_type(head)
+    declared = str(values.get(f"{prefix}.type") or "PEM").upper()
+    kind = declared if f"{prefix}.type" in explicit else found
+    if kind == "JKS":
+        raise keystore.jks_error(prefix, path)
+    if kind == "PEM" and found != "PEM":
+        raise ConfigError(
+            f"Invalid value {path!r} for configuration '{prefix}.location': not a PEM file, it looks like "
+            f"{'a PKCS#12' if found == 'PKCS12' else 'a JKS'} store (allowed: set {prefix}.type="
+            f"{'PKCS12' if found == 'PKCS12' else 'PKCS12 after converting it'})"
+        )
+    return kind
+
+
+def build_ssl_context(values: Mapping[str, Any], explicit: frozenset[str] = frozenset()) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     verify = bool(values["enable.ssl.certificate.verification"])
@@ -253,7 +298,13 @@ def build_ssl_context(values: Mapping[str, Any]) -> ssl.SSLContext:
         key = "ssl.truststore.location"
         _check_file(key, ca)
         try:
-            ctx.load_verify_locations(cafile=ca)
+            if _store_type(values, explicit, "ssl.truststore", ca) == "PKCS12":
+                from kafka_handoff.keystore import pkcs12_trusted_certificates
+
+                pem = pkcs12_trusted_certificates(ca, _secret(values.get("ssl.truststore.password")))
+                ctx.load_verify_locations(cadata=pem)
+            else:
+                ctx.load_verify_locations(cafile=ca)
         except (ssl.SSLError, OSError) as exc:
             raise ConfigError(
                 f"Invalid value {ca!r} for configuration '{key}' (ssl.ca.location): cannot load CA "
@@ -271,6 +322,12 @@ def build_ssl_context(values: Mapping[str, Any]) -> ssl.SSLContext:
         ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
     if values["ssl.keystore.certificate.chain"] is not None:
         _load_inline_cert_chain(ctx, values)
+    store = values["ssl.keystore.location"]
+    if store is not None:
+        _check_file("ssl.keystore.location", store)
+    if store is not None and _store_type(values, explicit, "ssl.keystore", store) == "PKCS12":
+        _load_pkcs12_keystore(ctx, store, values)
+        return ctx
     cert_key = "ssl.keystore.location" if values["ssl.keystore.location"] else "ssl.certificate.location"
     cert = values[cert_key]
     if cert is not None:
@@ -296,26 +353,45 @@ def build_ssl_context(values: Mapping[str, Any]) -> ssl.SSLContext:
 
 
 def _load_inline_cert_chain(ctx: ssl.SSLContext, values: Mapping[str, Any]) -> None:
-    """``ssl`` loads certificates and keys from files only: the inline PEM goes to a private temporary
-    file (mode 0600) that is removed right after loading."""
-    import tempfile
+    """``ssl`` loads certificates and keys from paths only: the inline PEM is handed over through an
+    in-memory file (:func:`~kafka_handoff.keystore.memory_file`), never a temporary file on disk that a
+    crash would leave behind."""
+    from kafka_handoff.keystore import memory_file
 
     chain = _secret(values["ssl.keystore.certificate.chain"]) or ""
     key = _secret(values["ssl.keystore.key"]) or ""
     password = _secret(values["ssl.key.password"])
-    fd, path = tempfile.mkstemp(prefix="handoff-key-", suffix=".pem")
+    pem = (key.strip() + "\n" + chain.strip() + "\n").encode("ascii", errors="replace")
     try:
-        with os.fdopen(fd, "w", encoding="ascii", errors="replace") as f:
-            f.write(key.strip() + "\n" + chain.strip() + "\n")
-        ctx.load_cert_chain(path, password=password if password is not None else _no_password)
+        with memory_file(pem) as path:
+            ctx.load_cert_chain(path, password=password if password is not None else _no_password)
     except (ssl.SSLError, OSError, TypeError):
         raise ConfigError(
             "Invalid value [hidden] for configuration 'ssl.keystore.key' / 'ssl.keystore.certificate.chain' "
             "(ssl.key.pem / ssl.certificate.pem): cannot load the client key and certificate (allowed: PEM "
             "private key and certificate chain, ssl.key.password for an encrypted key)"
         ) from None
-    finally:
-        os.unlink(path)
+
+
+def _load_pkcs12_keystore(ctx: ssl.SSLContext, path: str, values: Mapping[str, Any]) -> None:
+    """The client key and certificate chain of a PKCS#12 key store, handed to ``ssl`` from memory.
+    ``ssl.keystore.password`` opens the store (``ssl.key.password`` when it is not set: ``keytool`` gives a
+    PKCS#12 key entry the store's password)."""
+    from kafka_handoff.keystore import memory_file, pkcs12_key_and_chain
+
+    password = _secret(values.get("ssl.keystore.password"))
+    if password is None:
+        password = _secret(values["ssl.key.password"])
+    key_pem, chain_pem, one_time = pkcs12_key_and_chain(path, password)
+    try:
+        with memory_file(key_pem + chain_pem) as pem:
+            ctx.load_cert_chain(pem, password=one_time)
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(
+            f"Invalid value {path!r} for configuration 'ssl.keystore.location': cannot use the key and "
+            f"certificate of the PKCS#12 key store ({exc.__class__.__name__}; allowed: a key store with the "
+            "client's key entry)"
+        ) from None
 
 
 def _no_password() -> str:
@@ -461,6 +537,109 @@ def callback_fetcher(
     return fetch
 
 
+OIDC_MAX_RESPONSE_BYTES = 256 * 1024
+"""The largest token endpoint response read (a token response is a few KiB)."""
+
+
+def _is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_token_endpoint_url(url: str, allow_http: bool) -> None:
+    """:class:`ConfigError` unless ``url`` is https, or http to a loopback address (``localhost``,
+    127.0.0.0/8, ``::1``: the secret does not leave the machine), or http anywhere with
+    ``sasl.oauthbearer.token.endpoint.allow.http=true``: over a network, http sends the client secret in
+    clear."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme == "https" or (scheme == "http" and (allow_http or _is_loopback(parts.hostname))):
+        return
+    if scheme == "http":
+        raise ConfigError(
+            f"Invalid value {url!r} for configuration 'sasl.oauthbearer.token.endpoint.url': http sends the "
+            "client secret in clear (allowed: an https:// URL, http:// to a loopback address, or http:// "
+            "with sasl.oauthbearer.token.endpoint.allow.http=true, for tests only)"
+        )
+    raise ConfigError(
+        f"Invalid value {url!r} for configuration 'sasl.oauthbearer.token.endpoint.url': "
+        "not an https URL (allowed: https://...)"
+    )
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Refuses every redirect: following one would send the client's credentials (the Authorization header)
+    to wherever the endpoint points, another host or plain http included."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        return None  # urllib then raises the 3xx as an HTTPError
+
+
+class _Deadline:
+    """Aborts a request still running at its deadline: shuts down the sockets it opened, so a read that a
+    slow-dripping peer keeps alive (each byte resets a per-operation timeout) ends at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = threading.Event()
+        self._sockets: list[Any] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def watch(self, conn: Any) -> Any:
+        with self._lock:
+            self._sockets.append(conn)
+        if self.expired.is_set():
+            self._expire()
+        return conn
+
+    def _expire(self) -> None:
+        self.expired.set()
+        with self._lock:
+            conns = list(self._sockets)
+        for conn in conns:
+            sock = getattr(conn, "sock", None)
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+
+def _opener(ssl_context: ssl.SSLContext | None, deadline: _Deadline) -> urllib.request.OpenerDirector:
+    """An opener that follows no redirect and registers each connection it opens with ``deadline``."""
+
+    class Http(urllib.request.HTTPHandler):
+        def http_open(self, req: Any) -> Any:
+            def connection(host: str, **kw: Any) -> Any:
+                return deadline.watch(http.client.HTTPConnection(host, **kw))
+
+            return self.do_open(connection, req)
+
+    class Https(urllib.request.HTTPSHandler):
+        def https_open(self, req: Any) -> Any:
+            def connection(host: str, **kw: Any) -> Any:
+                return deadline.watch(http.client.HTTPSConnection(host, **kw))
+
+            return self.do_open(connection, req, context=ssl_context)
+
+    return urllib.request.build_opener(Http(), Https(context=ssl_context), _NoRedirects())
+
+
 def oidc_fetcher(
     url: str,
     client_id: str,
@@ -469,11 +648,22 @@ def oidc_fetcher(
     extensions: Mapping[str, str],
     *,
     timeout_s: float = 10.0,
+    deadline_s: float | None = None,
+    allow_http: bool = False,
+    max_response_bytes: int = OIDC_MAX_RESPONSE_BYTES,
     ssl_context: ssl.SSLContext | None = None,
     clock: Callable[[], float] = time.time,
 ) -> Callable[[], OAuthToken]:
     """The OAuth 2 client-credentials grant (RFC 6749 §4.4) against ``url``; the client id and secret go in
-    an HTTP Basic header (URL-encoded first, as Java's client does)."""
+    an HTTP Basic header (URL-encoded first, as Java's client does).
+
+    Hardened against a hostile or broken endpoint: ``url`` must be https unless ``allow_http``; no redirect
+    is followed (a 3xx is an error: the credentials never leave for another URL); at most
+    ``max_response_bytes`` are read; the whole request -- connect, send, headers, body -- must finish within
+    ``deadline_s`` (default: twice ``timeout_s``, the per-operation timeout), or it fails with an
+    :class:`AuthenticationError` that the refresher reports like any other."""
+    check_token_endpoint_url(url, allow_http)
+    overall = deadline_s if deadline_s is not None else 2 * timeout_s
     basic = base64.b64encode(
         f"{urllib.parse.quote(client_id, safe='')}:{urllib.parse.quote(client_secret, safe='')}".encode()
     ).decode()
@@ -493,26 +683,29 @@ def oidc_fetcher(
             },
             method="POST",
         )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s, context=ssl_context) as response:
-                data = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            detail = ""
+        with _Deadline(overall) as deadline:
             try:
-                err = json.loads(exc.read())
-                if isinstance(err, dict):
-                    detail = " ".join(str(err[k]) for k in ("error", "error_description") if k in err)[:200]
-            except (ValueError, OSError):
-                pass
-            raise AuthenticationError(
-                f"OAUTHBEARER: the OIDC token endpoint {url} refused client {client_id!r}: HTTP {exc.code}"
-                + (f" ({detail})" if detail else "")
-            ) from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise AuthenticationError(
-                f"OAUTHBEARER: cannot get a token from the OIDC token endpoint {url}: {reason}"
-            ) from None
+                with _opener(ssl_context, deadline).open(
+                    request, timeout=min(timeout_s, overall)
+                ) as response:
+                    raw = response.read(max_response_bytes + 1)
+                if deadline.expired.is_set():  # the read ended because the deadline shut the socket
+                    raise TimeoutError("deadline")
+                if len(raw) > max_response_bytes:
+                    raise AuthenticationError(
+                        f"OAUTHBEARER: the OIDC token endpoint {url} sent a response larger than "
+                        f"{max_response_bytes} bytes"
+                    )
+                data = json.loads(raw)
+            except AuthenticationError:
+                raise
+            except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
+                if deadline.expired.is_set():
+                    raise AuthenticationError(
+                        f"OAUTHBEARER: the OIDC token endpoint {url} did not answer within {overall:g} s "
+                        "(sasl.login.connect.timeout.ms + sasl.login.read.timeout.ms)"
+                    ) from None
+                _raise_fetch_error(exc, url, client_id)
         token = data.get("access_token") if isinstance(data, dict) else None
         if not isinstance(token, str) or not token:
             raise AuthenticationError(f"OAUTHBEARER: the OIDC token endpoint {url} returned no access_token")
@@ -529,6 +722,65 @@ def oidc_fetcher(
     return fetch
 
 
+def _raise_fetch_error(exc: BaseException, url: str, client_id: str) -> NoReturn:
+    if isinstance(exc, urllib.error.HTTPError):
+        if 300 <= exc.code < 400:
+            raise AuthenticationError(
+                f"OAUTHBEARER: the OIDC token endpoint {url} answered with a redirect (HTTP {exc.code}), "
+                "which is not followed: the client's credentials are sent to the configured URL only "
+                "(configure the final URL in sasl.oauthbearer.token.endpoint.url)"
+            ) from None
+        detail = ""
+        try:
+            err = json.loads(exc.read(OIDC_MAX_RESPONSE_BYTES))
+            if isinstance(err, dict):
+                detail = " ".join(str(err[k]) for k in ("error", "error_description") if k in err)[:200]
+        except (ValueError, OSError, http.client.HTTPException):
+            pass
+        raise AuthenticationError(
+            f"OAUTHBEARER: the OIDC token endpoint {url} refused client {client_id!r}: HTTP {exc.code}"
+            + (f" ({detail})" if detail else "")
+        ) from None
+    reason = getattr(exc, "reason", exc)
+    raise AuthenticationError(
+        f"OAUTHBEARER: cannot get a token from the OIDC token endpoint {url}: {reason}"
+    ) from None
+
+
+# ------------------------------------------------------------------------------------------------ warnings
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_if_insecure(values: Mapping[str, Any]) -> None:
+    """One WARNING per process for each weakened setting in use: certificate verification off, host name
+    verification off, PLAIN without TLS (the password crosses the network in clear)."""
+    protocol = values["security.protocol"]
+    found: list[str] = []
+    if protocol in _SSL_PROTOCOLS:
+        if not values["enable.ssl.certificate.verification"]:
+            found.append(
+                "enable.ssl.certificate.verification=false: the brokers' certificates are not verified, "
+                "so anyone on the network path can pose as the broker and read or change the traffic"
+            )
+        elif values["ssl.endpoint.identification.algorithm"] != "https":
+            found.append(
+                "ssl.endpoint.identification.algorithm is empty: the brokers' host names are not checked "
+                "against their certificates, so any certificate the CA signed passes for any broker"
+            )
+    if protocol == "SASL_PLAINTEXT" and values["sasl.mechanism"] == "PLAIN":
+        found.append(
+            "sasl.mechanism=PLAIN over security.protocol=SASL_PLAINTEXT: the password crosses the network "
+            "in clear (allowed for safety: SASL_SSL, or SCRAM)"
+        )
+    for message in found:
+        with _warned_lock:
+            if message in _warned:
+                continue
+            _warned.add(message)
+        log.warning("insecure client setting: %s", message)
+
+
 # ------------------------------------------------------------------------------------------------ settings
 class SecuritySettings:
     """What the network layer needs to secure its connections (``None`` settings mean PLAINTEXT)."""
@@ -540,8 +792,10 @@ class SecuritySettings:
         sasl_mechanism: str | None,
         mechanism_factory: Callable[[], SaslMechanism] | None,
         token_provider: TokenProvider | None,
+        host_mechanism_factory: Callable[[str], SaslMechanism] | None = None,
     ) -> None:
         self.protocol = protocol
+        self._host_factory = host_mechanism_factory
         self.ssl_context = ssl_context
         self.sasl_mechanism = sasl_mechanism
         self._factory = mechanism_factory
@@ -558,8 +812,11 @@ class SecuritySettings:
     def uses_sasl(self) -> bool:
         return self.sasl_mechanism is not None
 
-    def new_mechanism(self) -> SaslMechanism:
-        """A fresh mechanism for one exchange (raises AuthenticationError when no token can be had)."""
+    def new_mechanism(self, host: str = "") -> SaslMechanism:
+        """A fresh mechanism for one exchange with the broker at ``host`` (raises AuthenticationError when
+        no token or ticket can be had)."""
+        if self._host_factory is not None:
+            return self._host_factory(host)
         assert self._factory is not None
         return self._factory()
 
@@ -578,12 +835,17 @@ def build_security(config: Any) -> SecuritySettings | None:
     protocol = values["security.protocol"]
     if protocol == "PLAINTEXT":
         return None
-    ctx = build_ssl_context(values) if protocol in _SSL_PROTOCOLS else None
+    _warn_if_insecure(values)
+    ctx = build_ssl_context(values, config.explicit) if protocol in _SSL_PROTOCOLS else None
     if protocol not in _SASL_PROTOCOLS:
         return SecuritySettings(protocol, ctx, None, None, None)
     mechanism = values["sasl.mechanism"]
     provider: TokenProvider | None = None
     factory: Callable[[], SaslMechanism]
+    if mechanism == "GSSAPI":
+        from kafka_handoff.kerberos import gssapi_mechanism_factory
+
+        return SecuritySettings(protocol, ctx, mechanism, None, None, gssapi_mechanism_factory(values))
     if mechanism == "PLAIN":
         user, password = sasl_credentials(values)
 
@@ -593,8 +855,18 @@ def build_security(config: Any) -> SecuritySettings | None:
     elif mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
         user, password = sasl_credentials(values)
 
+        min_iterations = int(values["sasl.scram.min.iterations"])
+        max_iterations = int(values["sasl.scram.max.iterations"])
+        if min_iterations > max_iterations:
+            raise ConfigError(
+                f"sasl.scram.min.iterations ({min_iterations}) is above sasl.scram.max.iterations "
+                f"({max_iterations})"
+            )
+
         def factory() -> SaslMechanism:
-            return Scram(mechanism, user, password)
+            return Scram(
+                mechanism, user, password, min_iterations=min_iterations, max_iterations=max_iterations
+            )
 
     else:
         extensions = parse_extensions(values["sasl.oauthbearer.extensions"])
@@ -607,6 +879,9 @@ def build_security(config: Any) -> SecuritySettings | None:
                 values["sasl.oauthbearer.scope"],
                 extensions,
                 timeout_s=values["sasl.login.connect.timeout.ms"] / 1000.0,
+                deadline_s=(values["sasl.login.connect.timeout.ms"] + values["sasl.login.read.timeout.ms"])
+                / 1000.0,
+                allow_http=bool(values["sasl.oauthbearer.token.endpoint.allow.http"]),
             )
             source = f"the OIDC token endpoint {url}"
         else:

@@ -71,22 +71,33 @@ COMMON_DEFAULTS = {
     # Java's security defaults (JKS stores are Java-only: PEM is the one format here).
     "ssl.truststore.location": None,
     "ssl.truststore.type": "PEM",
+    "ssl.truststore.password": None,
     "ssl.truststore.certificates": None,
     "ssl.keystore.certificate.chain": None,
     "ssl.keystore.key": None,
     "ssl.keystore.location": None,
     "ssl.keystore.type": "PEM",
+    "ssl.keystore.password": None,
     "ssl.key.password": None,
     "ssl.endpoint.identification.algorithm": "https",
     "sasl.mechanism": "GSSAPI",
     "sasl.jaas.config": None,
+    "sasl.kerberos.service.name": "kafka",  # Java: null (then the JAAS serviceName); librdkafka: kafka
+    "sasl.kerberos.ticket.renew.window.factor": 0.8,
+    "sasl.kerberos.ticket.renew.jitter": 0.05,
+    "sasl.kerberos.min.time.before.relogin": 60_000,
+    "sasl.kerberos.kinit.cmd": "/usr/bin/kinit",
     "sasl.oauthbearer.token.endpoint.url": None,
     "sasl.oauthbearer.client.id": None,
     "sasl.oauthbearer.client.secret": None,
     "sasl.oauthbearer.scope": None,
     "sasl.login.retry.backoff.ms": 100,
     "sasl.login.retry.backoff.max.ms": 10_000,
+    "sasl.scram.min.iterations": 4096,  # issue 34: Java's ScramMechanism bounds, configurable here
+    "sasl.scram.max.iterations": 16384,
     "sasl.login.connect.timeout.ms": 10_000,  # Java: unset (the JDK's default)
+    "sasl.login.read.timeout.ms": 10_000,  # Java: unset; issue 34: with the above, a token request's deadline
+    "sasl.oauthbearer.token.endpoint.allow.http": False,  # issue 34: https only unless allowed
     # librdkafka's names and defaults.
     "ssl.certificate.location": None,
     "ssl.key.location": None,
@@ -96,6 +107,8 @@ COMMON_DEFAULTS = {
     "sasl.oauthbearer.method": "default",
     "sasl.oauthbearer.extensions": None,
     "sasl.oauthbearer.config": None,
+    "sasl.kerberos.principal": None,  # librdkafka's names
+    "sasl.kerberos.keytab": None,
     "oauth_cb": None,
     "metrics.sample.window.ms": 30_000,
     "metrics.num.samples": 2,
@@ -168,6 +181,7 @@ JAVA_PRODUCER_DEFAULTS = {
 # Keys kafka-handoff adds beyond Java's (with their defaults).
 HANDOFF_CONSUMER_EXTRAS = {
     "revoke.completion": "next-poll",  # KIP-983 "Compatibility": next-poll | same-poll
+    "max.decompressed.batch.bytes": 67_108_864,  # issue 34: the bound of one batch's decompressed records
 }
 
 JAVA_ADMIN_DEFAULTS = {

@@ -124,3 +124,34 @@ def test_clear_removes_what_a_secured_start_left(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("client*.json")) and not sec.directory.exists()
     assert (tmp_path / "state.json").exists()  # nothing else is touched
     assert security.load(tmp_path) is None
+
+
+def test_kerberos_mode_is_outside_all_and_configures_a_gssapi_listener(tmp_path: Path) -> None:
+    """Without starting a KDC: the listener's settings and the client's, as ``prepare`` would set them."""
+    assert "kerberos" not in security.normalize_modes("all")
+    assert security.normalize_modes(["sasl_ssl", "kerberos"]) == ("sasl_ssl", "kerberos")
+    sec = security.DevSecurity(
+        directory=tmp_path / "security", modes=("kerberos",), users={"alice": "x"}, oidc_port=1, kdc_port=4088
+    )
+    sec.assign_ports([50100], 1)
+    kdc = sec.kdc
+    assert kdc is not None and kdc.service_principal == "kafka/127.0.0.1@HANDOFF.TEST"
+    out = sec.broker_overrides(NodeSpec(1, 9092, 9093, Path("/tmp/n1")), 0)
+    assert "KERBEROS://127.0.0.1:50100" in out["listeners"]
+    assert "KERBEROS:SASL_PLAINTEXT" in out["listener.security.protocol.map"]
+    assert out["listener.name.kerberos.sasl.enabled.mechanisms"] == "GSSAPI"
+    assert out["listener.name.kerberos.sasl.kerberos.service.name"] == "kafka"
+    jaas = out["listener.name.kerberos.gssapi.sasl.jaas.config"]
+    assert "Krb5LoginModule required useKeyTab=true" in jaas
+    assert f'keyTab="{kdc.broker_keytab}"' in jaas and 'principal="kafka/127.0.0.1@HANDOFF.TEST"' in jaas
+    assert "listener.name.kerberos.plain.sasl.jaas.config" not in out
+    assert f"-Djava.security.krb5.conf={kdc.krb5_conf}" in sec.jvm_opts()
+    client = sec.client_config("kerberos")
+    assert client == {
+        "bootstrap.servers": "127.0.0.1:50100",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "GSSAPI",
+        "sasl.kerberos.service.name": "kafka",
+        "sasl.kerberos.principal": "alice@HANDOFF.TEST",
+        "sasl.kerberos.keytab": str(kdc.keytab("alice")),
+    }

@@ -96,9 +96,9 @@ def test_frames_are_read_only() -> None:
 
 
 def test_negative_or_oversized_frame_size_is_a_protocol_error() -> None:
-    with pytest.raises(ProtocolError, match="invalid frame size -5"):
+    with pytest.raises(ProtocolError, match="invalid response frame size -5"):
         FrameReader().read(ScriptedSocket([struct.pack(">i", -5)]))
-    with pytest.raises(ProtocolError, match="invalid frame size 2000"):
+    with pytest.raises(ProtocolError, match="invalid response frame size 2000"):
         FrameReader(max_frame_bytes=1000).read(ScriptedSocket([struct.pack(">i", 2000)]))
 
 

@@ -7,6 +7,7 @@ import errno
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -38,9 +39,9 @@ def test_the_spool_is_in_dev_shm_only_when_it_has_room(monkeypatch: pytest.Monke
         pytest.skip("no /dev/shm on this machine")
     usage = shutil.disk_usage("/dev/shm")
     monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage._replace(free=1 << 40))
-    assert default_spool_dir() == "/dev/shm/kafka-handoff"
+    assert default_spool_dir() == f"/dev/shm/kafka-handoff-{os.geteuid()}"
     monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage._replace(free=64 << 20))
-    assert default_spool_dir() == str(Path(tempfile.gettempdir()) / "kafka-handoff")
+    assert default_spool_dir() == str(Path(tempfile.gettempdir()) / f"kafka-handoff-{os.geteuid()}")
 
 
 def test_a_table_that_cannot_be_spooled_goes_by_create_data_frame_with_one_warning(
@@ -120,3 +121,94 @@ def test_a_spool_lock_appears_already_held_under_its_name(tmp_path: Path) -> Non
     again = _hold(lock)  # the worker is gone: free
     assert again is not None
     os.close(again)
+
+
+# ----------------------------------------------------------------------------- another local user's attacks
+TABLE = pa.table({"offset": pa.array([1, 2], pa.int64())})
+
+
+def _refused(caplog: pytest.LogCaptureFixture, spool_dir: Path, fragment: str) -> None:
+    caplog.set_level(logging.WARNING, logger="kafka_handoff.pipeline.handover")
+    spark = FakeSpark()
+    handover = Handover(spark, mode="files", local=True, spool_dir=str(spool_dir), owner="m")
+    assert not handover.files  # nothing is written there, nothing is read from there
+    assert handover.batch("b1").frame(TABLE) == "frame-1" and spark.created == [TABLE]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and fragment in warnings[0] and "createDataFrame" in warnings[0], warnings
+    handover.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to chown")
+def test_a_spool_directory_another_user_made_first_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    theirs = tmp_path / "kafka-handoff-0"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 65534, 65534)  # made first by "nobody", private to them
+    _refused(caplog, theirs, "owned by uid 65534")
+    assert list(theirs.iterdir()) == []
+
+
+def test_a_spool_directory_with_a_loose_mode_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    shared = tmp_path / "spool"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /dev/shm/kafka-handoff was: anyone may create entries in it
+    _refused(caplog, shared, "mode 1777")
+    assert list(shared.iterdir()) == []
+
+
+def test_a_spool_directory_that_is_a_symlink_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o700)
+    link = tmp_path / "spool"
+    link.symlink_to(target)
+    _refused(caplog, link, "symbolic link")
+    assert list(target.iterdir()) == []
+
+
+def test_the_spool_directory_is_made_private_and_its_files_are_0600(tmp_path: Path) -> None:
+    base = tmp_path / "new" / "spool"
+    handover = Handover(FakeSpark(), mode="files", local=True, spool_dir=str(base), owner="m")
+    assert handover.files
+    path = handover.batch("b1").write(TABLE)
+    assert path is not None and pq.read_table(path).equals(TABLE)
+    for directory in (base, handover.root, path.parent):
+        info = directory.lstat()
+        assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700, directory
+    for file in (path, handover.root / ".owner.lock"):
+        info = file.lstat()
+        assert stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o600, file
+        assert info.st_uid == os.geteuid()
+    handover.close()
+
+
+def test_a_symlink_planted_at_the_lock_path_is_replaced_not_followed(tmp_path: Path) -> None:
+    from kafka_handoff.pipeline.handover import LOCK_NAME, _hold, _hold_new
+
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    spool = tmp_path / "spool"
+    spool.mkdir(mode=0o700)
+    lock = spool / LOCK_NAME
+    lock.symlink_to(victim)
+    (spool / f"{LOCK_NAME}.{os.getpid()}").symlink_to(victim)  # the old, predictable draft name too
+    fd = _hold_new(lock)
+    if fd is None:
+        pytest.skip("no flock on this platform")
+    try:
+        assert victim.read_bytes() == b"precious"  # not truncated through a link
+        assert not lock.is_symlink() and stat.S_ISREG(lock.lstat().st_mode)
+        assert stat.S_IMODE(lock.lstat().st_mode) == 0o600
+        with pytest.raises(OSError):
+            _hold(lock)  # the real lock is held
+    finally:
+        os.close(fd)
+    victim.unlink()
+    lock.unlink()
+    lock.symlink_to(victim)  # a reaper never opens a lock through a link either
+    with pytest.raises(OSError):
+        _hold(lock)

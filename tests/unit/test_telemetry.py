@@ -237,3 +237,24 @@ def test_close_without_subscribed_metrics_completes_at_once() -> None:
     done: Future[None] = Future()
     manager.terminate(clock.now_ms(), done)
     assert done.done() and manager.poll(clock.now_ms()).unsent == []
+
+
+@pytest.mark.parametrize(
+    ("asked_ms", "used_ms"), [(1, 100), (99, 100), (100, 100), (0, 300_000), (-5, 300_000)]
+)
+def test_a_broker_cannot_make_the_client_push_more_often_than_every_100_ms(
+    asked_ms: int, used_ms: int
+) -> None:
+    """Issue 34: a broker asking for a 1 ms push interval would have the client push a thousand times a
+    second; the interval is bounded below by the broker's own minimum of a subscription's interval.ms."""
+    manager, _metrics, clock = setup()
+    get = only(manager.poll(clock.now_ms()).unsent, ApiKey.GET_TELEMETRY_SUBSCRIPTIONS)
+    assert get.on_response is not None
+    get.on_response(subscription(("org.apache",), interval_ms=asked_ms), 0, clock.now_ms())
+    # The first push comes after (0.5 + rand()) x the interval = 1.0 x the interval.
+    assert manager.poll(clock.advance(used_ms - 1)).unsent == []
+    push = only(manager.poll(clock.advance(1)).unsent, ApiKey.PUSH_TELEMETRY)
+    assert push.on_response is not None
+    push.on_response(SimpleNamespace(error_code=0), 0, clock.now_ms())
+    assert manager.poll(clock.advance(used_ms - 1)).unsent == []
+    only(manager.poll(clock.advance(1)).unsent, ApiKey.PUSH_TELEMETRY)

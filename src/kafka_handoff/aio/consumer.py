@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import re
 import time
 import uuid
@@ -121,6 +122,7 @@ class AsyncConsumer:
         self._refresh_s = min(1.0, int(self._c.config.get("max.poll.interval.ms")) / 4000)
         self._refreshed = 0.0
         self._check_crcs = bool(self._c.config.get("check.crcs"))
+        self._max_decompressed = int(self._c.config.get("max.decompressed.batch.bytes"))
         # Under read_committed a fetch decodes at once (aborted-transaction state spans its batches).
         self._slice_decode = not self._c._read_committed
         deserializing = self._c._collector._kdes is not None or self._c._collector._vdes is not None
@@ -232,8 +234,8 @@ class AsyncConsumer:
                 result: ConsumerRecords = c._make_records(kept)
                 return result
         loop = self._bridge.loop
-        timeout_s = 0.0 if timeout is None else max(0.0, float(timeout))
-        deadline = loop.time() + timeout_s
+        # poll(None) waits until records arrive or the consumer is closed.
+        deadline = math.inf if timeout is None else loop.time() + max(0.0, float(timeout))
         # Start of poll (KIP-983 start-of-poll rules): the callbacks step off the loop only when it runs
         # user code; otherwise it is bookkeeping.
         c._poll_start_prepare()
@@ -248,7 +250,7 @@ class AsyncConsumer:
             early = await self._before_collect()
             records = await self._collect()
             remaining = deadline - loop.time()
-            if records or early or remaining <= 0:
+            if records or early or remaining <= 0 or c._closed:
                 out: ConsumerRecords = c._make_records(records)
                 return out
             now = time.monotonic()
@@ -326,6 +328,7 @@ class AsyncConsumer:
                 partition=fetch.tp.partition,
                 check_crcs=self._check_crcs,
                 start_offset=offset,
+                max_decompressed_bytes=self._max_decompressed,
             )
             merged.records.extend(part.records)
             merged.batches += part.batches

@@ -57,7 +57,17 @@ BATCH = 500
 CLIENT_CONFIG_ENV = "HANDOFF_BENCH_CLIENT_CONFIG"
 #: The runners that take the settings of ``CLIENT_CONFIG_ENV``.
 SECURITY_RUNNERS = frozenset(
-    {"handoff", "handoff_batch", "handoff_aio", "confluent", "confluent_tuned", "confluent_aio"}
+    {
+        "handoff",
+        "handoff_batch",
+        "handoff_aio",
+        "confluent",
+        "confluent_tuned",
+        "confluent_aio",
+        "handoff_compat",
+        "confluent_poll",
+        "handoff_compat_poll",
+    }
 )
 
 
@@ -339,9 +349,21 @@ def run_confluent_aio(bootstrap: str, topic: str, partitions: int, records: int)
 
 
 def run_confluent(
-    bootstrap: str, topic: str, partitions: int, records: int, extra: dict[str, Any] | None = None
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    records: int,
+    extra: dict[str, Any] | None = None,
+    compat: bool = False,
+    single: bool = False,
 ) -> _Meter:
-    import confluent_kafka
+    """confluent-kafka's ``consume()`` loop (``single``: the ``poll()`` loop, one message per call); with
+    ``compat`` the very same program on kafka-handoff's confluent-kafka compatibility layer
+    (``kafka_handoff.compat.confluent_kafka``: one import changed)."""
+    if compat:
+        from kafka_handoff.compat import confluent_kafka
+    else:
+        import confluent_kafka  # type: ignore[no-redef]
 
     m = _Meter(records)
     m.start()
@@ -361,10 +383,15 @@ def run_confluent(
             for p in range(partitions)
         ]
     )
+
+    def poll_one() -> list[Any] | None:
+        msg = consumer.poll(1.0)
+        return None if msg is None else [msg]
+
     return consume_loop(
         m,
         _deadline(records),
-        lambda: consumer.consume(num_messages=BATCH, timeout=1.0),
+        poll_one if single else lambda: consumer.consume(num_messages=BATCH, timeout=1.0),
         visit_confluent,
         consumer.close,
     )
@@ -444,6 +471,19 @@ CLIENTS: dict[str, ClientSpec] = {
         ClientSpec(
             "confluent-tuned", "confluent-kafka consume() (fetch.queue.backoff.ms=0)", "confluent_tuned"
         ),
+        ClientSpec(
+            "handoff-compat",
+            "kafka-handoff confluent-kafka layer consume()",
+            "handoff_compat",
+            (("KAFKA_HANDOFF_PURE_PYTHON", "0"),),
+        ),
+        ClientSpec("confluent-poll", "confluent-kafka poll()", "confluent_poll"),
+        ClientSpec(
+            "handoff-compat-poll",
+            "kafka-handoff confluent-kafka layer poll()",
+            "handoff_compat_poll",
+            (("KAFKA_HANDOFF_PURE_PYTHON", "0"),),
+        ),
         ClientSpec("kafka-python", "kafka-python 3", "kafka_python"),
         ClientSpec(
             "handoff-aio", "kafka-handoff asyncio", "handoff_aio", (("KAFKA_HANDOFF_PURE_PYTHON", "0"),)
@@ -461,6 +501,9 @@ _RUNNERS: dict[str, Callable[[str, str, int, int], _Meter]] = {
     # librdkafka postpones a partition's next fetch by fetch.queue.backoff.ms (default 1000) once its local
     # queue is over queued.min.messages; reading a backlog, that leaves it idle much of the time.
     "confluent_tuned": lambda b, t, p, r: run_confluent(b, t, p, r, {"fetch.queue.backoff.ms": 0}),
+    "handoff_compat": lambda b, t, p, r: run_confluent(b, t, p, r, compat=True),
+    "confluent_poll": lambda b, t, p, r: run_confluent(b, t, p, r, single=True),
+    "handoff_compat_poll": lambda b, t, p, r: run_confluent(b, t, p, r, compat=True, single=True),
     "kafka_python": run_kafka_python,
     "aiokafka": run_aiokafka,
     "handoff_aio": run_handoff_aio,
@@ -478,6 +521,9 @@ def client_version(name: str) -> str:
         "handoff-batch": "kafka-handoff",
         "confluent": "confluent-kafka",
         "confluent-tuned": "confluent-kafka",
+        "handoff-compat": "kafka-handoff",
+        "confluent-poll": "confluent-kafka",
+        "handoff-compat-poll": "kafka-handoff",
         "kafka-python": "kafka-python",
         "aiokafka": "aiokafka",
         "handoff-aio": "kafka-handoff",

@@ -1,8 +1,10 @@
-"""``handoff bench throughput|produce|rebalance|faults|decode``: benchmarks against the peers.
+"""``handoff bench throughput|produce|rebalance|faults|decode|hostile``: benchmarks against the peers.
 
 ``throughput``, ``produce`` and ``rebalance`` start a private dev broker when no ``--bootstrap-servers`` is
 given (and stop it at the end), write JSON and PNG files to ``--out`` and print a table.  ``decode`` runs
-:mod:`kafka_handoff.bench.decode` with the arguments that follow.
+:mod:`kafka_handoff.bench.decode` with the arguments that follow; ``hostile`` runs
+:mod:`kafka_handoff.bench.hostile` the same way (a consumer against a zstd bomb, an oversized frame and a
+slow-drip OIDC endpoint: peak RSS, the error seen).
 """
 
 from __future__ import annotations
@@ -47,8 +49,10 @@ def register(subparsers: Any) -> None:
     tp.add_argument(
         "--clients",
         default="all",
-        help="comma-separated: handoff, handoff-py, handoff-batch, confluent, confluent-tuned, kafka-python, "
-        "handoff-aio, aiokafka, confluent-aio, java (default: all)",
+        help="comma-separated: handoff, handoff-py, handoff-batch, confluent, confluent-tuned, "
+        "handoff-compat (confluent's program on kafka_handoff.compat.confluent_kafka), confluent-poll, "
+        "handoff-compat-poll (their one-message poll() loops), kafka-python, handoff-aio, aiokafka, "
+        "confluent-aio, java (default: all)",
     )
     _common(tp)
     tp.add_argument("--keep-topic", action="store_true", help="do not delete the benchmark topic")
@@ -179,6 +183,15 @@ def register(subparsers: Any) -> None:
     pr.add_argument("--profile", action="store_true", help="cProfile text of the first kafka-handoff runs")
     _common(pr)
     pr.set_defaults(func=_produce)
+
+    p = actions.add_parser(
+        "hostile",
+        help="peak RSS of a consumer fed a zstd bomb, an oversized frame, a slow-drip OIDC endpoint, and the "
+        "error the application saw (arguments after '--' go to kafka_handoff.bench.hostile)",
+        add_help=False,
+    )
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_passthrough, module="hostile")
 
     p = actions.add_parser(
         "decode",

@@ -17,6 +17,12 @@ Per-node fault injection on a running cluster (``start --nodes 3``), node ids 1.
 certificates, SASL users for PLAIN and SCRAM, OAUTHBEARER against a local token endpoint) and writes
 every setting a client needs, in librdkafka's names, to DATA_DIR/client.json (printed on its own line);
 DATA_DIR/client-<mode>[-<mechanism>].json hold each listener's and mechanism's.
+
+``--security kerberos`` (not part of ``all``) adds a SASL_PLAINTEXT listener with GSSAPI and starts a
+throwaway MIT Kerberos KDC on 127.0.0.1 beside the broker (stopped with it); clients need
+``KRB5_CONFIG=DATA_DIR/security/kdc/krb5.conf`` (printed).  ``handoff broker setup-kerberos`` installs the
+KDC packages (krb5-kdc, krb5-admin-server, krb5-user) with apt-get when they are missing; ``make setup``
+runs it.
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ def register(subparsers: Any) -> None:
     )
     start.add_argument(
         "--security",
-        choices=("ssl", "mtls", "sasl_plaintext", "sasl_ssl", "all"),
+        choices=("ssl", "mtls", "sasl_plaintext", "sasl_ssl", "all", "kerberos"),
         default=None,
         help="add secured listeners (beside PLAINTEXT) and write DATA_DIR/client.json for this mode",
     )
@@ -100,6 +106,10 @@ def register(subparsers: Any) -> None:
 
     fetch = actions.add_parser("fetch-jars", help="resolve the Kafka jars from Maven Central (once)")
     fetch.set_defaults(func=cmd_fetch_jars)
+    kerberos = actions.add_parser(
+        "setup-kerberos", help="install MIT Kerberos (KDC, kadmin.local, kinit) for --security kerberos"
+    )
+    kerberos.set_defaults(func=cmd_setup_kerberos)
 
 
 def _data_dir_arg(parser: argparse.ArgumentParser) -> None:
@@ -137,6 +147,28 @@ def cmd_fetch_jars(args: argparse.Namespace) -> int:
         print(f"broker class-data-sharing archive trained in {time.monotonic() - started:.1f}s: {archive}")
     else:
         print("broker class-data-sharing archive unavailable (brokers start a little slower)")
+    return 0
+
+
+def cmd_setup_kerberos(args: argparse.Namespace) -> int:
+    """Install the KDC packages when missing (idempotent); under CI=true a failure is an error, else a
+    note (GSSAPI and --security kerberos are then unavailable)."""
+    import os
+
+    from kafka_handoff.devbroker import kdc
+
+    if kdc.ensure_packages():
+        print(f"MIT Kerberos ready: {', '.join(kdc.kdc_binaries().values())}")
+        return 0
+    missing = ", ".join(kdc.missing_binaries())
+    message = (
+        f"MIT Kerberos is not installed ({missing} missing) and apt-get as root is not available: install "
+        f"{' '.join(kdc.PACKAGES)} libkrb5-dev"
+    )
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        _err(f"handoff: {message}")
+        return 1
+    _err(f"note: {message}; GSSAPI and --security kerberos are unavailable until then")
     return 0
 
 
@@ -182,6 +214,8 @@ def cmd_start(args: argparse.Namespace) -> int:
         print(cluster.security.client_json_path())
         for mode in cluster.security.modes:
             _err(f"  {mode}: {cluster.security.bootstrap(mode)}  ({cluster.security.client_json_path(mode)})")
+        if cluster.security.krb5_conf is not None:
+            _err(f"export KRB5_CONFIG={cluster.security.krb5_conf}  # for Kerberos clients (GSSAPI)")
     _err(
         f"Kafka {cluster.kafka_version}, {len(cluster.nodes)} node(s), ready in "
         f"{time.monotonic() - started:.1f}s (JVM start to ready {cluster.start_seconds:.1f}s); "

@@ -44,6 +44,7 @@ EXTRA_FOR_MODULE: dict[str, str] = {
     "prometheus_client": "metrics",
     "opentelemetry": "metrics",
     "cryptography": "devbroker",
+    "gssapi": "kerberos",
     "matplotlib": "bench",
     "psutil": "bench",
     "pyinstrument": "bench",

@@ -19,6 +19,7 @@ from kafka_handoff.consumer.fetcher import CompletedFetch, FetchBuffer
 from kafka_handoff.consumer.records import ColumnChunk
 from kafka_handoff.consumer.subscription import SubscriptionState
 from kafka_handoff.errors import SerializationError
+from kafka_handoff.protocol.compression import DEFAULT_MAX_DECOMPRESSED_BYTES
 from kafka_handoff.protocol.records import (
     ColumnBuffers,
     DecodedBuffers,
@@ -43,6 +44,7 @@ class Collector:
         max_poll_records: int,
         check_crcs: bool,
         read_committed: bool,
+        max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
         key_deserializer: Deserializer = None,
         value_deserializer: Deserializer = None,
         on_records: Callable[[TopicPartition, int, int], None] | None = None,
@@ -51,6 +53,7 @@ class Collector:
         self._buffer = buffer
         self._max = max_poll_records
         self._check_crcs = check_crcs
+        self._max_decompressed = max_decompressed_bytes
         self._read_committed = read_committed
         self._kdes = key_deserializer
         self._vdes = value_deserializer
@@ -190,6 +193,7 @@ class Collector:
                 read_committed=self._read_committed,
                 aborted_transactions=f.aborted_transactions,
                 start_offset=f.fetch_offset,
+                max_decompressed_bytes=self._max_decompressed,
             )
             f.initialized = True
             f.next_index = 0

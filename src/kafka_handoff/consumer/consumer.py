@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import math
 import queue
 import re
 import threading
@@ -216,6 +217,7 @@ class Consumer:
             self._buffer,
             max_poll_records=int(cfg.get("max.poll.records")),
             check_crcs=bool(cfg.get("check.crcs")),
+            max_decompressed_bytes=int(cfg.get("max.decompressed.batch.bytes")),
             read_committed=isolation == 1,
             key_deserializer=cfg.get("key.deserializer"),
             value_deserializer=cfg.get("value.deserializer"),
@@ -522,7 +524,8 @@ class Consumer:
 
     # ==================================================================================== poll
     def poll(self, timeout: float | None = 0.0) -> ConsumerRecords:
-        """Return records fetched for the assigned partitions, waiting up to ``timeout`` seconds."""
+        """Return records fetched for the assigned partitions, waiting up to ``timeout`` seconds
+        (``None``: until records arrive, :meth:`wakeup` is called or the consumer is closed)."""
         result: ConsumerRecords = self._poll(timeout, columnar=False)
         return result
 
@@ -538,8 +541,9 @@ class Consumer:
         self._ensure_open()
         if self._subs.type is SubscriptionType.NONE:
             raise IllegalStateError("consumer is not subscribed to any topics or assigned any partitions")
-        timeout_s = 0.0 if timeout is None else max(0.0, float(timeout))
-        deadline = time.monotonic() + timeout_s
+        # poll(None) blocks until records arrive, wakeup() is called or the consumer is closed (Java's
+        # poll(Duration.MAX)); a negative timeout is treated as 0.
+        deadline = math.inf if timeout is None else time.monotonic() + max(0.0, float(timeout))
         self._on_poll_start()
         # While poll() waits for records the poll timer is reset now and then (Java sends a PollEvent per
         # iteration), so a poll(timeout) longer than max.poll.interval.ms does not expire it.
@@ -554,7 +558,7 @@ class Consumer:
             if records or early:
                 return self._make_records(records, columnar)
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or self._closed:
                 return self._make_records({}, columnar)
             if self.membership is not None and time.monotonic() - refreshed >= refresh_s:
                 refreshed = time.monotonic()

@@ -52,6 +52,7 @@ from kafka_handoff.devbroker.config import (
     NodeSpec,
     format_command,
     generate_cluster_id,
+    java_argfile,
     java_executable,
     render_properties,
     server_command,
@@ -688,6 +689,16 @@ def _prepare_data_dir(data_dir: Path) -> None:
         (data_dir / STATE_FILE).unlink()
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write ``path`` readable by its owner only (mode 0600, also when it existed; never through a link)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        if hasattr(os, "fchmod"):
+            os.fchmod(f.fileno(), 0o600)
+        f.write(text)
+
+
 def _format_all(
     specs: list[NodeSpec],
     cluster_id: str,
@@ -697,19 +708,37 @@ def _format_all(
     jvm_opts: Sequence[str] = (),
     extra_args: Sequence[str] = (),
 ) -> None:
+    """``kafka-storage format`` on every node at once.  ``extra_args`` (SCRAM credentials with their
+    passwords) reach the tool through a java argument file (0600, removed right after), never the command
+    line other local users can read in ``/proc``."""
     procs = []
-    for spec in specs:
-        spec.logs_dir.mkdir(parents=True, exist_ok=True)
-        cmd = format_command(spec, cluster_id, classpath, _LOG4J_CONFIG, java, jvm_opts, extra_args)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=spec.node_dir)
-        procs.append((spec, proc))
+    argfiles: list[Path] = []
+    try:
+        for spec in specs:
+            spec.logs_dir.mkdir(parents=True, exist_ok=True)
+            cmd = format_command(spec, cluster_id, classpath, _LOG4J_CONFIG, java, jvm_opts, extra_args)
+            if extra_args:
+                tail = cmd.index("-cp")
+                argfile = spec.node_dir / "format.args"
+                argfiles.append(argfile)
+                write_private(argfile, java_argfile(cmd[tail:]))
+                cmd = [*cmd[:tail], f"@{argfile}"]
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=spec.node_dir)
+            procs.append((spec, proc))
+        outputs = []
+        for spec, proc in procs:
+            try:
+                out, _ = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate()
+            outputs.append((spec, proc, out))
+    finally:
+        for argfile in argfiles:
+            with contextlib.suppress(FileNotFoundError):
+                argfile.unlink()
     failures = []
-    for spec, proc in procs:
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
+    for spec, proc, out in outputs:
         (spec.logs_dir / "format.log").write_bytes(out)
         if proc.returncode != 0:
             failures.append(
@@ -794,9 +823,14 @@ def start(
     if modes:
         try:
             sec = _security.prepare(
-                root, modes, oidc_port=_free_ports(1)[0], reauth_ms=connections_max_reauth_ms
+                root,
+                modes,
+                oidc_port=_free_ports(1)[0],
+                reauth_ms=connections_max_reauth_ms,
+                supervised=supervised,
             )
         except BaseException:
+            _security.stop_services(root)  # a KDC started before the failure
             if ephemeral:
                 shutil.rmtree(root, ignore_errors=True)
             raise
@@ -827,10 +861,8 @@ def start(
                 props = {**sec.broker_overrides(spec, index), **props}
             if node_overrides is not None:
                 props.update(node_overrides(spec))
-            spec.properties_path.write_text(
-                render_properties(spec, specs, overrides=props),
-                encoding="utf-8",
-            )
+            # 0600: with security, the listeners' JAAS lines hold every PLAIN user's password.
+            write_private(spec.properties_path, render_properties(spec, specs, overrides=props))
         try:
             _format_all(specs, cluster_id, jars.classpath, java, timeout, cds_opts, format_args)
             launched = time.monotonic()

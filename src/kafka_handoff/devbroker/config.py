@@ -25,6 +25,7 @@ __all__ = [
     "format_command",
     "generate_cluster_id",
     "is_valid_cluster_id",
+    "java_argfile",
     "java_executable",
     "render_properties",
     "server_command",
@@ -228,6 +229,15 @@ def format_command(
         str(node.properties_path),
         *extra_args,
     ]
+
+
+def java_argfile(args: Sequence[str]) -> str:
+    """``args`` as the text of a java launcher argument file (``java @FILE``): one quoted argument a line.
+
+    Arguments in such a file -- the main class and its arguments too -- are not on the process's command
+    line, which every local user can read in ``/proc/<pid>/cmdline``."""
+    escapes = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}
+    return "".join('"' + "".join(escapes.get(c, c) for c in arg) + '"\n' for arg in args)
 
 
 def server_command(

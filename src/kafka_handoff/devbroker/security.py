@@ -9,8 +9,9 @@ test set-up (its principal ``User:ANONYMOUS`` is a super user).  Everything is t
   ``wrong-host.invalid`` only -- all with the ``cryptography`` package.  The broker reads PEM key and
   trust stores (``ssl.keystore.type=PEM``, ``ssl.truststore.type=PEM``).
 * SASL users ``admin`` (a super user), ``alice`` and ``bob`` with random passwords, for PLAIN (in the
-  listener's JAAS config) and SCRAM-SHA-256/512 (credentials written into the metadata log at storage
-  format time: ``kafka-storage format --add-scram``).
+  listener's JAAS config, in a 0600 ``server.properties``) and SCRAM-SHA-256/512 (credentials written into
+  the metadata log at storage format time: ``kafka-storage format --add-scram``, given through a 0600
+  java argument file, not the command line).
 * OAUTHBEARER validated by Kafka's own ``OAuthBearerValidatorCallbackHandler`` against a JWKS file; an
   RS256 token endpoint (client-credentials grant; client id = user name, client secret = its password,
   ``sub`` = user name) served on 127.0.0.1 by ``_oidc_server.py`` in its own process, which lives as long
@@ -20,7 +21,11 @@ test set-up (its principal ``User:ANONYMOUS`` is a super user).  Everything is t
   tests that add ACLs to their own topic or group see denials.
 
 Listener per mode (``MODES``): ``ssl`` (SSL), ``mtls`` (SSL with ``ssl.client.auth=required``),
-``sasl_plaintext``, ``sasl_ssl`` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER on both).  For tests
+``sasl_plaintext``, ``sasl_ssl`` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER on both).
+``kerberos`` (not part of ``all``: it needs MIT Kerberos installed) is SASL_PLAINTEXT with GSSAPI against a
+throwaway KDC (:mod:`.kdc`) that lives as long as the broker; the broker's principal is
+``kafka/127.0.0.1@HANDOFF.TEST`` and each user has a keytab; clients need ``KRB5_CONFIG`` set to the KDC's
+``krb5.conf`` (:attr:`DevSecurity.krb5_conf`).  For tests
 also ``ssl_wrong_host`` (a certificate without 127.0.0.1/localhost) and ``sasl_ssl_reauth`` (SASL_SSL with a
 short ``connections.max.reauth.ms``).  ``DATA_DIR/client.json`` holds the settings of the first mode in
 librdkafka's names, ``client-<mode>.json`` those of each, ``client-<mode>-<mechanism>.json`` each SASL
@@ -49,6 +54,7 @@ from typing import Any
 
 from kafka_handoff.devbroker._procs import pid_alive, process_args
 from kafka_handoff.devbroker.config import NodeSpec
+from kafka_handoff.devbroker.kdc import SERVICE_NAME, Kdc, free_port, kdc_binaries
 from kafka_handoff.errors import ConfigError
 
 __all__ = [
@@ -70,6 +76,8 @@ MODES = ("ssl", "mtls", "sasl_plaintext", "sasl_ssl")
 #: Extra listeners for the failure and re-authentication tests.
 TEST_MODES = ("ssl_wrong_host", "sasl_ssl_reauth")
 ALL_MODES = MODES + TEST_MODES
+#: Modes outside ``all`` (they need system packages: MIT Kerberos's KDC).
+KERBEROS_MODES = ("kerberos",)
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 #: SASL users (and OIDC clients); ``admin`` is a super user.
 USERS = ("admin", "alice", "bob")
@@ -90,27 +98,36 @@ _LISTENERS: dict[str, tuple[str, str]] = {
     "sasl_ssl": ("SASL_SSL", "SASL_SSL"),
     "ssl_wrong_host": ("WRONG_HOST", "SSL"),
     "sasl_ssl_reauth": ("SASL_REAUTH", "SASL_SSL"),
+    "kerberos": ("KERBEROS", "SASL_PLAINTEXT"),
 }
 # The mechanism of client-<mode>.json on SASL listeners.
 _DEFAULT_MECHANISM = {
     "sasl_plaintext": "PLAIN",
     "sasl_ssl": "SCRAM-SHA-256",
     "sasl_ssl_reauth": "SCRAM-SHA-256",
+    "kerberos": "GSSAPI",
 }
 
 # SASL mechanisms per listener (default: all of SASL_MECHANISMS).  The re-authentication listener leaves
 # OAUTHBEARER out, so that a test sees a mechanism the broker does not enable.
-_LISTENER_MECHANISMS = {"sasl_ssl_reauth": ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")}
+_LISTENER_MECHANISMS = {
+    "sasl_ssl_reauth": ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+    "kerberos": ("GSSAPI",),
+}
 
 _SECURITY_DIR = "security"
 _STATE = "security.json"
 _SERVICE_STATE = "oidc-service.json"
+_KDC_STATE = "kdc-service.json"
+_KDC_DIR = "kdc"
 _OIDC_SCRIPT = Path(__file__).with_name("_oidc_server.py")
 _SUPERVISOR = Path(__file__).with_name("_supervisor.py")
 _OIDC_READY_TIMEOUT_S = 20.0
 
 # Token-endpoint processes started (supervised) by this Python process: security dir -> supervisor.
 _owned: dict[Path, subprocess.Popen[bytes]] = {}
+# The same for KDCs (mode kerberos).
+_owned_kdc: dict[Path, subprocess.Popen[bytes]] = {}
 
 
 def normalize_modes(security: str | Sequence[str]) -> tuple[str, ...]:
@@ -120,14 +137,17 @@ def normalize_modes(security: str | Sequence[str]) -> tuple[str, ...]:
     for item in items:
         names = MODES if item == "all" else (item,)
         for name in names:
-            if name not in ALL_MODES:
+            if name not in ALL_MODES + KERBEROS_MODES:
                 raise ConfigError(
-                    f"security: {name!r} is not allowed; allowed values: all, {', '.join(ALL_MODES)}"
+                    f"security: {name!r} is not allowed; allowed values: all, "
+                    f"{', '.join(ALL_MODES + KERBEROS_MODES)}"
                 )
             if name not in out:
                 out.append(name)
     if not out:
-        raise ConfigError("security: no mode given; allowed values: all, " + ", ".join(ALL_MODES))
+        raise ConfigError(
+            "security: no mode given; allowed values: all, " + ", ".join(ALL_MODES + KERBEROS_MODES)
+        )
     return tuple(out)
 
 
@@ -271,8 +291,11 @@ def generate_ca(common_name: str = "kafka-handoff dev CA", days: int = 30) -> Ce
 def _write_secret(path: Path, data: bytes | str) -> None:
     """Write a file only its owner can read."""
     raw = data.encode() if isinstance(data, str) else data
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o600)
     with os.fdopen(fd, "wb") as f:
+        if hasattr(os, "fchmod"):
+            os.fchmod(f.fileno(), 0o600)  # also when an earlier file had a looser mode
         f.write(raw)
 
 
@@ -294,6 +317,8 @@ class DevSecurity:
     ports: dict[str, list[int]] = field(default_factory=dict)
     client_key_password: str = field(default="", repr=False)
     kid: str = ""
+    #: The KDC's port (mode ``kerberos``), else None.
+    kdc_port: int | None = None
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -332,6 +357,19 @@ class DevSecurity:
     @property
     def oidc_config_file(self) -> Path:
         return self.directory / "oidc.json"
+
+    @property
+    def kdc(self) -> Kdc | None:
+        """The KDC of mode ``kerberos`` (None without it)."""
+        if self.kdc_port is None:
+            return None
+        return Kdc(self.directory / _KDC_DIR, self.kdc_port)
+
+    @property
+    def krb5_conf(self) -> Path | None:
+        """The ``krb5.conf`` clients of mode ``kerberos`` need (``KRB5_CONFIG``)."""
+        kdc = self.kdc
+        return None if kdc is None else kdc.krb5_conf
 
     @property
     def token_endpoint_url(self) -> str:
@@ -386,7 +424,13 @@ class DevSecurity:
                 raise ConfigError(f"user: {user!r} is not a dev broker user; allowed values: {allowed}")
             secret = self.users[user] if password is None else password
             config["sasl.mechanism"] = mech
-            if mech == "OAUTHBEARER":
+            if mech == "GSSAPI":
+                kdc = self.kdc
+                assert kdc is not None
+                config["sasl.kerberos.service.name"] = SERVICE_NAME
+                config["sasl.kerberos.principal"] = kdc.principal(user)
+                config["sasl.kerberos.keytab"] = str(kdc.keytab(user))
+            elif mech == "OAUTHBEARER":
                 config["sasl.oauthbearer.method"] = "oidc"
                 config["sasl.oauthbearer.token.endpoint.url"] = self.token_endpoint_url
                 config["sasl.oauthbearer.client.id"] = user
@@ -415,7 +459,10 @@ class DevSecurity:
 
     def jvm_opts(self) -> list[str]:
         # Kafka 4.x only fetches JWKS/token URLs listed in this system property.
-        return [f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={self.jwks_url},{self.token_endpoint_url}"]
+        opts = [f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={self.jwks_url},{self.token_endpoint_url}"]
+        if self.krb5_conf is not None:
+            opts.append(f"-Djava.security.krb5.conf={self.krb5_conf}")
+        return opts
 
     def format_args(self) -> list[str]:
         """``kafka-storage format`` arguments creating the SCRAM credentials of every user."""
@@ -481,6 +528,16 @@ class DevSecurity:
             if not _is_sasl(mode):
                 continue
             out[prefix + "sasl.enabled.mechanisms"] = ",".join(mechanisms_of(mode))
+            kdc = self.kdc
+            if mode == "kerberos" and kdc is not None:
+                out[prefix + "gssapi.sasl.jaas.config"] = (
+                    "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true "
+                    f'keyTab="{kdc.broker_keytab}" principal="{kdc.service_principal}";'
+                )
+                out[prefix + "sasl.kerberos.service.name"] = SERVICE_NAME
+                if self.reauth_ms is not None:
+                    out[prefix + "connections.max.reauth.ms"] = str(self.reauth_ms)
+                continue
             out[prefix + "plain.sasl.jaas.config"] = (
                 f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};"
             )
@@ -513,6 +570,7 @@ class DevSecurity:
             "ports": self.ports,
             "client_key_password": self.client_key_password,
             "kid": self.kid,
+            "kdc_port": self.kdc_port,
         }
         _write_secret(self.directory / _STATE, json.dumps(state, indent=2) + "\n")
 
@@ -532,6 +590,54 @@ class DevSecurity:
                 for mech in mechanisms_of(mode):
                     put(self.client_json_path(mode, mech), self.client_config(mode, mechanism=mech))
         return written
+
+    # -- the KDC (mode kerberos) ------------------------------------------------------------------
+
+    def start_kdc(self, *, supervised: bool) -> None:
+        """Start ``krb5kdc`` (supervised: dies with this process; else detached) and wait until it
+        accepts connections."""
+        kdc = self.kdc
+        assert kdc is not None
+        log_file = self.directory / "kdc-out.log"
+        cmd = kdc.command()
+        env = kdc.env()
+        sup_pid: int | None = None
+        if supervised:
+            sup = subprocess.Popen(
+                [sys.executable, "-I", str(_SUPERVISOR), "5", str(log_file), "-", "--", *cmd],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                env=env,
+            )
+            assert sup.stdout is not None
+            line = sup.stdout.readline()
+            try:
+                pid = int(line.strip())
+            except ValueError:
+                sup.kill()
+                sup.wait()
+                raise ConfigError(f"security: the KDC did not start; see {log_file}") from None
+            _owned_kdc[self.directory] = sup
+            sup_pid = sup.pid
+        else:
+            with open(log_file, "ab") as out:
+                proc = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    env=env,
+                )
+            pid = proc.pid
+        (self.directory / _KDC_STATE).write_text(json.dumps({"pid": pid, "supervisor_pid": sup_pid}) + "\n")
+        try:
+            kdc.wait_ready(alive=lambda: pid_alive(pid))
+        except ConfigError:
+            _stop_kdc(self.directory)
+            raise
 
     # -- the token endpoint ----------------------------------------------------------------------
 
@@ -597,9 +703,50 @@ def _is_token_server(pid: int, config_file: Path) -> bool:
     return str(config_file).encode() in args and any(a.endswith(b"_oidc_server.py") for a in args)
 
 
+def _is_kdc(pid: int, directory: Path) -> bool:
+    args = process_args(pid)
+    if args is None:
+        return True
+    return any(a.endswith(b"krb5kdc") for a in args)
+
+
+def _stop_kdc(directory: Path, timeout: float = 5.0) -> None:
+    state_file = directory / _KDC_STATE
+    sup = _owned_kdc.pop(directory, None)
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        state = {}
+    pid = state.get("pid")
+    if isinstance(pid, int) and _is_kdc(pid, directory):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    if sup is not None:
+        try:
+            sup.wait(timeout)
+        except subprocess.TimeoutExpired:
+            sup.kill()
+            sup.wait()
+        for stream in (sup.stdin, sup.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+    with contextlib.suppress(FileNotFoundError):
+        state_file.unlink()
+
+
 def stop_services(data_dir: Path, timeout: float = 5.0) -> None:
-    """Stop the token endpoint of ``data_dir``'s secured broker, if one runs (any process may call this)."""
+    """Stop the token endpoint (and the KDC) of ``data_dir``'s secured broker, if they run (any process
+    may call this)."""
     directory = Path(data_dir) / _SECURITY_DIR
+    if (directory / _KDC_STATE).exists() or directory in _owned_kdc:
+        _stop_kdc(directory, timeout)
     state_file = directory / _SERVICE_STATE
     sup = _owned.pop(directory, None)
     try:
@@ -646,8 +793,11 @@ def prepare(
     oidc_port: int,
     reauth_ms: int | None = None,
     test_reauth_ms: int = DEFAULT_TEST_REAUTH_MS,
+    supervised: bool = True,
 ) -> DevSecurity:
-    """Make a fresh CA, certificates, users and OIDC signing key under ``data_dir/security``."""
+    """Make a fresh CA, certificates, users and OIDC signing key under ``data_dir/security``; with mode
+    ``kerberos`` also a KDC with the broker's and the users' principals and keytabs, started now (the
+    broker logs in at start-up) -- supervised or detached like the brokers."""
     _crypto()
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
@@ -658,6 +808,8 @@ def prepare(
         raise ConfigError(
             f"connections.max.reauth.ms: {reauth_ms!r} must be a positive number of milliseconds"
         )
+    if "kerberos" in modes:
+        kdc_binaries()  # a clear error naming the packages before anything is made
     directory = Path(data_dir) / _SECURITY_DIR
     clear(Path(data_dir))
     directory.mkdir(parents=True, mode=0o700)
@@ -700,6 +852,13 @@ def prepare(
         "clients": {name: {"secret": pw, "subject": name} for name, pw in sec.users.items()},
     }
     _write_secret(sec.oidc_config_file, json.dumps(oidc_config, indent=2) + "\n")
+    if "kerberos" in sec.modes:
+        sec.kdc_port = free_port()
+        kdc = sec.kdc
+        assert kdc is not None
+        kdc.create(USERS)
+        sec.save()
+        sec.start_kdc(supervised=supervised)
     sec.save()
     return sec
 
@@ -721,4 +880,5 @@ def load(data_dir: str | os.PathLike[str]) -> DevSecurity | None:
         ports={k: [int(p) for p in v] for k, v in state.get("ports", {}).items()},
         client_key_password=str(state.get("client_key_password", "")),
         kid=str(state.get("kid", "")),
+        kdc_port=state.get("kdc_port"),
     )

@@ -10,13 +10,15 @@ the network thread when the response arrives, the connection fails or the reques
 from __future__ import annotations
 
 import collections
+import concurrent.futures
+import ipaddress
 import logging
 import random
 import selectors
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kafka_handoff.errors import (
     AuthenticationError,
@@ -25,7 +27,14 @@ from kafka_handoff.errors import (
     KafkaError,
     UnsupportedVersionError,
 )
-from kafka_handoff.network.connection import BrokerConnection, ConnState, InFlight, timeout_error
+from kafka_handoff.network.connection import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    BrokerConnection,
+    ConnState,
+    InFlight,
+    timeout_error,
+)
+from kafka_handoff.protocol import wire
 from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.requests import ANY_NODE, COORDINATOR, UnsentRequest
 from kafka_handoff.protocol.versions import pick_version
@@ -68,7 +77,9 @@ class NetworkClient:
         send_buffer_bytes: int = 131072,
         max_in_flight_per_connection: int = 5,
         security: SecuritySettings | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
+        self._max_response_bytes = max_response_bytes
         self.client_id = client_id
         self.security = security
         self._auth_errors: collections.deque[AuthenticationError] = collections.deque(maxlen=16)
@@ -110,6 +121,10 @@ class NetworkClient:
         self.disconnect_listeners: list[Callable[[int, bool, int], None]] = []
         """Called as ``listener(node_id, is_coordinator_connection, now_ms)`` when a connection is lost."""
         self._closed = False
+        # DNS: getaddrinfo blocks (up to the resolver's timeouts, ~5 s per attempt); names are resolved on a
+        # thread of their own so that the network thread keeps serving the other connections meanwhile.
+        self._resolver: concurrent.futures.ThreadPoolExecutor | None = None
+        self._resolving: dict[int, concurrent.futures.Future[list[Any]]] = {}
         if security is not None and security.token_provider is not None:
             security.token_provider.listeners.append(self.wakeup)
 
@@ -285,16 +300,24 @@ class NetworkClient:
                     results = conn.read(now_ms, self.request_timeout_ms)
                     if self._suspect_until and (results or conn.ready is not was_ready):
                         self._suspect_until.pop(self._logical_node(conn_id), None)
+                    read_error = conn.read_error
+                    for entry, response in results:
+                        self._complete(entry, response, now_ms)
+                    if read_error is not None:
+                        raise read_error
                     if conn.ready and not was_ready:
                         if self.security is not None:
                             self._on_connected(conn_id, now_ms)
                         self._flush_pending(now_ms)
                     elif conn.wants_write():
                         conn.write()  # the next SASL message
-                    for entry, response in results:
-                        self._complete(entry, response, now_ms)
             except (KafkaError, OSError) as exc:
                 self._disconnect(conn_id, exc, now_ms)
+            except Exception as exc:  # a bug: this connection's requests fail, the others carry on
+                log.error("network error with %s:%s", conn.host, conn.port, exc_info=True)
+                error = ConnectionError_(f"connection to {conn.host}:{conn.port} failed: {exc!r}")
+                error.__cause__ = exc
+                self._disconnect(conn_id, error, now_ms)
         self._expire(now_ms)
         self._poll_auth(now_ms)
         self._flush_pending(now_ms)
@@ -323,6 +346,15 @@ class NetworkClient:
                         conn.write()
                 except (KafkaError, OSError) as exc:
                     self._disconnect(conn_id, exc, now_ms)
+                except Exception as exc:  # a SASL step that raised anything else: fail, do not hang
+                    log.error("authentication with %s:%s failed", conn.host, conn.port, exc_info=True)
+                    error = AuthenticationError(
+                        f"authentication with {conn.host}:{conn.port} failed: {exc!r}",
+                        broker=f"{conn.host}:{conn.port}",
+                        node_id=conn.node_id,
+                    )
+                    error.__cause__ = exc
+                    self._disconnect(conn_id, error, now_ms)
 
     def take_auth_errors(self) -> list[AuthenticationError]:
         """Authentication and TLS failures since the last call (the network thread reports them to the
@@ -369,10 +401,41 @@ class NetworkClient:
                 continue
             self._connect(conn_id, now_ms)
 
+    def _resolve_address(self, conn_id: int, host: str, port: int) -> tuple[bool, list[Any] | None]:
+        """(ready, getaddrinfo's answer): IP addresses at once; names on the resolver thread -- (False, None)
+        while that runs (its end wakes the network thread up), then its answer (a failure is raised)."""
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            pass
+        else:
+            return True, socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)  # numeric: no lookup
+        future = self._resolving.get(conn_id)
+        if future is None:
+            if self._resolver is None:
+                self._resolver = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=2, thread_name_prefix="kafka-handoff-dns"
+                )
+            future = self._resolver.submit(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM)
+            self._resolving[conn_id] = future
+            future.add_done_callback(lambda _f: self.wakeup())
+        if not future.done():
+            return False, None
+        del self._resolving[conn_id]
+        return True, future.result()  # raises the lookup's error (an OSError)
+
     def _connect(self, conn_id: int, now_ms: int) -> None:
         address = self._address(conn_id)
         if address is None:
             self._fail_pending(conn_id, ConnectionError_(f"no address known for broker {conn_id}"), now_ms)
+            return
+        infos: list[Any] | None = None
+        error: BaseException | None = None
+        try:
+            ready, infos = self._resolve_address(conn_id, address[0], address[1])
+        except OSError as exc:
+            ready, error = True, ConnectionError_(f"cannot resolve {address[0]}:{address[1]}: {exc}")
+        if not ready:
             return
         conn = BrokerConnection(
             self._logical_node(conn_id),
@@ -382,9 +445,12 @@ class NetworkClient:
             receive_buffer_bytes=self._rcvbuf,
             send_buffer_bytes=self._sndbuf,
             security=self.security,
+            max_response_bytes=self._max_response_bytes,
         )
         try:
-            conn.connect(now_ms, self.connect_timeout_ms)
+            if error is not None:
+                raise error
+            conn.connect(now_ms, self.connect_timeout_ms, infos)
         except (KafkaError, OSError) as exc:
             self._conns[conn_id] = conn
             self._disconnect(conn_id, exc, now_ms)
@@ -439,7 +505,7 @@ class NetworkClient:
     def _next_deadline(self) -> int | None:
         deadlines = [d for c in self._conns.values() if (d := c.next_deadline()) is not None]
         for conn_id, queue in self._pending.items():
-            if queue:
+            if queue and conn_id not in self._resolving:  # a lookup's end wakes the thread up
                 conn = self._conns.get(conn_id)
                 if conn is None or conn.state is ConnState.DISCONNECTED:
                     deadlines.append(self._backoff[conn_id].next_ms)
@@ -476,9 +542,15 @@ class NetworkClient:
 
     # ------------------------------------------------------------------ completion
     def _complete(self, entry: InFlight, response: object, now_ms: int) -> None:
+        """Hand a response to its request's callback.  A callback that raises is logged (as Java's
+        ``NetworkClient`` does) and does not keep the other responses of the same read from theirs."""
         request = entry.request
         if request is not None and request.on_response is not None:
-            request.on_response(response, entry.version, now_ms)
+            try:
+                request.on_response(response, entry.version, now_ms)
+            except Exception:
+                name = wire.API_NAMES.get(entry.api_key, str(entry.api_key))
+                log.error("the response handler of a %s request raised", name, exc_info=True)
 
     def _fail(self, request: UnsentRequest, error: BaseException, now_ms: int) -> None:
         if request.on_failure is not None:
@@ -533,6 +605,9 @@ class NetworkClient:
 
     def close(self) -> None:
         self._closed = True
+        if self._resolver is not None:
+            self._resolver.shutdown(wait=False, cancel_futures=True)
+        self._resolving.clear()
         if self.security is not None:
             self.security.close()
         for conn_id in list(self._conns):

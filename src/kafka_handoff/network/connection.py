@@ -10,6 +10,7 @@ import collections
 import enum
 import errno
 import logging
+import mmap
 import random
 import socket
 import ssl
@@ -37,10 +38,49 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BrokerConnection", "ConnState", "FrameReader", "InFlight"]
+__all__ = [
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "PRE_AUTH_MAX_FRAME_BYTES",
+    "RESPONSE_OVERHEAD_BYTES",
+    "BrokerConnection",
+    "ConnState",
+    "FrameReader",
+    "FrameSizeError",
+    "InFlight",
+]
 
 _SCRATCH_BYTES = 256 * 1024
 _SIZE = struct.Struct(">i")
+
+PRE_AUTH_MAX_FRAME_BYTES = 1024 * 1024
+"""The largest response frame accepted before a connection was ever ready (ApiVersions and the first SASL
+exchange: a few KiB in practice).  A PLAINTEXT client at a TLS port reads a TLS alert as a ~352 MB frame
+(KAFKA-4090); this limit turns that into an error at once."""
+RESPONSE_OVERHEAD_BYTES = 64 * 1024 * 1024
+"""What a response may carry beyond ``fetch.max.bytes`` (a first record batch larger than the fetch limit,
+KIP-74; headers of many partitions); also the limit of the responses of clients that do not fetch."""
+DEFAULT_MAX_RESPONSE_BYTES = 512 * 1024 * 1024
+"""The frame limit of a connection not given one (the broker's ``socket.request.max.bytes``, 100 MiB, is
+the request side's analogue)."""
+_LAZY_FRAME_BYTES = 8 * 1024 * 1024
+"""Frames above this size are received into an anonymous mapping, whose pages cost memory only once bytes
+arrive: a peer that announces a large frame and sends little of it costs what it sent."""
+
+
+class FrameSizeError(wire.ProtocolError):
+    """A response frame's size is negative or above the connection's limit."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"invalid response frame size {size} (the limit is {limit} bytes)")
+        self.size = size
+        self.limit = limit
+
+    @property
+    def looks_like_tls(self) -> bool:
+        """True when the four size bytes are the start of a TLS record: content type 20-23 (change cipher
+        spec, alert, handshake, application data), then major version 3 and minor version 0-4."""
+        raw = _SIZE.pack(self.size)
+        return 20 <= raw[0] <= 23 and raw[1] == 3 and raw[2] <= 4
 
 
 class Receiver(Protocol):
@@ -70,12 +110,13 @@ class FrameReader:
         # drain: keep receiving until the socket would block.  A TLS socket needs it: it hands out one TLS
         # record per call and may hold decrypted bytes that select() cannot see (SSLSocket.pending()).
         self._drain = drain
-        self._max = max_frame_bytes
+        self.max_frame_bytes = max_frame_bytes
+        """The largest frame accepted (checked when a frame's size arrives; may change between reads)."""
         self._scratch = bytearray(scratch_bytes)
         self._view = memoryview(self._scratch)
         self._start = 0  # unparsed bytes are scratch[_start:_end]
         self._end = 0
-        self._frame: bytearray | None = None  # a large frame being received
+        self._frame: bytearray | mmap.mmap | None = None  # a large frame being received
         self._frame_view: memoryview | None = None
         self._filled = 0
         # The end of the stream (EOFError) or a socket error met after complete frames were read in the same
@@ -87,12 +128,17 @@ class FrameReader:
         """Bytes received that are not part of a returned frame yet."""
         return self._end - self._start + self._filled
 
-    def read(self, sock: Receiver) -> list[bytes | memoryview]:
+    def read(self, sock: Receiver, max_frames: int = 0) -> list[bytes | memoryview]:
         """Receive what the socket has now; returns the complete frames (without their size prefix) in
         order.  Raises :class:`EOFError` when the peer closed the connection and ``OSError`` on socket
         errors -- once the frames that arrived before are returned: a call that reads frames and then meets
         the end of the stream returns the frames and raises from the next call.  A frame size that is
-        negative or above the limit raises :class:`wire.ProtocolError`."""
+        negative or above the limit raises :class:`FrameSizeError`.
+
+        ``max_frames`` (when above 0): stop receiving once that many frames are complete (the responses
+        of every request in flight) -- a peer that streams frames nobody asked for cannot keep one call
+        (and the network thread) busy; the frames already received are returned, the surplus is refused
+        by the caller."""
         if self._error is not None:
             raise self._error
         frames: list[bytes | memoryview] = []
@@ -131,6 +177,8 @@ class FrameReader:
             else:
                 self._end += n
                 self._parse(frames)
+            if 0 < max_frames <= len(frames):
+                return frames  # every response asked for is in
             if n < want and not self._drain:
                 return frames  # drained for now
 
@@ -145,8 +193,8 @@ class FrameReader:
         pos, end = self._start, self._end
         while end - pos >= 4:
             (size,) = _SIZE.unpack_from(self._scratch, pos)
-            if size < 0 or size > self._max:
-                raise wire.ProtocolError(f"invalid frame size {size}")
+            if size < 0 or size > self.max_frame_bytes:
+                raise FrameSizeError(size, self.max_frame_bytes)
             if end - pos - 4 >= size:
                 frames.append(bytes(view[pos + 4 : pos + 4 + size]))
                 pos += 4 + size
@@ -154,7 +202,7 @@ class FrameReader:
             if size > len(self._scratch) // 2:
                 # Large: its own buffer from now on; what arrived so far is copied over once.
                 have = end - pos - 4
-                self._frame = bytearray(size)
+                self._frame = bytearray(size) if size <= _LAZY_FRAME_BYTES else mmap.mmap(-1, size)
                 self._frame_view = memoryview(self._frame)
                 self._frame_view[:have] = view[pos + 4 : end]
                 self._filled = have
@@ -198,6 +246,7 @@ class BrokerConnection:
         receive_buffer_bytes: int = 65536,
         send_buffer_bytes: int = 131072,
         security: SecuritySettings | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         self.node_id = node_id
         self.host = host
@@ -225,6 +274,11 @@ class BrokerConnection:
         self._waiting_token = False
         self.reauth_at_ms: int | None = None
         self.authenticated_once = False
+        self.max_response_bytes = max_response_bytes
+        """The largest response frame once the connection was ready (before: PRE_AUTH_MAX_FRAME_BYTES)."""
+        self.read_error: KafkaError | None = None
+        """Set by :meth:`read` when handling a received frame failed: the responses before it were returned;
+        the caller must close the connection (which fails the requests still in flight)."""
 
     @property
     def broker(self) -> str:
@@ -233,8 +287,14 @@ class BrokerConnection:
         return f"{self.host}:{self.port}{node}"
 
     # ------------------------------------------------------------------ lifecycle
-    def connect(self, now_ms: int, timeout_ms: int) -> None:
-        infos = socket.getaddrinfo(self.host, self.port, 0, socket.SOCK_STREAM)
+    def connect(self, now_ms: int, timeout_ms: int, infos: list[Any] | None = None) -> None:
+        """Start connecting (non-blocking) to ``infos[0]`` (``socket.getaddrinfo``'s answer, resolved off the
+        network thread by the caller); without ``infos`` the host is resolved here, which blocks unless it
+        is an IP address."""
+        if infos is None:
+            infos = socket.getaddrinfo(self.host, self.port, 0, socket.SOCK_STREAM)
+        if not infos:
+            raise ConnectionError_(f"cannot connect to {self.host}:{self.port}: the name resolved to nothing")
         family, _type, proto, _canon, addr = infos[0]
         sock = socket.socket(family, socket.SOCK_STREAM, proto)
         sock.setblocking(False)
@@ -334,7 +394,7 @@ class BrokerConnection:
         self._waiting_token = False
         self._auth = SaslAuthenticator(
             security.sasl_mechanism,
-            security.new_mechanism,
+            lambda: security.new_mechanism(self.host),  # GSSAPI names the broker's host in its principal
             self.versions,
             f"{self.host}:{self.port}",
             self.node_id,
@@ -502,11 +562,37 @@ class BrokerConnection:
         )
 
     # ------------------------------------------------------------------ receiving
+    def frame_limit(self) -> int:
+        """The largest response frame accepted now: small until the connection was ready once."""
+        if self.authenticated_once or self.state is ConnState.READY:
+            return self.max_response_bytes
+        return min(PRE_AUTH_MAX_FRAME_BYTES, self.max_response_bytes)
+
+    def _frame_size_error(self, exc: FrameSizeError) -> KafkaError:
+        where = f"{self.host}:{self.port}"
+        if exc.looks_like_tls and not isinstance(self.sock, ssl.SSLSocket):
+            return SslError(
+                f"broker {self.broker} answered with what looks like a TLS record (bytes "
+                f"{_SIZE.pack(exc.size).hex(' ')}), not a Kafka response: is this a TLS port? Use "
+                "security.protocol=SSL (or SASL_SSL) for a TLS listener",
+                broker=where,
+                node_id=self.node_id,
+            )
+        return wire.ProtocolError(f"{exc} from {self.broker}")
+
     def read(self, now_ms: int, request_timeout_ms: int) -> list[tuple[InFlight, Any]]:
-        """Read what is available; returns (in-flight entry, decoded response) pairs for user requests."""
+        """Read what is available; returns (in-flight entry, decoded response) pairs for user requests.
+
+        When handling a frame fails (a malformed response, a SASL step that raises), the pairs decoded
+        before it are still returned and :attr:`read_error` is set; that frame's request and the ones after
+        it stay in :attr:`in_flight`, so closing the connection fails them."""
         assert self.sock is not None
+        self.read_error = None
+        self._reader.max_frame_bytes = self.frame_limit()
         try:
-            frames = self._reader.read(self.sock)
+            frames = self._reader.read(self.sock, max(1, len(self.in_flight)))
+        except FrameSizeError as exc:
+            raise self._frame_size_error(exc) from None
         except EOFError:
             raise ConnectionError_(
                 f"connection to {self.host}:{self.port} was closed by the broker"
@@ -521,22 +607,39 @@ class BrokerConnection:
         out: list[tuple[InFlight, Any]] = []
         for frame in frames:
             if not self.in_flight:
-                raise wire.ProtocolError(f"unexpected response from {self.host}:{self.port}")
-            entry = self.in_flight.popleft()
-            cid = wire.response_correlation_id(frame)
-            if cid != entry.correlation_id:
-                raise wire.ProtocolError(
-                    f"correlation id mismatch from {self.host}:{self.port}: got {cid}, "
-                    f"expected {entry.correlation_id}"
-                )
-            response = wire.decode_response(entry.api_key, entry.version, frame)
-            if entry.request is None:
-                if entry.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
-                    self._on_sasl(entry.api_key, response, now_ms, request_timeout_ms)
+                self.read_error = wire.ProtocolError(f"unexpected response from {self.host}:{self.port}")
+                break
+            entry = self.in_flight[0]
+            try:
+                cid = wire.response_correlation_id(frame)
+                if cid != entry.correlation_id:
+                    raise wire.ProtocolError(
+                        f"correlation id mismatch from {self.host}:{self.port}: got {cid}, "
+                        f"expected {entry.correlation_id}"
+                    )
+                response = wire.decode_response(entry.api_key, entry.version, frame)
+                self.in_flight.popleft()
+                if entry.request is None:
+                    if entry.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+                        self._on_sasl(entry.api_key, response, now_ms, request_timeout_ms)
+                    else:
+                        self._on_api_versions(response, now_ms, request_timeout_ms)
                 else:
-                    self._on_api_versions(response, now_ms, request_timeout_ms)
-            else:
-                out.append((entry, response))
+                    out.append((entry, response))
+            except KafkaError as exc:
+                self.read_error = exc
+                break
+            except Exception as exc:  # a bug or a malformed message a handler did not expect
+                log.error("handling a response from %s failed", self.broker, exc_info=True)
+                failure = ConnectionError_(
+                    f"handling a response from {self.broker} failed: {type(exc).__name__}: {exc}"
+                )
+                failure.__cause__ = exc
+                self.read_error = failure
+                break
+        if not out and self.read_error is not None:
+            error, self.read_error = self.read_error, None
+            raise error
         return out
 
     def _on_api_versions(self, response: Any, now_ms: int, request_timeout_ms: int) -> None:

@@ -22,7 +22,7 @@ Layout (every section but ``[kafka]``, ``[transform]`` and ``[sink]`` is optiona
     master = "local[2]"         # or spark://host:7077; or remote = "sc://host:15002" (Spark Connect)
     app_name = "handoff-pipeline"
     handover = "auto"           # batches reach Spark as Parquet files (local master) or by createDataFrame
-    spool_dir = "/dev/shm/kafka-handoff"   # where those files go (default: /dev/shm, else the temp dir)
+    spool_dir = "/dev/shm/kafka-handoff-1000"   # where those files go, private: 0700 (default: /dev/shm)
     [spark.conf]
     "spark.driver.memory" = "2g"
 
@@ -62,7 +62,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kafka_handoff.config import parse_consumer_config
+from kafka_handoff.config import (
+    CONFIG_ALIASES,
+    CONSUMER_CONFIG_DEF,
+    PRODUCER_CONFIG_DEF,
+    ConfigType,
+    Password,
+    parse_consumer_config,
+)
 from kafka_handoff.errors import ConfigError
 
 __all__ = [
@@ -71,6 +78,7 @@ __all__ = [
     "BatchConfig",
     "ErrorsConfig",
     "PipelineConfig",
+    "SecretsHidden",
     "ShowConfig",
     "SinkConfig",
     "SparkConfig",
@@ -104,6 +112,40 @@ CONSUMER_DEFAULTS: Mapping[str, Any] = {
     "max.poll.records": 10000,
 }
 
+#: Words that make a setting's value secret in ``[spark.conf]``, ``[sink.storage_options]`` and the like
+#: (besides the clients' password-type keys): ``fs.s3a.secret.key``, ``AWS_SECRET_ACCESS_KEY``,
+#: ``azure_storage_account_key``, ``google_service_account_key``, ``sas_token``...
+_SECRET_WORDS = ("password", "secret", "token", "credential", "private", "access_key", "access.key",
+                 "account_key", "account.key", "jaas", "passwd")  # fmt: skip
+
+
+def is_secret_setting(name: str) -> bool:
+    """True for a setting whose value must not be shown: a password-type client key (``sasl.password``,
+    ``ssl.key.password``, ``ssl.keystore.password``, ``sasl.oauthbearer.client.secret``, ``sasl.jaas.config``,
+    inline keys...) or librdkafka's alias of one, or a name with a secret-sounding word (not a URL)."""
+    canonical = CONFIG_ALIASES.get(name, name)
+    for definition in (CONSUMER_CONFIG_DEF, PRODUCER_CONFIG_DEF):
+        if canonical in definition:
+            return definition[canonical].type is ConfigType.PASSWORD
+    lowered = name.lower()
+    if lowered.endswith(("url", "uri", "endpoint", "location", "method")):
+        return False
+    return any(word in lowered for word in _SECRET_WORDS)
+
+
+class SecretsHidden(dict[str, Any]):
+    """Settings as a plain dict whose ``repr``/``str`` show ``[hidden]`` for secret values
+    (:func:`is_secret_setting`): a config object or a mapping of it can be logged or printed."""
+
+    def __repr__(self) -> str:
+        def show(key: Any, value: Any) -> str:
+            return Password.HIDDEN if value is not None and is_secret_setting(str(key)) else repr(value)
+
+        return "{" + ", ".join(f"{key!r}: {show(key, value)}" for key, value in self.items()) + "}"
+
+    __str__ = __repr__
+
+
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -128,8 +170,8 @@ class SparkConfig:
     handover: str = "auto"
     """How batches reach Spark: ``auto`` | ``files`` | ``arrow`` (:mod:`kafka_handoff.pipeline.handover`)."""
     spool_dir: str | None = None
-    """Where ``files`` puts the batches' Parquet files (default: ``/dev/shm/kafka-handoff``, else the
-    temporary directory)."""
+    """Where ``files`` puts the batches' Parquet files, a directory private to the worker's user (mode
+    0700; default: ``/dev/shm/kafka-handoff-<uid>``, else the temporary directory)."""
 
     @property
     def local(self) -> bool:
@@ -392,7 +434,7 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
         master=master,
         remote=remote or None,
         app_name=_str("spark", s, "app_name", f"handoff-pipeline-{name}") or name,
-        conf=conf,
+        conf=SecretsHidden(conf),
         handover=_choice("spark", s, "handover", HANDOVER_MODES, SparkConfig.handover),
         spool_dir=_str("spark", s, "spool_dir") or None,
     )
@@ -436,8 +478,8 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
         app_id=_str("sink", k, "app_id", str(consumer["group.id"])) or str(consumer["group.id"]),
         files_per_batch=_int("sink", k, "files_per_batch", 1),
         partition_by=_strings("sink", k, "partition_by"),
-        storage_options={str(a): str(b) for a, b in storage.items()},
-        producer=_flatten(_sink_producer(k, sink_format)),
+        storage_options=SecretsHidden({str(a): str(b) for a, b in storage.items()}),
+        producer=SecretsHidden(_flatten(_sink_producer(k, sink_format))),
     )
 
     e = _section(raw, "errors")
@@ -461,7 +503,7 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
         malformed=policy,
         dead_letter_path=dl_path,
         dead_letter_topic=dl_topic,
-        producer=_flatten(producer_raw),
+        producer=SecretsHidden(_flatten(producer_raw)),
     )
 
     w = _section(raw, "show")
@@ -475,7 +517,7 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
     return PipelineConfig(
         name=name,
         topics=tuple(topics_value),
-        consumer=consumer,
+        consumer=SecretsHidden(consumer),
         batch=batch,
         spark=spark,
         transform=transform,

@@ -17,14 +17,24 @@ discarded or failed.  Each worker's spool holds a lock file while the worker liv
 removes the spools whose lock is free (:func:`reap`: their worker crashed or was killed), so memory in
 ``/dev/shm`` is not lost to crashes.  The DataFrames read from files have nullable columns (Spark's file
 sources make every column nullable); rows keep the table's order.
+
+The spool directory is private to the worker's user: ``/dev/shm/kafka-handoff-<uid>`` by default (or
+``spark.spool_dir``), made with mode 0700 and checked with ``lstat`` before every use -- a directory owned
+by another user, a symbolic link, or one that group or others can read or write is refused (a warning, then
+``createDataFrame``): in a shared ``/dev/shm`` another local user could otherwise read the batches, swap a
+Parquet file between its write and its read, or plant symbolic links.  Files are created 0600 with
+``O_EXCL|O_NOFOLLOW``; the lock file too, before it is renamed into place.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
+import secrets
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -37,7 +47,7 @@ try:
 except ImportError:  # not on POSIX: no reaping of crashed workers' spools
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["BatchSpool", "Handover", "default_spool_dir", "reap"]
+__all__ = ["BatchSpool", "Handover", "UnsafeSpoolError", "default_spool_dir", "private_dir", "reap"]
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +57,22 @@ ROW_GROUP_ROWS = 65536
 SHM_MIN_FREE = 1 << 30
 
 
+#: Flags of every file the spool creates: a new file, never through a symbolic link.
+_CREATE = os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _user() -> str:
+    """This process's user in file names: the effective uid (the login name without uids)."""
+    if hasattr(os, "geteuid"):
+        return str(os.geteuid())
+    import getpass
+
+    return _safe(getpass.getuser())
+
+
 def default_spool_dir() -> str:
-    """``/dev/shm/kafka-handoff`` when ``/dev/shm`` is a writable directory (memory-backed) with at least
-    1 GiB free, else the system's temporary directory."""
+    """``/dev/shm/kafka-handoff-<uid>`` when ``/dev/shm`` is a writable directory (memory-backed) with at
+    least 1 GiB free, else ``kafka-handoff-<uid>`` in the system's temporary directory."""
     shm = Path("/dev/shm")
     base = Path(tempfile.gettempdir())
     try:
@@ -57,7 +80,38 @@ def default_spool_dir() -> str:
             base = shm
     except OSError:
         pass
-    return str(base / "kafka-handoff")
+    return str(base / f"kafka-handoff-{_user()}")
+
+
+class UnsafeSpoolError(OSError):
+    """The spool directory is not private to this user (another owner, a symbolic link, a loose mode)."""
+
+
+def private_dir(path: Path) -> None:
+    """Make the directory ``path`` with mode 0700 (its parents as usual) unless it exists, then check with
+    ``lstat`` that it is a directory, not a symbolic link, owned by this process's user and closed to group
+    and others; :class:`UnsafeSpoolError` says what is wrong."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafeSpoolError(f"{path} is a symbolic link (a spool directory must be a real directory)")
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafeSpoolError(f"{path} is not a directory")
+    if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
+        raise UnsafeSpoolError(
+            f"{path} is owned by uid {info.st_uid}, not by this user (uid {os.geteuid()}): another user "
+            "made it and could read or replace the batches' files"
+        )
+    mode = stat.S_IMODE(info.st_mode)
+    if os.name == "posix" and mode & 0o077:
+        raise UnsafeSpoolError(
+            f"{path} has mode {mode:04o}: other users can read or change the batches' files "
+            f"(allowed: 0700; chmod 700 {path})"
+        )
 
 
 def _safe(name: str) -> str:
@@ -80,13 +134,15 @@ class Handover:
         self.write_failures = 0
         self._lock: int | None = None
         if self.files:
-            reap(self.base)
             try:
-                self.root.mkdir(parents=True, exist_ok=True)
+                private_dir(self.base)
+                reap(self.base)
+                private_dir(self.root)
                 self._lock = _hold_new(self.root / LOCK_NAME)
             except OSError as exc:
                 log.warning("cannot use the spool directory %s (%s); handing batches to Spark with "
-                            "createDataFrame", self.root, exc)  # fmt: skip
+                            "createDataFrame (set spark.spool_dir to a private directory, or "
+                            "spark.handover = \"arrow\")", self.base, exc)  # fmt: skip
                 self.files = False
 
     def describe(self) -> str:
@@ -122,13 +178,17 @@ def _hold_new(path: Path) -> int | None:
     never sees it unlocked); locked for as long as the descriptor stays open (None without ``flock``)."""
     if fcntl is None:
         return None
-    draft = path.with_name(f"{path.name}.{os.getpid()}")
-    fd = os.open(draft, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    # A new file (O_EXCL|O_NOFOLLOW: never one planted there, never through a link), 0600; the rename
+    # replaces whatever is at ``path`` -- a planted symbolic link too -- without following it.
+    draft = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(draft, os.O_RDWR | _CREATE, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.replace(draft, path)
     except OSError:
         os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(draft)
         raise
     return fd
 
@@ -138,7 +198,7 @@ def _hold(path: Path) -> int | None:
     OSError when another process holds it, or it is gone."""
     if fcntl is None:
         return None
-    fd = os.open(path, os.O_RDWR)
+    fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -189,7 +249,8 @@ class BatchSpool:
 
         path = self.directory / f"part-{next(self._names):03d}.parquet"
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            self.directory.mkdir(mode=0o700, exist_ok=True)
+            os.close(os.open(path, os.O_WRONLY | _CREATE, 0o600))  # made private before anything is in it
             pq.write_table(table, path, compression="none", use_dictionary=False, write_statistics=False,
                            row_group_size=ROW_GROUP_ROWS)  # fmt: skip
         except OSError as exc:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -65,17 +66,39 @@ rootLogger.appenderRef.stdout.ref = console
 """
 
 
+#: The log4j2 files this process wrote, by level (removed when it exits).
+_log4j2_files: dict[str, str] = {}
+
+
 def _quiet_log4j2() -> str:
     """A log4j2 config for the driver JVM: errors only (``HANDOFF_SPARK_LOG_LEVEL`` to change), so the
-    start-up warnings of a local Spark do not drown the pipeline's progress."""
+    start-up warnings of a local Spark do not drown the pipeline's progress.
+
+    Written per process with ``mkstemp`` (a new name, mode 0600, never an existing file) and removed when
+    the process exits: a file at a fixed name in the shared temporary directory could be planted by another
+    local user, and log4j2 appenders can write anywhere the pipeline's user can."""
     level = os.environ.get("HANDOFF_SPARK_LOG_LEVEL", "error").lower()
-    path = os.path.join(tempfile.gettempdir(), f"handoff-spark-log4j2-{level}.properties")
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(_LOG4J2.replace("{level}", level))
-        os.replace(tmp, path)
+    path = _log4j2_files.get(level)
+    if path is not None and os.path.isfile(path):
+        return path
+    fd, path = tempfile.mkstemp(prefix=f"handoff-spark-log4j2-{_safe_level(level)}-", suffix=".properties")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(_LOG4J2.replace("{level}", _safe_level(level)))
+    if not _log4j2_files:
+        atexit.register(_remove_log4j2_files)
+    _log4j2_files[level] = path
     return path
+
+
+def _safe_level(level: str) -> str:
+    return "".join(c for c in level if c.isalnum())[:16] or "level"
+
+
+def _remove_log4j2_files() -> None:
+    for path in _log4j2_files.values():
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    _log4j2_files.clear()
 
 
 def build_session(config: SparkConfig) -> Any:

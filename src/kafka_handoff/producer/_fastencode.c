@@ -417,17 +417,23 @@ static PyObject *complete_futures(PyObject *module, PyObject *const *args, Py_ss
         PyErr_SetString(PyExc_TypeError, "complete_futures: futures (and results) must be lists");
         return NULL;
     }
-    Py_ssize_t n = PyList_GET_SIZE(futures);
-    if (results != Py_None && PyList_GET_SIZE(results) < n) {
+    if (results != Py_None && PyList_GET_SIZE(results) < PyList_GET_SIZE(futures)) {
         PyErr_SetString(PyExc_ValueError, "complete_futures: fewer results than futures");
         return NULL;
     }
     PyObject *slow = new_list_locked(lock);
     if (slow == NULL)
         return NULL;
-    /* From here to the release no Python code runs (the list appends below cannot run any). */
+    /* The lists' sizes are read again on every step: acquiring the lock may have released the GIL (or run
+       Python code), and the old values the slot stores below drop could run a finalizer; either can change
+       the lists. */
     int failed = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(futures); i++) {
+        if (results != Py_None && i >= PyList_GET_SIZE(results)) {
+            PyErr_SetString(PyExc_ValueError, "complete_futures: fewer results than futures");
+            failed = 1;
+            break;
+        }
         PyObject *f = PyList_GET_ITEM(futures, i);
         if (f == Py_None)
             continue;
@@ -482,10 +488,31 @@ static PyObject *complete_lazy(PyObject *module, PyObject *const *args, Py_ssize
     PyObject *slow = new_list_locked(lock);
     if (slow == NULL)
         return NULL;
-    /* From here to the release no Python code runs (PyLong_FromSsize_t and list appends cannot run any). */
-    int failed = 0;
-    for (Py_ssize_t i = 0; i < n && !failed; i++) {
+    /* Checked again under the lock: acquiring it may have released the GIL (or run Python code), and the
+       entries may have changed meanwhile.  No Python code runs during this check. */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries); i++) {
         PyObject *e = PyList_GET_ITEM(entries, i);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < 6) {
+            PyErr_SetString(PyExc_TypeError, "complete_lazy: an entry must be a tuple of 6 or more items");
+            return release_list(lock, slow, 1);
+        }
+        if (PyTuple_GET_ITEM(e, 5) != Py_None) {
+            PyObject *released = release_list(lock, slow, 0);
+            if (released == NULL)
+                return NULL;
+            Py_DECREF(released);
+            Py_RETURN_NONE;
+        }
+    }
+    /* The size is read on every step: an old value a slot store below drops could run a finalizer. */
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries) && !failed; i++) {
+        PyObject *e = PyList_GET_ITEM(entries, i);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < 6) {
+            PyErr_SetString(PyExc_TypeError, "complete_lazy: an entry must be a tuple of 6 or more items");
+            failed = 1;
+            break;
+        }
         PyObject *f = PyTuple_GET_ITEM(e, 4);
         if (f == Py_None)
             continue;

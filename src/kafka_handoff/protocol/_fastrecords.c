@@ -1200,19 +1200,22 @@ typedef struct {
     Py_ssize_t value_len;
     int64_t ts_delta;
     Py_ssize_t body;       /* record size without its length prefix */
-    PyObject *headers;     /* borrowed: a sequence or NULL */
+    PyObject *headers;     /* owned: a tuple of (str, bytes | None) tuples, or NULL */
 } rec_info;
 
-/* Header bytes (without the count) of one record; fills *count.  -1 on error. */
-static Py_ssize_t headers_size(PyObject *headers, Py_ssize_t *count)
+/* Header bytes (without the count) of one record; *snapshot receives the headers as a new tuple (the one
+   pass 2 writes: a tuple of tuples of str and bytes cannot change between the passes, whatever the caller's
+   sequence does), *count their number.  -1 on error. */
+static Py_ssize_t headers_size(PyObject *headers, PyObject **snapshot, Py_ssize_t *count)
 {
-    PyObject *seq = PySequence_Fast(headers, "record headers must be a sequence of (key, value) pairs");
+    *snapshot = NULL;
+    PyObject *seq = PySequence_Tuple(headers);
     if (seq == NULL)
         return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     Py_ssize_t size = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *pair = PyTuple_GET_ITEM(seq, i);
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
             Py_DECREF(seq);
             PyErr_SetString(PyExc_TypeError, "a record header must be a (str, bytes | None) tuple");
@@ -1231,28 +1234,24 @@ static Py_ssize_t headers_size(PyObject *headers, Py_ssize_t *count)
         }
         size += varint_size(klen) + klen + varint_size(vlen) + (vlen > 0 ? vlen : 0);
     }
-    Py_DECREF(seq);
+    *snapshot = seq;
     *count = n;
     return size;
 }
 
-static char *put_headers(char *p, PyObject *headers)
+/* Writes the headers pass 1 measured (its snapshot: immutable, so the sizes still hold). */
+static char *put_headers(char *p, PyObject *seq)
 {
-    PyObject *seq = PySequence_Fast(headers, "record headers must be a sequence");
-    if (seq == NULL)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     p = put_varint(p, n);
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *pair = PyTuple_GET_ITEM(seq, i);
         Py_ssize_t klen;
         const char *k = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &klen);
         const char *v;
         Py_ssize_t vlen;
-        if (k == NULL || bytes_or_none(PyTuple_GET_ITEM(pair, 1), "header value", &v, &vlen) < 0) {
-            Py_DECREF(seq);
+        if (k == NULL || bytes_or_none(PyTuple_GET_ITEM(pair, 1), "header value", &v, &vlen) < 0)
             return NULL;
-        }
         p = put_varint(p, klen);
         memcpy(p, k, (size_t)klen);
         p += klen;
@@ -1262,7 +1261,6 @@ static char *put_headers(char *p, PyObject *headers)
             p += vlen;
         }
     }
-    Py_DECREF(seq);
     return p;
 }
 
@@ -1294,20 +1292,29 @@ static PyObject *encode_records(PyObject *module, PyObject *const *args, Py_ssiz
             return NULL;
         }
     }
-    Py_ssize_t n = PyList_GET_SIZE(entries);
+    /* A snapshot of the list: turning a headers sequence into a tuple may run Python code (a custom
+       sequence's __iter__), which could shrink or change the caller's list. */
+    PyObject *snap = PyList_AsTuple(entries);
+    if (snap == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(snap);
     rec_info stack_infos[256];
     rec_info *infos = n <= 256 ? stack_infos : PyMem_Malloc(sizeof(rec_info) * (size_t)n);
-    if (infos == NULL)
+    if (infos == NULL) {
+        Py_DECREF(snap);
         return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        infos[i].headers = NULL;
     PyObject *result = NULL;
     PyObject *out = NULL;
     long long max_ts = -1;
     Py_ssize_t total = 0;
 
-    /* pass 1: sizes (entries are not mutated while we run: we hold the GIL and call no Python code
-       besides str->utf8, which cannot run arbitrary code) */
+    /* pass 1: sizes.  Keys, values and header snapshots are immutable objects kept alive by snap (and by
+       infos[].headers), so pass 2 writes exactly what was measured. */
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *entry = PyList_GET_ITEM(entries, i);
+        PyObject *entry = PyTuple_GET_ITEM(snap, i);
         if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 4) {
             PyErr_SetString(PyExc_TypeError, "an entry must be a (key, value, timestamp, headers, ...) tuple");
             goto done;
@@ -1329,11 +1336,15 @@ static PyObject *encode_records(PyObject *module, PyObject *const *args, Py_ssiz
         PyObject *headers = PyTuple_GET_ITEM(entry, 3);
         Py_ssize_t hcount = 0, hsize = 0;
         if (headers != Py_None) {
-            hsize = headers_size(headers, &hcount);
+            PyObject *hsnap = NULL;
+            hsize = headers_size(headers, &hsnap, &hcount);
             if (hsize < 0)
                 goto done;
+            if (hcount > 0)
+                r->headers = hsnap;
+            else
+                Py_DECREF(hsnap);
         }
-        r->headers = (headers != Py_None && hcount > 0) ? headers : NULL;
         r->body = 1 + varint_size(r->ts_delta) + varint_size(first_delta + i) + varint_size(r->key_len) +
                   (r->key_len > 0 ? r->key_len : 0) + varint_size(r->value_len) +
                   (r->value_len > 0 ? r->value_len : 0) + varint_size(hcount) + hsize;
@@ -1376,8 +1387,11 @@ static PyObject *encode_records(PyObject *module, PyObject *const *args, Py_ssiz
     result = Py_BuildValue("(OL)", out, max_ts);
 done:
     Py_XDECREF(out);
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_XDECREF(infos[i].headers);
     if (infos != stack_infos)
         PyMem_Free(infos);
+    Py_DECREF(snap);
     return result;
 }
 

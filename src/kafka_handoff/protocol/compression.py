@@ -17,13 +17,24 @@ What the Java client writes, and what this module writes:
 
 Every decompression failure raises :class:`~kafka_handoff.errors.CorruptRecordError` (without topic/partition;
 the record batch decoder adds those).
+
+Decompression is bounded: :func:`decompress` takes ``max_bytes`` (the consumer's
+``max.decompressed.batch.bytes``) and never writes more than that into memory -- a batch that would expand
+beyond it (a "zip bomb": zstd reaches ~32,000:1) fails with :class:`CorruptRecordError` after at most
+``max_bytes + 1`` bytes were produced.  The codecs write into a fixed output buffer (cramjam's
+``decompress_into``; snappy's block lengths are read before any block is decompressed); the first attempt
+uses a buffer sized from the input, a batch that outgrows it is decompressed again into a lazily mapped
+buffer of the limit.
 """
 
 from __future__ import annotations
 
+import mmap
 import struct
+import threading
+from collections.abc import Callable
 from enum import IntEnum
-from typing import Final
+from typing import Any, Final
 
 import cramjam
 
@@ -31,6 +42,7 @@ from kafka_handoff.errors import ConfigError, CorruptRecordError
 
 __all__ = [
     "DEFAULT_LEVELS",
+    "DEFAULT_MAX_DECOMPRESSED_BYTES",
     "CompressionType",
     "compress",
     "compression_type_from_name",
@@ -60,6 +72,10 @@ DEFAULT_LEVELS: Final[dict[CompressionType, int]] = {
     CompressionType.LZ4: 9,
     CompressionType.ZSTD: 3,
 }
+
+#: The default bound of one batch's decompressed records (the consumer's ``max.decompressed.batch.bytes``):
+#: 64 MiB, 64 times ``max.partition.fetch.bytes``' default and above ``fetch.max.bytes``' default.
+DEFAULT_MAX_DECOMPRESSED_BYTES: Final = 64 * 1024 * 1024
 
 _NAMES: Final[dict[str, CompressionType]] = {c.config_name: c for c in CompressionType}
 
@@ -96,16 +112,18 @@ def _snappy_compress_xerial(data: bytes | memoryview) -> bytes:
     return b"".join(parts)
 
 
-def _snappy_decompress(data: bytes | memoryview) -> bytes:
+def _snappy_decompress(data: bytes | memoryview, max_bytes: int) -> bytes:
     mv = memoryview(data)
     if bytes(mv[:8]) == XERIAL_MAGIC:
-        return _snappy_decompress_xerial(mv)
+        return _snappy_decompress_xerial(mv, max_bytes)
     if bytes(mv[:10]) == _GOOGLE_SNAPPY_MAGIC:
-        return bytes(cramjam.snappy.decompress(mv))
+        return _bounded(cramjam.snappy.decompress_into, mv, max_bytes)
+    _check_size(cramjam.snappy.decompress_raw_len(mv), max_bytes)
     return bytes(cramjam.snappy.decompress_raw(mv))
 
 
-def _snappy_decompress_xerial(mv: memoryview) -> bytes:
+def _snappy_decompress_xerial(mv: memoryview, max_bytes: int) -> bytes:
+    _check_size(_xerial_size(mv), max_bytes)
     out: list[bytes] = []
     pos = 0
     end = len(mv)
@@ -128,6 +146,29 @@ def _snappy_decompress_xerial(mv: memoryview) -> bytes:
         out.append(bytes(decompress_raw(mv[pos : pos + size])))
         pos += size
     return b"".join(out)
+
+
+def _xerial_size(mv: memoryview) -> int:
+    """The decompressed size a xerial stream declares (each raw block starts with its length); malformed
+    framing is left to the decompression pass that follows, which reports it."""
+    total = 0
+    pos = 0
+    end = len(mv)
+    raw_len = cramjam.snappy.decompress_raw_len
+    unpack_from = _INT32_BE.unpack_from
+    while pos < end:
+        if bytes(mv[pos : pos + 8]) == XERIAL_MAGIC:
+            pos += _XERIAL_HEADER_LEN
+            continue
+        if end - pos < 4:
+            break
+        (size,) = unpack_from(mv, pos)
+        pos += 4
+        if size < 0 or pos + size > end:
+            break
+        total += raw_len(mv[pos : pos + size])
+        pos += size
+    return total
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -203,6 +244,72 @@ def _lz4_compress_fast(mv: memoryview) -> bytes:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# bounded output
+
+_BUFFER_FULL: Final = "failed to write whole buffer"
+"""cramjam's error when ``decompress_into`` runs out of output buffer (``write_all`` on a full slice)."""
+_FIRST_GUESS_RATIO: Final = 8
+_FIRST_GUESS_MIN: Final = 64 * 1024
+_LAZY_BUFFER: Final = 1024 * 1024
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(size: int) -> bytearray:
+    """This thread's reusable output buffer, at least ``size`` bytes."""
+    buf: bytearray | None = getattr(_SCRATCH, "buf", None)
+    if buf is None or len(buf) < size:
+        buf = bytearray(size)
+        _SCRATCH.buf = buf
+    return buf
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _check_size(size: int, max_bytes: int) -> None:
+    if size > max_bytes:
+        raise _TooLarge(f"declares {size} bytes")
+
+
+def _bounded(decompress_into: Callable[[Any, Any], int], data: bytes | memoryview, max_bytes: int) -> bytes:
+    """``data`` decompressed into at most ``max_bytes`` bytes of memory; :class:`_TooLarge` beyond."""
+    first = max(_FIRST_GUESS_MIN, _FIRST_GUESS_RATIO * len(data))
+    if first <= max_bytes:  # most batches fit a buffer a few times their compressed size
+        # Up to 1 MiB: this thread's scratch buffer (no allocation, no zeroing per batch); beyond, a mapping
+        # whose untouched pages cost nothing.
+        mapped = mmap.mmap(-1, first) if first > _LAZY_BUFFER else None
+        out = memoryview(mapped) if mapped is not None else memoryview(_scratch(first))[:first]
+        try:
+            n = decompress_into(data, out)
+        except Exception as exc:
+            if _BUFFER_FULL not in str(exc):
+                raise
+        else:
+            return bytes(out[:n])
+        finally:
+            out.release()
+            if mapped is not None:
+                mapped.close()
+    # Pages of an anonymous mapping cost memory only once written: a limit of 64 MiB costs what is produced.
+    mapped = mmap.mmap(-1, max_bytes + 1)
+    try:
+        try:
+            n = decompress_into(data, mapped)
+        except Exception as exc:
+            if _BUFFER_FULL in str(exc):
+                raise _TooLarge("does not fit") from None
+            raise
+        if n > max_bytes:
+            raise _TooLarge("does not fit")
+        return mapped[:n]
+    finally:
+        mapped.close()
+
+
+# ---------------------------------------------------------------------------------------------------------
 # public entry points
 
 
@@ -228,21 +335,34 @@ def compress(codec: CompressionType | int, data: bytes | memoryview, level: int 
     raise ValueError(f"unknown compression codec id {int(codec)} (allowed: 0-4)")
 
 
-def decompress(codec: CompressionType | int, data: bytes | memoryview) -> bytes:
-    """Decompress a batch's records section; :class:`CorruptRecordError` when the data is not valid."""
+def decompress(
+    codec: CompressionType | int,
+    data: bytes | memoryview,
+    max_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> bytes:
+    """Decompress a batch's records section; :class:`CorruptRecordError` when the data is not valid or would
+    decompress to more than ``max_bytes`` bytes (no more than ``max_bytes + 1`` bytes are ever produced)."""
+    if max_bytes < 1:
+        raise ValueError(f"max_bytes must be at least 1, not {max_bytes}")
     try:
         if codec == CompressionType.GZIP:
-            return bytes(cramjam.gzip.decompress(data))
+            return _bounded(cramjam.gzip.decompress_into, data, max_bytes)
         if codec == CompressionType.SNAPPY:
-            return _snappy_decompress(data)
+            return _snappy_decompress(data, max_bytes)
         if codec == CompressionType.LZ4:
-            return bytes(cramjam.lz4.decompress(data))
+            return _bounded(cramjam.lz4.decompress_into, data, max_bytes)
         if codec == CompressionType.ZSTD:
-            return bytes(cramjam.zstd.decompress(data))
+            return _bounded(cramjam.zstd.decompress_into, data, max_bytes)
         if codec == CompressionType.NONE:
             return bytes(data)
     except CorruptRecordError:
         raise
+    except _TooLarge:
+        name = CompressionType(codec).config_name
+        raise CorruptRecordError(
+            f"{name}: the batch's records decompress to more than {max_bytes} bytes "
+            "(max.decompressed.batch.bytes); a batch this large is refused as a possible decompression bomb"
+        ) from None
     except Exception as exc:  # cramjam.DecompressionError and friends
         name = CompressionType(codec).config_name
         raise CorruptRecordError(f"{name} decompression failed: {exc}") from exc

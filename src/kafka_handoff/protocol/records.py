@@ -62,7 +62,12 @@ from crc32c import crc32c
 
 from kafka_handoff._native import pure_python_requested
 from kafka_handoff.errors import CorruptRecordError
-from kafka_handoff.protocol.compression import CompressionType, compress, decompress
+from kafka_handoff.protocol.compression import (
+    DEFAULT_MAX_DECOMPRESSED_BYTES,
+    CompressionType,
+    compress,
+    decompress,
+)
 from kafka_handoff.protocol.varint import ZIGZAG_CACHE, ZIGZAG_CACHE_HALF, zigzag_varint
 from kafka_handoff.types import ConsumerRecord
 
@@ -965,6 +970,7 @@ def _decode(
     read_committed: bool,
     aborted_transactions: Iterable[Any],
     start_offset: int,
+    max_decompressed: int,
 ) -> None:
     buf = data if type(data) is bytes else bytes(data or b"")
     view = memoryview(buf)
@@ -1036,7 +1042,8 @@ def _decode(
         try:
             if count == 0 and end - pos != RECORD_BATCH_OVERHEAD:
                 # An empty batch has no records section; bytes there are records the count does not cover.
-                _decode_batch_records(buf, pos, end, attributes, 0, base_offset, base_ts, RecordColumns())
+                _decode_batch_records(buf, pos, end, attributes, 0, base_offset, base_ts, RecordColumns(),
+                                      max_decompressed)  # fmt: skip
             if read_committed and producer_id >= 0:
                 while next_aborted < len(aborted) and aborted[next_aborted][0] <= last_offset:
                     active_aborted.add(aborted[next_aborted][1])
@@ -1044,7 +1051,8 @@ def _decode(
                 if is_control:
                     if count > 0:
                         tmp = RecordColumns()
-                        _decode_batch_records(buf, pos, end, attributes, count, base_offset, base_ts, tmp)
+                        _decode_batch_records(buf, pos, end, attributes, count, base_offset, base_ts, tmp,
+                                              max_decompressed)  # fmt: skip
                         if parse_control_key(tmp.keys[0]) == ControlType.ABORT:
                             active_aborted.discard(producer_id)
                 elif attributes & ATTR_TRANSACTIONAL and producer_id in active_aborted:
@@ -1056,7 +1064,7 @@ def _decode(
             elif not skip and last_offset >= start_offset and count:
                 ts_type = 1 if attributes & ATTR_TIMESTAMP_TYPE else 0
                 if objects:
-                    rpos, rbuf = _records_input(buf, pos, end, attributes)
+                    rpos, rbuf = _records_input(buf, pos, end, attributes, max_decompressed)
                     rpos = _records_to_objects(rbuf, rpos, count, base_offset, base_ts, ts_type, epoch, topic,
                                                partition, records)  # fmt: skip
                     _check_end(rpos, rbuf, end, attributes)
@@ -1069,7 +1077,7 @@ def _decode(
                     per_batch.batch_starts.append(mark)
                     per_batch.batch_timestamp_types.append(ts_type)
                     per_batch.batch_leader_epochs.append(epoch)
-                    rpos, rbuf = _records_input(buf, pos, end, attributes)
+                    rpos, rbuf = _records_input(buf, pos, end, attributes, max_decompressed)
                     override = max_ts if ts_type else None
                     floor = start_offset if base_offset < start_offset else None
                     rpos = _records_to_buffers(
@@ -1080,7 +1088,8 @@ def _decode(
                     cols.batch_starts.append(mark)
                     cols.batch_timestamp_types.append(ts_type)
                     cols.batch_leader_epochs.append(epoch)
-                    _decode_batch_records(buf, pos, end, attributes, count, base_offset, base_ts, cols)
+                    _decode_batch_records(buf, pos, end, attributes, count, base_offset, base_ts, cols,
+                                          max_decompressed)  # fmt: skip
                     if ts_type:
                         cols.timestamps[mark:] = [max_ts] * (len(cols.timestamps) - mark)
                     if base_offset < start_offset:
@@ -1120,14 +1129,16 @@ def _decode(
         out.columns = finished
 
 
-def _records_input(buf: bytes, pos: int, end: int, attributes: int) -> tuple[int, bytes]:
+def _records_input(
+    buf: bytes, pos: int, end: int, attributes: int, max_decompressed: int
+) -> tuple[int, bytes]:
     """Where the records of the batch at ``pos`` start: (position, buffer), decompressing when needed."""
     codec = attributes & ATTR_COMPRESSION_MASK
     if codec == 0:
         return pos + RECORD_BATCH_OVERHEAD, buf
     if codec > 4:
         raise _Malformed(f"unknown compression codec id {codec}")
-    return 0, decompress(codec, memoryview(buf)[pos + RECORD_BATCH_OVERHEAD : end])
+    return 0, decompress(codec, memoryview(buf)[pos + RECORD_BATCH_OVERHEAD : end], max_decompressed)
 
 
 def _check_end(rpos: int, rbuf: bytes, end: int, attributes: int) -> None:
@@ -1140,9 +1151,9 @@ def _check_end(rpos: int, rbuf: bytes, end: int, attributes: int) -> None:
 
 def _decode_batch_records(
     buf: bytes, pos: int, end: int, attributes: int, count: int, base_offset: int, base_ts: int,
-    cols: RecordColumns,
+    cols: RecordColumns, max_decompressed: int,
 ) -> None:  # fmt: skip
-    rpos, rbuf = _records_input(buf, pos, end, attributes)
+    rpos, rbuf = _records_input(buf, pos, end, attributes, max_decompressed)
     rpos = _records_to_columns(rbuf, rpos, count, base_offset, base_ts, cols)
     _check_end(rpos, rbuf, end, attributes)
 
@@ -1172,6 +1183,7 @@ def decode_batches(
     read_committed: bool = False,
     aborted_transactions: Iterable[Any] = (),
     start_offset: int = 0,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
 ) -> DecodedRecords:
     """Decode one partition's fetched ``records`` bytes into :class:`ConsumerRecord` objects.
 
@@ -1180,10 +1192,13 @@ def decode_batches(
     ``aborted_transactions`` -- ``(producer_id, first_offset)`` pairs or objects with those attributes (kio's
     ``AbortedTransaction``) -- are dropped until that producer's ABORT marker.  A truncated trailing batch is
     ignored; ``None`` (a fetch partition without records) decodes to nothing.  A bad batch stops decoding: see
-    :class:`DecodedRecords` ``error``.
+    :class:`DecodedRecords` ``error``; so does a compressed batch whose records would decompress to more than
+    ``max_decompressed_bytes`` (the consumer's ``max.decompressed.batch.bytes``), before more than that is
+    allocated.
     """
     result = DecodedRecords(topic, partition, start_offset)
-    _decode(data, result, check_crcs, read_committed, aborted_transactions, start_offset)
+    _decode(data, result, check_crcs, read_committed, aborted_transactions, start_offset,
+            max_decompressed_bytes)  # fmt: skip
     return result
 
 
@@ -1196,10 +1211,12 @@ def decode_batches_columnar(
     read_committed: bool = False,
     aborted_transactions: Iterable[Any] = (),
     start_offset: int = 0,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
 ) -> DecodedColumns:
     """Like :func:`decode_batches`, but the records come as parallel lists (:class:`RecordColumns`)."""
     result = DecodedColumns(topic, partition, start_offset)
-    _decode(data, result, check_crcs, read_committed, aborted_transactions, start_offset)
+    _decode(data, result, check_crcs, read_committed, aborted_transactions, start_offset,
+            max_decompressed_bytes)  # fmt: skip
     return result
 
 
@@ -1212,13 +1229,15 @@ def decode_batches_buffers(
     read_committed: bool = False,
     aborted_transactions: Iterable[Any] = (),
     start_offset: int = 0,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
 ) -> DecodedBuffers:
     """Like :func:`decode_batches`, but the records come as Arrow-layout buffers (:class:`ColumnBuffers`),
     with no Python object per record.  Offsets and timestamps must fit int64 (a record whose offset or
     timestamp does not is reported as a malformed batch), and one call's keys, values and header data must
     each stay under 2 GiB (Arrow binary arrays have int32 offsets)."""
     result = DecodedBuffers(topic, partition, start_offset)
-    _decode(data, result, check_crcs, read_committed, aborted_transactions, start_offset)
+    _decode(data, result, check_crcs, read_committed, aborted_transactions, start_offset,
+            max_decompressed_bytes)  # fmt: skip
     return result
 
 

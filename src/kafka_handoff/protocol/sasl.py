@@ -7,7 +7,7 @@ first request (SaslHandshake naming the mechanism), and each response fed to
 broker's KIP-368 session lifetime, 0 for none).  Failures raise
 :class:`~kafka_handoff.errors.AuthenticationError` naming the broker and the cause.
 
-Mechanisms (:class:`Plain`, :class:`Scram`, :class:`OAuthBearer`) are small objects with
+Mechanisms (:class:`Plain`, :class:`Scram`, :class:`OAuthBearer`, :class:`Gssapi`) are small objects with
 ``initial_response()`` and ``evaluate(challenge) -> bytes | None``; they never see a socket or a clock.
 Nothing here puts a secret into a message, a repr or an exception.
 """
@@ -31,6 +31,8 @@ from kafka_handoff.protocol.versions import ApiKey
 
 __all__ = [
     "MECHANISMS",
+    "GssContext",
+    "Gssapi",
     "OAuthBearer",
     "OAuthToken",
     "Plain",
@@ -44,7 +46,7 @@ __all__ = [
 SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE
 SASL_AUTHENTICATE = ApiKey.SASL_AUTHENTICATE
 
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 
 _UNSUPPORTED_SASL_MECHANISM = ErrorCode.unsupported_sasl_mechanism
 _ILLEGAL_SASL_STATE = ErrorCode.illegal_sasl_state
@@ -106,9 +108,27 @@ def _normalize(password: str) -> bytes:
     return unicodedata.normalize("NFKC", mapped).encode()
 
 
+SCRAM_MIN_ITERATIONS = 4096
+"""Java's lower bound of a SCRAM iteration count (``ScramMechanism.minIterations``): a server -- or a man in
+the middle of SASL_PLAINTEXT -- asking for fewer gets a proof that is cheap to brute-force offline."""
+SCRAM_MAX_ITERATIONS = 16384
+"""Java's upper bound (``ScramMechanism.maxIterations``): more would run PBKDF2 on the network thread for as
+long as the server likes."""
+_SCRAM_MAX_MESSAGE = 4096
+"""The largest SCRAM server message accepted (they are ~100-200 bytes)."""
+
+
 def _parse_attrs(message: bytes) -> dict[str, str]:
+    if len(message) > _SCRAM_MAX_MESSAGE:
+        raise AuthenticationError(f"oversized server message ({len(message)} bytes)")
+    try:
+        text = message.decode("ascii")
+    except UnicodeDecodeError:
+        raise AuthenticationError("malformed server message (not printable ASCII)") from None
+    if not text.isprintable():
+        raise AuthenticationError("malformed server message (not printable ASCII)")
     out: dict[str, str] = {}
-    for part in message.decode().split(","):
+    for part in text.split(","):
         if len(part) >= 2 and part[1] == "=":
             out[part[0]] = part[2:]
     return out
@@ -120,9 +140,20 @@ class Scram:
 
     _ALGORITHMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512", "SCRAM-SHA-1": "sha1"}
 
-    def __init__(self, mechanism: str, username: str, password: str, *, nonce: str | None = None) -> None:
+    def __init__(
+        self,
+        mechanism: str,
+        username: str,
+        password: str,
+        *,
+        nonce: str | None = None,
+        min_iterations: int = SCRAM_MIN_ITERATIONS,
+        max_iterations: int = SCRAM_MAX_ITERATIONS,
+    ) -> None:
         if mechanism not in self._ALGORITHMS:
             raise ValueError(f"not a SCRAM mechanism: {mechanism}")
+        self._min_iterations = min_iterations
+        self._max_iterations = max_iterations
         self.name = mechanism
         self._hash = self._ALGORITHMS[mechanism]
         self._username = username
@@ -157,19 +188,34 @@ class Scram:
         if "e" in attrs:
             raise AuthenticationError(f"{self.name}: the server refused: {attrs['e']}")
         try:
-            nonce, salt_b64, iterations = attrs["r"], attrs["s"], int(attrs["i"])
+            nonce, salt_b64, iterations_text = attrs["r"], attrs["s"], attrs["i"]
+            if not iterations_text.isdigit() or len(iterations_text) > 10:
+                raise ValueError("iteration count")
+            iterations = int(iterations_text)
             salt = base64.b64decode(salt_b64, validate=True)
         except (KeyError, ValueError) as exc:
             raise AuthenticationError(f"{self.name}: malformed server-first message") from exc
         if not nonce.startswith(self._nonce) or len(nonce) <= len(self._nonce):
             raise AuthenticationError(f"{self.name}: the server's nonce does not extend the client's")
-        if iterations < 1:
-            raise AuthenticationError(f"{self.name}: invalid iteration count {iterations}")
+        if not salt:
+            raise AuthenticationError(f"{self.name}: the server sent an empty salt")
+        if iterations < self._min_iterations:
+            raise AuthenticationError(
+                f"{self.name}: the server asked for {iterations} iterations, fewer than the minimum "
+                f"{self._min_iterations} (sasl.scram.min.iterations)"
+            )
+        if iterations > self._max_iterations:
+            raise AuthenticationError(
+                f"{self.name}: the server asked for {iterations} iterations, more than the maximum "
+                f"{self._max_iterations} (sasl.scram.max.iterations)"
+            )
         salted = hashlib.pbkdf2_hmac(self._hash, _normalize(self._password), salt, iterations)
         client_key = self._hmac(salted, b"Client Key")
         stored_key = hashlib.new(self._hash, client_key).digest()
         final_without_proof = f"c=biws,r={nonce}"
-        auth_message = f"{self._client_first_bare},{server_first.decode()},{final_without_proof}".encode()
+        auth_message = (
+            f"{self._client_first_bare},{server_first.decode('ascii')},{final_without_proof}".encode()
+        )
         client_signature = self._hmac(stored_key, auth_message)
         proof = bytes(a ^ b for a, b in zip(client_key, client_signature, strict=True))
         server_key = self._hmac(salted, b"Server Key")
@@ -247,6 +293,87 @@ class OAuthBearer:
         return None
 
 
+# ---------------------------------------------------------------------------------------------- GSSAPI
+class GssContext(Protocol):
+    """The initiator side of a GSS-API security context (``kafka_handoff.kerberos`` adapts the ``gssapi``
+    package; the unit tests use a fake).  Errors are raised as :class:`AuthenticationError`."""
+
+    @property
+    def complete(self) -> bool:
+        """True once the context is established."""
+        ...
+
+    def step(self, token: bytes | None) -> bytes | None:
+        """``gss_init_sec_context``: the next token for the acceptor (``None``/empty: nothing to send)."""
+        ...
+
+    def unwrap(self, message: bytes) -> bytes:
+        """``gss_unwrap``: the payload of a wrapped message from the acceptor."""
+        ...
+
+    def wrap(self, message: bytes) -> bytes:
+        """``gss_wrap`` with integrity only (no confidentiality)."""
+        ...
+
+
+_LAYER_NONE = 0x01  # RFC 4752 §3.3: bit 0 of the security-layer byte is "no security layer"
+
+
+class Gssapi:
+    """RFC 4752 GSSAPI (Kerberos V5) client as Kafka uses it: the context tokens until the context is
+    established (mutual authentication: the broker's AP-REP completes it, then an empty answer), then the
+    security-layer negotiation -- the broker's wrapped 4-byte offer (layers bit mask, maximum message
+    size) is answered with a wrapped ``[no security layer, 0, 0, 0]`` and no authorization id (Kafka
+    authenticates only; the traffic after it is never wrapped).  The broker's last, empty, response ends
+    the exchange."""
+
+    name = "GSSAPI"
+
+    def __init__(self, context: GssContext) -> None:
+        self._ctx = context
+        self._state = "context"
+
+    def __repr__(self) -> str:
+        return f"Gssapi(state={self._state})"
+
+    def initial_response(self) -> bytes:
+        token = self._ctx.step(None)
+        if self._ctx.complete:
+            self._state = "layer"
+        return token or b""
+
+    def evaluate(self, challenge: bytes) -> bytes | None:
+        if self._state == "context":
+            token = self._ctx.step(challenge)
+            if self._ctx.complete:
+                self._state = "layer"
+            return token or b""
+        if self._state == "layer":
+            if not challenge:
+                return b""  # the broker had nothing to say after our last context token: ask for the offer
+            return self._security_layer(challenge)
+        if self._state == "sent-layer":
+            if challenge:
+                raise AuthenticationError("GSSAPI: unexpected message from the broker after the exchange")
+            self._state = "done"
+            return None
+        raise AuthenticationError("GSSAPI: unexpected message from the broker after the exchange")
+
+    def _security_layer(self, challenge: bytes) -> bytes:
+        offer = self._ctx.unwrap(challenge)
+        if len(offer) != 4:
+            raise AuthenticationError(
+                f"GSSAPI: the broker's security-layer offer has {len(offer)} bytes (expected 4)"
+            )
+        if not offer[0] & _LAYER_NONE:
+            raise AuthenticationError(
+                f"GSSAPI: the broker requires a security layer (offer bit mask 0x{offer[0]:02x}); Kafka "
+                "uses GSSAPI for authentication only (sasl.qop=auth)"
+            )
+        self._state = "sent-layer"
+        return self._ctx.wrap(bytes((_LAYER_NONE, 0, 0, 0)))
+
+
 # ------------------------------------------------------------------------------------------------- the flow
 class SaslAuthenticator:
     """One SASL exchange with one broker (also used again for KIP-368 re-authentication).
@@ -307,10 +434,11 @@ class SaslAuthenticator:
                 raise self._error(f"SaslHandshake returned error code {code}")
             try:
                 self._mechanism = self._factory()
+                first = self._mechanism.initial_response()  # GSSAPI: the service ticket, from the KDC
             except AuthenticationError as exc:
                 raise self._error(str(exc)) from exc
             self._state = "authenticate"
-            return self._authenticate(self._mechanism.initial_response())
+            return self._authenticate(first)
         if api_key != SASL_AUTHENTICATE or self._state != "authenticate":
             raise self._error(f"unexpected response (api key {api_key})")
         assert self._mechanism is not None
@@ -330,6 +458,8 @@ class SaslAuthenticator:
             answer = self._mechanism.evaluate(bytes(response.auth_bytes))
         except AuthenticationError as exc:
             raise self._error(str(exc)) from exc
+        except Exception as exc:  # a malformed server message the mechanism did not foresee
+            raise self._error(f"malformed server message ({type(exc).__name__})") from exc
         if answer is None:
             self.done = True
             self._state = "done"
@@ -351,6 +481,7 @@ _LOGIN_MODULES = {
     "org.apache.kafka.common.security.plain.PlainLoginModule": ("PLAIN",),
     "org.apache.kafka.common.security.scram.ScramLoginModule": ("SCRAM-SHA-256", "SCRAM-SHA-512"),
     "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule": ("OAUTHBEARER",),
+    "com.sun.security.auth.module.Krb5LoginModule": ("GSSAPI",),
 }
 
 

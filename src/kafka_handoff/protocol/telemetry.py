@@ -24,7 +24,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
@@ -62,6 +62,20 @@ def telemetry_name(name: MetricName) -> str:
     """The KIP-714 name of a client metric."""
     group = name.group.removesuffix("-metrics").replace("-", ".")
     return f"org.apache.kafka.{group}.{name.name.replace('-', '.')}"
+
+
+MIN_PUSH_INTERVAL_MS: Final = 100
+"""The shortest push interval accepted from a broker: the broker's own bound of a client metrics
+subscription's ``interval.ms``; a broker asking for less (1 ms: a push storm) gets this."""
+DEFAULT_PUSH_INTERVAL_MS: Final = 300_000
+
+
+def push_interval_ms(asked_ms: int) -> int:
+    """The push interval used for the one a broker asked for: none (0 or less) means the default (5 minutes,
+    as Java), anything else at least :data:`MIN_PUSH_INTERVAL_MS`."""
+    if asked_ms <= 0:
+        return DEFAULT_PUSH_INTERVAL_MS
+    return max(MIN_PUSH_INTERVAL_MS, asked_ms)
 
 
 class TelemetryManager:
@@ -145,7 +159,7 @@ class TelemetryManager:
                 self.instance_id = response.client_instance_id
                 self.instance_id_known.set()
             self._subscription_id = int(response.subscription_id)
-            self._push_interval_ms = max(1, _ms(response.push_interval))
+            self._push_interval_ms = push_interval_ms(_ms(response.push_interval))
             self._max_bytes = int(response.telemetry_max_bytes)
             self._delta = bool(response.delta_temporality)
             accepted = [int(c) for c in response.accepted_compression_types]

@@ -54,6 +54,9 @@ _SHARE_ROWS: list[_Row] = [
     ("fetch.max.wait.ms", _I, 500, Range(min=0), _LOW, "How long the broker may wait for fetch.min.bytes."),
     ("max.partition.fetch.bytes", _I, 1_048_576, Range(min=0), _HI, "Maximum bytes per partition per fetch."),
     ("check.crcs", _B, True, None, _LOW, "Verify the CRC32C of fetched record batches."),
+    ("max.decompressed.batch.bytes", _I, 67_108_864, Range(min=1), _MED,
+     "Most bytes one compressed record batch may decompress to (default 64 MiB); a batch beyond it is "
+     "refused as a decompression bomb with a CorruptRecordError naming topic, partition and offset."),
     ("default.api.timeout.ms", _I, 60_000, Range(min=0), _MED, "Timeout of blocking calls not given one."),
     ("client.rack", _S, "", None, _LOW, "Rack of this consumer (sent when joining)."),
     ("key.deserializer", _FN, None, None, _HI, "Callable turning key bytes into a key."),
@@ -99,6 +102,7 @@ class ShareConsumerConfig(_CommonFields):
     fetch_max_wait_ms: int
     max_partition_fetch_bytes: int
     check_crcs: bool
+    max_decompressed_batch_bytes: int
     default_api_timeout_ms: int
     client_rack: str
     key_deserializer: Callable[..., Any] | None

@@ -29,6 +29,7 @@ from __future__ import annotations
 import bisect
 import collections
 import logging
+import math
 import queue
 import threading
 import time
@@ -530,7 +531,8 @@ class ShareConsumer:
         renewed = list(self._renewed.values())
         self._renewed.clear()
         self._thread.submit(SharePollEvent(acks=acks))
-        deadline = time.monotonic() + self._timeout_ms(timeout) / 1000.0
+        # poll(None) blocks until records arrive, wakeup() is called or the consumer is closed.
+        deadline = math.inf if timeout is None else time.monotonic() + self._timeout_ms(timeout) / 1000.0
         while True:
             out = renewed + self._collect(self._max_poll_records - len(renewed))
             if self._deserialization_errors:
@@ -548,7 +550,7 @@ class ShareConsumer:
                 raise WakeupError("poll() was interrupted by wakeup()")
             self._raise_background_errors()
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or self._closed:
                 break
             self._buffer.await_data(min(remaining, 0.5))
         self._track(out)
@@ -605,6 +607,7 @@ class ShareConsumer:
             topic=data.tp.topic,
             partition=data.tp.partition,
             check_crcs=self._config.check_crcs,
+            max_decompressed_bytes=self._config.max_decompressed_batch_bytes,
         )
         if decoded.error is not None:
             log.error("share group %s: %s", self.group_id, decoded.error)
