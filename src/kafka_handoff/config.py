@@ -40,6 +40,7 @@ __all__ = [
     "ADMIN_CONFIG_DEF",
     "CONSUMER_CONFIG_DEF",
     "NO_DEFAULT",
+    "PARTITIONERS",
     "PRODUCER_CONFIG_DEF",
     "AdminConfig",
     "ClientConfig",
@@ -662,6 +663,16 @@ def _validate_transactional_id(key: str, value: Any) -> Any:
 
 _TRANSACTIONAL_ID = _Check(_validate_transactional_id, "a non-empty string, or unset (None)")
 
+PARTITIONERS: Final = (
+    "murmur2_random",
+    "murmur2",
+    "consistent_random",
+    "consistent",
+    "fnv1a_random",
+    "fnv1a",
+    "random",
+)
+"""The producer's ``partitioner`` values (the same as ``producer.partitioner.PARTITIONERS``)."""
 _AT_LEAST_0 = Range(min=0)
 _AT_LEAST_1 = Range(min=1)
 _SOCKET_BUFFER = Range(min=-1)  # -1: use the OS default
@@ -865,6 +876,10 @@ _PRODUCER_ROWS: list[_Row] = [
     ("compression.gzip.level", _I, -1, _GZIP_LEVEL, _MED, "gzip level (-1: the codec's default)."),
     ("compression.lz4.level", _I, 9, Range(1, 17), _MED, "lz4 level."),
     ("compression.zstd.level", _I, 3, Range(-131_072, 22), _MED, "zstd level."),
+    ("partitioner", _S, "murmur2_random", OneOf(PARTITIONERS), _MED,
+     "How keyed records find their partition (librdkafka's names): murmur2_random (Java's default: murmur2 "
+     "of the key, sticky partitioning without a key), murmur2, consistent_random (librdkafka's default: "
+     "CRC32 of the key), consistent, fnv1a_random, fnv1a, random."),
     ("partitioner.ignore.keys", _B, False, None, _MED,
      "Ignore record keys when choosing a partition (sticky partitioning for every record)."),
     ("partitioner.adaptive.partitioning.enable", _B, True, None, _LOW, "Send more to faster brokers."),
@@ -1100,6 +1115,8 @@ class ProducerConfig(_CommonFields):
     compression_gzip_level: int
     compression_lz4_level: int
     compression_zstd_level: int
+    partitioner: str
+    """One of :data:`kafka_handoff.producer.partitioner.PARTITIONERS`."""
     partitioner_ignore_keys: bool
     partitioner_adaptive_partitioning_enable: bool
     partitioner_availability_timeout_ms: int

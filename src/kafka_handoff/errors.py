@@ -72,6 +72,10 @@ class DeliveryFailedError(KafkaError):
         self.cause = cause
 
 
+class RecordPurgedError(KafkaError):
+    """``Producer.purge()`` failed the record before it was sent."""
+
+
 class NoOffsetForPartitionError(KafkaError):
     """No committed offset and ``auto.offset.reset=none``.  Raised by every ``poll()`` until the application
     seeks the ``partitions`` (as Java does)."""
@@ -187,11 +191,17 @@ class RebalanceInProgressError(BrokerResponseError):
     code = ErrorCode.rebalance_in_progress
 
 
-class TopicAuthorizationFailedError(BrokerResponseError):
+class AuthorizationError(BrokerResponseError):
+    """The broker's authorizer denied the principal an operation on a resource (every
+    ``*_AUTHORIZATION_FAILED`` code: topic, group, cluster, transactional id, delegation token); the message
+    names the resource and the operation where the client knows them."""
+
+
+class TopicAuthorizationFailedError(AuthorizationError):
     code = ErrorCode.topic_authorization_failed
 
 
-class GroupAuthorizationFailedError(BrokerResponseError):
+class GroupAuthorizationFailedError(AuthorizationError):
     code = ErrorCode.group_authorization_failed
 
 
@@ -345,7 +355,7 @@ class TransactionCoordinatorFencedError(BrokerResponseError):
     code = ErrorCode.transaction_coordinator_fenced
 
 
-class TransactionalIdAuthorizationFailedError(BrokerResponseError):
+class TransactionalIdAuthorizationFailedError(AuthorizationError):
     code = ErrorCode.transactional_id_authorization_failed
 
 
@@ -371,15 +381,18 @@ def _class_name(code: ErrorCode) -> str:
 
 
 def _make(code: ErrorCode) -> type[BrokerResponseError]:
-    cls = type(
-        _class_name(code), (BrokerResponseError,), {"code": code, "__doc__": f"Broker error {code.name}."}
-    )
+    base = AuthorizationError if code.name.endswith("_authorization_failed") else BrokerResponseError
+    cls = type(_class_name(code), (base,), {"code": code, "__doc__": f"Broker error {code.name}."})
     _BY_CODE[int(code)] = cls
     return cls
 
 
 for _cls in list(globals().values()):
-    if isinstance(_cls, type) and issubclass(_cls, BrokerResponseError) and _cls is not BrokerResponseError:
+    if (
+        isinstance(_cls, type)
+        and issubclass(_cls, BrokerResponseError)
+        and _cls not in (BrokerResponseError, AuthorizationError)
+    ):
         _BY_CODE[int(_cls.code)] = _cls
 for _code in ErrorCode:
     if _code is not ErrorCode.none and int(_code) not in _BY_CODE:

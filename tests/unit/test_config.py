@@ -183,6 +183,9 @@ HANDOFF_CONSUMER_EXTRAS = {
     "revoke.completion": "next-poll",  # KIP-983 "Compatibility": next-poll | same-poll
     "max.decompressed.batch.bytes": 67_108_864,  # issue 34: the bound of one batch's decompressed records
 }
+HANDOFF_PRODUCER_EXTRAS = {
+    "partitioner": "murmur2_random",  # librdkafka's partitioner names; this one is Java's default
+}
 
 JAVA_ADMIN_DEFAULTS = {
     **COMMON_DEFAULTS,
@@ -198,7 +201,7 @@ JAVA_ADMIN_DEFAULTS = {
     ("cdef", "expected"),
     [
         (CONSUMER_CONFIG_DEF, {**JAVA_CONSUMER_DEFAULTS, **HANDOFF_CONSUMER_EXTRAS}),
-        (PRODUCER_CONFIG_DEF, JAVA_PRODUCER_DEFAULTS),
+        (PRODUCER_CONFIG_DEF, {**JAVA_PRODUCER_DEFAULTS, **HANDOFF_PRODUCER_EXTRAS}),
         (ADMIN_CONFIG_DEF, JAVA_ADMIN_DEFAULTS),
     ],
     ids=["consumer", "producer", "admin"],

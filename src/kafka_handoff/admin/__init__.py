@@ -1,6 +1,39 @@
-"""The admin client: topics, cluster description, consumer groups of both protocols, group offsets."""
+"""The admin client: topics, cluster description, consumer groups of both protocols, group offsets (list,
+alter, delete, reset), configs, records, ACLs and SCRAM credentials."""
 
+from kafka_handoff.admin.acls import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialsDescription,
+    UserScramCredentialUpsertion,
+)
 from kafka_handoff.admin.admin import AdminClient, OffsetSpec
+from kafka_handoff.admin.cluster_ops import (
+    AbortTransactionSpec,
+    ClientQuotaAlteration,
+    ClientQuotaEntity,
+    ElectionType,
+    FeatureMetadata,
+    LogDirDescription,
+    PartitionReassignment,
+    ProducerState,
+    ReplicaInfo,
+    TransactionDescription,
+    TransactionListing,
+    VersionRange,
+)
+from kafka_handoff.admin.configs import AlterConfigOp, AlterConfigOpType, ConfigResource, ConfigResourceType
+from kafka_handoff.admin.group_offsets import OffsetReset, ResetSpec
+from kafka_handoff.admin.records import DeletedRecords, RecordsToDelete
 from kafka_handoff.admin.results import (
     ClusterDescription,
     ConfigEntry,
@@ -15,18 +48,51 @@ from kafka_handoff.admin.results import (
 from kafka_handoff.admin.share import ShareGroupDescription, ShareMemberDescription, SharePartitionOffset
 
 __all__ = [
+    "AbortTransactionSpec",
+    "AccessControlEntry",
+    "AclBinding",
+    "AclBindingFilter",
+    "AclOperation",
+    "AclPermissionType",
     "AdminClient",
+    "AlterConfigOp",
+    "AlterConfigOpType",
+    "ClientQuotaAlteration",
+    "ClientQuotaEntity",
     "ClusterDescription",
     "ConfigEntry",
+    "ConfigResource",
+    "ConfigResourceType",
     "CreateTopicResult",
+    "DeletedRecords",
+    "ElectionType",
+    "FeatureMetadata",
     "GroupDescription",
     "GroupListing",
+    "LogDirDescription",
     "MemberDescription",
     "NewTopic",
+    "OffsetReset",
     "OffsetSpec",
+    "PartitionReassignment",
+    "PatternType",
+    "ProducerState",
+    "RecordsToDelete",
+    "ReplicaInfo",
+    "ResetSpec",
+    "ResourcePattern",
+    "ResourceType",
+    "ScramCredentialInfo",
+    "ScramMechanism",
     "ShareGroupDescription",
     "ShareMemberDescription",
     "SharePartitionOffset",
     "TopicDescription",
     "TopicListing",
+    "TransactionDescription",
+    "TransactionListing",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
+    "UserScramCredentialsDescription",
+    "VersionRange",
 ]

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from kafka_handoff.admin.acls import AclAdminMixin
 from kafka_handoff.admin.calls import (
     AdminCall,
     AdminCallManager,
@@ -36,9 +37,12 @@ from kafka_handoff.admin.calls import (
     run_one,
     set_exception,
 )
+from kafka_handoff.admin.cluster_ops import ClusterOpsAdminMixin
 from kafka_handoff.admin.configs import ConfigAdminMixin
+from kafka_handoff.admin.group_offsets import GroupOffsetsAdminMixin
 from kafka_handoff.admin.groups import GroupAdminMixin
 from kafka_handoff.admin.offsets import OffsetAdminMixin, OffsetSpec
+from kafka_handoff.admin.records import RecordsAdminMixin
 from kafka_handoff.admin.results import (
     ClusterDescription,
 )
@@ -70,7 +74,17 @@ _GRACE_MS = 1000
 """How long the application thread waits past a deadline for the network thread's own timeout error."""
 
 
-class AdminClient(TopicAdminMixin, ConfigAdminMixin, OffsetAdminMixin, GroupAdminMixin, ShareAdminMixin):
+class AdminClient(
+    TopicAdminMixin,
+    ConfigAdminMixin,
+    OffsetAdminMixin,
+    GroupAdminMixin,
+    GroupOffsetsAdminMixin,
+    RecordsAdminMixin,
+    AclAdminMixin,
+    ClusterOpsAdminMixin,
+    ShareAdminMixin,
+):
     """A small Kafka admin client.  Thread-safe: calls from several threads are fine."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:

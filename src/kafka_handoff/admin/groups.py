@@ -46,13 +46,27 @@ class GroupAdminMixin(AdminPlumbing):
     (uses its call plumbing)."""
 
     @drives_steps
-    def list_groups(self, timeout: float | None = None) -> Steps[list[GroupListing]]:
-        """Every group the brokers coordinate (ListGroups to each broker), sorted by group id."""
+    def list_groups(
+        self,
+        timeout: float | None = None,
+        *,
+        types: Iterable[str] | None = None,
+        states: Iterable[str] | None = None,
+    ) -> Steps[list[GroupListing]]:
+        """Every group the brokers coordinate (ListGroups to each broker), sorted by group id; with
+        ``types`` (``classic``, ``consumer``, ``share``, ``streams``) or ``states`` (``Stable``, ``Empty``,
+        ...; case-insensitive) only those (Java's ``ListGroupsOptions.withTypes`` / ``inGroupStates``)."""
+        type_filter = sorted({t.lower() for t in types}) if types else []
+        state_filter = sorted({s.lower() for s in states}) if states else []
         deadline = self._deadline(timeout)
         cluster = yield from self._cluster_steps([], deadline)
 
         def build(version: int, timeout_ms: int) -> dict[str, Any]:
-            return {"states_filter": [], "types_filter": []}
+            # Brokers without the filters (ListGroups < v4/v5) get none; filtered below as well.
+            return {
+                "states_filter": state_filter if version >= 4 else [],
+                "types_filter": type_filter if version >= 5 else [],
+            }
 
         def handle(response: Any, version: int, node: int) -> list[GroupListing]:
             code = int(response.error_code)
@@ -73,7 +87,13 @@ class GroupAdminMixin(AdminPlumbing):
             AdminCall(f"ListGroups(broker {b})", ApiKey.LIST_GROUPS, b, build, handle, deadline)
             for b in sorted(cluster.brokers)
         ]
-        return merge_group_listings((yield from run_calls(calls, deadline)))
+        listings = merge_group_listings((yield from run_calls(calls, deadline)))
+        return [
+            g
+            for g in listings
+            if (not type_filter or (g.type or "").lower() in type_filter)
+            and (not state_filter or (g.state or "").lower() in state_filter)
+        ]
 
     @drives_steps
     def describe_groups(

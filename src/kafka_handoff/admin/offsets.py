@@ -44,10 +44,17 @@ class OffsetAdminMixin(AdminPlumbing):
         spec: int = OffsetSpec.LATEST,
         *,
         timeout: float | None = None,
+        isolation_level: str = "read_uncommitted",
     ) -> Steps[dict[TopicPartition, int]]:
-        """The offset of each partition for ``spec``: ``OffsetSpec.LATEST`` (the log end offset),
-        ``OffsetSpec.EARLIEST``, ``OffsetSpec.MAX_TIMESTAMP``, or a timestamp in ms (the first offset
-        at or after it; -1 when there is none).  Asked of each partition's leader."""
+        """The offset of each partition for ``spec``: ``OffsetSpec.LATEST`` (the log end offset; with
+        ``isolation_level="read_committed"`` the last stable offset), ``OffsetSpec.EARLIEST``,
+        ``OffsetSpec.MAX_TIMESTAMP``, or a timestamp in ms (the first offset at or after it; -1 when there is
+        none).  Asked of each partition's leader."""
+        if isolation_level not in ("read_uncommitted", "read_committed"):
+            raise ValueError(
+                f"invalid isolation_level {isolation_level!r} (allowed: read_uncommitted, read_committed)"
+            )
+        level = 1 if isolation_level == "read_committed" else 0
         wanted = sorted({TopicPartition(*tp) for tp in partitions})
         deadline = self._deadline(timeout)
         result: dict[TopicPartition, int] = {}
@@ -79,7 +86,8 @@ class OffsetAdminMixin(AdminPlumbing):
                     by_leader.setdefault(leader, []).append(tp)
             self._raise_first(errors)
             calls = [
-                self._list_offsets_call(leader, tps, spec, deadline) for leader, tps in by_leader.items()
+                self._list_offsets_call(leader, tps, spec, deadline, level)
+                for leader, tps in by_leader.items()
             ]
             outcomes = yield from run_calls(calls, deadline)
             for tps, outcome in zip(by_leader.values(), outcomes, strict=True):
@@ -106,7 +114,7 @@ class OffsetAdminMixin(AdminPlumbing):
         return dict(sorted(result.items()))
 
     def _list_offsets_call(
-        self, leader: int, tps: Sequence[TopicPartition], spec: int, deadline: int
+        self, leader: int, tps: Sequence[TopicPartition], spec: int, deadline: int, isolation_level: int = 0
     ) -> AdminCall:
         by_topic: dict[str, list[int]] = {}
         for tp in tps:
@@ -115,7 +123,7 @@ class OffsetAdminMixin(AdminPlumbing):
         def build(version: int, timeout_ms: int) -> dict[str, Any]:
             return {
                 "replica_id": -1,
-                "isolation_level": 0,
+                "isolation_level": isolation_level,
                 "topics": [
                     {
                         "name": topic,

@@ -16,16 +16,37 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from kafka_handoff.admin import (
+    AbortTransactionSpec,
+    AclBinding,
+    AclBindingFilter,
     AdminClient,
+    AlterConfigOp,
+    ClientQuotaAlteration,
+    ClientQuotaEntity,
     ClusterDescription,
     ConfigEntry,
+    ConfigResource,
     CreateTopicResult,
+    DeletedRecords,
+    ElectionType,
+    FeatureMetadata,
     GroupDescription,
     GroupListing,
+    LogDirDescription,
     NewTopic,
+    OffsetReset,
     OffsetSpec,
+    PartitionReassignment,
+    ProducerState,
+    RecordsToDelete,
+    ResetSpec,
     TopicDescription,
     TopicListing,
+    TransactionDescription,
+    TransactionListing,
+    UserScramCredentialDeletion,
+    UserScramCredentialsDescription,
+    UserScramCredentialUpsertion,
 )
 from kafka_handoff.admin.admin import _GRACE_MS
 from kafka_handoff.admin.calls import AdminCall, Done, Pause, Steps, call_outcome, next_step, steps_of
@@ -161,10 +182,70 @@ class AsyncAdminClient:
         await self._drive(steps)
 
     async def describe_configs(
-        self, topics: Iterable[str], timeout: float | None = None
+        self, resources: Iterable[str | ConfigResource], timeout: float | None = None
     ) -> dict[str, dict[str, ConfigEntry]]:
         a = self._check()
-        return await self._drive(steps_of(AdminClient.describe_configs)(a, topics, timeout))
+        return await self._drive(steps_of(AdminClient.describe_configs)(a, resources, timeout))
+
+    async def incremental_alter_configs(
+        self,
+        configs: Mapping[ConfigResource, Iterable[AlterConfigOp]],
+        *,
+        validate_only: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        a = self._check()
+        steps = steps_of(AdminClient.incremental_alter_configs)(
+            a, configs, validate_only=validate_only, timeout=timeout
+        )
+        await self._drive(steps)
+
+    async def alter_configs(
+        self,
+        configs: Mapping[ConfigResource, Mapping[str, str]],
+        *,
+        validate_only: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        a = self._check()
+        steps = steps_of(AdminClient.alter_configs)(a, configs, validate_only=validate_only, timeout=timeout)
+        await self._drive(steps)
+
+    async def delete_records(
+        self, records_to_delete: Mapping[TopicPartition, RecordsToDelete | int], timeout: float | None = None
+    ) -> dict[TopicPartition, DeletedRecords]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.delete_records)(a, records_to_delete, timeout))
+
+    async def create_acls(self, acls: Iterable[AclBinding], timeout: float | None = None) -> None:
+        a = self._check()
+        await self._drive(steps_of(AdminClient.create_acls)(a, acls, timeout))
+
+    async def describe_acls(
+        self, acl_filter: AclBindingFilter | None = None, timeout: float | None = None
+    ) -> list[AclBinding]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.describe_acls)(a, acl_filter, timeout))
+
+    async def delete_acls(
+        self, filters: Iterable[AclBindingFilter], timeout: float | None = None
+    ) -> list[AclBinding]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.delete_acls)(a, filters, timeout))
+
+    async def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None, timeout: float | None = None
+    ) -> dict[str, UserScramCredentialsDescription]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.describe_user_scram_credentials)(a, users, timeout))
+
+    async def alter_user_scram_credentials(
+        self,
+        alterations: Iterable[UserScramCredentialUpsertion | UserScramCredentialDeletion],
+        timeout: float | None = None,
+    ) -> None:
+        a = self._check()
+        await self._drive(steps_of(AdminClient.alter_user_scram_credentials)(a, alterations, timeout))
 
     async def list_offsets(
         self,
@@ -176,9 +257,15 @@ class AsyncAdminClient:
         a = self._check()
         return await self._drive(steps_of(AdminClient.list_offsets)(a, partitions, spec, timeout=timeout))
 
-    async def list_groups(self, timeout: float | None = None) -> list[GroupListing]:
+    async def list_groups(
+        self,
+        timeout: float | None = None,
+        *,
+        types: Iterable[str] | None = None,
+        states: Iterable[str] | None = None,
+    ) -> list[GroupListing]:
         a = self._check()
-        return await self._drive(steps_of(AdminClient.list_groups)(a, timeout))
+        return await self._drive(steps_of(AdminClient.list_groups)(a, timeout, types=types, states=states))
 
     async def describe_groups(
         self, group_ids: Iterable[str], timeout: float | None = None
@@ -195,6 +282,119 @@ class AsyncAdminClient:
     async def delete_groups(self, group_ids: Iterable[str], timeout: float | None = None) -> None:
         a = self._check()
         await self._drive(steps_of(AdminClient.delete_groups)(a, group_ids, timeout))
+
+    async def alter_consumer_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+        timeout: float | None = None,
+    ) -> None:
+        a = self._check()
+        await self._drive(steps_of(AdminClient.alter_consumer_group_offsets)(a, group_id, offsets, timeout))
+
+    async def delete_consumer_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition], timeout: float | None = None
+    ) -> None:
+        a = self._check()
+        await self._drive(
+            steps_of(AdminClient.delete_consumer_group_offsets)(a, group_id, partitions, timeout)
+        )
+
+    async def reset_consumer_group_offsets(
+        self,
+        group_id: str,
+        spec: ResetSpec,
+        *,
+        topics: Iterable[str | TopicPartition] | None = None,
+        dry_run: bool = True,
+        now_ms: int | None = None,
+        timeout: float | None = None,
+    ) -> list[OffsetReset]:
+        a = self._check()
+        steps = steps_of(AdminClient.reset_consumer_group_offsets)(
+            a, group_id, spec, topics=topics, dry_run=dry_run, now_ms=now_ms, timeout=timeout
+        )
+        return await self._drive(steps)
+
+    async def elect_leaders(
+        self,
+        election_type: ElectionType,
+        partitions: Iterable[TopicPartition] | None = None,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, BaseException | None]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.elect_leaders)(a, election_type, partitions, timeout))
+
+    async def alter_partition_reassignments(
+        self, reassignments: Mapping[TopicPartition, Sequence[int] | None], timeout: float | None = None
+    ) -> None:
+        a = self._check()
+        await self._drive(steps_of(AdminClient.alter_partition_reassignments)(a, reassignments, timeout))
+
+    async def list_partition_reassignments(
+        self, partitions: Iterable[TopicPartition] | None = None, timeout: float | None = None
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.list_partition_reassignments)(a, partitions, timeout))
+
+    async def describe_log_dirs(
+        self, broker_ids: Iterable[int] | None = None, timeout: float | None = None
+    ) -> dict[int, dict[str, LogDirDescription]]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.describe_log_dirs)(a, broker_ids, timeout))
+
+    async def describe_producers(
+        self, partitions: Iterable[TopicPartition], timeout: float | None = None
+    ) -> dict[TopicPartition, list[ProducerState]]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.describe_producers)(a, partitions, timeout))
+
+    async def list_transactions(
+        self,
+        states: Iterable[str] | None = None,
+        producer_ids: Iterable[int] | None = None,
+        timeout: float | None = None,
+    ) -> list[TransactionListing]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.list_transactions)(a, states, producer_ids, timeout))
+
+    async def describe_transactions(
+        self, transactional_ids: Iterable[str], timeout: float | None = None
+    ) -> dict[str, TransactionDescription]:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.describe_transactions)(a, transactional_ids, timeout))
+
+    async def describe_features(self, timeout: float | None = None) -> FeatureMetadata:
+        a = self._check()
+        return await self._drive(steps_of(AdminClient.describe_features)(a, timeout))
+
+    async def abort_transaction(self, spec: AbortTransactionSpec, timeout: float | None = None) -> None:
+        a = self._check()
+        await self._drive(steps_of(AdminClient.abort_transaction)(a, spec, timeout))
+
+    async def describe_client_quotas(
+        self,
+        entity_filter: Mapping[str, str | None] | None = None,
+        *,
+        strict: bool = False,
+        timeout: float | None = None,
+    ) -> dict[ClientQuotaEntity, dict[str, float]]:
+        a = self._check()
+        steps = steps_of(AdminClient.describe_client_quotas)(a, entity_filter, strict=strict, timeout=timeout)
+        return await self._drive(steps)
+
+    async def alter_client_quotas(
+        self,
+        alterations: Iterable[ClientQuotaAlteration],
+        *,
+        validate_only: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        a = self._check()
+        steps = steps_of(AdminClient.alter_client_quotas)(
+            a, alterations, validate_only=validate_only, timeout=timeout
+        )
+        await self._drive(steps)
 
     async def close(self, timeout: float | None = 30.0) -> None:
         self._bridge.check()

@@ -24,12 +24,21 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "demo",
     "broker",
     "consume",
+    "produce",
     "produce_sample",
     "topics",
+    "metadata",
     "groups",
     "share_groups",
+    "configs",
+    "acls",
+    "records",
+    "partitions",
+    "transactions",
+    "users",
     "bench",
     "pipeline",
+    "completion",
 )
 
 #: The optional dependencies a subcommand may need, by top-level module, and the extra that installs each.

@@ -54,7 +54,8 @@ def register(subparsers: Any) -> None:
         "-b",
         default=None,
         metavar="HOST:PORT[,...]",
-        help="brokers (default: the --command-config file's, $HANDOFF_BOOTSTRAP or 127.0.0.1:9092)",
+        help="brokers (default: the --command-config file's, $HANDOFF_BOOTSTRAP, the broker `handoff broker "
+        "start` started here, or 127.0.0.1:9092)",
     )
     add_command_config_arg(parser)
     parser.add_argument("--topic", "-t", required=True, help="topic to write to")
@@ -93,12 +94,9 @@ def register(subparsers: Any) -> None:
 
 
 def _connection(args: argparse.Namespace) -> dict[str, Any]:
-    import os
+    from kafka_handoff.cli.topics import connection_config
 
-    from kafka_handoff.cli.command_config import client_config
-
-    fallback = os.environ.get("HANDOFF_BOOTSTRAP", "").strip() or "127.0.0.1:9092"
-    return client_config(args, args.bootstrap_servers, fallback)
+    return connection_config(args)
 
 
 def _ensure_topic(connection: dict[str, Any], topic: str, partitions: int, replication: int) -> None:
@@ -136,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
             }
         )
     except (KafkaError, ValueError) as exc:
-        console.print(f"[red]handoff produce-sample: {exc}[/red]")
+        console.print(f"[red]handoff produce-sample: {exc}[/red]", soft_wrap=True)
         return 1
 
     failures: list[BaseException] = []
@@ -169,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
                     delay = due - time.monotonic()
                     if delay > 0:
                         time.sleep(delay)
+                if failures:
+                    break  # stop at the first failed delivery: the rest would fail the same way
                 producer.send(
                     args.topic, event.value, key=event.key, timestamp=event.timestamp, callback=on_delivery
                 )
@@ -179,24 +179,29 @@ def run(args: argparse.Namespace) -> int:
                 if sent % 2000 == 0 or sent == args.count:
                     elapsed = max(1e-9, time.monotonic() - began)
                     progress.update(task, completed=sent, rate=f"{sent / elapsed:,.0f}")
-            progress.update(task, description="flushing")
-            producer.flush(120)
+            if not failures:
+                progress.update(task, description="flushing")
+                producer.flush(120)
     except KeyboardInterrupt:
         producer.close(5)
         raise
     except KafkaError as exc:
-        console.print(f"[red]handoff produce-sample: {exc}[/red]")
+        console.print(f"[red]handoff produce-sample: {exc}[/red]", soft_wrap=True)
         producer.close(5)
         return 1
-    producer.close(30)
+    producer.close(5 if failures else 30)
+    if failures:
+        console.print(
+            f"[red]handoff produce-sample: stopped after {sent:,} record(s) at the first failed delivery: "
+            f"{failures[0]}[/red]",
+            soft_wrap=True,
+        )
+        return 1
     elapsed = max(1e-9, time.monotonic() - began)
     out = Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 10_000)
     out.print(
-        f"produced {sent - len(failures):,} records to [bold]{args.topic}[/bold] "
+        f"produced {sent:,} records to [bold]{args.topic}[/bold] "
         f"({malformed:,} malformed, {nbytes / 1e6:,.1f} MB) in {elapsed:.1f} s: "
         f"{sent / elapsed:,.0f} records/s, {nbytes / 1e6 / elapsed:,.1f} MB/s"
     )
-    if failures:
-        console.print(f"[red]{len(failures)} record(s) failed; first error: {failures[0]}[/red]")
-        return 1
     return 0

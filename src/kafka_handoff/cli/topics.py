@@ -1,24 +1,38 @@
 """``handoff topics create|delete|list|describe``: manage topics with the project's own admin client.
 
-The broker is ``--bootstrap-servers``, by default ``$HANDOFF_BOOTSTRAP`` or ``127.0.0.1:9092``.
+The broker is ``--bootstrap-servers``, by default the ``--command-config`` file's, ``$HANDOFF_BOOTSTRAP``, the
+broker ``handoff broker start`` started from this directory, or ``127.0.0.1:9092``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from kafka_handoff.cli.command_config import add_command_config_arg, client_config
+from kafka_handoff.cli.command_config import (
+    DEFAULT_BOOTSTRAP,
+    add_command_config_arg,
+    check_reachable,
+    client_config,
+    default_bootstrap,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from kafka_handoff.admin import AdminClient
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+__all__ = [
+    "DEFAULT_BOOTSTRAP",
+    "add_connection_args",
+    "add_json_arg",
+    "connection_config",
+    "console",
+    "print_json",
+    "run_admin",
+]
 
 
 # ------------------------------------------------------------------------------------- shared with groups.py
@@ -28,7 +42,8 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
         "-b",
         default=None,
         metavar="HOST:PORT[,...]",
-        help=f"brokers to connect to (default: $HANDOFF_BOOTSTRAP or {DEFAULT_BOOTSTRAP})",
+        help="brokers to connect to (default: the --command-config file's, $HANDOFF_BOOTSTRAP, the broker "
+        f"`handoff broker start` started here, or {DEFAULT_BOOTSTRAP})",
     )
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the cluster")
     add_command_config_arg(parser)
@@ -36,14 +51,28 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
 
 def bootstrap_servers(args: argparse.Namespace) -> str:
     value: str | None = args.bootstrap_servers
-    return value or os.environ.get("HANDOFF_BOOTSTRAP", "").strip() or DEFAULT_BOOTSTRAP
+    return value or default_bootstrap()[0]
 
 
-def connection_config(args: argparse.Namespace) -> dict[str, Any]:
+def connection_config(args: argparse.Namespace, check: bool = True) -> dict[str, Any]:
     """Client settings of a command: ``--command-config`` FILE, ``--bootstrap-servers`` (or the file's, or
-    ``$HANDOFF_BOOTSTRAP``, or the default)."""
-    fallback = os.environ.get("HANDOFF_BOOTSTRAP", "").strip() or DEFAULT_BOOTSTRAP
-    return client_config(args, args.bootstrap_servers, fallback)
+    ``$HANDOFF_BOOTSTRAP``, or the local ``handoff broker start`` broker, or the default).  With ``check``,
+    fails fast (:class:`BrokerUnreachableError`) when no bootstrap address answers."""
+    props = client_config(args, args.bootstrap_servers)
+    if check:
+        check_reachable(props, getattr(args, "bootstrap_source", ""))
+    return props
+
+
+def add_json_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON (for scripts) instead of tables")
+
+
+def print_json(value: Any) -> None:
+    """One JSON document on stdout (stable keys, for scripts)."""
+    import json
+
+    print(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
 def console() -> Console:
@@ -63,7 +92,9 @@ def run_admin(args: argparse.Namespace, action: Callable[[AdminClient], int]) ->
         with AdminClient(connection_config(args)) as admin:
             return action(admin)
     except (KafkaError, ValueError) as exc:
-        print(f"handoff {args.command}: {exc}", file=sys.stderr)
+        # One line: the first error, then the others of a per-resource operation (its notes).
+        others = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
+        print(f"handoff {args.command}: {exc}{others}".replace("\n", " "), file=sys.stderr)
         return 1
 
 

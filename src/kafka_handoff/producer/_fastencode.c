@@ -3,6 +3,7 @@
  * itself is protocol/_fastrecords.c's encode_records).
  *
  * murmur2(data) -> int   (Kafka's Utils.murmur2, a signed 32-bit result; see partitioner.py)
+ * fnv1a(data) -> int     (librdkafka's rd_fnv1a, unsigned; see partitioner.py)
  * untrack(obj), track(obj) -> None   (take an object out of / back into the cyclic garbage collector)
  * make_entry(future_type, key, value, timestamp, headers, callback) -> entry
  *     (key, value, timestamp, headers, future_type(), callback), the tuple and the new future untracked;
@@ -61,6 +62,40 @@ static inline uint32_t murmur2_raw(const uint8_t *data, Py_ssize_t length)
     return h;
 }
 
+/* librdkafka's rd_crc32: the CRC-32 of zlib (reflected polynomial 0xEDB88320), table-driven. */
+static uint32_t crc32_table[256];
+
+static void crc32_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc32_table[i] = c;
+    }
+}
+
+static inline uint32_t crc32_raw(const uint8_t *data, Py_ssize_t length)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    for (Py_ssize_t i = 0; i < length; i++)
+        c = crc32_table[(c ^ data[i]) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+/* librdkafka's rd_fnv1a: 32-bit FNV-1a, then the absolute value of it as a signed int (see partitioner.py). */
+static inline uint32_t fnv1a_raw(const uint8_t *data, Py_ssize_t length)
+{
+    uint32_t h = 0x811C9DC5u;
+    for (Py_ssize_t i = 0; i < length; i++) {
+        h ^= data[i];
+        h *= 0x01000193u;
+    }
+    if (h & 0x80000000u)
+        h = 0u - h;
+    return h;
+}
+
 static PyObject *murmur2(PyObject *module, PyObject *arg)
 {
     Py_buffer view;
@@ -69,6 +104,16 @@ static PyObject *murmur2(PyObject *module, PyObject *arg)
     uint32_t h = murmur2_raw((const uint8_t *)view.buf, view.len);
     PyBuffer_Release(&view);
     return PyLong_FromLong((long)(int32_t)h);
+}
+
+static PyObject *fnv1a(PyObject *module, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t h = fnv1a_raw((const uint8_t *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong((unsigned long)h);
 }
 
 static PyObject *untrack(PyObject *module, PyObject *obj)
@@ -285,8 +330,8 @@ error:
  *     slow path waits for it), and no Python code runs while it is held.  ``types`` (_TopicInfo,
  *     ProducerBatch, BuiltInPartitioner): their __slots__ are read directly (else through getattr).  The
  *     accumulator's lock, queues and topics, the producer's background queue, max record size,
- *     serializers, transaction manager and partitioner.ignore.keys are taken once, at construction (they
- *     are never replaced).  ``in_txn``: TxnState.IN_TRANSACTION, required with a transactional producer
+ *     serializers, transaction manager, partitioner.ignore.keys and partitioner (its code) are taken once,
+ *     at construction (they are never replaced).  ``in_txn``: TxnState.IN_TRANSACTION, required with a transactional producer
  *     (a record takes the C path only in that state, where TransactionManager.check_send passes).
  *     ``append_slow(topic, partition, entry, size)`` (optional, Producer._append_entry): called with a
  *     record that passed every check but does not fit the open batch (or found the lock busy), instead of
@@ -543,7 +588,7 @@ static const char *const arg_cnames[A_COUNT] = {"topic",   "value",     "key",  
                                                 "headers", "timestamp", "callback"};
 /* interned attribute names */
 static PyObject *n_closed, *n_txn, *n_fatal, *n_unreported, *n_background, *n_partition_counts,
-    *n_key_serializer, *n_value_serializer, *n_max_record_size, *n_ignore_keys, *n_lock, *n_topics,
+    *n_key_serializer, *n_value_serializer, *n_max_record_size, *n_ignore_keys, *n_partitioner_code, *n_lock, *n_topics,
     *n_batches, *n_open_batch, *n_partitioner, *n_num_partitions, *n_tps, *n_closed_attr, *n_size, *n_limit,
     *n_entries, *n_produced, *n_switch_bytes, *n_state;
 
@@ -622,6 +667,7 @@ typedef struct {
     long long last_ms;    /* the last "now" timestamp and its int object (records of one ms share it) */
     PyObject *last_ts;
     int ignore_keys;
+    int partitioner;      /* Producer._partitioner_code (partitioner.partitioner_code), 0x10 without it */
     int with_future;
     slotref slots[S_COUNT];
 } SendPathObject;
@@ -793,9 +839,32 @@ static int sendpath_fast(SendPathObject *self, PyObject **a, PyObject **out, lon
             return -1;
         if (overflow || part < 0 || part >= num_partitions)
             return 0; /* the slow path raises the error */
-    } else if (key != Py_None && !self->ignore_keys) {
-        uint32_t h = murmur2_raw((const uint8_t *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
-        part = (long)((h & 0x7FFFFFFFu) % (uint32_t)num_partitions);
+    } else if (!self->ignore_keys) {
+        /* partitioner.key_partitioner's choice: 0x10 no key is sticky, 0x20 an empty key too. */
+        int code = self->partitioner;
+        const uint8_t *kb = (const uint8_t *)"";
+        Py_ssize_t kn = 0;
+        if (key != Py_None) {
+            kb = (const uint8_t *)PyBytes_AS_STRING(key);
+            kn = PyBytes_GET_SIZE(key);
+        }
+        if ((key == Py_None && (code & 0x10)) || (kn == 0 && (code & 0x20))) {
+            part = -1;
+        } else {
+            switch (code & 0xF) {
+            case 0:
+                part = (long)((murmur2_raw(kb, kn) & 0x7FFFFFFFu) % (uint32_t)num_partitions);
+                break;
+            case 1:
+                part = (long)(crc32_raw(kb, kn) % (uint32_t)num_partitions);
+                break;
+            case 2:
+                part = (long)(fnv1a_raw(kb, kn) % (uint32_t)num_partitions);
+                break;
+            default:
+                return 0; /* random: the Python path draws it */
+            }
+        }
     }
     PyObject *r = PyObject_CallNoArgs(self->empty);
     if (r == NULL)
@@ -1109,6 +1178,16 @@ static PyObject *sendpath_new(PyTypeObject *type, PyObject *args, PyObject *kwds
         goto error;
     if ((self->ignore_keys = PyObject_IsTrue(ignore)) < 0)
         goto error;
+    PyObject *code = item(self->pdict, n_partitioner_code);
+    self->partitioner = 0x10; /* Java's default (murmur2_random) when the producer has no code */
+    if (code != NULL) {
+        long c = PyLong_AsLong(code);
+        if (c == -1 && PyErr_Occurred())
+            goto error;
+        self->partitioner = (int)c;
+    } else if (PyErr_Occurred()) {
+        goto error;
+    }
     PyTypeObject *info_t = NULL, *batch_t = NULL, *pt_t = NULL;
     if (types != Py_None) {
         info_t = (PyTypeObject *)PyTuple_GET_ITEM(types, 0);
@@ -1178,6 +1257,7 @@ static PyMethodDef methods[] = {
     {"complete_futures", (PyCFunction)(void (*)(void))complete_futures, METH_FASTCALL,
      "complete_futures(lock, futures, results, error) -> indices of the futures left to complete"},
     {"murmur2", (PyCFunction)murmur2, METH_O, "murmur2(data) -> Kafka's murmur2 hash as a signed 32-bit int"},
+    {"fnv1a", (PyCFunction)fnv1a, METH_O, "fnv1a(data) -> librdkafka's FNV-1a hash (unsigned)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1194,6 +1274,7 @@ PyMODINIT_FUNC PyInit__fastencode(void)
 #define INTERN(var, text)                                                                                        \
     if ((var = PyUnicode_InternFromString(text)) == NULL)                                                        \
         return NULL;
+    crc32_init();
     INTERN(str_acquire, "acquire");
     INTERN(str_release, "release");
     INTERN(str_empty, "empty");
@@ -1207,6 +1288,7 @@ PyMODINIT_FUNC PyInit__fastencode(void)
     INTERN(n_value_serializer, "_value_serializer");
     INTERN(n_max_record_size, "_max_record_size");
     INTERN(n_ignore_keys, "_ignore_keys");
+    INTERN(n_partitioner_code, "_partitioner_code");
     INTERN(n_lock, "_lock");
     INTERN(n_topics, "_topics");
     INTERN(n_batches, "_batches");

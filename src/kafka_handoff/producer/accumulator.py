@@ -573,6 +573,25 @@ class RecordAccumulator:
                     out.append(batch)
             return out
 
+    def remove_unsent(self) -> list[ProducerBatch]:
+        """Remove and return every queued batch that was never sent (no sequence number yet: removing it
+        leaves no gap); batches waiting for a retry stay.  Closes them, so no record is appended to them."""
+        with self._lock:
+            out: list[ProducerBatch] = []
+            for dq in self._batches.values():
+                if not dq:
+                    continue
+                keep = [b for b in dq if b.has_sequence]
+                if len(keep) == len(dq):
+                    continue
+                for batch in dq:
+                    if not batch.has_sequence:
+                        batch.closed = True
+                        out.append(batch)
+                dq.clear()
+                dq.extend(keep)
+            return out
+
     # ------------------------------------------------------------------ flush / close / state
     def begin_flush(self) -> list[ProducerBatch]:
         """Make every batch sendable now; returns the batches not yet completed (to wait for)."""

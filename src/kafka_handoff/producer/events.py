@@ -25,6 +25,7 @@ __all__ = [
     "CommitTransactionEvent",
     "InitTransactionsEvent",
     "ProducerEventProcessor",
+    "PurgeEvent",
     "SendOffsetsToTransactionEvent",
     "TerminateTelemetryEvent",
     "TopicMetadataEvent",
@@ -37,6 +38,13 @@ class TopicMetadataEvent(ApplicationEvent):
     covers it (Java ``waitOnMetadata``)."""
 
     topic: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PurgeEvent(ApplicationEvent):
+    """``purge()``: completes with the number of queued, never sent records failed with ``error``."""
+
+    error: BaseException
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,6 +86,7 @@ class ProducerEventProcessor(ApplicationEventProcessor):
         telemetry: TelemetryManager,
         txn: TransactionManager | None,
         add_topic: Callable[[str, int], None],
+        purge: Callable[[BaseException, int], int] | None = None,
     ) -> None:
         super().__init__()
         self._metadata = metadata
@@ -85,6 +94,8 @@ class ProducerEventProcessor(ApplicationEventProcessor):
         self._add_topic = add_topic
         self.register(TopicMetadataEvent, self._topic_metadata)
         self.register(TerminateTelemetryEvent, self._terminate_telemetry)
+        if purge is not None:
+            self.register_result(PurgeEvent, lambda e, now: purge(e.error, now))
         if txn is not None:
             self.register(InitTransactionsEvent, lambda e, now: txn.init_transactions(e.future))
             self.register_result(BeginTransactionEvent, lambda e, now: txn.begin_transaction())

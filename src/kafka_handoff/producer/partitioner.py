@@ -1,8 +1,12 @@
-"""Java-compatible partitioning: murmur2 for keyed records, sticky (built-in) partitioning for the rest.
+"""Partitioning: Java's default (murmur2 for keyed records, sticky partitioning for the rest) and librdkafka's
+named partitioners.
 
 Keyed records go to ``to_positive(murmur2(key)) % partitions``, exactly as the Java client's default
 (``BuiltInPartitioner.partitionForKey``), so a keyed record lands in the same partition whichever client
-wrote it (librdkafka's ``murmur2_random`` partitioner computes the same).
+wrote it (librdkafka's ``murmur2_random`` partitioner computes the same).  The producer's ``partitioner``
+setting picks another of librdkafka's key partitioners (:data:`PARTITIONERS`, :func:`key_partitioner`):
+``consistent_random`` (librdkafka's default: CRC32 of the key), ``fnv1a``..., so records keyed by a
+librdkafka-based client land where that client put them.
 
 Records without a key (or every record with ``partitioner.ignore.keys=true``) use *sticky* partitioning as
 in the Java client since Kafka 3.3 (KIP-794): all of them go to one partition until about ``batch.size``
@@ -18,12 +22,25 @@ from __future__ import annotations
 import bisect
 import random
 import struct
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Final
 
 from kafka_handoff._native import load_extension
+from kafka_handoff.config import PARTITIONERS as _PARTITIONERS
 
-__all__ = ["BuiltInPartitioner", "key_partition", "murmur2", "to_positive"]
+__all__ = [
+    "PARTITIONERS",
+    "BuiltInPartitioner",
+    "KeyPartitioner",
+    "crc32",
+    "fnv1a",
+    "key_partition",
+    "key_partitioner",
+    "murmur2",
+    "partitioner_code",
+    "to_positive",
+]
 
 _SEED: Final = 0x9747B28C
 _M: Final = 0x5BD1E995
@@ -81,6 +98,117 @@ def to_positive(number: int) -> int:
 def key_partition(key: bytes | bytearray | memoryview, num_partitions: int) -> int:
     """The partition the Java client's default partitioner picks for a serialized key."""
     return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+def crc32(data: bytes | bytearray | memoryview) -> int:
+    """The CRC-32 (ISO-HDLC, zlib's) of ``data``, unsigned: librdkafka's ``rd_crc32``."""
+    return zlib.crc32(data)
+
+
+_FNV_OFFSET: Final = 0x811C9DC5
+_FNV_PRIME: Final = 0x01000193
+
+
+def _py_fnv1a(data: bytes | bytearray | memoryview) -> int:
+    """librdkafka's ``rd_fnv1a``: 32-bit FNV-1a of ``data``, then the absolute value of it read as a signed
+    32-bit integer (as Sarama's hash partitioner does); returned unsigned (``0x80000000`` stays itself)."""
+    h = _FNV_OFFSET
+    for byte in bytes(data):
+        h = ((h ^ byte) * _FNV_PRIME) & _MASK
+    if h & 0x80000000:
+        h = (-h) & _MASK
+    return h
+
+
+def _load_c_fnv1a() -> Callable[[bytes | bytearray | memoryview], int] | None:
+    module = load_extension("kafka_handoff.producer._fastencode")
+    fn: Callable[[bytes | bytearray | memoryview], int] | None = getattr(module, "fnv1a", None)
+    return fn
+
+
+_c_fnv1a = _load_c_fnv1a()
+fnv1a: Callable[[bytes | bytearray | memoryview], int] = _c_fnv1a if _c_fnv1a is not None else _py_fnv1a
+"""librdkafka's ``rd_fnv1a`` (unsigned); the optional C extension's when built (same results)."""
+
+
+PARTITIONERS: Final = _PARTITIONERS
+"""The ``partitioner`` setting's values (librdkafka's names).  ``murmur2_random`` is Java's default
+partitioner; librdkafka's default is ``consistent_random``.
+
+* ``murmur2_random``: murmur2 of the key (as Java); records without a key use sticky partitioning.
+* ``murmur2``: murmur2 of the key; no key hashes as an empty key (one partition for all of them).
+* ``consistent_random``: CRC32 of the key; records with no or an empty key use sticky partitioning.
+* ``consistent``: CRC32 of the key; no key and empty keys go to one partition (CRC32 of nothing is 0).
+* ``fnv1a_random``: FNV-1a of the key; records without a key use sticky partitioning.
+* ``fnv1a``: FNV-1a of the key; no key hashes as an empty key.
+* ``random``: a uniformly random partition per keyed record; records without a key use sticky partitioning.
+
+Sticky partitioning (for the ``*_random`` ones and ``random``) is Java's: one partition until about
+``batch.size`` bytes were produced there (librdkafka switches after ``sticky.partitioning.linger.ms``
+instead); ``partitioner.ignore.keys=true`` uses it for every record whatever the partitioner."""
+
+# partitioner_code(): the hash in the low bits, then when no key / an empty key means "sticky".
+_HASH_MURMUR2: Final = 0
+_HASH_CRC32: Final = 1
+_HASH_FNV1A: Final = 2
+_HASH_RANDOM: Final = 3
+_NULL_STICKY: Final = 0x10
+_EMPTY_STICKY: Final = 0x20
+_CODES: Final = {
+    "murmur2_random": _HASH_MURMUR2 | _NULL_STICKY,
+    "murmur2": _HASH_MURMUR2,
+    "consistent_random": _HASH_CRC32 | _NULL_STICKY | _EMPTY_STICKY,
+    "consistent": _HASH_CRC32,
+    "fnv1a_random": _HASH_FNV1A | _NULL_STICKY,
+    "fnv1a": _HASH_FNV1A,
+    "random": _HASH_RANDOM | _NULL_STICKY,
+}
+
+
+def partitioner_code(name: str) -> int:
+    """The partitioner as the C send path reads it: the hash (0 murmur2, 1 CRC32, 2 FNV-1a, 3 random) in
+    bits 0-3, ``0x10`` when records without a key are sticky, ``0x20`` when empty keys are too."""
+    try:
+        return _CODES[name]
+    except KeyError:
+        raise ValueError(f"unknown partitioner {name!r} (allowed: {', '.join(PARTITIONERS)})") from None
+
+
+KeyPartitioner = Callable[[bytes | None, int], int | None]
+"""``(serialized key or None, partition count) -> partition``, or None for the topic's sticky partition."""
+
+
+def key_partitioner(name: str, rng: random.Random | None = None) -> KeyPartitioner:
+    """The key partitioner called ``name`` (one of :data:`PARTITIONERS`); ``rng`` serves ``random``."""
+    code = partitioner_code(name)
+    kind = code & 0xF
+    null_sticky = bool(code & _NULL_STICKY)
+    empty_sticky = bool(code & _EMPTY_STICKY)
+    if kind == _HASH_RANDOM:
+        rand = (rng if rng is not None else random.Random()).randrange
+
+        def by_random(key: bytes | None, num_partitions: int) -> int | None:
+            return None if key is None else rand(num_partitions)
+
+        return by_random
+    hash_fn: Callable[[bytes | bytearray | memoryview], int]
+    if kind == _HASH_MURMUR2:
+        hash_fn = murmur2
+        mask = 0x7FFFFFFF
+    else:
+        hash_fn = crc32 if kind == _HASH_CRC32 else fnv1a
+        mask = _MASK
+
+    def by_hash(key: bytes | None, num_partitions: int) -> int | None:
+        if key is None:
+            if null_sticky:
+                return None
+            key = b""
+        elif empty_sticky and not key:
+            return None
+        return (hash_fn(key) & mask) % num_partitions
+
+    return by_hash
 
 
 class BuiltInPartitioner:

@@ -52,6 +52,7 @@ from kafka_handoff.errors import (
     KafkaError,
     KafkaTimeoutError,
     MessageTooLargeError,
+    RecordPurgedError,
     SerializationError,
     error_for_code,
 )
@@ -73,6 +74,7 @@ from kafka_handoff.producer.events import (
     CommitTransactionEvent,
     InitTransactionsEvent,
     ProducerEventProcessor,
+    PurgeEvent,
     SendOffsetsToTransactionEvent,
     TopicMetadataEvent,
 )
@@ -88,7 +90,13 @@ from kafka_handoff.producer.future import (
 )
 from kafka_handoff.producer.idempotence import IdempotenceManager
 from kafka_handoff.producer.metrics import ProducerMetrics
-from kafka_handoff.producer.partitioner import BuiltInPartitioner, murmur2
+from kafka_handoff.producer.partitioner import (
+    BuiltInPartitioner,
+    KeyPartitioner,
+    key_partitioner,
+    murmur2,
+    partitioner_code,
+)
 from kafka_handoff.producer.sender import Sender
 from kafka_handoff.producer.transactions import TransactionManager, TxnState
 from kafka_handoff.protocol.compression import CompressionType, compression_type_from_name
@@ -183,6 +191,11 @@ class Producer:
         self._key_serializer: Callable[[Any], Any] | None = cfg.key_serializer
         self._value_serializer: Callable[[Any], Any] | None = cfg.value_serializer
         self._ignore_keys = cfg.partitioner_ignore_keys
+        # The C send path reads the partitioner's code; None: Java's (murmur2_random), inlined below.
+        self._partitioner_code = partitioner_code(cfg.partitioner)
+        self._key_partition: KeyPartitioner | None = (
+            None if cfg.partitioner == "murmur2_random" else key_partitioner(cfg.partitioner)
+        )
         self._max_block_ms = cfg.max_block_ms
         self._max_request_size = cfg.max_request_size
         self._buffer_memory = cfg.buffer_memory
@@ -307,6 +320,7 @@ class Producer:
                 telemetry=self._telemetry,
                 txn=self._txn,
                 add_topic=self._add_topic_nt,
+                purge=self._sender.purge_unsent,
             ),
             on_close=self._on_close_nt,
         )
@@ -636,8 +650,12 @@ class Producer:
                     f"invalid partition {partition} for topic {topic}: "
                     f"it has partitions 0..{num_partitions - 1}"
                 )
-        elif key is not None and not self._ignore_keys:
-            partition = (murmur2(key) & 0x7FFFFFFF) % num_partitions
+        elif not self._ignore_keys:
+            by_key = self._key_partition
+            if by_key is not None:
+                partition = by_key(key, num_partitions)
+            elif key is not None:
+                partition = (murmur2(key) & 0x7FFFFFFF) % num_partitions
         return key, value, hdrs, timestamp, partition, size, started
 
     def _fail_nowait(self, callback: Callback | None, error: BaseException) -> None:
@@ -662,9 +680,10 @@ class Producer:
 
         ``values`` (and ``keys``, as many, or None for records without keys) are serialized as by
         :meth:`send`; every record gets ``timestamp`` (default: now) and no headers.  Records go to
-        ``partition``, else keyed ones to their key's partition (murmur2, as :meth:`send`) and the rest to
-        the topic's sticky partition; each partition's records keep their order in ``values``.  Runs of
-        records that fit a partition's open batch are appended by one C call, under one lock acquisition.
+        ``partition``, else keyed ones to their key's partition (the ``partitioner``, as :meth:`send`) and
+        the rest to the topic's sticky partition; each partition's records keep their order in ``values``.
+        Runs of records that fit a partition's open batch are appended by one C call, under one lock
+        acquisition.
 
         ``callback(metadata, exception)``, when given, runs for every record as with :meth:`send`.
         Without one, a delivery failure is logged and raised as one
@@ -711,10 +730,12 @@ class Producer:
                     f"it has partitions 0..{num_partitions - 1}"
                 )
             groups = [(partition, vals, ks)]
-        elif ks is None or self._ignore_keys:
+        elif self._ignore_keys or (ks is None and self._partitioner_code & 0x10):
             groups = [(None, vals, ks)]
         else:
-            groups = self._group_by_key(ks, vals, num_partitions)
+            groups = self._group_by_key(
+                ks if ks is not None else [None] * len(vals), vals, num_partitions, self._key_partition
+            )
         limit = self._max_record_size
 
         def convert(key: Any, value: Any) -> tuple[bytes | None, bytes | None, int]:
@@ -752,16 +773,20 @@ class Producer:
 
     @staticmethod
     def _group_by_key(
-        keys: list[Any], values: list[Any], num_partitions: int
+        keys: list[Any], values: list[Any], num_partitions: int, by_key: KeyPartitioner | None = None
     ) -> list[tuple[int | None, list[Any], list[Any] | None]]:
-        """Keyed records by partition (records with a None key: the sticky partition), each in order."""
+        """Records by their key's partition (``by_key``, default Java's: murmur2, a None key going to the
+        sticky partition), each partition's in order."""
         by_part: dict[int | None, tuple[list[Any], list[Any]]] = {}
         for key, value in zip(keys, values, strict=True):
-            if key is None:
-                part: int | None = None
+            part: int | None
+            if key is not None and type(key) is not bytes:
+                key = _to_bytes(key, "key")
+            if by_key is not None:
+                part = by_key(key, num_partitions)
+            elif key is None:
+                part = None
             else:
-                if type(key) is not bytes:
-                    key = _to_bytes(key, "key")
                 part = (murmur2(key) & 0x7FFFFFFF) % num_partitions
             group = by_part.get(part)
             if group is None:
@@ -894,6 +919,23 @@ class Producer:
             self._accumulator.end_flush()
         if self._unreported is not None:
             self._raise_unreported()
+
+    def purge(self, timeout: float | None = None) -> int:
+        """Fail every queued record that was not sent yet with
+        :class:`~kafka_handoff.errors.RecordPurgedError` (their futures and callbacks get it as usual) and
+        return how many.  Records already sent -- in flight, or waiting for a retry -- are not touched: their
+        outcome is reported as it comes.  Waits up to ``timeout`` s (default ``max.block.ms``)."""
+        if self._closed:
+            raise IllegalStateError("cannot purge: the producer is closed")
+        timeout_ms = self._max_block_ms if timeout is None else max(0, int(timeout * 1000))
+        fut = self._thread.submit(
+            PurgeEvent(error=RecordPurgedError("the record was purged before it was sent"), name="purge")
+        )
+        try:
+            purged: int = fut.result(timeout_ms / 1000.0)
+        except FutureTimeout:
+            raise KafkaTimeoutError(f"purge did not complete within {timeout_ms} ms") from None
+        return purged
 
     # ================================================================================ transactions
     def _txn_call(self, event: ApplicationEvent, timeout: float | None) -> None:

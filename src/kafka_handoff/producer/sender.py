@@ -369,6 +369,15 @@ class Sender:
                 self.transactions.bump_epoch_after_abort()  # a retry that never lands leaves a gap
             self._fail(batch, error, None, False, now_ms)
 
+    def purge_unsent(self, error: BaseException, now_ms: int) -> int:
+        """Fail the queued records that were never sent with ``error`` (``Producer.purge``); returns how
+        many.  Sent batches -- in flight or waiting for a retry -- keep their course."""
+        purged = 0
+        for batch in self.accumulator.remove_unsent():
+            purged += len(batch.entries)
+            self._fail(batch, error, None, False, now_ms)
+        return purged
+
     def _on_drained(self, batch: ProducerBatch) -> None:
         assert self.idempotence is not None
         if not batch.has_sequence:

@@ -10,6 +10,11 @@ differences and how to move to the native API (KIP-983 delayed revocation, liste
 from __future__ import annotations
 
 from kafka_handoff.compat.confluent_kafka import admin, error, serialization
+from kafka_handoff.compat.confluent_kafka.admin._types import (
+    ConsumerGroupState,
+    ConsumerGroupType,
+    IsolationLevel,
+)
 from kafka_handoff.compat.confluent_kafka.consumer import Consumer
 from kafka_handoff.compat.confluent_kafka.deserializing_consumer import DeserializingConsumer
 from kafka_handoff.compat.confluent_kafka.error import KafkaError, KafkaException
@@ -38,8 +43,11 @@ __all__ = [
     "TIMESTAMP_LOG_APPEND_TIME",
     "TIMESTAMP_NOT_AVAILABLE",
     "Consumer",
+    "ConsumerGroupState",
     "ConsumerGroupTopicPartitions",
+    "ConsumerGroupType",
     "DeserializingConsumer",
+    "IsolationLevel",
     "KafkaError",
     "KafkaException",
     "Message",

@@ -1,34 +1,659 @@
 """confluent-kafka's ``admin`` module (``AdminClient``, ``NewTopic``, ...) over kafka-handoff's AdminClient.
 
-Placeholder: the producer side of issue 27 fills this module in (branch i27-producer).
+Every operation returns ``concurrent.futures.Future`` objects as confluent-kafka's does (a dict of them, one
+per topic/group/resource, or a single one); they are completed by a small thread pool that runs the
+native client's blocking calls.  A failure is the future's ``KafkaException`` carrying a :class:`KafkaError`
+with librdkafka's code (``TOPIC_ALREADY_EXISTS``, ``UNKNOWN_TOPIC_OR_PART``, ...).
+
+Operations kafka-handoff's admin client does not have yet (``alter_configs``,
+``incremental_alter_configs``, ACLs, SCRAM credentials, ``delete_records``, ``elect_leaders``,
+``alter_consumer_group_offsets``, broker ``describe_configs``) raise ``NotImplementedError`` naming them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
-from kafka_handoff.compat.confluent_kafka.error import KafkaError, KafkaException
+from kafka_handoff import errors as native_errors
+from kafka_handoff.admin import AdminClient as NativeAdminClient
+from kafka_handoff.admin import NewTopic as NativeNewTopic
+from kafka_handoff.compat.confluent_kafka.admin._types import (
+    CONFIG_SOURCE_DEFAULT_CONFIG,
+    CONFIG_SOURCE_DYNAMIC_BROKER_CONFIG,
+    CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG,
+    CONFIG_SOURCE_DYNAMIC_TOPIC_CONFIG,
+    CONFIG_SOURCE_GROUP_CONFIG,
+    CONFIG_SOURCE_STATIC_BROKER_CONFIG,
+    CONFIG_SOURCE_UNKNOWN_CONFIG,
+    RESOURCE_ANY,
+    RESOURCE_BROKER,
+    RESOURCE_GROUP,
+    RESOURCE_TOPIC,
+    RESOURCE_TRANSACTIONAL_ID,
+    RESOURCE_UNKNOWN,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    ConsumerGroupDescription,
+    ConsumerGroupListing,
+    ConsumerGroupState,
+    ConsumerGroupType,
+    DeletedRecords,
+    DescribeClusterResult,
+    ElectionType,
+    IsolationLevel,
+    ListConsumerGroupsResult,
+    ListOffsetsResultInfo,
+    MemberAssignment,
+    MemberDescription,
+    NewPartitions,
+    NewTopic,
+    OffsetSpec,
+    ResourcePatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    TopicDescription,
+    TopicPartitionInfo,
+    UserScramCredentialAlteration,
+    UserScramCredentialDeletion,
+    UserScramCredentialsDescription,
+    UserScramCredentialUpsertion,
+)
+from kafka_handoff.compat.confluent_kafka.config import compat_callable, translate_config
+from kafka_handoff.compat.confluent_kafka.error import KafkaError, KafkaException, from_exception
 from kafka_handoff.compat.confluent_kafka.types import (
+    OFFSET_INVALID,
     BrokerMetadata,
     ClusterMetadata,
+    ConsumerGroupTopicPartitions,
     GroupMember,
     GroupMetadata,
+    Node,
     PartitionMetadata,
+    TopicCollection,
     TopicMetadata,
+    TopicPartition,
 )
+from kafka_handoff.config import ADMIN_CONFIG_DEF, CONFIG_ALIASES
+from kafka_handoff.types import TopicPartition as NativeTopicPartition
 
 __all__ = [
+    "CONFIG_SOURCE_DEFAULT_CONFIG",
+    "CONFIG_SOURCE_DYNAMIC_BROKER_CONFIG",
+    "CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG",
+    "CONFIG_SOURCE_DYNAMIC_TOPIC_CONFIG",
+    "CONFIG_SOURCE_GROUP_CONFIG",
+    "CONFIG_SOURCE_STATIC_BROKER_CONFIG",
+    "CONFIG_SOURCE_UNKNOWN_CONFIG",
+    "OFFSET_INVALID",
+    "RESOURCE_ANY",
+    "RESOURCE_BROKER",
+    "RESOURCE_GROUP",
+    "RESOURCE_TOPIC",
+    "RESOURCE_TRANSACTIONAL_ID",
+    "RESOURCE_UNKNOWN",
+    "AclBinding",
+    "AclBindingFilter",
+    "AclOperation",
+    "AclPermissionType",
     "AdminClient",
+    "AlterConfigOpType",
     "BrokerMetadata",
     "ClusterMetadata",
+    "ConfigEntry",
+    "ConfigResource",
+    "ConfigSource",
+    "ConsumerGroupDescription",
+    "ConsumerGroupListing",
+    "ConsumerGroupState",
+    "ConsumerGroupTopicPartitions",
+    "ConsumerGroupType",
+    "DeletedRecords",
+    "DescribeClusterResult",
+    "ElectionType",
     "GroupMember",
     "GroupMetadata",
+    "IsolationLevel",
+    "KafkaError",
+    "KafkaException",
+    "ListConsumerGroupsResult",
+    "ListOffsetsResultInfo",
+    "MemberAssignment",
+    "MemberDescription",
+    "NewPartitions",
+    "NewTopic",
+    "OffsetSpec",
     "PartitionMetadata",
+    "ResourcePatternType",
+    "ResourceType",
+    "ScramCredentialInfo",
+    "ScramMechanism",
+    "TopicCollection",
+    "TopicDescription",
     "TopicMetadata",
+    "TopicPartition",
+    "TopicPartitionInfo",
+    "UserScramCredentialAlteration",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
+    "UserScramCredentialsDescription",
+    "cluster_metadata",
 ]
+
+_T = TypeVar("_T")
+_ADMIN_KEYS = ADMIN_CONFIG_DEF.names | frozenset(CONFIG_ALIASES)
+_SOURCES = {
+    "TOPIC_CONFIG": ConfigSource.DYNAMIC_TOPIC_CONFIG,
+    "DYNAMIC_TOPIC_CONFIG": ConfigSource.DYNAMIC_TOPIC_CONFIG,
+    "DYNAMIC_BROKER_CONFIG": ConfigSource.DYNAMIC_BROKER_CONFIG,
+    "DYNAMIC_DEFAULT_BROKER_CONFIG": ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+    "STATIC_BROKER_CONFIG": ConfigSource.STATIC_BROKER_CONFIG,
+    "DEFAULT_CONFIG": ConfigSource.DEFAULT_CONFIG,
+    "GROUP_CONFIG": ConfigSource.GROUP_CONFIG,
+}
+
+
+def _seconds(timeout: float | None) -> float | None:
+    if timeout is None or timeout < 0:
+        return None
+    return float(timeout)
+
+
+def _not_implemented(what: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"AdminClient.{what} is not supported yet by kafka-handoff's admin client (see docs/migrating.md)"
+    )
+
+
+def _failure(exc: BaseException) -> KafkaException:
+    return KafkaException(from_exception(exc))
+
+
+def native_admin(props: Mapping[str, Any]) -> NativeAdminClient:
+    """A native admin client from another client's native properties (only the keys an admin has)."""
+    return NativeAdminClient({k: v for k, v in props.items() if k in _ADMIN_KEYS})
+
+
+def cluster_metadata(admin: NativeAdminClient, topic: str | None, timeout: float | None) -> ClusterMetadata:
+    """confluent's :class:`ClusterMetadata` (``list_topics()``): brokers, controller, topics (only ``topic``
+    when given; a topic that does not exist carries ``UNKNOWN_TOPIC_OR_PART``)."""
+    try:
+        cluster = admin.describe_cluster(timeout=timeout)
+        names = (
+            [topic]
+            if topic is not None
+            else [t.name for t in admin.list_topics(include_internal=True, timeout=timeout)]
+        )
+        descriptions: dict[str, Any] = {}
+        missing: list[str] = []
+        if names:
+            try:
+                descriptions = admin.describe_topics(names, timeout=timeout)
+            except native_errors.UnknownTopicOrPartitionError:
+                for name in names:  # one at a time: which ones are missing
+                    try:
+                        descriptions.update(admin.describe_topics([name], timeout=timeout))
+                    except native_errors.UnknownTopicOrPartitionError:
+                        missing.append(name)
+    except native_errors.KafkaError as exc:
+        raise _failure(exc) from exc
+    out = ClusterMetadata()
+    out.cluster_id = cluster.cluster_id
+    out.controller_id = cluster.controller_id
+    for node in cluster.brokers:
+        out.brokers[node.node_id] = BrokerMetadata(node.node_id, node.host, node.port)
+    if out.brokers:
+        first = min(out.brokers)
+        out.orig_broker_id = first
+        broker = out.brokers[first]
+        out.orig_broker_name = f"{broker.host}:{broker.port}/{first}"
+    for name, description in descriptions.items():
+        metadata = TopicMetadata(name)
+        for p in description.partitions:
+            metadata.partitions[p.partition] = PartitionMetadata(
+                p.partition, p.leader, p.replicas, p.isr, KafkaError(p.error_code) if p.error_code else None
+            )
+        out.topics[name] = metadata
+    for name in missing:
+        out.topics[name] = TopicMetadata(name, error=KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+    return out
 
 
 class AdminClient:
-    def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
-        raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED, "AdminClient is not implemented yet"))
+    """confluent-kafka's ``AdminClient`` over :class:`kafka_handoff.admin.AdminClient`."""
+
+    def __init__(self, conf: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        if conf is None and not kwargs:
+            raise TypeError("expected configuration dict")
+        tc = translate_config(conf, "admin", **kwargs)
+        self._error_cb = compat_callable(tc, "error_cb")
+        try:
+            self._native = NativeAdminClient(tc.native)
+        except native_errors.ConfigError as exc:
+            raise KafkaException(KafkaError(KafkaError._INVALID_ARG, str(exc))) from exc
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kafka-handoff-compat-admin")
+        self._idle = threading.Event()
+        self._finalizer = weakref.finalize(self, _shutdown, self._native, self._pool)
+
+    # ------------------------------------------------------------------------------------ plumbing
+    def _run(self, work: Callable[[], _T]) -> Future[_T]:
+        """``work`` on the pool; its native exceptions become the future's ``KafkaException``."""
+        future: Future[_T] = Future()
+
+        def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                result = work()
+            except native_errors.KafkaError as exc:
+                future.set_exception(_failure(exc))
+            except BaseException as exc:
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+        self._pool.submit(run)
+        return future
+
+    @staticmethod
+    def _timeout(kwargs: Mapping[str, Any]) -> float | None:
+        request = kwargs.get("request_timeout")
+        return _seconds(float(request)) if request is not None else None
+
+    def close(self) -> None:
+        """Stop the client (confluent-kafka's admin client has no close(); garbage collection does this)."""
+        self._finalizer()
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return 0
+
+    def __bool__(self) -> bool:
+        return True
+
+    def poll(self, timeout: float | None = -1) -> int:
+        """No events are queued for the admin client; waits ``timeout`` seconds (as librdkafka does) and
+        returns 0."""
+        seconds = _seconds(timeout)
+        self._idle.wait(seconds if seconds is not None else 0.2)
+        return 0
+
+    # -------------------------------------------------------------------------------------- topics
+    def create_topics(self, new_topics: list[NewTopic], **kwargs: Any) -> dict[str, Future[None]]:
+        """Create topics; ``{topic: future}`` (``result()`` is None once created)."""
+        if not isinstance(new_topics, list) or not new_topics:
+            raise ValueError("Expected non-empty list of NewTopic objects")
+        for topic in new_topics:
+            if not isinstance(topic, NewTopic):
+                raise TypeError("Expected a list of NewTopic objects")
+        validate = bool(kwargs.get("validate_only", False))
+        timeout = self._timeout(kwargs)
+
+        def create(topic: NewTopic) -> Callable[[], None]:
+            assignment = (
+                {i: list(r) for i, r in enumerate(topic.replica_assignment)}
+                if topic.replica_assignment
+                else None
+            )
+            native = NativeNewTopic(
+                topic.topic,
+                -1 if assignment else topic.num_partitions,
+                -1 if assignment else topic.replication_factor,
+                dict(topic.config),
+                assignment,
+            )
+
+            def run() -> None:
+                self._native.create_topics([native], validate_only=validate, timeout=timeout)
+
+            return run
+
+        return {t.topic: self._run(create(t)) for t in new_topics}
+
+    def delete_topics(self, topics: list[str], **kwargs: Any) -> dict[str, Future[None]]:
+        """Delete topics; ``{topic: future}``."""
+        if not isinstance(topics, list) or not topics:
+            raise ValueError("Expected non-empty list of topic strings")
+        timeout = self._timeout(kwargs)
+
+        def delete(name: str) -> Callable[[], None]:
+            return lambda: self._native.delete_topics([name], timeout=timeout)
+
+        return {name: self._run(delete(name)) for name in topics}
+
+    def create_partitions(
+        self, new_partitions: list[NewPartitions], **kwargs: Any
+    ) -> dict[str, Future[None]]:
+        """Raise partition counts; ``{topic: future}``."""
+        if not isinstance(new_partitions, list) or not new_partitions:
+            raise ValueError("Expected non-empty list of NewPartitions objects")
+        validate = bool(kwargs.get("validate_only", False))
+        timeout = self._timeout(kwargs)
+        for p in new_partitions:
+            if p.replica_assignment:
+                raise _not_implemented("create_partitions(replica_assignment=...)")
+
+        def grow(p: NewPartitions) -> Callable[[], None]:
+            return lambda: self._native.create_partitions(
+                {p.topic: p.new_total_count}, validate_only=validate, timeout=timeout
+            )
+
+        return {p.topic: self._run(grow(p)) for p in new_partitions}
+
+    def list_topics(self, topic: str | None = None, timeout: float | None = -1) -> ClusterMetadata:
+        """Brokers and topics (``topic``: only that one)."""
+        return cluster_metadata(self._native, topic, _seconds(timeout))
+
+    def describe_topics(self, topics: TopicCollection, **kwargs: Any) -> dict[str, Future[TopicDescription]]:
+        """``{topic: future of TopicDescription}``."""
+        if not isinstance(topics, TopicCollection):
+            raise TypeError("Expected input to be instance of TopicCollection")
+        timeout = self._timeout(kwargs)
+        nodes = self._run(lambda: self._nodes(timeout))
+
+        def describe(name: str) -> Callable[[], TopicDescription]:
+            def run() -> TopicDescription:
+                native = self._native.describe_topics([name], timeout=timeout)[name]
+                by_id = nodes.result()
+                parts = [
+                    TopicPartitionInfo(
+                        p.partition,
+                        by_id.get(p.leader),
+                        [by_id.get(r) or Node(r, "", -1) for r in p.replicas],
+                        [by_id.get(r) or Node(r, "", -1) for r in p.isr],
+                    )
+                    for p in native.partitions
+                ]
+                return TopicDescription(native.name, native.topic_id, native.internal, parts)
+
+            return run
+
+        return {name: self._run(describe(name)) for name in topics.topic_names}
+
+    def _nodes(self, timeout: float | None) -> dict[int, Node]:
+        cluster = self._native.describe_cluster(timeout=timeout)
+        return {b.node_id: Node(b.node_id, b.host, b.port, b.rack) for b in cluster.brokers}
+
+    def describe_cluster(self, **kwargs: Any) -> Future[DescribeClusterResult]:
+        timeout = self._timeout(kwargs)
+
+        def run() -> DescribeClusterResult:
+            cluster = self._native.describe_cluster(timeout=timeout)
+            nodes = [Node(b.node_id, b.host, b.port, b.rack) for b in cluster.brokers]
+            controller = next((n for n in nodes if n.id == cluster.controller_id), None)
+            ops: list[Any] | None = [] if kwargs.get("include_authorized_operations") else None
+            return DescribeClusterResult(controller, nodes, cluster.cluster_id, ops)
+
+        return self._run(run)
+
+    def list_offsets(
+        self, topic_partition_offsets: Mapping[TopicPartition, OffsetSpec], **kwargs: Any
+    ) -> dict[TopicPartition, Future[ListOffsetsResultInfo]]:
+        """``{partition: future of ListOffsetsResultInfo}`` for each partition's ``OffsetSpec``."""
+        timeout = self._timeout(kwargs)
+        level = kwargs.get("isolation_level")
+        if level is not None and not isinstance(level, IsolationLevel):
+            raise TypeError("isolation_level must be an IsolationLevel")
+        isolation = "read_committed" if level == IsolationLevel.READ_COMMITTED else "read_uncommitted"
+
+        def one(tp: TopicPartition, spec: OffsetSpec) -> Callable[[], ListOffsetsResultInfo]:
+            def run() -> ListOffsetsResultInfo:
+                native_tp = NativeTopicPartition(tp.topic, tp.partition)
+                offsets = self._native.list_offsets(
+                    [native_tp], spec._value, timeout=timeout, isolation_level=isolation
+                )
+                return ListOffsetsResultInfo(offsets[native_tp], -1, None)
+
+            return run
+
+        return {tp: self._run(one(tp, spec)) for tp, spec in topic_partition_offsets.items()}
+
+    # ------------------------------------------------------------------------------------- configs
+    def describe_configs(
+        self, resources: list[ConfigResource], **kwargs: Any
+    ) -> dict[ConfigResource, Future[dict[str, ConfigEntry]]]:
+        """``{resource: future of {name: ConfigEntry}}`` (topic resources)."""
+        if not isinstance(resources, list) or not resources:
+            raise ValueError("Expected non-empty list of ConfigResource objects")
+        for resource in resources:
+            if resource.restype != ResourceType.TOPIC:
+                raise _not_implemented(f"describe_configs({resource.restype.name} resources)")
+        timeout = self._timeout(kwargs)
+
+        def describe(resource: ConfigResource) -> Callable[[], dict[str, ConfigEntry]]:
+            def run() -> dict[str, ConfigEntry]:
+                entries = self._native.describe_configs([resource.name], timeout=timeout)[resource.name]
+                return {
+                    name: ConfigEntry(
+                        name,
+                        None if e.sensitive else e.value,
+                        _SOURCES.get(e.source, ConfigSource.UNKNOWN_CONFIG),
+                        is_read_only=e.read_only,
+                        is_default=e.is_default,
+                        is_sensitive=e.sensitive,
+                    )
+                    for name, e in entries.items()
+                }
+
+            return run
+
+        return {r: self._run(describe(r)) for r in resources}
+
+    def alter_configs(
+        self, resources: list[ConfigResource], **kwargs: Any
+    ) -> dict[ConfigResource, Future[None]]:
+        raise _not_implemented("alter_configs()")
+
+    def incremental_alter_configs(
+        self, resources: list[ConfigResource], **kwargs: Any
+    ) -> dict[ConfigResource, Future[None]]:
+        raise _not_implemented("incremental_alter_configs()")
+
+    # -------------------------------------------------------------------------------------- groups
+    def list_consumer_groups(self, **kwargs: Any) -> Future[ListConsumerGroupsResult]:
+        """A future of :class:`ListConsumerGroupsResult` (``states=``/``types=`` filter by sets)."""
+        states = kwargs.get("states")
+        types = kwargs.get("types")
+        for given, kind, name in (
+            (states, ConsumerGroupState, "states"),
+            (types, ConsumerGroupType, "types"),
+        ):
+            if given is None:
+                continue
+            if not isinstance(given, set):
+                raise TypeError(f"'{name}' must be a set")
+            if not all(isinstance(x, kind) for x in given):
+                raise TypeError(f"All elements of {name} must be of type {kind.__name__}")
+        timeout = self._timeout(kwargs)
+
+        def run() -> ListConsumerGroupsResult:
+            valid: list[ConsumerGroupListing] = []
+            for g in self._native.list_groups(timeout=timeout):
+                if g.type == "share" or g.protocol_type not in ("consumer", ""):
+                    continue
+                state = ConsumerGroupState.of(g.state)
+                kind = ConsumerGroupType.of(g.type or "classic")
+                if states and state not in states:
+                    continue
+                if types and kind not in types:
+                    continue
+                valid.append(ConsumerGroupListing(g.group_id, g.protocol_type == "", state, kind))
+            return ListConsumerGroupsResult(valid, [])
+
+        return self._run(run)
+
+    def list_groups(self, group: str | None = None, timeout: float | None = -1) -> list[GroupMetadata]:
+        """The deprecated group listing (``GroupMetadata`` with members)."""
+        seconds = _seconds(timeout)
+        try:
+            ids = (
+                [group]
+                if group is not None
+                else [g.group_id for g in self._native.list_groups(timeout=seconds)]
+            )
+            described = self._native.describe_groups(ids, timeout=seconds) if ids else {}
+        except native_errors.KafkaError as exc:
+            raise _failure(exc) from exc
+        out: list[GroupMetadata] = []
+        for group_id, d in described.items():
+            g = GroupMetadata()
+            g.id = group_id
+            g.state = d.state
+            g.protocol_type = d.protocol_type
+            g.protocol = d.assignor
+            if d.coordinator is not None:
+                g.broker = BrokerMetadata(d.coordinator.node_id, d.coordinator.host, d.coordinator.port)
+            for m in d.members:
+                member = GroupMember()
+                member.id = m.member_id
+                member.client_id = m.client_id
+                member.client_host = m.host
+                g.members.append(member)
+            out.append(g)
+        return out
+
+    def describe_consumer_groups(
+        self, group_ids: list[str], **kwargs: Any
+    ) -> dict[str, Future[ConsumerGroupDescription]]:
+        """``{group: future of ConsumerGroupDescription}``."""
+        if not isinstance(group_ids, list):
+            raise TypeError("Expected input to be list of group ids to be described")
+        if not group_ids:
+            raise ValueError("Expected at least one group to be described")
+        timeout = self._timeout(kwargs)
+        ops: list[Any] | None = [] if kwargs.get("include_authorized_operations") else None
+
+        def describe(group_id: str) -> Callable[[], ConsumerGroupDescription]:
+            def run() -> ConsumerGroupDescription:
+                d = self._native.describe_groups([group_id], timeout=timeout)[group_id]
+                members = [
+                    MemberDescription(
+                        m.member_id,
+                        m.client_id,
+                        m.host,
+                        MemberAssignment([TopicPartition(tp.topic, tp.partition) for tp in m.assignment]),
+                        m.group_instance_id,
+                        None
+                        if m.target_assignment is None
+                        else MemberAssignment(
+                            [TopicPartition(tp.topic, tp.partition) for tp in m.target_assignment]
+                        ),
+                    )
+                    for m in d.members
+                ]
+                coordinator = (
+                    None
+                    if d.coordinator is None
+                    else Node(
+                        d.coordinator.node_id, d.coordinator.host, d.coordinator.port, d.coordinator.rack
+                    )
+                )
+                return ConsumerGroupDescription(
+                    group_id,
+                    d.protocol_type == "" and d.state not in ("Dead",),
+                    members,
+                    d.assignor,
+                    ConsumerGroupState.of(d.state),
+                    coordinator,
+                    ops,
+                    ConsumerGroupType.of(d.type),
+                )
+
+            return run
+
+        return {g: self._run(describe(g)) for g in group_ids}
+
+    def delete_consumer_groups(self, group_ids: list[str], **kwargs: Any) -> dict[str, Future[None]]:
+        if not isinstance(group_ids, list):
+            raise TypeError("Expected input to be list of group ids to be deleted")
+        if not group_ids:
+            raise ValueError("Expected at least one group to be deleted")
+        timeout = self._timeout(kwargs)
+
+        def delete(group_id: str) -> Callable[[], None]:
+            return lambda: self._native.delete_groups([group_id], timeout=timeout)
+
+        return {g: self._run(delete(g)) for g in group_ids}
+
+    def list_consumer_group_offsets(
+        self, list_consumer_group_offsets_request: Sequence[ConsumerGroupTopicPartitions], **kwargs: Any
+    ) -> dict[str, Future[ConsumerGroupTopicPartitions]]:
+        """``{group: future of ConsumerGroupTopicPartitions}`` with each partition's committed offset
+        (``OFFSET_INVALID`` when none)."""
+        requests = list(list_consumer_group_offsets_request)
+        if len(requests) != 1:
+            raise ValueError("Currently we support listing offsets for a single consumer group only")
+        timeout = self._timeout(kwargs)
+
+        def one(request: ConsumerGroupTopicPartitions) -> Callable[[], ConsumerGroupTopicPartitions]:
+            def run() -> ConsumerGroupTopicPartitions:
+                wanted = (
+                    None
+                    if request.topic_partitions is None
+                    else [NativeTopicPartition(tp.topic, tp.partition) for tp in request.topic_partitions]
+                )
+                offsets = self._native.list_group_offsets(request.group_id, wanted, timeout=timeout)
+                out: list[TopicPartition] = []
+                for tp, om in sorted(offsets.items()):
+                    if om is None:
+                        out.append(TopicPartition(tp.topic, tp.partition, OFFSET_INVALID))
+                    else:
+                        out.append(TopicPartition(tp.topic, tp.partition, om.offset, om.metadata or None))
+                return ConsumerGroupTopicPartitions(request.group_id, out)
+
+            return run
+
+        return {r.group_id: self._run(one(r)) for r in requests}
+
+    def alter_consumer_group_offsets(
+        self, alter_consumer_group_offsets_request: Sequence[ConsumerGroupTopicPartitions], **kwargs: Any
+    ) -> dict[str, Future[ConsumerGroupTopicPartitions]]:
+        raise _not_implemented("alter_consumer_group_offsets()")
+
+    # ------------------------------------------------------------------------ not supported (yet)
+    def create_acls(self, acls: Iterable[Any], **kwargs: Any) -> dict[Any, Future[None]]:
+        raise _not_implemented("create_acls()")
+
+    def describe_acls(self, acl_binding_filter: Any, **kwargs: Any) -> Future[Any]:
+        raise _not_implemented("describe_acls()")
+
+    def delete_acls(self, acl_binding_filters: Iterable[Any], **kwargs: Any) -> dict[Any, Future[Any]]:
+        raise _not_implemented("delete_acls()")
+
+    def describe_user_scram_credentials(self, users: Any = None, **kwargs: Any) -> Any:
+        raise _not_implemented("describe_user_scram_credentials()")
+
+    def alter_user_scram_credentials(self, alterations: Any, **kwargs: Any) -> Any:
+        raise _not_implemented("alter_user_scram_credentials()")
+
+    def delete_records(self, topic_partition_offsets: Any, **kwargs: Any) -> Any:
+        raise _not_implemented("delete_records()")
+
+    def elect_leaders(self, election_type: Any, partitions: Any = None, **kwargs: Any) -> Any:
+        raise _not_implemented("elect_leaders()")
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        raise _not_implemented("set_sasl_credentials()")
+
+
+def _shutdown(native: NativeAdminClient, pool: ThreadPoolExecutor) -> None:
+    pool.shutdown(wait=False, cancel_futures=True)
+    try:
+        native.close(5)
+    except Exception:  # a finalizer must not raise
+        pass

@@ -1,0 +1,54 @@
+"""Kafka's own command-line tools (the ``kafka-tools`` jar: ``ConsumerGroupCommand``, ``AclCommand``, ...) as
+the oracle of the ``handoff`` admin commands.  The jar and its dependencies are resolved from Maven Central
+with ``mvn`` once into the project's cache; tests skip when that is impossible (no mvn, offline)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kafka_handoff.devbroker.config import java_executable
+from kafka_handoff.devbroker.jars import KAFKA_VERSION, cache_root
+
+_POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
+<groupId>kafka-handoff</groupId><artifactId>kafka-tools-oracle</artifactId><version>1</version>
+<dependencies><dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId>
+<version>{KAFKA_VERSION}</version></dependency></dependencies></project>
+"""
+
+
+def tools_classpath() -> str:
+    """The classpath of Kafka's tools (resolved once; skips the test when it cannot be)."""
+    root = cache_root() / f"kafka-tools-{KAFKA_VERSION}"
+    cp = root / "classpath.txt"
+    if cp.is_file() and all(Path(p).is_file() for p in cp.read_text().split(":")):
+        return cp.read_text().strip()
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pom.xml").write_text(_POM, encoding="utf-8")
+    try:
+        done = subprocess.run(
+            ["mvn", "-q", "-B", "dependency:build-classpath", f"-Dmdep.outputFile={cp}"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"cannot resolve kafka-tools with mvn: {exc}")
+    if done.returncode != 0 or not cp.is_file():
+        pytest.skip(f"cannot resolve kafka-tools with mvn: {done.stdout[-500:]}{done.stderr[-500:]}")
+    return cp.read_text().strip()
+
+
+def run_tool(main_class: str, *args: str, timeout: float = 120) -> str:
+    """Run one of Kafka's tools; its stdout (fails the test with its output when it exits non-zero)."""
+    done = subprocess.run(
+        [java_executable(), "-cp", tools_classpath(), main_class, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, f"{main_class} {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
