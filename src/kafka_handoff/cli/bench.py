@@ -222,9 +222,17 @@ def _benchmark(actions: Any, name: str, help: str) -> argparse.ArgumentParser:
 
 
 def _doc(module: str) -> str:
-    import importlib
+    """The module's docstring, read from its source without importing it: a benchmark may need packages of
+    the ``bench`` or ``pipeline`` extra (numpy, pyspark, ...) that a core install lacks, and ``handoff``
+    must start without them."""
+    import ast
+    import importlib.util
+    from pathlib import Path
 
-    return importlib.import_module(module).__doc__ or ""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return ""
+    return ast.get_docstring(ast.parse(Path(spec.origin).read_text(encoding="utf-8"))) or ""
 
 
 def _common(p: argparse.ArgumentParser) -> None:
