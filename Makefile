@@ -1,13 +1,19 @@
 # kafka-handoff: the two commands are `make demo` and `make test`; everything else is their setup.
+SHELL  := bash
+.SHELLFLAGS := -o pipefail -c
 PYTHON ?= python3
 VENV   := .venv
+# Every extra the tests, docs and benchmarks use (a user's core install needs none of them).
+EXTRAS := pipeline,cli,aio,metrics,schema-registry,devbroker,dev,bench
+# Where CI keeps the output and JUnit report of a test run (.ci/run prints the failures' logs from it).
+LOGS   := build/test-logs
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 # The (optional) C extensions are compiled by the editable install: reinstall when their sources change.
 EXT    := setup.py $(sort $(wildcard src/kafka_handoff/*/*.c))
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(EXT) | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test test-unit lint typecheck clean jars docs kerberos
+.PHONY: setup demo test test-unit check lint typecheck clean jars docs kerberos test-pythons test-portable-c
 
 # MIT Kerberos (SASL/GSSAPI): the gssapi package builds against libkrb5-dev, and the dev broker's
 # --security kerberos runs the distribution's KDC.  Installed with apt-get when missing (as root, or with
@@ -34,7 +40,7 @@ $(STAMP): pyproject.toml $(EXT) | kerberos
 	@start=$$(date +%s); \
 	test -x $(PY) || $(PYTHON) -m venv $(VENV); \
 	$(PIP) install -q --upgrade pip; \
-	extras=spark,dev,bench; if command -v krb5-config >/dev/null; then extras=$$extras,kerberos; fi; \
+	extras=$(EXTRAS); if command -v krb5-config >/dev/null; then extras=$$extras,kerberos; fi; \
 	$(PIP) install -q -e ".[$$extras]"; \
 	touch $(STAMP); \
 	echo $$(( $$(date +%s) - start )) > $(VENV)/.setup-seconds; \
@@ -60,14 +66,44 @@ docs: $(STAMP)
 	$(VENV)/bin/sphinx-build -q -E -n -W --keep-going -b html docs/api build/docs
 	@echo "API reference: build/docs/index.html"
 
-test: setup docs
+lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests examples
 	$(VENV)/bin/ruff format --check src tests examples
-	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -p no:cacheprovider tests
 
-test-unit: setup
-	$(VENV)/bin/pytest -m "unit or threads" tests
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+# The whole suite.  Its output goes to $(LOGS)/pytest.out too, and a JUnit report with the captured output
+# and log records of every failing test to $(LOGS)/junit.xml.
+test: setup docs lint typecheck
+	@mkdir -p $(LOGS)
+	$(VENV)/bin/pytest -p no:cacheprovider --junitxml=$(LOGS)/junit.xml -o junit_logging=all \
+	  -o junit_log_passing_tests=false tests 2>&1 | tee $(LOGS)/pytest.out
+
+test-unit: $(STAMP)
+	$(VENV)/bin/pytest -p no:cacheprovider -m "unit or threads" tests
+
+# The inner loop: lint, types and the unit tests (no broker, no Spark), the tests on 2 processes.
+check: lint typecheck
+	$(VENV)/bin/pytest -p no:cacheprovider -q -n 2 -m "unit or threads" tests
+
+# The unit suite on every supported CPython found here (python3.11/3.12/3.13, pyenv or PATH), each in its
+# own .venv-3.x.  Not part of `make test`: the first run installs every extra per interpreter.
+test-pythons:
+	.ci/test-pythons
+
+# The C extensions built with -DKAFKA_HANDOFF_PORTABLE_C (the overflow checks a compiler without GCC/Clang
+# builtins, e.g. MSVC, compiles) into a copy of src/, and the unit suite run on them in C mode (CI=true:
+# a fast path that is off is an error).
+PORTABLE := build/portable-c
+test-portable-c: $(STAMP)
+	rm -rf $(PORTABLE) && mkdir -p $(PORTABLE)
+	cp -r src $(PORTABLE)/src && find $(PORTABLE)/src -name '*.so' -delete
+	CFLAGS="$${CFLAGS:-} -DKAFKA_HANDOFF_PORTABLE_C" $(PY) setup.py -q build_ext --force \
+	  --build-lib $(PORTABLE)/src --build-temp $(PORTABLE)/tmp
+	PYTHONPATH=$(PORTABLE)/src $(PY) -c 'import kafka_handoff as k, sys; i = k.build_info(); \
+	  print(i); sys.exit(i["c_overflow_checks"] != "portable" or bool(i["fast_paths_off"]))'
+	PYTHONPATH=$(PORTABLE)/src CI=true $(VENV)/bin/pytest -p no:cacheprovider -q -m "unit or threads" tests
 
 clean:
-	rm -rf $(VENV) .handoff build *.egg-info
+	rm -rf $(VENV) .venv-3.* .handoff build *.egg-info

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real Kafka broker (session), a 3-node cluster (module), unique topics (function).
+"""Shared fixtures: a real Kafka broker (session), a 3-node cluster (one per session, healed between
+modules), unique topics (function).
 
 Brokers come from :mod:`kafka_handoff.devbroker` in supervised mode, so no JVM outlives the test run:
 
@@ -19,6 +20,7 @@ import os
 import re
 import signal
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import FrameType
@@ -46,7 +48,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 # Under CI=true what the suite would otherwise skip for lack of it is an error: the C record loops and the
-# peer/engine libraries the oracle and pipeline tests need.
+# peer/engine libraries the oracle, pipeline and bench tests need (each in an extra of pyproject.toml).
 CI_REQUIRED_MODULES = (
     "confluent_kafka",
     "pyspark",
@@ -55,6 +57,8 @@ CI_REQUIRED_MODULES = (
     "hypothesis",
     "cryptography",
     "gssapi",
+    "matplotlib",
+    "rich",
 )
 
 
@@ -99,21 +103,44 @@ def broker() -> Iterator[BrokerLike]:
         cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def _session_cluster() -> Iterator[dict[str, devbroker.Cluster]]:
+    """Holds the one 3-node cluster of the run (started by the first module that asks for ``cluster``)."""
+    holder: dict[str, devbroker.Cluster] = {}
+    try:
+        yield holder
+    finally:
+        started = holder.pop("cluster", None)
+        if started is not None:
+            started.stop()
+
+
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[BrokerLike]:
-    """A 3-node KRaft cluster (nodes 1, 2, 3; combined broker+controller) for one test module.
+def cluster(_session_cluster: dict[str, devbroker.Cluster]) -> Iterator[BrokerLike]:
+    """A 3-node KRaft cluster (nodes 1, 2, 3; combined broker+controller), started once per run and shared
+    by the modules that use it (each start costs ~30 s).
 
     Fault tests may stop/kill/pause nodes through the :class:`kafka_handoff.devbroker.Cluster` methods;
-    call ``cluster.heal()`` to bring every node back for the next test.
+    call ``cluster.heal()`` to bring every node back for the next test.  After each module the cluster is
+    healed again (every node resumed or restarted and serving Metadata), so the next module gets it whole;
+    one that cannot be healed is stopped and the next module starts a fresh one.
     """
     external = _external("HANDOFF_CLUSTER_BOOTSTRAP")
     if external is not None:
         yield external
         return
-    started = devbroker.start(nodes=3)
+    started = _session_cluster.get("cluster")
+    if started is None:
+        started = _session_cluster["cluster"] = devbroker.start(nodes=3)
+    yield started
     try:
-        yield started
-    finally:
+        started.heal()
+    except Exception as exc:
+        warnings.warn(
+            f"the shared 3-node cluster could not be healed ({exc}); the next module starts another",
+            stacklevel=1,
+        )
+        _session_cluster.pop("cluster", None)
         started.stop()
 
 

@@ -11,6 +11,7 @@ The submodule paths (``kafka_handoff.consumer``, ``kafka_handoff.producer``, ``k
 """
 
 from kafka_handoff._build import BuildInfo, build_info
+from kafka_handoff._version import __version__
 from kafka_handoff.admin import (
     AdminClient,
     ClusterDescription,
@@ -69,8 +70,6 @@ from kafka_handoff.types import (
     RecordMetadata,
     TopicPartition,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AcknowledgeType",

@@ -26,6 +26,13 @@ class BuildInfo(TypedDict):
     crc32c: str
     compression: list[str]
     extras: dict[str, bool]
+    fast_paths_off: dict[str, str]
+    """Why each C fast path that is not in use is off, by name (``record_decoder``, ``record_encoder``,
+    ``send_path``, ``json_scanner``); empty when all are on."""
+    c_overflow_checks: str | None
+    """How the compiled record loops check int64 overflow: ``"builtin"`` (the GCC/Clang builtin) or
+    ``"portable"`` (plain comparisons: MSVC, or a build with ``-DKAFKA_HANDOFF_PORTABLE_C``); None when the
+    ``_fastrecords`` extension is not built."""
 
 
 def _has(module: str) -> bool:
@@ -35,19 +42,33 @@ def _has(module: str) -> bool:
         return False
 
 
-def _json_scanner_loads() -> bool:
-    """Whether ``kafka_handoff.pipeline._jsonscan`` is built and loads -- checked without importing the
-    ``pipeline`` package, which needs the ``spark`` extra (numpy, pyarrow) that a plain install lacks."""
+def _extension_off_reason(name: str) -> str | None:
+    """Why the extension module ``name`` is not in use (None when it imports and is not switched off)."""
+    from kafka_handoff._native import PURE_PYTHON_ENV, pure_python_requested
+
+    if pure_python_requested():
+        return f"{PURE_PYTHON_ENV} is set"
+    try:
+        importlib.import_module(name)
+    except ImportError as exc:
+        return f"not built or not loadable ({type(exc).__name__}: {exc})"
+    return None
+
+
+def _json_scanner_off_reason() -> str | None:
+    """Why ``kafka_handoff.pipeline._jsonscan`` is not in use (None when it is built and loads) -- checked
+    without importing the ``pipeline`` package, which needs the ``pipeline`` extra (numpy, pyarrow) that a
+    plain install lacks."""
     import importlib.machinery
     from pathlib import Path
 
     import kafka_handoff
-    from kafka_handoff._native import pure_python_requested
+    from kafka_handoff._native import PURE_PYTHON_ENV, pure_python_requested
 
     if pure_python_requested():
-        return False
+        return f"{PURE_PYTHON_ENV} is set"
     if "kafka_handoff.pipeline._jsonscan" in sys.modules:
-        return True
+        return None
     where = str(Path(kafka_handoff.__file__).parent / "pipeline")
     spec = importlib.machinery.PathFinder.find_spec("_jsonscan", [where])
     if (
@@ -55,13 +76,43 @@ def _json_scanner_loads() -> bool:
         or spec.loader is None
         or not isinstance(spec.loader, importlib.machinery.ExtensionFileLoader)
     ):
-        return False
+        return "not built (no compiled kafka_handoff/pipeline/_jsonscan module)"
     spec.name = "kafka_handoff.pipeline._jsonscan"  # the name its PyInit function was built for
     try:
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
-    except ImportError:
-        return False
-    return True
+    except ImportError as exc:
+        return f"not loadable ({type(exc).__name__}: {exc})"
+    return None
+
+
+def _fast_paths_off() -> dict[str, str]:
+    from kafka_handoff.producer.future import C_FUTURES
+    from kafka_handoff.protocol import records
+
+    off: dict[str, str] = {}
+    fastrecords = _extension_off_reason("kafka_handoff.protocol._fastrecords")
+    if records.IMPLEMENTATION != "c":
+        if records.C_UNAVAILABLE_REASON is not None:
+            off["record_decoder"] = records.C_UNAVAILABLE_REASON
+        else:
+            off["record_decoder"] = fastrecords or "switched to the pure-Python loop at run time"
+    if records.ENCODER_IMPLEMENTATION != "c":
+        off["record_encoder"] = fastrecords or "the extension has no encoder (an older build?)"
+    if C_FUTURES is None or not hasattr(C_FUTURES, "SendPath"):
+        fastencode = _extension_off_reason("kafka_handoff.producer._fastencode")
+        off["send_path"] = (
+            fastencode or "the extension has no SendPath or failed its self-check (an older build?)"
+        )
+    json_scanner = _json_scanner_off_reason()
+    if json_scanner is not None:
+        off["json_scanner"] = json_scanner
+    return off
+
+
+def _overflow_checks() -> str | None:
+    from kafka_handoff.protocol import records
+
+    return getattr(records._extension, "OVERFLOW_CHECKS", None) if records._extension is not None else None
 
 
 def build_info() -> BuildInfo:
@@ -80,10 +131,23 @@ def build_info() -> BuildInfo:
         record_decoder=records.IMPLEMENTATION,
         record_decoder_unavailable=records.C_UNAVAILABLE_REASON,
         record_encoder=records.ENCODER_IMPLEMENTATION,
-        json_scanner="c" if _json_scanner_loads() else "python",
+        json_scanner="c" if _json_scanner_off_reason() is None else "python",
         crc32c=crc,
         compression=codecs,
-        extras={name: _has(name) for name in ("pyspark", "pyarrow", "deltalake", "prometheus_client")},
+        extras={
+            name: _has(name)
+            for name in (
+                "rich",
+                "pyspark",
+                "pyarrow",
+                "deltalake",
+                "prometheus_client",
+                "opentelemetry",
+                "uvloop",
+            )
+        },
+        fast_paths_off=_fast_paths_off(),
+        c_overflow_checks=_overflow_checks(),
     )
 
 

@@ -149,10 +149,39 @@ def test_commit_variants_and_committed_position(broker: BrokerLike, topic_factor
         assert (committed.offset, committed.metadata) == (2, "meta")
         consumer.commit(asynchronous=False)  # the stored offsets: after the last returned message
         assert consumer.committed([tp])[0].offset == 3
+        assert commits == []  # as confluent-kafka: a synchronous commit returns its result, no on_commit
         assert consumer.commit(asynchronous=True) is None
-        poll_until(consumer, lambda got: len(commits) >= 4)
-        assert [p.offset for _, parts in commits for p in parts] == [1, 2, 3, 3]
+        poll_until(consumer, lambda got: len(commits) >= 1)
+        assert [p.offset for _, parts in commits for p in parts] == [3]
         assert all(err is None for err, _ in commits)
+    finally:
+        consumer.close()
+    assert len(commits) == 1  # close() with auto-commit off commits nothing and reports nothing
+
+
+def test_aborted_transactions_are_not_returned_by_default(
+    broker: BrokerLike, topic_factory: TopicFactory
+) -> None:
+    """librdkafka's default isolation.level is read_committed (Java's is read_uncommitted)."""
+    topic = topic_factory(partitions=1)
+    with NativeProducer(
+        {"bootstrap.servers": broker.bootstrap_servers, "transactional.id": f"t-{uuid.uuid4().hex[:8]}"}
+    ) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for i in range(5):
+            producer.send(topic, b"aborted-%d" % i, partition=0)
+        producer.flush(60)
+        producer.abort_transaction()
+        producer.begin_transaction()
+        for i in range(3):
+            producer.send(topic, b"kept-%d" % i, partition=0)
+        producer.commit_transaction()
+    consumer = ck.Consumer(conf(broker, **{"enable.partition.eof": True}))
+    try:
+        consumer.subscribe([topic])
+        got = poll_until(consumer, lambda got: any(m.error() is not None for m in got), errors_ok=True)
+        assert [m.value() for m in records(got)] == [b"kept-0", b"kept-1", b"kept-2"]
     finally:
         consumer.close()
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 CHECK = r"""
-import json, sys, uuid
+import importlib.util, json, sys, uuid
 import kafka_handoff
 from kafka_handoff import AdminClient, Consumer, NewTopic, Producer
 
@@ -41,7 +41,9 @@ for _ in range(600):
     if len(values) >= 500:
         break
 consumer.close()
-print(json.dumps({"file": kafka_handoff.__file__, "info": kafka_handoff.build_info(),
+optional = ("rich", "pyspark", "pyarrow", "uvloop", "matplotlib")
+absent = [m for m in optional if importlib.util.find_spec(m) is None]
+print(json.dumps({"file": kafka_handoff.__file__, "info": kafka_handoff.build_info(), "absent": absent,
                   "ok": values == [b"v%d" % i for i in range(500)], "count": len(values)}))
 """
 
@@ -65,18 +67,34 @@ def test_wheel_installs_without_the_source_tree_and_uses_the_c_loops(broker: Any
     assert any(n.startswith("kafka_handoff/producer/_fastencode") and n.endswith(".so") for n in names)
     assert any(n.startswith("kafka_handoff/pipeline/_jsonscan") and n.endswith(".so") for n in names)
     assert "kafka_handoff/py.typed" in names
+    info_dir = wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"
+    assert f"{info_dir}/licenses/LICENSE" in names, [n for n in names if "dist-info" in n]
+    metadata = zipfile.ZipFile(wheel).read(f"{info_dir}/METADATA").decode()
+    core = [
+        line for line in metadata.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line
+    ]
+    assert sorted(line.split()[1].split("<")[0].split(">")[0] for line in core) == [
+        "cramjam",
+        "crc32c",
+        "kio",
+    ]
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
+    # Without PYTHONPATH: a source tree on the path (with its egg-info) would make pip skip the install.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KAFKA_HANDOFF_PURE_PYTHON")}
     install = subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", str(wheel)], capture_output=True, text=True, timeout=600
+        [str(py), "-m", "pip", "install", "-q", str(wheel)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
 
     work = tmp_path / "elsewhere"
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KAFKA_HANDOFF_PURE_PYTHON")}
     run = subprocess.run(
         [str(py), "-c", CHECK, broker.bootstrap_servers],
         cwd=work,
@@ -92,3 +110,15 @@ def test_wheel_installs_without_the_source_tree_and_uses_the_c_loops(broker: Any
     assert result["info"]["record_encoder"] == "c", result["info"]
     assert result["info"]["json_scanner"] == "c", result["info"]
     assert result["ok"], result["count"]
+    # A core install: the client works without the optional packages, and the CLI names the extra to add.
+    assert result["absent"] == ["rich", "pyspark", "pyarrow", "uvloop", "matplotlib"], result["absent"]
+    cli = subprocess.run(
+        [str(venv / "bin" / "handoff"), "topics", "list", "--bootstrap-servers", broker.bootstrap_servers],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert cli.returncode == 2, (cli.returncode, cli.stdout[-2000:], cli.stderr[-2000:])
+    assert "pip install 'kafka-handoff[cli]'" in cli.stderr, cli.stderr[-2000:]

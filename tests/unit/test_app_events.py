@@ -134,6 +134,7 @@ def _producer_processor(txn: Any = None) -> producer_events.ProducerEventProcess
         telemetry=none,
         txn=cast(Any, _Recorder() if txn is None else txn),
         add_topic=lambda t, now: None,
+        purge=lambda error, now: 0,
     )
 
 
@@ -167,6 +168,7 @@ def test_producer_events_reach_their_managers_on_the_network_thread_side() -> No
         telemetry=cast(Any, telemetry),
         txn=cast(Any, txn),
         add_topic=lambda topic, now: added.append((topic, now)),
+        purge=lambda error, now: 0,
     )
     wait = producer_events.TopicMetadataEvent(topic="t", deadline_ms=100)
     processor.process(wait, 3)
@@ -201,7 +203,7 @@ def test_producer_events_reach_their_managers_on_the_network_thread_side() -> No
 def test_a_producer_without_transactional_id_has_no_transaction_handlers() -> None:
     none: Any = None
     processor = producer_events.ProducerEventProcessor(
-        metadata=none, telemetry=none, txn=None, add_topic=lambda t, now: None
+        metadata=none, telemetry=none, txn=None, add_topic=lambda t, now: None, purge=lambda error, now: 0
     )
     assert processor.handles(producer_events.TopicMetadataEvent)
     with pytest.raises(TypeError, match="InitTransactionsEvent"):

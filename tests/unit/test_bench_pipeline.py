@@ -33,6 +33,7 @@ def test_best_version_is_newest_release_not_after_wanted_in_same_major() -> None
 
 
 def test_plot_and_table_show_every_engine_run(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="plots need the bench extra: pip install 'kafka-handoff[bench]'")
     from kafka_handoff.bench.pipeline import plot_pipeline, results_table
 
     def run(engine: str, limit: int | None, batches: list[tuple[float, int]]) -> dict[str, Any]:

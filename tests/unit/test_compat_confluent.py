@@ -4,6 +4,7 @@ the mapping from kafka-handoff's exceptions, TopicPartition, Message and the ser
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,8 @@ from kafka_handoff.compat.confluent_kafka.serialization import (
     StringDeserializer,
     StringSerializer,
 )
+from kafka_handoff.compat.confluent_kafka.types import RecordMessage
+from kafka_handoff.types import ConsumerRecord
 
 pytestmark = pytest.mark.unit
 
@@ -228,6 +231,76 @@ def test_message_pickles_and_compares_by_content() -> None:
     assert msg != ck.Message("t", 1, 3, b"k", b"v")
     empty = ck.Message()
     assert (empty.partition(), empty.offset(), empty.timestamp(), len(empty)) == (None, None, (0, 0), 0)
+
+
+def _record(**changes: object) -> ConsumerRecord:
+    fields: dict[str, Any] = {
+        "topic": "t",
+        "partition": 1,
+        "offset": 7,
+        "timestamp": 99,
+        "timestamp_type": 0,
+        "key": b"k",
+        "value": b"value",
+        "headers": [("h", b"1")],
+        "leader_epoch": 3,
+    }
+    fields.update(changes)
+    return ConsumerRecord(**fields)
+
+
+def test_record_message_reads_the_native_record() -> None:
+    msg = RecordMessage(_record())
+    assert isinstance(msg, ck.Message)
+    assert (msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value()) == ("t", 1, 7, b"k", b"value")
+    assert (msg.error(), msg.latency(), msg.delivery_count()) == (None, None, None)
+    assert msg.headers() == [("h", b"1")]
+    assert msg.timestamp() == (ck.TIMESTAMP_CREATE_TIME, 99)
+    assert msg.leader_epoch() == 3
+    assert len(msg) == 5
+    bare = RecordMessage(_record(headers=(), timestamp=-1, leader_epoch=None, value=None))
+    assert (bare.headers(), bare.timestamp(), bare.leader_epoch(), len(bare)) == (
+        None,
+        (ck.TIMESTAMP_NOT_AVAILABLE, -1),
+        None,
+        0,
+    )
+
+
+def test_record_message_setters_copy_the_record_and_then_act_as_a_message() -> None:
+    msg = RecordMessage(_record())
+    msg.set_value(b"xy")
+    assert (msg.value(), len(msg), msg.key(), msg.offset(), msg.headers()) == (
+        b"xy",
+        2,
+        b"k",
+        7,
+        [("h", b"1")],
+    )
+    msg.set_error(ck.KafkaError(ck.KafkaError._PARTITION_EOF))
+    assert msg.error() == ck.KafkaError._PARTITION_EOF
+    msg.set_key(b"other")
+    msg.set_topic("u")
+    msg.set_headers(None)
+    assert (msg.topic(), msg.key(), msg.headers(), msg.timestamp(), msg.leader_epoch()) == (
+        "u",
+        b"other",
+        None,
+        (ck.TIMESTAMP_CREATE_TIME, 99),
+        3,
+    )
+    assert isinstance(msg, RecordMessage)
+
+
+def test_record_message_pickles_and_compares_like_a_message() -> None:
+    msg = RecordMessage(_record())
+    plain = ck.Message(
+        "t", 1, 7, b"k", b"value", [("h", b"1")], None, (ck.TIMESTAMP_CREATE_TIME, 99), None, 3
+    )
+    assert msg == plain
+    restored = pickle.loads(pickle.dumps(RecordMessage(_record())))
+    assert restored == plain and restored.value() == b"value" and restored.error() is None
+    assert RecordMessage(_record()) != RecordMessage(_record(offset=8))
 
 
 # ------------------------------------------------------------------------------------------------ serializers

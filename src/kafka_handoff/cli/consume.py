@@ -16,13 +16,12 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import signal
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 from kafka_handoff.cli.command_config import add_command_config_arg, check_reachable, client_config
+from kafka_handoff.cli.polling import poll_records, stop_on_signals
 
 __all__ = ["register"]
 
@@ -87,53 +86,6 @@ def register(subparsers: Any) -> None:
         "-X", dest="extra", action="append", default=[], metavar="KEY=VALUE", help="extra consumer config"
     )
     p.set_defaults(func=_run)
-
-
-def stop_on_signals(wakeup: Callable[[], None]) -> dict[str, bool]:
-    """SIGTERM/SIGINT set the returned ``{"flag": ...}`` and wake the consumer's blocking poll."""
-    stop = {"flag": False}
-
-    def on_signal(signum: int, frame: Any) -> None:
-        stop["flag"] = True
-        wakeup()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    return stop
-
-
-def poll_records(
-    consumer: Any, args: argparse.Namespace, stop: dict[str, bool], emit: Callable[[Any], None], start: float
-) -> tuple[int, int, float]:
-    """The poll loop of ``handoff consume`` (plain and share groups): ``emit`` every record until a signal,
-    ``--idle-timeout`` seconds without records or ``--max-records``.  Returns the records and value bytes
-    consumed and when the first record came (``start``, when none came)."""
-    from kafka_handoff.errors import WakeupError
-
-    count = 0
-    nbytes = 0
-    first: float | None = None
-    last_record = start  # the idle timeout counts from the start, subscribing included
-    while not stop["flag"]:
-        try:
-            records = consumer.poll(0.5)
-        except WakeupError:
-            break
-        if not records:
-            if args.idle_timeout and time.monotonic() - last_record > args.idle_timeout:
-                break
-            continue
-        last_record = time.monotonic()
-        if first is None:
-            first = last_record
-        for r in records:
-            count += 1
-            nbytes += len(r.value or b"")
-            emit(r)
-            if args.max_records and count >= args.max_records:
-                stop["flag"] = True
-                break
-    return count, nbytes, start if first is None else first
 
 
 def _text(value: bytes | None) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from kafka_handoff import __version__
 
-__all__ = ["SUBCOMMAND_MODULES", "build_parser", "main"]
+__all__ = ["EXTRA_FOR_MODULE", "SUBCOMMAND_MODULES", "build_parser", "main", "missing_extra_message"]
 
 #: Subcommand modules in ``kafka_handoff.cli``, in help order.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
@@ -40,6 +40,39 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "pipeline",
     "completion",
 )
+
+#: The optional dependencies a subcommand may need, by top-level module, and the extra that installs each.
+EXTRA_FOR_MODULE: dict[str, str] = {
+    "rich": "cli",
+    "pyspark": "pipeline",
+    "pyarrow": "pipeline",
+    "deltalake": "pipeline",
+    "pandas": "pipeline",
+    "numpy": "pipeline",
+    "uvloop": "aio",
+    "prometheus_client": "metrics",
+    "opentelemetry": "metrics",
+    "cryptography": "devbroker",
+    "gssapi": "kerberos",
+    "matplotlib": "bench",
+    "psutil": "bench",
+    "pyinstrument": "bench",
+    "kafka": "bench",
+    "aiokafka": "bench",
+    "confluent_kafka": "dev",
+}
+
+
+def missing_extra_message(exc: ModuleNotFoundError) -> str | None:
+    """What to install when ``exc`` is a missing optional dependency (None when it is not one)."""
+    top = (exc.name or "").split(".", 1)[0]
+    extra = EXTRA_FOR_MODULE.get(top)
+    if extra is None:
+        return None
+    return (
+        f"this command needs the optional package {top!r}, which is not installed; "
+        f"install it with: pip install 'kafka-handoff[{extra}]'"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,6 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(func(args) or 0)
+    except ModuleNotFoundError as exc:
+        message = missing_extra_message(exc)
+        if message is None:
+            raise
+        print(f"handoff: {message}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

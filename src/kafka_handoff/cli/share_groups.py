@@ -199,7 +199,7 @@ def run_share_consume(args: argparse.Namespace, config: dict[str, Any], text: An
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    from kafka_handoff.cli.consume import poll_records, stop_on_signals  # (consume imports this module)
+    from kafka_handoff.cli.polling import poll_records, stop_on_signals
 
     stop = stop_on_signals(consumer.wakeup)
     start = time.monotonic()

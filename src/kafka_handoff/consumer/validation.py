@@ -19,10 +19,11 @@ import collections
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kafka_handoff.consumer.fetch_buffer import CompletedFetch, FetchBuffer
 from kafka_handoff.consumer.subscription import FetchPosition, SubscriptionState
 from kafka_handoff.errors import LogTruncationError, UnsupportedVersionError, error_for_code
 from kafka_handoff.protocol.backoff import ExponentialBackoff
@@ -30,9 +31,6 @@ from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.requests import MAX_POLL_WAIT_MS, PollResult, UnsentRequest
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import TopicPartition
-
-if TYPE_CHECKING:
-    from kafka_handoff.consumer.fetcher import CompletedFetch, FetchBuffer
 
 __all__ = ["PositionValidator", "StallTracker"]
 
@@ -363,6 +361,4 @@ class PositionValidator:
 
 
 def _error_fetch(tp: TopicPartition, pos: FetchPosition, pepoch: int, error: BaseException) -> CompletedFetch:
-    from kafka_handoff.consumer.fetcher import CompletedFetch  # (fetcher imports this module)
-
     return CompletedFetch(tp, pos.offset, pepoch, None, error=error)

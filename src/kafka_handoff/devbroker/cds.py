@@ -16,7 +16,6 @@ JDK.  ``HANDOFF_CDS=0`` turns the archive off.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import logging
 import os
@@ -25,6 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from kafka_handoff.devbroker import _posix
 from kafka_handoff.devbroker.jars import ResolvedJars
 
 __all__ = ["archive_path", "discard", "ensure_archive", "jvm_opts"]
@@ -77,9 +77,7 @@ def ensure_archive(
     if failed.exists():
         return None
     with open(jars.libs.parent / ".cds.lock", "a+b") as lock_file:
-        try:
-            fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
+        if not _posix.lock(lock_file, wait=wait):
             return None
         try:
             if archive.is_file():
@@ -88,7 +86,7 @@ def ensure_archive(
                 return None
             return _train(jars, archive, failed, training_run)
         finally:
-            fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
+            _posix.unlock(lock_file)
 
 
 def _verify(jars: ResolvedJars, archive: Path) -> str:

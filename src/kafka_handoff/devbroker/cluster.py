@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
 
-from kafka_handoff.devbroker import cds
+from kafka_handoff.devbroker import _posix, cds
 from kafka_handoff.devbroker import security as _security
 from kafka_handoff.devbroker._procs import pid_alive, process_args
 from kafka_handoff.devbroker.config import (
@@ -789,6 +789,7 @@ def start(
     ``<data_dir>/client.json`` (+ ``client-<mode>.json``) holds them.
     ``connections_max_reauth_ms``: session lifetime on the SASL listeners (KIP-368 re-authentication).
     """
+    _posix.require_posix("the dev broker (kafka_handoff.devbroker.start)")
     if nodes not in ALLOWED_NODE_COUNTS:
         raise ConfigError(f"nodes: {nodes!r} is not allowed; allowed values: 1, 3")
     modes = _security.normalize_modes(security) if security is not None else ()

@@ -10,7 +10,6 @@ into place, so a half-copied directory is never used.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
@@ -19,6 +18,8 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+
+from kafka_handoff.devbroker import _posix
 
 __all__ = [
     "KAFKA_VERSION",
@@ -86,14 +87,14 @@ def ensure_jars(*, quiet: bool = True) -> ResolvedJars:
 
     version_dir.mkdir(parents=True, exist_ok=True)
     with open(version_dir / ".lock", "a+b") as lock_file:
-        fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)
+        _posix.lock(lock_file)
         try:
             if _marker_ok(marker, digest, libs):  # another process finished while we waited
                 return ResolvedJars(KAFKA_VERSION, libs, False, time.monotonic() - started)
             _resolve(version_dir, text, libs, quiet=quiet)
             marker.write_text(digest + "\n", encoding="utf-8")
         finally:
-            fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
+            _posix.unlock(lock_file)
     return ResolvedJars(KAFKA_VERSION, libs, True, time.monotonic() - started)
 
 

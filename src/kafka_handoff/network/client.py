@@ -50,6 +50,11 @@ log = logging.getLogger(__name__)
 _BOOTSTRAP_BASE = -1000
 _COORDINATOR_BASE = 1 << 30
 _UNREACHABLE_WARN_MS = 10_000  # a warning about unreachable brokers at most this often
+_STALLED_AFTER_MS = 1_000
+"""A ready connection whose oldest request has waited longer than this is "stalled" for
+:meth:`NetworkClient.least_loaded_node`: a request any broker can answer goes to another broker first.  Below
+the fetcher's overdue check (``fetch.max.wait.ms`` + at least 1 s), so the metadata refresh that check asks
+for already avoids a hung leader; a slow but healthy broker costs at most one more connection."""
 
 
 @dataclass(slots=True)
@@ -101,6 +106,11 @@ class NetworkClient:
             collections.deque
         )
         self._backoff: dict[int, _Backoff] = collections.defaultdict(_Backoff)
+        self._suspect_until: dict[int, int] = {}
+        """Brokers (logical ids) that timed out recently -- a request unanswered or a connection not set
+        up within its timeout, the mark of a hung broker (a SIGSTOPped JVM, a black-holed host) whose
+        kernel still accepts connections -- until when :meth:`least_loaded_node` picks them only when no
+        other broker is left.  Cleared by the first response read from the broker."""
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -207,15 +217,32 @@ class NetworkClient:
         return node if self._address(node) is not None else None
 
     def least_loaded_node(self, now_ms: int) -> int | None:
+        """The broker for a request any broker can answer (Metadata, FindCoordinator, ...): a ready
+        connection with the fewest requests in flight, else one being set up, else one not in reconnect
+        backoff, else a ready one whose oldest request waits longer than ``_STALLED_AFTER_MS`` (it may be
+        hung: its answer to anything new would wait behind that request).  Brokers that timed out recently
+        (:attr:`_suspect_until`) come last: a hung broker accepts a new connection and then answers
+        nothing, and a metadata refresh sent there would wait a whole request timeout while another broker
+        already knows the new leaders."""
         candidates = list(self._brokers) or list(self._bootstrap)
         if not candidates:
             return None
         random.shuffle(candidates)
+        healthy = [n for n in candidates if self._suspect_until.get(self._logical_node(n), 0) <= now_ms]
+        if healthy and len(healthy) < len(candidates):
+            return self._least_loaded(healthy, now_ms)
+        return self._least_loaded(candidates, now_ms)
+
+    def _least_loaded(self, candidates: list[int], now_ms: int) -> int:
         best: int | None = None
         best_load = 1 << 30
+        stalled: list[int] = []
         for node in candidates:
             conn = self._conns.get(node)
             if conn is not None and conn.ready:
+                if conn.in_flight and now_ms - conn.in_flight[0].sent_ms > _STALLED_AFTER_MS:
+                    stalled.append(node)
+                    continue
                 load = self.in_flight_count(node)
                 if load < best_load:
                     best, best_load = node, load
@@ -223,11 +250,15 @@ class NetworkClient:
             return best
         for node in candidates:
             conn = self._conns.get(node)
-            if conn is not None and conn.state is not ConnState.DISCONNECTED:
+            if conn is not None and not conn.ready and conn.state is not ConnState.DISCONNECTED:
                 return node
         for node in candidates:
-            if self._backoff[node].next_ms <= now_ms:
+            conn = self._conns.get(node)
+            idle = conn is None or conn.state is ConnState.DISCONNECTED
+            if idle and self._backoff[node].next_ms <= now_ms:
                 return node
+        if stalled:
+            return min(stalled, key=self.in_flight_count)
         return min(candidates, key=lambda n: self._backoff[n].next_ms)
 
     # ------------------------------------------------------------------ poll
@@ -267,6 +298,8 @@ class NetworkClient:
                 if mask & selectors.EVENT_READ:
                     was_ready = conn.ready
                     results = conn.read(now_ms, self.request_timeout_ms)
+                    if self._suspect_until and (results or conn.ready is not was_ready):
+                        self._suspect_until.pop(self._logical_node(conn_id), None)
                     read_error = conn.read_error
                     for entry, response in results:
                         self._complete(entry, response, now_ms)
@@ -484,12 +517,14 @@ class NetworkClient:
                 conn.state in (ConnState.CONNECTING, ConnState.TLS_HANDSHAKE)
                 and conn.connect_deadline_ms <= now_ms
             ):
+                self._suspect_until[self._logical_node(conn_id)] = now_ms + self.request_timeout_ms
                 self._disconnect(
                     conn_id, ConnectionError_(f"connecting to {conn.host}:{conn.port} timed out"), now_ms
                 )
                 continue
             expired = conn.expired(now_ms)
             if expired:
+                self._suspect_until[self._logical_node(conn_id)] = now_ms + self.request_timeout_ms
                 self._disconnect(conn_id, timeout_error(expired[0], conn.host, conn.port), now_ms)
         # Requests that waited for a connection longer than their timeout fail too.
         for _conn_id, queue in self._pending.items():

@@ -16,11 +16,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafka_handoff.pipeline.config import PipelineConfig
 from kafka_handoff.pipeline.errors import MalformedRecordError, MarkConflictError, SinkError
+from kafka_handoff.pipeline.rejects import normalise_rejects
 from kafka_handoff.pipeline.sinks import MarkUpdate, Sink, make_sink
 from kafka_handoff.security import connection_settings
 from kafka_handoff.types import TopicPartition
@@ -36,9 +36,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: Columns of the dead-letter table.
-DEAD_LETTER_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value", "error")
 
 
 def describe_rejects(rejected: Any, limit: int = 5) -> str:
@@ -63,27 +60,6 @@ class DeadLetter(Protocol):
     ) -> int: ...
 
     def close(self) -> None: ...
-
-
-def _normalise(rejected: Any) -> Any:
-    """The dead-letter columns (missing optional ones as nulls) in a fixed order."""
-    n = rejected.num_rows
-    types = {
-        "topic": pa.string(),
-        "partition": pa.int32(),
-        "offset": pa.int64(),
-        "timestamp": pa.timestamp("ms", tz="UTC"),
-        "key": pa.binary(),
-        "value": pa.binary(),
-        "error": pa.string(),
-    }
-    arrays = []
-    for name in DEAD_LETTER_COLUMNS:
-        if name in rejected.column_names:
-            arrays.append(rejected.column(name).cast(types[name]))
-        else:
-            arrays.append(pa.nulls(n, types[name]))
-    return pa.table(arrays, names=list(DEAD_LETTER_COLUMNS))
 
 
 class CountingDeadLetter:
@@ -138,7 +114,7 @@ class TableDeadLetter:
     ) -> int:
         if not rejected.num_rows:
             return 0  # nothing to de-duplicate later either: no write, marks unchanged
-        table = _normalise(rejected)
+        table = normalise_rejects(rejected)
         for _ in range(self.attempts):
             marks = self.sink.read_marks(ranges)
             keep = None
@@ -187,7 +163,7 @@ class TopicDeadLetter:
     ) -> int:
         if not rejected.num_rows:
             return 0
-        table = _normalise(rejected)
+        table = normalise_rejects(rejected)
         futures = []
         for row in table.to_pylist():
             ts = row["timestamp"]

@@ -2,7 +2,7 @@
 
 * ``spark.master`` (default ``local[2]``) starts a classic session; ``spark.remote = "sc://host:port"``
   connects through Spark Connect instead.
-* Local defaults follow the measurements in ``reference/pyspark.md`` section 1.6 (UI off, 2 shuffle
+* Local defaults follow measurements made while the pipeline was designed (UI off, 2 shuffle
   partitions, UTC, loopback driver address, the venv's Python for workers); anything in ``[spark.conf]``
   wins.
 * :class:`JobControl` tags every Spark job a batch runs (``SparkContext.addJobTag``; Spark Connect:

@@ -755,7 +755,11 @@ static int set_long_slot(PyObject *obj, const slotref *ref, long long value)
 static long long now_ms(void)
 {
     struct timespec ts;
+#if defined(_WIN32)
+    timespec_get(&ts, TIME_UTC); /* C11; MSVC has no clock_gettime */
+#else
     clock_gettime(CLOCK_REALTIME, &ts);
+#endif
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 

@@ -86,7 +86,7 @@ class ProducerEventProcessor(ApplicationEventProcessor):
         telemetry: TelemetryManager,
         txn: TransactionManager | None,
         add_topic: Callable[[str, int], None],
-        purge: Callable[[BaseException, int], int] | None = None,
+        purge: Callable[[BaseException, int], int],
     ) -> None:
         super().__init__()
         self._metadata = metadata
@@ -94,8 +94,7 @@ class ProducerEventProcessor(ApplicationEventProcessor):
         self._add_topic = add_topic
         self.register(TopicMetadataEvent, self._topic_metadata)
         self.register(TerminateTelemetryEvent, self._terminate_telemetry)
-        if purge is not None:
-            self.register_result(PurgeEvent, lambda e, now: purge(e.error, now))
+        self.register_result(PurgeEvent, lambda e, now: purge(e.error, now))
         if txn is not None:
             self.register(InitTransactionsEvent, lambda e, now: txn.init_transactions(e.future))
             self.register_result(BeginTransactionEvent, lambda e, now: txn.begin_transaction())

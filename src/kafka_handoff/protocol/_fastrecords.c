@@ -28,6 +28,26 @@
 #define FR_READONLY READONLY
 #endif
 
+/* int64 addition that reports overflow (1) instead of wrapping: the compiler builtin where there is one
+   (GCC, Clang), portable comparisons elsewhere (MSVC).  -DKAFKA_HANDOFF_PORTABLE_C forces the portable
+   code (make test-portable-c builds that way); the module's OVERFLOW_CHECKS says which one was compiled. */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(KAFKA_HANDOFF_PORTABLE_C)
+#define KH_OVERFLOW_CHECKS "builtin"
+Py_LOCAL_INLINE(int) kh_add_overflow_i64(int64_t a, int64_t b, int64_t *out)
+{
+    return __builtin_add_overflow(a, b, out);
+}
+#else
+#define KH_OVERFLOW_CHECKS "portable"
+Py_LOCAL_INLINE(int) kh_add_overflow_i64(int64_t a, int64_t b, int64_t *out)
+{
+    if ((b > 0 && a > INT64_MAX - b) || (b < 0 && a < INT64_MIN - b))
+        return 1;
+    *out = a + b;
+    return 0;
+}
+#endif
+
 #define N_FIELDS 11
 enum {
     F_TOPIC, F_PARTITION, F_OFFSET, F_TIMESTAMP, F_TIMESTAMP_TYPE, F_KEY, F_VALUE, F_HEADERS,
@@ -119,7 +139,7 @@ static inline int read_zz(module_state *st, const uint8_t *buf, Py_ssize_t n, Py
 static PyObject *add_i64(int64_t base, int64_t delta)
 {
     int64_t sum;
-    if (!__builtin_add_overflow(base, delta, &sum))
+    if (!kh_add_overflow_i64(base, delta, &sum))
         return PyLong_FromLongLong(sum);
     PyObject *a = PyLong_FromLongLong(base);
     PyObject *b = a ? PyLong_FromLongLong(delta) : NULL;
@@ -832,7 +852,7 @@ static int append_record(module_state *st, ColumnBuilder *bl, const uint8_t *buf
     if (has_min) {
         int64_t off;
         /* an overflowing offset is reported after the batch; keep the row until then */
-        if (!__builtin_add_overflow(base_offset, *off_delta, &off))
+        if (!kh_add_overflow_i64(base_offset, *off_delta, &off))
             keep = off >= min_offset;
     }
     Py_ssize_t row = bl->rows;
@@ -960,14 +980,14 @@ static PyObject *records_to_buffers(PyObject *module, PyObject *const *args, Py_
         if (append_record(st, bl, buf, n, &p, a.base_offset, has_min, min_offset, &off_delta, &ts_delta,
                           &kept) < 0)
             goto fail;
-        if (__builtin_add_overflow(a.base_offset, off_delta, &offset)) {
+        if (kh_add_overflow_i64(a.base_offset, off_delta, &offset)) {
             if (overflow == NULL)
                 overflow = "a record's offset is outside the int64 range";
             offset = 0;
         }
         if (has_override) {
             ts = ts_override;
-        } else if (__builtin_add_overflow(a.base_ts, ts_delta, &ts)) {
+        } else if (kh_add_overflow_i64(a.base_ts, ts_delta, &ts)) {
             if (overflow == NULL)
                 overflow = "a record's timestamp is outside the int64 range";
             ts = 0;
@@ -1437,6 +1457,8 @@ static int module_exec(PyObject *m)
     if (PyType_Ready(&ColumnBuilder_Type) < 0 || PyType_Ready(&OwnedBuffer_Type) < 0)
         return -1;
     if (PyModule_AddObjectRef(m, "ColumnBuilder", (PyObject *)&ColumnBuilder_Type) < 0)
+        return -1;
+    if (PyModule_AddStringConstant(m, "OVERFLOW_CHECKS", KH_OVERFLOW_CHECKS) < 0)
         return -1;
     return 0;
 }

@@ -186,6 +186,8 @@ class Consumer:
         if self._auto_commit and "group.id" not in native_conf:
             self._auto_commit = False
         native_conf.setdefault("revoke.completion", "next-poll")
+        # librdkafka's default (Java's is read_uncommitted): aborted transactional records are not returned.
+        native_conf.setdefault("isolation.level", "read_committed")
         self._incremental_protocol = str(native_conf.get("group.protocol", "classic")).lower() == "consumer"
         session = native_conf.get("session.timeout.ms")
         session_ms = _int_or(session, 45000)
@@ -762,7 +764,11 @@ class Consumer:
         except native_errors.KafkaError as e:
             self._note_committed(offsets, from_exception(e))
 
-    def _note_committed(self, offsets: Mapping[NativeTP, OffsetAndMetadata], err: KafkaError | None) -> None:
+    def _note_committed(
+        self, offsets: Mapping[NativeTP, OffsetAndMetadata], err: KafkaError | None, *, notify: bool = True
+    ) -> None:
+        """Remember what was committed; ``notify`` queues the result for ``on_commit`` (as confluent-kafka:
+        auto-commits and asynchronous commits, not ``commit(asynchronous=False)``, whose result is returned)."""
         parts = []
         for tp, om in sorted(offsets.items()):
             out = TopicPartition(tp.topic, tp.partition, om.offset, om.metadata or None)
@@ -771,7 +777,7 @@ class Consumer:
             else:
                 out.error = err
             parts.append(out)
-        if self._on_commit is not None:
+        if notify and self._on_commit is not None:
             self._pending_commit_cbs.append((err, parts))
 
     # ------------------------------------------------------------------------------------------ buffer
@@ -911,9 +917,9 @@ class Consumer:
             raise e.error from None
         except native_errors.KafkaError as e:
             err = from_exception(e)
-            self._note_committed(commit, err)
+            self._note_committed(commit, err, notify=False)
             raise KafkaException(err) from e
-        self._note_committed(commit, None)
+        self._note_committed(commit, None, notify=False)
         return [
             TopicPartition(tp.topic, tp.partition, om.offset, om.metadata or None)
             for tp, om in commit.items()

@@ -296,10 +296,10 @@ class TransactionalTopicDeadLetter:
     ) -> int:
         if not rejected.num_rows:
             return 0
-        from kafka_handoff.pipeline.deadletter import _normalise
+        from kafka_handoff.pipeline.rejects import normalise_rejects
 
         records = []
-        for row in _normalise(rejected).to_pylist():
+        for row in normalise_rejects(rejected).to_pylist():
             ts = row["timestamp"]
             records.append(
                 {
