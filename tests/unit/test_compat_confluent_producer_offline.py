@@ -8,16 +8,19 @@ tests/integration/test_compat_confluent_producer.py.
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from kafka_handoff.admin import DeletedRecords as NativeDeletedRecords
 from kafka_handoff.compat.confluent_kafka import (
     KafkaError,
     KafkaException,
     Producer,
     SerializingProducer,
+    TopicPartition,
 )
 from kafka_handoff.compat.confluent_kafka.admin import (
     AclBinding,
@@ -29,6 +32,7 @@ from kafka_handoff.compat.confluent_kafka.admin import (
     ConfigResource,
     ConsumerGroupState,
     NewTopic,
+    OffsetSpec,
     ResourcePatternType,
     ResourceType,
     ScramCredentialInfo,
@@ -408,3 +412,46 @@ def test_produce_never_waits_for_a_topics_metadata() -> None:
         assert len(producer) == 0
     finally:
         producer.close(0)
+
+
+def test_admin_reads_start_after_earlier_changes_and_reads_run_side_by_side() -> None:
+    admin = AdminClient(_conf())
+    release = threading.Event()
+    order: list[str] = []
+
+    class Native:  # stands in for the native admin client: this checks the compat layer's ordering only
+        def delete_records(self, offsets: Any, timeout: float | None = None) -> Any:
+            release.wait(30)
+            order.append("delete_records")
+            return {tp: NativeDeletedRecords(o) for tp, o in offsets.items()}
+
+        def list_offsets(self, tps: Any, spec: int, timeout: float | None = None, **kw: Any) -> Any:
+            order.append("list_offsets")
+            return dict.fromkeys(tps, 3)
+
+        def describe_acls(self, flt: Any, timeout: float | None = None) -> Any:
+            order.append("describe_acls")
+            return []
+
+    real = admin._native
+    admin._native = Native()  # type: ignore[assignment]
+    try:
+        tp = TopicPartition("t", 0, 3)
+        deleting = admin.delete_records([tp])[tp]
+        listing = admin.list_offsets({TopicPartition("t", 0): OffsetSpec.earliest()})
+        first_read = admin.describe_acls(AclBindingFilter("any", None, "any", None, None, "any", "any"))
+        second_read = admin.describe_acls(AclBindingFilter("any", None, "any", None, None, "any", "any"))
+        assert not listing[TopicPartition("t", 0)].done() and not first_read.done()  # waiting for the change
+        release.set()
+        assert deleting.result(30).low_watermark == 3
+        assert [f.result(30).offset for f in listing.values()] == [3]
+        assert first_read.result(30) == [] and second_read.result(30) == []
+        assert order[0] == "delete_records" and sorted(order[1:]) == [
+            "describe_acls",
+            "describe_acls",
+            "list_offsets",
+        ]
+    finally:
+        release.set()
+        admin._native = real
+        admin.close()

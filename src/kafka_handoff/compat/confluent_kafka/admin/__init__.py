@@ -14,11 +14,13 @@ resource (so each future carries only its own resource's error).  What remains u
 from __future__ import annotations
 
 import enum
+import functools
 import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TypeVar
+from concurrent.futures import wait as futures_wait
+from typing import Any, ParamSpec, TypeVar
 
 from kafka_handoff import admin as native
 from kafka_handoff import errors as native_errors
@@ -156,6 +158,8 @@ __all__ = [
 
 _T = TypeVar("_T")
 _E = TypeVar("_E", bound=enum.Enum)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 _ADMIN_KEYS = ADMIN_CONFIG_DEF.names | frozenset(CONFIG_ALIASES)
 _SOURCES = {
     "TOPIC_CONFIG": ConfigSource.DYNAMIC_TOPIC_CONFIG,
@@ -338,6 +342,31 @@ def _scram_alteration(
     )
 
 
+def _ordered(*, write: bool) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """Calls run in the order the application makes them where it matters, as librdkafka's admin client
+    (one queue) does: a call's work starts once the changes of earlier calls (``write=True``: creating,
+    deleting, altering) are done, so a read right after a change (``delete_records`` then ``list_offsets``)
+    sees it; reads among themselves, and the futures of one call, still run side by side."""
+
+    def wrap(method: Callable[_P, _R]) -> Callable[_P, _R]:
+        @functools.wraps(method)
+        def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            self = args[0]
+            assert isinstance(self, AdminClient)
+            self._call.after = self._earlier_writes()
+            try:
+                result = method(*args, **kwargs)
+            finally:
+                self._call.after = ()
+            if write:
+                self._wrote(result.values() if isinstance(result, dict) else [result])  # type: ignore[list-item]
+            return result
+
+        return call
+
+    return wrap
+
+
 class AdminClient:
     """confluent-kafka's ``AdminClient`` over :class:`kafka_handoff.admin.AdminClient`."""
 
@@ -351,17 +380,24 @@ class AdminClient:
         except native_errors.ConfigError as exc:
             raise KafkaException(KafkaError(KafkaError._INVALID_ARG, str(exc))) from exc
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kafka-handoff-compat-admin")
+        self._call = threading.local()  # the futures the current call's work waits for
+        self._writes: list[Future[Any]] = []  # the not yet done futures of calls that change the cluster
+        self._writes_lock = threading.Lock()
         self._idle = threading.Event()
         self._finalizer = weakref.finalize(self, _shutdown, self._native, self._pool)
 
     # ------------------------------------------------------------------------------------ plumbing
     def _run(self, work: Callable[[], _T]) -> Future[_T]:
-        """``work`` on the pool; its native exceptions become the future's ``KafkaException``."""
+        """``work`` on the pool; its native exceptions become the future's ``KafkaException``.  It starts
+        once the changes asked for by earlier calls are done (see :func:`_ordered`)."""
         future: Future[_T] = Future()
+        after = getattr(self._call, "after", ())
 
         def run() -> None:
             if not future.set_running_or_notify_cancel():
                 return
+            if after:
+                futures_wait(after)
             try:
                 result = work()
             except native_errors.KafkaError as exc:
@@ -373,6 +409,15 @@ class AdminClient:
 
         self._pool.submit(run)
         return future
+
+    def _earlier_writes(self) -> list[Future[Any]]:
+        with self._writes_lock:
+            self._writes = [f for f in self._writes if not f.done()]
+            return list(self._writes)
+
+    def _wrote(self, futures: Iterable[Future[Any]]) -> None:
+        with self._writes_lock:
+            self._writes.extend(futures)
 
     @staticmethod
     def _timeout(kwargs: Mapping[str, Any]) -> float | None:
@@ -403,6 +448,7 @@ class AdminClient:
         return 0
 
     # -------------------------------------------------------------------------------------- topics
+    @_ordered(write=True)
     def create_topics(self, new_topics: list[NewTopic], **kwargs: Any) -> dict[str, Future[None]]:
         """Create topics; ``{topic: future}`` (``result()`` is None once created)."""
         if not isinstance(new_topics, list) or not new_topics:
@@ -434,6 +480,7 @@ class AdminClient:
 
         return {t.topic: self._run(create(t)) for t in new_topics}
 
+    @_ordered(write=True)
     def delete_topics(self, topics: list[str], **kwargs: Any) -> dict[str, Future[None]]:
         """Delete topics; ``{topic: future}``."""
         if not isinstance(topics, list) or not topics:
@@ -445,6 +492,7 @@ class AdminClient:
 
         return {name: self._run(delete(name)) for name in topics}
 
+    @_ordered(write=True)
     def create_partitions(
         self, new_partitions: list[NewPartitions], **kwargs: Any
     ) -> dict[str, Future[None]]:
@@ -465,9 +513,11 @@ class AdminClient:
         return {p.topic: self._run(grow(p)) for p in new_partitions}
 
     def list_topics(self, topic: str | None = None, timeout: float | None = -1) -> ClusterMetadata:
-        """Brokers and topics (``topic``: only that one)."""
+        """Brokers and topics (``topic``: only that one), once earlier calls' changes are done."""
+        futures_wait(self._earlier_writes())
         return cluster_metadata(self._native, topic, _seconds(timeout))
 
+    @_ordered(write=False)
     def describe_topics(self, topics: TopicCollection, **kwargs: Any) -> dict[str, Future[TopicDescription]]:
         """``{topic: future of TopicDescription}``."""
         if not isinstance(topics, TopicCollection):
@@ -498,6 +548,7 @@ class AdminClient:
         cluster = self._native.describe_cluster(timeout=timeout)
         return {b.node_id: Node(b.node_id, b.host, b.port, b.rack) for b in cluster.brokers}
 
+    @_ordered(write=False)
     def describe_cluster(self, **kwargs: Any) -> Future[DescribeClusterResult]:
         timeout = self._timeout(kwargs)
 
@@ -510,6 +561,7 @@ class AdminClient:
 
         return self._run(run)
 
+    @_ordered(write=False)
     def list_offsets(
         self, topic_partition_offsets: Mapping[TopicPartition, OffsetSpec], **kwargs: Any
     ) -> dict[TopicPartition, Future[ListOffsetsResultInfo]]:
@@ -533,6 +585,7 @@ class AdminClient:
         return {tp: self._run(one(tp, spec)) for tp, spec in topic_partition_offsets.items()}
 
     # ------------------------------------------------------------------------------------- configs
+    @_ordered(write=False)
     def describe_configs(
         self, resources: list[ConfigResource], **kwargs: Any
     ) -> dict[ConfigResource, Future[dict[str, ConfigEntry]]]:
@@ -563,6 +616,7 @@ class AdminClient:
 
         return {r: self._run(describe(r)) for r in resources}
 
+    @_ordered(write=True)
     def alter_configs(
         self, resources: list[ConfigResource], **kwargs: Any
     ) -> dict[ConfigResource, Future[None]]:
@@ -582,6 +636,7 @@ class AdminClient:
 
         return {r: self._run(alter(r)) for r in resources}
 
+    @_ordered(write=True)
     def incremental_alter_configs(
         self, resources: list[ConfigResource], **kwargs: Any
     ) -> dict[ConfigResource, Future[None]]:
@@ -620,6 +675,7 @@ class AdminClient:
         return {r: self._run(alter(r)) for r in resources}
 
     # -------------------------------------------------------------------------------------- groups
+    @_ordered(write=False)
     def list_consumer_groups(self, **kwargs: Any) -> Future[ListConsumerGroupsResult]:
         """A future of :class:`ListConsumerGroupsResult` (``states=``/``types=`` filter by sets)."""
         states = kwargs.get("states")
@@ -653,7 +709,9 @@ class AdminClient:
         return self._run(run)
 
     def list_groups(self, group: str | None = None, timeout: float | None = -1) -> list[GroupMetadata]:
-        """The deprecated group listing (``GroupMetadata`` with members)."""
+        """The deprecated group listing (``GroupMetadata`` with members), once earlier calls' changes are
+        done."""
+        futures_wait(self._earlier_writes())
         seconds = _seconds(timeout)
         try:
             ids = (
@@ -682,6 +740,7 @@ class AdminClient:
             out.append(g)
         return out
 
+    @_ordered(write=False)
     def describe_consumer_groups(
         self, group_ids: list[str], **kwargs: Any
     ) -> dict[str, Future[ConsumerGroupDescription]]:
@@ -733,6 +792,7 @@ class AdminClient:
 
         return {g: self._run(describe(g)) for g in group_ids}
 
+    @_ordered(write=True)
     def delete_consumer_groups(self, group_ids: list[str], **kwargs: Any) -> dict[str, Future[None]]:
         if not isinstance(group_ids, list):
             raise TypeError("Expected input to be list of group ids to be deleted")
@@ -745,6 +805,7 @@ class AdminClient:
 
         return {g: self._run(delete(g)) for g in group_ids}
 
+    @_ordered(write=False)
     def list_consumer_group_offsets(
         self, list_consumer_group_offsets_request: Sequence[ConsumerGroupTopicPartitions], **kwargs: Any
     ) -> dict[str, Future[ConsumerGroupTopicPartitions]]:
@@ -775,6 +836,7 @@ class AdminClient:
 
         return {r.group_id: self._run(one(r)) for r in requests}
 
+    @_ordered(write=True)
     def alter_consumer_group_offsets(
         self, alter_consumer_group_offsets_request: Sequence[ConsumerGroupTopicPartitions], **kwargs: Any
     ) -> dict[str, Future[ConsumerGroupTopicPartitions]]:
@@ -814,6 +876,7 @@ class AdminClient:
         return {r.group_id: self._run(one(r)) for r in requests}
 
     # ---------------------------------------------------------------------------------------- ACLs
+    @_ordered(write=True)
     def create_acls(self, acls: list[AclBinding], **kwargs: Any) -> dict[AclBinding, Future[None]]:
         """Create ACL bindings; ``{binding: future}``."""
         if not isinstance(acls, list) or not acls:
@@ -830,6 +893,7 @@ class AdminClient:
 
         return {b: self._run(create(b)) for b in acls}
 
+    @_ordered(write=False)
     def describe_acls(self, acl_binding_filter: AclBindingFilter, **kwargs: Any) -> Future[list[AclBinding]]:
         """A future of the ACL bindings matching the filter."""
         if not isinstance(acl_binding_filter, AclBindingFilter):
@@ -838,6 +902,7 @@ class AdminClient:
         timeout = self._timeout(kwargs)
         return self._run(lambda: [_binding(b) for b in self._native.describe_acls(flt, timeout=timeout)])
 
+    @_ordered(write=True)
     def delete_acls(
         self, acl_binding_filters: list[AclBindingFilter], **kwargs: Any
     ) -> dict[AclBindingFilter, Future[list[AclBinding]]]:
@@ -858,6 +923,7 @@ class AdminClient:
         return {f: self._run(delete(f)) for f in acl_binding_filters}
 
     # ---------------------------------------------------------------------------------------- SCRAM
+    @_ordered(write=False)
     def describe_user_scram_credentials(
         self, users: list[str] | None = None, **kwargs: Any
     ) -> (
@@ -886,6 +952,7 @@ class AdminClient:
 
         return {u: self._run(describe(u)) for u in users}
 
+    @_ordered(write=True)
     def alter_user_scram_credentials(
         self, alterations: list[UserScramCredentialAlteration], **kwargs: Any
     ) -> dict[str, Future[None]]:
@@ -903,6 +970,7 @@ class AdminClient:
         return {u: self._run(alter(u)) for u in by_user}
 
     # ------------------------------------------------------------------------------ records, leaders
+    @_ordered(write=True)
     def delete_records(
         self, topic_partition_offsets: list[TopicPartition], **kwargs: Any
     ) -> dict[TopicPartition, Future[DeletedRecords]]:
@@ -928,6 +996,7 @@ class AdminClient:
 
         return {tp: self._run(delete(tp)) for tp in topic_partition_offsets}
 
+    @_ordered(write=True)
     def elect_leaders(
         self, election_type: ElectionType, partitions: list[TopicPartition] | None = None, **kwargs: Any
     ) -> Future[dict[TopicPartition, KafkaError | None]]:
