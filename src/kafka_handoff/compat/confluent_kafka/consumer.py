@@ -768,7 +768,8 @@ class Consumer:
         self, offsets: Mapping[NativeTP, OffsetAndMetadata], err: KafkaError | None, *, notify: bool = True
     ) -> None:
         """Remember what was committed; ``notify`` queues the result for ``on_commit`` (as confluent-kafka:
-        auto-commits and asynchronous commits, not ``commit(asynchronous=False)``, whose result is returned)."""
+        auto-commits and asynchronous commits, not ``commit(asynchronous=False)``, which returns its
+        result)."""
         parts = []
         for tp, om in sorted(offsets.items()):
             out = TopicPartition(tp.topic, tp.partition, om.offset, om.metadata or None)
