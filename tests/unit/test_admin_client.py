@@ -371,3 +371,18 @@ def test_list_offsets_follows_the_leader_when_the_old_one_is_unreachable(
     monkeypatch.setattr(admin, "_run", fake_run)
     assert admin.list_offsets([tp], timeout=10) == {tp: 42}
     assert targets == [1, 2]
+
+
+def test_config_values_that_are_not_strings_are_refused_naming_the_key(admin: AdminClient) -> None:
+    """A non-string value is a TypeError naming the resource and the key, on the caller's thread -- not an
+    encoder failure on the network thread that reaches nobody."""
+    from kafka_handoff.admin.configs import AlterConfigOp, ConfigResource, ConfigResourceType
+
+    topic = ConfigResource(ConfigResourceType.TOPIC, "orders")
+    bad: Any = {"retention.ms": 1000}
+    with pytest.raises(TypeError, match=r"orders.*'retention\.ms'.*int 1000"):
+        admin.alter_configs({topic: bad}, timeout=1)
+    five: Any = 5
+    op = AlterConfigOp("cleanup.policy", five)
+    with pytest.raises(TypeError, match=r"orders.*'cleanup\.policy'.*int 5"):
+        admin.incremental_alter_configs({topic: [op]}, timeout=1)

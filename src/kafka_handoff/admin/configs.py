@@ -88,6 +88,17 @@ def _resource(r: str | ConfigResource) -> ConfigResource:
     return ConfigResource(ConfigResourceType.TOPIC, r) if isinstance(r, str) else r
 
 
+def _check_values(r: ConfigResource, values: Iterable[tuple[str, object]]) -> None:
+    """Config values go on the wire as strings (``None`` only to delete): anything else is a ``TypeError``
+    naming the resource and the key, raised on the caller's thread before a request is made."""
+    for name, value in values:
+        if value is not None and not isinstance(value, str):
+            raise TypeError(
+                f"{r}: the value of config {name!r} must be a string (or None), not "
+                f"{type(value).__name__} {value!r}: write it as Kafka's tools would, e.g. str(value)"
+            )
+
+
 def _target(r: ConfigResource) -> int:
     """Broker resources with an id go to that broker; everything else to any broker."""
     if r.type in (ConfigResourceType.BROKER, ConfigResourceType.BROKER_LOGGER) and r.name:
@@ -177,6 +188,8 @@ class ConfigAdminMixin(AdminPlumbing):
         (back to the default), append to or subtract from a list.  Each resource's error names it; the first
         is raised with the others attached as notes."""
         ops = {_resource(r): list(o) for r, o in configs.items()}
+        for r, resource_ops in ops.items():
+            _check_values(r, ((op.name, op.value) for op in resource_ops))
         deadline = self._deadline(timeout)
 
         def body(group: list[ConfigResource]) -> dict[str, Any]:
@@ -211,6 +224,8 @@ class ConfigAdminMixin(AdminPlumbing):
         ``alterConfigs``: configs not given go back to their defaults).  Prefer
         :meth:`incremental_alter_configs`."""
         values = {_resource(r): dict(c) for r, c in configs.items()}
+        for r, resource_values in values.items():
+            _check_values(r, resource_values.items())
         deadline = self._deadline(timeout)
 
         def body(group: list[ConfigResource]) -> dict[str, Any]:
