@@ -47,7 +47,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -710,15 +710,20 @@ def _is_kdc(pid: int, directory: Path) -> bool:
     return any(a.endswith(b"krb5kdc") for a in args)
 
 
-def _stop_kdc(directory: Path, timeout: float = 5.0) -> None:
-    state_file = directory / _KDC_STATE
-    sup = _owned_kdc.pop(directory, None)
+def _stop_service(
+    state_file: Path,
+    sup: subprocess.Popen[bytes] | None,
+    is_ours: Callable[[int], bool],
+    timeout: float,
+) -> None:
+    """Stop the helper process recorded in ``state_file`` (only if ``is_ours`` recognises its pid: SIGTERM,
+    then SIGKILL after ``timeout``), reap this process's supervisor ``sup`` if any, and drop the file."""
     try:
         state = json.loads(state_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         state = {}
     pid = state.get("pid")
-    if isinstance(pid, int) and _is_kdc(pid, directory):
+    if isinstance(pid, int) and is_ours(pid):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
@@ -739,6 +744,11 @@ def _stop_kdc(directory: Path, timeout: float = 5.0) -> None:
                     stream.close()
     with contextlib.suppress(FileNotFoundError):
         state_file.unlink()
+
+
+def _stop_kdc(directory: Path, timeout: float = 5.0) -> None:
+    sup = _owned_kdc.pop(directory, None)
+    _stop_service(directory / _KDC_STATE, sup, lambda pid: _is_kdc(pid, directory), timeout)
 
 
 def stop_services(data_dir: Path, timeout: float = 5.0) -> None:
@@ -747,34 +757,9 @@ def stop_services(data_dir: Path, timeout: float = 5.0) -> None:
     directory = Path(data_dir) / _SECURITY_DIR
     if (directory / _KDC_STATE).exists() or directory in _owned_kdc:
         _stop_kdc(directory, timeout)
-    state_file = directory / _SERVICE_STATE
     sup = _owned.pop(directory, None)
-    try:
-        state = json.loads(state_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        state = {}
-    pid = state.get("pid")
-    if isinstance(pid, int) and _is_token_server(pid, directory / "oidc.json"):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if pid_alive(pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-    if sup is not None:
-        try:
-            sup.wait(timeout)
-        except subprocess.TimeoutExpired:
-            sup.kill()
-            sup.wait()
-        for stream in (sup.stdin, sup.stdout):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-    with contextlib.suppress(FileNotFoundError):
-        state_file.unlink()
+    oidc_config = directory / "oidc.json"
+    _stop_service(directory / _SERVICE_STATE, sup, lambda pid: _is_token_server(pid, oidc_config), timeout)
 
 
 def clear(data_dir: Path) -> None:
