@@ -598,41 +598,16 @@ class DevSecurity:
         accepts connections."""
         kdc = self.kdc
         assert kdc is not None
-        log_file = self.directory / "kdc-out.log"
-        cmd = kdc.command()
-        env = kdc.env()
-        sup_pid: int | None = None
-        if supervised:
-            sup = subprocess.Popen(
-                [sys.executable, "-I", str(_SUPERVISOR), "5", str(log_file), "-", "--", *cmd],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-                env=env,
-            )
-            assert sup.stdout is not None
-            line = sup.stdout.readline()
-            try:
-                pid = int(line.strip())
-            except ValueError:
-                sup.kill()
-                sup.wait()
-                raise ConfigError(f"security: the KDC did not start; see {log_file}") from None
-            _owned_kdc[self.directory] = sup
-            sup_pid = sup.pid
-        else:
-            with open(log_file, "ab") as out:
-                proc = subprocess.Popen(
-                    cmd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    env=env,
-                )
-            pid = proc.pid
-        (self.directory / _KDC_STATE).write_text(json.dumps({"pid": pid, "supervisor_pid": sup_pid}) + "\n")
+        pid = _launch(
+            kdc.command(),
+            what="the KDC",
+            log_file=self.directory / "kdc-out.log",
+            state_file=self.directory / _KDC_STATE,
+            owned=_owned_kdc,
+            directory=self.directory,
+            supervised=supervised,
+            env=kdc.env(),
+        )
         try:
             kdc.wait_ready(alive=lambda: pid_alive(pid))
         except ConfigError:
@@ -645,37 +620,15 @@ class DevSecurity:
         """Start ``_oidc_server.py`` (supervised: dies with this process; else detached) and wait until
         it answers."""
         log_file = self.directory / "oidc.log"
-        cmd = [sys.executable, "-I", str(_OIDC_SCRIPT), str(self.oidc_config_file)]
-        if supervised:
-            sup = subprocess.Popen(
-                [sys.executable, "-I", str(_SUPERVISOR), "5", str(log_file), "-", "--", *cmd],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            assert sup.stdout is not None
-            line = sup.stdout.readline()
-            try:
-                pid = int(line.strip())
-            except ValueError:
-                sup.kill()
-                sup.wait()
-                raise ConfigError(f"security: the token endpoint did not start; see {log_file}") from None
-            _owned[self.directory] = sup
-            sup_pid: int | None = sup.pid
-        else:
-            with open(log_file, "ab") as out:
-                proc = subprocess.Popen(
-                    cmd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            pid, sup_pid = proc.pid, None
-        service = {"pid": pid, "supervisor_pid": sup_pid}
-        (self.directory / _SERVICE_STATE).write_text(json.dumps(service) + "\n")
+        pid = _launch(
+            [sys.executable, "-I", str(_OIDC_SCRIPT), str(self.oidc_config_file)],
+            what="the token endpoint",
+            log_file=log_file,
+            state_file=self.directory / _SERVICE_STATE,
+            owned=_owned,
+            directory=self.directory,
+            supervised=supervised,
+        )
         deadline = time.monotonic() + _OIDC_READY_TIMEOUT_S
         url = f"http://127.0.0.1:{self.oidc_port}/jwks"
         while True:
@@ -694,6 +647,55 @@ class DevSecurity:
                     f"security: the token endpoint on 127.0.0.1:{self.oidc_port} did not start:\n{tail}"
                 )
             time.sleep(0.05)
+
+
+def _launch(
+    cmd: Sequence[str],
+    *,
+    what: str,
+    log_file: Path,
+    state_file: Path,
+    owned: dict[Path, subprocess.Popen[bytes]],
+    directory: Path,
+    supervised: bool,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """Start the helper ``cmd`` in its own session, its output to ``log_file``: supervised (under
+    ``_supervisor.py``, which dies with this process; kept in ``owned[directory]``) or detached.  Records its
+    pid (and the supervisor's) in ``state_file`` and returns the pid."""
+    sup_pid: int | None = None
+    if supervised:
+        sup = subprocess.Popen(
+            [sys.executable, "-I", str(_SUPERVISOR), "5", str(log_file), "-", "--", *cmd],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
+        assert sup.stdout is not None
+        line = sup.stdout.readline()
+        try:
+            pid = int(line.strip())
+        except ValueError:
+            sup.kill()
+            sup.wait()
+            raise ConfigError(f"security: {what} did not start; see {log_file}") from None
+        owned[directory] = sup
+        sup_pid = sup.pid
+    else:
+        with open(log_file, "ab") as out:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+            )
+        pid = proc.pid
+    state_file.write_text(json.dumps({"pid": pid, "supervisor_pid": sup_pid}) + "\n")
+    return pid
 
 
 def _is_token_server(pid: int, config_file: Path) -> bool:
