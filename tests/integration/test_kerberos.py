@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from security_helpers import connections_across_sessions
+from security_helpers import connections_across_sessions, consume_keyed
 
 from kafka_handoff import devbroker
 from kafka_handoff.admin import AdminClient, NewTopic
@@ -112,7 +112,6 @@ def round_trip(props: dict[str, Any], protocols: tuple[str, ...] = BOTH, count: 
         producer.flush(60)
         assert all(f.result(0).offset >= 0 for f in futures)
     for protocol in protocols:
-        got: dict[bytes, bytes] = {}
         group = f"krb-{protocol}-{uuid.uuid4().hex[:8]}"
         consumer_props = {
             **props,
@@ -123,11 +122,7 @@ def round_trip(props: dict[str, Any], protocols: tuple[str, ...] = BOTH, count: 
         }
         with Consumer(consumer_props) as consumer:
             consumer.subscribe([topic])
-            deadline = time.monotonic() + 60
-            while len(got) < len(sent) and time.monotonic() < deadline:
-                for record in consumer.poll(0.5):
-                    assert record.key is not None and record.value is not None
-                    got[record.key] = record.value
+            got = consume_keyed(consumer, len(sent))
             consumer.commit_sync()
         assert got == sent, f"group protocol {protocol}: {len(got)} of {len(sent)} records"
 
