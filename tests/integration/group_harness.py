@@ -26,8 +26,8 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 from kafka_handoff.consumer import Consumer, ConsumerRecords
 from kafka_handoff.consumer.listener import RebalanceConsumer, RebalanceListenerBase
@@ -90,6 +90,22 @@ def wait_for(cond: Callable[[], bool], timeout: float, what: str | Callable[[], 
             detail = what() if callable(what) else what
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for: {detail}")
         time.sleep(0.02)
+
+
+class Pollable(Protocol):
+    def poll(self) -> None: ...
+
+
+def pump(members: Sequence[Pollable], until: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll every member from the test thread, round after round, until ``until()`` holds; fail with ``what``
+    after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for member in members:
+            member.poll()
+        if until():
+            return
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 # ============================================================================================ the log

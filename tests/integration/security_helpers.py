@@ -1,11 +1,13 @@
 """Helpers shared by the security tests: which TCP connections this process holds to a port, and how they
-fare across SASL session expiries (KIP-368 re-authentication)."""
+fare across SASL session expiries (KIP-368 re-authentication); reading back keyed records."""
 
 from __future__ import annotations
 
 import os
 import time
 from collections.abc import Callable
+
+from kafka_handoff.consumer import Consumer
 
 
 def _socket_inodes() -> set[str]:
@@ -58,3 +60,15 @@ def connections_across_sessions(
     while time.monotonic() < until:
         step(0.1)
     return before, established_local_ports(port)
+
+
+def consume_keyed(consumer: Consumer, count: int, timeout: float = 60) -> dict[bytes, bytes]:
+    """Poll the subscribed ``consumer`` until ``count`` distinct keys arrived (or ``timeout`` seconds
+    passed): key -> value of what it read.  Every record must have a key and a value."""
+    got: dict[bytes, bytes] = {}
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        for record in consumer.poll(0.5):
+            assert record.key is not None and record.value is not None
+            got[record.key] = record.value
+    return got

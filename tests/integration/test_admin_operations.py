@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from admin_helpers import produce_timestamped
 from kafka_tools import run_tool
 
 from kafka_handoff import devbroker
@@ -57,19 +58,6 @@ def admin(broker: Any) -> Iterator[AdminClient]:
         yield client
 
 
-def produce(bootstrap: str, topic: str, per_partition: int, partitions: int, base_ts: int) -> None:
-    """``per_partition`` records in each partition, record i at ``base_ts + i * 1000``."""
-    with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as producer:
-        futures = [
-            producer.send(topic, b"v%d" % i, partition=p, timestamp=base_ts + i * 1000)
-            for p in range(partitions)
-            for i in range(per_partition)
-        ]
-        producer.flush(60)
-        for f in futures:
-            f.result(0)
-
-
 def committed_by_librdkafka(
     bootstrap: str, group: str, tps: list[TopicPartition]
 ) -> dict[TopicPartition, int]:
@@ -86,7 +74,7 @@ def test_alter_and_delete_group_offsets_as_librdkafka_reads_them(
     admin: AdminClient, broker: Any, topic_factory: Any
 ) -> None:
     topic = topic_factory(partitions=2)
-    produce(broker.bootstrap_servers, topic, 5, 2, int(time.time() * 1000))
+    produce_timestamped(broker.bootstrap_servers, topic, 5, 2, int(time.time() * 1000))
     group = f"alter-{uuid.uuid4().hex[:8]}"
     tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
     admin.alter_consumer_group_offsets(group, {tp0: 3, tp1: OffsetAndMetadata(5, "by admin")}, timeout=30)
@@ -107,7 +95,7 @@ def test_reset_plans_clamp_and_execute_only_when_asked(
 ) -> None:
     topic = topic_factory(partitions=2)
     base = int(time.time() * 1000) - 60_000
-    produce(broker.bootstrap_servers, topic, 10, 2, base)
+    produce_timestamped(broker.bootstrap_servers, topic, 10, 2, base)
     group = f"reset-{uuid.uuid4().hex[:8]}"
     tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
     admin.alter_consumer_group_offsets(group, {tp0: 4, tp1: 8}, timeout=30)
@@ -196,7 +184,7 @@ def test_incremental_alter_configs_sets_and_deletes_and_names_the_failing_resour
 
 def test_delete_records_moves_the_low_watermark(admin: AdminClient, broker: Any, topic_factory: Any) -> None:
     topic = topic_factory(partitions=2)
-    produce(broker.bootstrap_servers, topic, 6, 2, int(time.time() * 1000))
+    produce_timestamped(broker.bootstrap_servers, topic, 6, 2, int(time.time() * 1000))
     tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
     result = admin.delete_records({tp0: RecordsToDelete.before_offset(4), tp1: -1}, timeout=30)
     assert {tp: r.low_watermark for tp, r in result.items()} == {tp0: 4, tp1: 6}
@@ -320,7 +308,8 @@ def test_elections_reassignments_log_dirs_and_producers(
     from kafka_handoff.errors import BrokerResponseError
 
     topic = topic_factory(partitions=2)
-    produce(broker.bootstrap_servers, topic, 3, 2, int(time.time() * 1000))  # an idempotent producer
+    # an idempotent producer
+    produce_timestamped(broker.bootstrap_servers, topic, 3, 2, int(time.time() * 1000))
     tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
     (node,) = [b.node_id for b in admin.describe_cluster(timeout=30).brokers]
 

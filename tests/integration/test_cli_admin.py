@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from admin_helpers import produce_timestamped
 from kafka_tools import run_tool
 
 from kafka_handoff.admin import AdminClient
@@ -53,20 +54,6 @@ def test_produce_sample_stops_at_the_first_failed_delivery_and_says_why(
 CGC = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 
 
-def _produce(bootstrap: str, topic: str, per_partition: int, partitions: int, base_ts: int) -> None:
-    from kafka_handoff.producer import Producer
-
-    with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as producer:
-        futures = [
-            producer.send(topic, b"v%d" % i, partition=p, timestamp=base_ts + i * 1000)
-            for p in range(partitions)
-            for i in range(per_partition)
-        ]
-        producer.flush(60)
-        for f in futures:
-            f.result(0)
-
-
 def _kafka_group_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
     """``kafka-consumer-groups --describe --offsets``: (topic, partition) -> CURRENT-OFFSET."""
     out = run_tool(CGC, "--bootstrap-server", bootstrap, "--describe", "--offsets", "--group", group)
@@ -88,7 +75,7 @@ def test_cli_groups_reset_offsets_lag_and_delete_offsets_checked_by_kafkas_tool(
     b = ["--bootstrap-servers", bootstrap]
     topic = topic_factory(partitions=2)
     base = int(time.time() * 1000) - 60_000
-    _produce(bootstrap, topic, 10, 2, base)
+    produce_timestamped(bootstrap, topic, 10, 2, base)
     group = f"cli-reset-{uuid.uuid4().hex[:8]}"
     with AdminClient({"bootstrap.servers": bootstrap}) as admin:
         admin.alter_consumer_group_offsets(group, {TopicPartition(topic, 0): 2, TopicPartition(topic, 1): 3})
@@ -181,7 +168,7 @@ def test_cli_metadata_configs_and_records(
     assert "segment.ms" not in remaining
     assert remaining["retention.ms"]["value"] == "86400000"
 
-    _produce(bootstrap, topic, 4, 3, int(time.time() * 1000))
+    produce_timestamped(bootstrap, topic, 4, 3, int(time.time() * 1000))
     assert (
         main(["records", "delete", "--topic", topic, "--partition", "1", "--offset", "3", "--json", *b]) == 0
     )
@@ -336,7 +323,8 @@ def test_cli_consume_offsets_times_partitions_and_until_end(
     bootstrap = broker.bootstrap_servers
     topic = topic_factory(partitions=2)
     base = int(time.time() * 1000) - 60_000
-    _produce(bootstrap, topic, 10, 2, base)  # record i: value v<i>, timestamp base + i s, in both partitions
+    # record i: value v<i>, timestamp base + i s, in both partitions
+    produce_timestamped(bootstrap, topic, 10, 2, base)
     c = ["consume", "-t", topic, "--bootstrap-servers", bootstrap, "--until-end"]
     capsys.readouterr()
 

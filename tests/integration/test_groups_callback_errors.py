@@ -11,13 +11,12 @@ group must still settle with both members consuming, nobody fenced.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Collection
 from typing import Any
 
 import pytest
-from group_harness import base_config
+from group_harness import base_config, pump
 
 from kafka_handoff.consumer.consumer import Consumer
 from kafka_handoff.consumer.listener import RebalanceConsumer, RebalanceListenerBase
@@ -78,16 +77,6 @@ class Polled:
                 self.records.update((tp, r.offset) for r in recs)
         except Boom as exc:
             self.errors.append(exc)
-
-
-def pump(members: list[Polled], until: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for m in members:
-            m.poll()
-        if until():
-            return
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 @pytest.mark.parametrize("protocol", ["classic-cooperative", "consumer"])

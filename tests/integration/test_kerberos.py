@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from security_helpers import connections_across_sessions
+from security_helpers import connections_across_sessions, consume_keyed
 
 from kafka_handoff import devbroker
 from kafka_handoff.admin import AdminClient, NewTopic
@@ -87,6 +87,20 @@ def settings(cluster: devbroker.Cluster) -> dict[str, Any]:
     return loaded
 
 
+def ticket_cache_settings(cluster: devbroker.Cluster, cache: Path) -> dict[str, Any]:
+    """Client settings logging in from the ticket cache ``cache`` (Java's JAAS useTicketCache/ticketCache),
+    no keytab."""
+    return {
+        "bootstrap.servers": sec_of(cluster).bootstrap("kerberos"),
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "GSSAPI",
+        "sasl.jaas.config": (
+            "com.sun.security.auth.module.Krb5LoginModule required useTicketCache=true "
+            f'ticketCache="FILE:{cache}";'
+        ),
+    }
+
+
 def round_trip(props: dict[str, Any], protocols: tuple[str, ...] = BOTH, count: int = 30) -> None:
     topic = f"krb-{uuid.uuid4().hex[:10]}"
     with AdminClient(props) as admin:
@@ -98,7 +112,6 @@ def round_trip(props: dict[str, Any], protocols: tuple[str, ...] = BOTH, count: 
         producer.flush(60)
         assert all(f.result(0).offset >= 0 for f in futures)
     for protocol in protocols:
-        got: dict[bytes, bytes] = {}
         group = f"krb-{protocol}-{uuid.uuid4().hex[:8]}"
         consumer_props = {
             **props,
@@ -109,11 +122,7 @@ def round_trip(props: dict[str, Any], protocols: tuple[str, ...] = BOTH, count: 
         }
         with Consumer(consumer_props) as consumer:
             consumer.subscribe([topic])
-            deadline = time.monotonic() + 60
-            while len(got) < len(sent) and time.monotonic() < deadline:
-                for record in consumer.poll(0.5):
-                    assert record.key is not None and record.value is not None
-                    got[record.key] = record.value
+            got = consume_keyed(consumer, len(sent))
             consumer.commit_sync()
         assert got == sent, f"group protocol {protocol}: {len(got)} of {len(sent)} records"
 
@@ -166,15 +175,7 @@ def test_ticket_cache_login(kerberized: devbroker.Cluster, tmp_path: Path) -> No
     kdc = kdc_of(kerberized)
     cache = tmp_path / "krb5cc_alice"
     kdc.kinit("alice", cache)
-    props = {
-        "bootstrap.servers": sec_of(kerberized).bootstrap("kerberos"),
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "GSSAPI",
-        "sasl.jaas.config": (
-            "com.sun.security.auth.module.Krb5LoginModule required useTicketCache=true "
-            f'ticketCache="FILE:{cache}";'
-        ),
-    }
+    props = ticket_cache_settings(kerberized, cache)
     round_trip(props, protocols=("classic",))
 
 
@@ -242,13 +243,5 @@ def test_expired_ticket(kerberized: devbroker.Cluster, tmp_path: Path) -> None:
     while subprocess.run([klist, "-s", "-c", f"FILE:{cache}"], env=kdc.env(), check=False).returncode == 0:
         assert time.monotonic() < deadline, "the 2 s ticket never expired"
         time.sleep(0.2)
-    props = {
-        "bootstrap.servers": sec_of(kerberized).bootstrap("kerberos"),
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "GSSAPI",
-        "sasl.jaas.config": (
-            "com.sun.security.auth.module.Krb5LoginModule required useTicketCache=true "
-            f'ticketCache="FILE:{cache}";'
-        ),
-    }
+    props = ticket_cache_settings(kerberized, cache)
     expect_failure(props, "GSSAPI", "expired")

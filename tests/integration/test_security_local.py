@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import secrets
 import stat
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from security_helpers import consume_keyed
 
 from kafka_handoff import devbroker
 from kafka_handoff.admin import AdminClient, NewTopic
@@ -97,15 +97,10 @@ def test_mutual_tls_through_pkcs12_key_and_trust_stores(secured: devbroker.Clust
         assert all(f.result(0).offset >= 0 for f in futures)
     for protocol in ("classic", "consumer"):
         group = f"p12-{protocol}-{uuid.uuid4().hex[:8]}"
-        got: dict[bytes, bytes] = {}
         conf = {**props, "group.id": group, "group.protocol": protocol, "auto.offset.reset": "earliest"}
         with Consumer(conf) as consumer:
             consumer.subscribe([topic])
-            deadline = time.monotonic() + 60
-            while len(got) < len(sent) and time.monotonic() < deadline:
-                for record in consumer.poll(0.5):
-                    assert record.key is not None and record.value is not None
-                    got[record.key] = record.value
+            got = consume_keyed(consumer, len(sent))
         assert got == sent, f"{protocol}: {len(got)} of {len(sent)}"
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 import pytest
-from group_harness import base_config, wait_for
+from group_harness import base_config, pump, wait_for
 
 from kafka_handoff.admin import AdminClient, NewTopic
 from kafka_handoff.consumer.consumer import Consumer
@@ -105,16 +105,6 @@ class Loop:
             self.records.extend((tp, r.offset) for r in recs)
             if delaying or self.consumer._dispatch.revoke.delayed_partitions():
                 self.fetched_while_delaying.add(tp)
-
-
-def pump(loops: list[Loop], until: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for loop in loops:
-            loop.poll()
-        if until():
-            return
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def _produce(bootstrap: str, topic: str, partitions: int, count: int) -> None:

@@ -6,10 +6,14 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafka_handoff.protocol import wire
+
+if TYPE_CHECKING:
+    from kafka_handoff.network.client import NetworkClient
 
 API_VERSIONS = 18
 BROKER_APIS = [
@@ -107,3 +111,15 @@ class ScriptedPeer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def poll_until(client: NetworkClient, done: Callable[[], Any]) -> None:
+    """Poll ``client`` (100 ms at a time) until ``done()`` holds; fail after 30 s."""
+    deadline = time.monotonic() + 30
+    while not done():
+        assert time.monotonic() < deadline, "the client did not finish"
+        client.poll(100, now_ms(), now_ms)

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from typing import Any
 
 import pytest
-from hostile_peer import PeerConnection, ScriptedPeer
+from hostile_peer import PeerConnection, ScriptedPeer, now_ms, poll_until
 
 from kafka_handoff.errors import ConnectionError_
 from kafka_handoff.network.client import NetworkClient
@@ -29,17 +28,6 @@ def _broker(peer: PeerConnection) -> None:
     while True:
         key, version, cid = peer.request()
         peer.answer(key, version, cid, {"error_code": 0, "groups": [], "throttle_time": 0})
-
-
-def _now() -> int:
-    return int(time.monotonic() * 1000)
-
-
-def _poll_until(client: NetworkClient, done: Any) -> None:
-    deadline = time.monotonic() + 30
-    while not done():
-        assert time.monotonic() < deadline, "the client did not finish"
-        client.poll(100, _now(), _now)
 
 
 def test_a_slow_lookup_does_not_hold_up_other_brokers(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,19 +53,19 @@ def test_a_slow_lookup_does_not_hold_up_other_brokers(monkeypatch: pytest.Monkey
                 UnsentRequest(
                     api_key=LIST_GROUPS, node=1, values={}, on_response=lambda r, v, t: slow.append(r)
                 ),
-                _now(),
+                now_ms(),
             )
             client.send(
                 UnsentRequest(
                     api_key=LIST_GROUPS, node=2, values={}, on_response=lambda r, v, t: fast.append(r)
                 ),
-                _now(),
+                now_ms(),
             )
-            _poll_until(client, lambda: fast)
+            poll_until(client, lambda: fast)
             assert looking_up.is_set() and not release.is_set()  # answered while the lookup still ran
             assert not slow
             release.set()
-            _poll_until(client, lambda: slow)
+            poll_until(client, lambda: slow)
         finally:
             release.set()
             client.close()
@@ -99,9 +87,9 @@ def test_a_name_that_does_not_resolve_fails_that_brokers_requests(monkeypatch: p
             UnsentRequest(
                 api_key=LIST_GROUPS, node=-1000, values={}, on_failure=lambda e, t: failed.append(e)
             ),
-            _now(),
+            now_ms(),
         )
-        _poll_until(client, lambda: failed)
+        poll_until(client, lambda: failed)
         assert isinstance(failed[0], ConnectionError_)
         assert f"cannot resolve {MISSING}:9092" in str(failed[0])
     finally:

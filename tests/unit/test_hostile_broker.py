@@ -6,13 +6,12 @@ from __future__ import annotations
 import select
 import socket
 import struct
-import time
 import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hostile_peer import PeerConnection, ScriptedPeer
+from hostile_peer import PeerConnection, ScriptedPeer, now_ms, poll_until
 
 from kafka_handoff.errors import ConnectionError_, SslError
 from kafka_handoff.network.client import NetworkClient
@@ -178,17 +177,6 @@ def test_unsolicited_frames_do_not_lose_the_response_before_them(pair: Any) -> N
     assert isinstance(conn.read_error, wire.ProtocolError)
 
 
-def _now() -> int:
-    return int(time.monotonic() * 1000)
-
-
-def _poll_until(client: NetworkClient, done: Any) -> None:
-    deadline = time.monotonic() + 30
-    while not done():
-        assert time.monotonic() < deadline, "the client did not finish"
-        client.poll(100, _now(), _now)
-
-
 def _answer_two_at_once(second: str) -> Any:
     def script(peer: PeerConnection) -> None:
         peer.answer_api_versions()
@@ -216,10 +204,10 @@ def test_a_response_callback_that_raises_does_not_drop_the_other_responses() -> 
                 raise RuntimeError("application bug in a response handler")
 
             client.send(
-                UnsentRequest(api_key=LIST_GROUPS, node=ANY_NODE, values={}, on_response=explode), _now()
+                UnsentRequest(api_key=LIST_GROUPS, node=ANY_NODE, values={}, on_response=explode), now_ms()
             )
-            client.send(_list_groups(answered), _now())
-            _poll_until(client, lambda: answered)
+            client.send(_list_groups(answered), now_ms())
+            poll_until(client, lambda: answered)
             assert len(answered) == 1
         finally:
             client.close()
@@ -233,9 +221,9 @@ def test_a_malformed_response_fails_its_request_and_keeps_the_one_before() -> No
         try:
             answered: list[Any] = []
             failed: list[BaseException] = []
-            client.send(_list_groups(answered), _now())
-            client.send(_list_groups([], failed), _now())
-            _poll_until(client, lambda: answered and failed)
+            client.send(_list_groups(answered), now_ms())
+            client.send(_list_groups([], failed), now_ms())
+            poll_until(client, lambda: answered and failed)
             assert len(answered) == 1
             assert isinstance(failed[0], ConnectionError_ | wire.ProtocolError)
             assert not client.has_in_flight()

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import base64
-import datetime
 import hashlib
 import hmac
 from typing import Any
 
 import pytest
+from sasl_responses import VERSIONS, authenticate_response, handshake_response
 
 from kafka_handoff.errors import AuthenticationError, ConfigError
-from kafka_handoff.protocol import wire
 from kafka_handoff.protocol.sasl import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
@@ -25,27 +24,6 @@ from kafka_handoff.protocol.sasl import (
 )
 
 pytestmark = pytest.mark.unit
-
-VERSIONS = {SASL_HANDSHAKE: 1, SASL_AUTHENTICATE: 2}
-
-
-def handshake_response(code: int = 0, mechanisms: tuple[str, ...] = ("PLAIN",)) -> Any:
-    return wire.build_response(SASL_HANDSHAKE, 1, {"error_code": code, "mechanisms": list(mechanisms)})
-
-
-def authenticate_response(
-    auth_bytes: bytes = b"", code: int = 0, message: str | None = None, lifetime_ms: int = 0
-) -> Any:
-    return wire.build_response(
-        SASL_AUTHENTICATE,
-        2,
-        {
-            "error_code": code,
-            "error_message": message,
-            "auth_bytes": auth_bytes,
-            "session_lifetime": datetime.timedelta(milliseconds=lifetime_ms),
-        },
-    )
 
 
 # ------------------------------------------------------------------------------------------ SCRAM vectors

@@ -3,15 +3,15 @@ and the Kerberos settings (librdkafka's sasl.kerberos.* and Java's Krb5LoginModu
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 import pytest
+import sasl_responses
+from sasl_responses import VERSIONS, authenticate_response
 
 from kafka_handoff.config import parse_consumer_config
 from kafka_handoff.errors import AuthenticationError, ConfigError
 from kafka_handoff.kerberos import RENEW_WINDOW_FACTOR, KerberosLogin, kerberos_options
-from kafka_handoff.protocol import wire
 from kafka_handoff.protocol.sasl import (
     MECHANISMS,
     SASL_AUTHENTICATE,
@@ -23,27 +23,11 @@ from kafka_handoff.protocol.sasl import (
 
 pytestmark = pytest.mark.unit
 
-VERSIONS = {SASL_HANDSHAKE: 1, SASL_AUTHENTICATE: 2}
 BOOT = {"bootstrap.servers": "h:9092", "group.id": "g"}
 
 
 def handshake_response(code: int = 0, mechanisms: tuple[str, ...] = ("GSSAPI",)) -> Any:
-    return wire.build_response(SASL_HANDSHAKE, 1, {"error_code": code, "mechanisms": list(mechanisms)})
-
-
-def authenticate_response(
-    auth_bytes: bytes = b"", code: int = 0, message: str | None = None, lifetime_ms: int = 0
-) -> Any:
-    return wire.build_response(
-        SASL_AUTHENTICATE,
-        2,
-        {
-            "error_code": code,
-            "error_message": message,
-            "auth_bytes": auth_bytes,
-            "session_lifetime": datetime.timedelta(milliseconds=lifetime_ms),
-        },
-    )
+    return sasl_responses.handshake_response(code, mechanisms)
 
 
 class FakeContext:

@@ -13,7 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafka_handoff.admin.calls import AdminCall, NoRetry, Steps, drives_steps, run_calls, run_one
-from kafka_handoff.admin.plumbing import AdminPlumbing
+from kafka_handoff.admin.plumbing import AdminPlumbing, merge_partition_outcomes
 from kafka_handoff.errors import UnknownTopicOrPartitionError, error_for_code
 from kafka_handoff.protocol.requests import ANY_NODE
 from kafka_handoff.protocol.versions import ApiKey
@@ -408,18 +408,7 @@ class ClusterOpsAdminMixin(AdminPlumbing):
             )
 
         outcomes = yield from run_calls([make(b, tps) for b, tps in by_leader.items()], deadline)
-        result: dict[TopicPartition, list[ProducerState]] = {}
-        for o in outcomes:
-            if isinstance(o, BaseException):
-                errors.append(o)
-                continue
-            for tp, v in o.items():
-                if isinstance(v, BaseException):
-                    errors.append(v)
-                else:
-                    result[tp] = v
-        self._raise_first(errors)
-        return dict(sorted(result.items()))
+        return merge_partition_outcomes(outcomes, errors)
 
     @drives_steps
     def list_transactions(

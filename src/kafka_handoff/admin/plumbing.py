@@ -1,7 +1,7 @@
 """What the :class:`~kafka_handoff.admin.AdminClient`'s per-concern mixins (``topics.py``, ``configs.py``,
 ``offsets.py``, ``groups.py``, ``share.py``) use of its call plumbing in ``admin.py``: declared once here
 for the type checker (:class:`AdminPlumbing`, the mixins' base); their shared check of entity names; the
-describe call that ConsumerGroupDescribe and ShareGroupDescribe share."""
+describe call that ConsumerGroupDescribe and ShareGroupDescribe share; the merge of per-leader answers."""
 
 from __future__ import annotations
 
@@ -19,9 +19,15 @@ if TYPE_CHECKING:
     from kafka_handoff.admin.results import GroupListing
     from kafka_handoff.clock import MonotonicClock
     from kafka_handoff.config import AdminConfig
-    from kafka_handoff.types import ClusterMetadata
+    from kafka_handoff.types import ClusterMetadata, TopicPartition
 
-__all__ = ["AdminPlumbing", "group_describe_call", "merge_group_listings", "unique_names"]
+__all__ = [
+    "AdminPlumbing",
+    "group_describe_call",
+    "merge_group_listings",
+    "merge_partition_outcomes",
+    "unique_names",
+]
 
 T = TypeVar("T")
 
@@ -117,3 +123,23 @@ def merge_group_listings(outcomes: Iterable[Any]) -> list[GroupListing]:
             listings[g.group_id] = g
     raise_first(errors)
     return [listings[g] for g in sorted(listings)]
+
+
+def merge_partition_outcomes(
+    outcomes: Iterable[BaseException | dict[TopicPartition, Any]], errors: list[BaseException]
+) -> dict[TopicPartition, Any]:
+    """The per-leader answers (each a failed call's error, or each partition's value or error) as one map
+    sorted by partition; the errors join ``errors`` (the caller's earlier ones first) and the first of them is
+    raised, the others attached."""
+    result: dict[TopicPartition, Any] = {}
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            errors.append(outcome)
+            continue
+        for tp, value in outcome.items():
+            if isinstance(value, BaseException):
+                errors.append(value)
+            else:
+                result[tp] = value
+    raise_first(errors)
+    return dict(sorted(result.items()))

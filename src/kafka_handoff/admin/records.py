@@ -10,7 +10,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafka_handoff.admin.calls import AdminCall, Steps, drives_steps, run_calls
-from kafka_handoff.admin.plumbing import AdminPlumbing
+from kafka_handoff.admin.plumbing import AdminPlumbing, merge_partition_outcomes
 from kafka_handoff.errors import UnknownTopicOrPartitionError, error_for_code
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import TopicPartition
@@ -120,18 +120,7 @@ class RecordsAdminMixin(AdminPlumbing):
             )
 
         outcomes = yield from run_calls([make(leader, tps) for leader, tps in by_leader.items()], deadline)
-        result: dict[TopicPartition, DeletedRecords] = {}
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                errors.append(outcome)
-                continue
-            for tp, value in outcome.items():
-                if isinstance(value, BaseException):
-                    errors.append(value)
-                else:
-                    result[tp] = value
-        self._raise_first(errors)
-        return dict(sorted(result.items()))
+        return merge_partition_outcomes(outcomes, errors)
 
 
 def _denied(topic: str) -> str:

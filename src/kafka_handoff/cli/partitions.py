@@ -9,7 +9,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from kafka_handoff.cli.topics import add_connection_args, add_json_arg, console, print_json, run_admin
+from kafka_handoff.cli.topics import add_connection_args, add_json_arg, print_rows, run_admin
 
 if TYPE_CHECKING:
     from kafka_handoff.admin import AdminClient
@@ -53,8 +53,6 @@ def _usage(args: argparse.Namespace, message: str) -> int:
 
 
 def cmd_elect(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     from kafka_handoff.admin import ElectionType
     from kafka_handoff.types import TopicPartition
 
@@ -80,15 +78,12 @@ def cmd_elect(args: argparse.Namespace) -> int:
             }
             for tp, e in result.items()
         ]
-        if args.json:
-            print_json(rows)
-        else:
-            table = Table(title=f"{args.election_type} leader election", title_justify="left")
-            for column in ("topic", "partition", "result"):
-                table.add_column(column)
-            for row in rows:
-                table.add_row(*(str(v) for v in row.values()))
-            console().print(table)
+        print_rows(
+            rows,
+            title=f"{args.election_type} leader election",
+            columns=("topic", "partition", "result"),
+            as_json=args.json,
+        )
         if failed:
             first = next(iter(failed.values()))
             print(f"handoff partitions elect-leaders: {len(failed)} failed; {first}", file=sys.stderr)
@@ -136,8 +131,6 @@ def cmd_reassign(args: argparse.Namespace) -> int:
 
 
 def cmd_reassignments(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     def action(admin: AdminClient) -> int:
         ongoing = admin.list_partition_reassignments(timeout=args.timeout)
         rows = [
@@ -150,15 +143,12 @@ def cmd_reassignments(args: argparse.Namespace) -> int:
             }
             for tp, r in ongoing.items()
         ]
-        if args.json:
-            print_json(rows)
-            return 0
-        table = Table(title=f"{len(rows)} ongoing reassignment(s)", title_justify="left")
-        for column in ("topic", "partition", "replicas", "adding", "removing"):
-            table.add_column(column)
-        for row in rows:
-            table.add_row(*(str(v) for v in row.values()))
-        console().print(table)
+        print_rows(
+            rows,
+            title=f"{len(rows)} ongoing reassignment(s)",
+            columns=("topic", "partition", "replicas", "adding", "removing"),
+            as_json=args.json,
+        )
         return 0
 
     return run_admin(args, action)

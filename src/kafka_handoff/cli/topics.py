@@ -31,6 +31,7 @@ __all__ = [
     "connection_config",
     "console",
     "print_json",
+    "print_rows",
     "run_admin",
 ]
 
@@ -73,6 +74,22 @@ def print_json(value: Any) -> None:
     import json
 
     print(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def print_rows(rows: list[dict[str, Any]], *, title: str, columns: Iterable[str], as_json: bool) -> None:
+    """``rows`` as one JSON document (``as_json``), else as a table titled ``title`` whose ``columns`` take
+    each row's values in order."""
+    if as_json:
+        print_json(rows)
+        return
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    console().print(table)
 
 
 def console() -> Console:

@@ -7,7 +7,14 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from kafka_handoff.cli.topics import add_connection_args, add_json_arg, console, print_json, run_admin
+from kafka_handoff.cli.topics import (
+    add_connection_args,
+    add_json_arg,
+    console,
+    print_json,
+    print_rows,
+    run_admin,
+)
 
 if TYPE_CHECKING:
     from kafka_handoff.admin import AdminClient
@@ -76,23 +83,18 @@ def cmd_abort(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     def action(admin: AdminClient) -> int:
         listed = admin.list_transactions(states=args.state, timeout=args.timeout)
         rows = [
             {"transactional_id": t.transactional_id, "producer_id": t.producer_id, "state": t.state}
             for t in listed
         ]
-        if args.json:
-            print_json(rows)
-            return 0
-        table = Table(title=f"{len(rows)} transaction(s)", title_justify="left")
-        for column in ("transactional id", "producer id", "state"):
-            table.add_column(column)
-        for row in rows:
-            table.add_row(*(str(v) for v in row.values()))
-        console().print(table)
+        print_rows(
+            rows,
+            title=f"{len(rows)} transaction(s)",
+            columns=("transactional id", "producer id", "state"),
+            as_json=args.json,
+        )
         return 0
 
     return run_admin(args, action)

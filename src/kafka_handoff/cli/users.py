@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from kafka_handoff.cli.topics import add_connection_args, add_json_arg, console, print_json, run_admin
+from kafka_handoff.cli.topics import add_connection_args, add_json_arg, print_rows, run_admin
 
 if TYPE_CHECKING:
     from kafka_handoff.admin import AdminClient
@@ -47,8 +47,6 @@ def _mechanism(name: str) -> Any:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     def action(admin: AdminClient) -> int:
         users = admin.describe_user_scram_credentials(args.user, timeout=args.timeout)
         rows = [
@@ -56,15 +54,12 @@ def cmd_describe(args: argparse.Namespace) -> int:
             for u, d in users.items()
             for c in d.credential_infos
         ]
-        if args.json:
-            print_json(rows)
-            return 0
-        table = Table(title=f"{len(users)} SCRAM user(s)", title_justify="left")
-        for column in ("user", "mechanism", "iterations"):
-            table.add_column(column)
-        for row in rows:
-            table.add_row(*(str(v) for v in row.values()))
-        console().print(table)
+        print_rows(
+            rows,
+            title=f"{len(users)} SCRAM user(s)",
+            columns=("user", "mechanism", "iterations"),
+            as_json=args.json,
+        )
         return 0
 
     return run_admin(args, action)

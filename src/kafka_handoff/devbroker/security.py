@@ -47,7 +47,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -598,41 +598,16 @@ class DevSecurity:
         accepts connections."""
         kdc = self.kdc
         assert kdc is not None
-        log_file = self.directory / "kdc-out.log"
-        cmd = kdc.command()
-        env = kdc.env()
-        sup_pid: int | None = None
-        if supervised:
-            sup = subprocess.Popen(
-                [sys.executable, "-I", str(_SUPERVISOR), "5", str(log_file), "-", "--", *cmd],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-                env=env,
-            )
-            assert sup.stdout is not None
-            line = sup.stdout.readline()
-            try:
-                pid = int(line.strip())
-            except ValueError:
-                sup.kill()
-                sup.wait()
-                raise ConfigError(f"security: the KDC did not start; see {log_file}") from None
-            _owned_kdc[self.directory] = sup
-            sup_pid = sup.pid
-        else:
-            with open(log_file, "ab") as out:
-                proc = subprocess.Popen(
-                    cmd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    env=env,
-                )
-            pid = proc.pid
-        (self.directory / _KDC_STATE).write_text(json.dumps({"pid": pid, "supervisor_pid": sup_pid}) + "\n")
+        pid = _launch(
+            kdc.command(),
+            what="the KDC",
+            log_file=self.directory / "kdc-out.log",
+            state_file=self.directory / _KDC_STATE,
+            owned=_owned_kdc,
+            directory=self.directory,
+            supervised=supervised,
+            env=kdc.env(),
+        )
         try:
             kdc.wait_ready(alive=lambda: pid_alive(pid))
         except ConfigError:
@@ -645,37 +620,15 @@ class DevSecurity:
         """Start ``_oidc_server.py`` (supervised: dies with this process; else detached) and wait until
         it answers."""
         log_file = self.directory / "oidc.log"
-        cmd = [sys.executable, "-I", str(_OIDC_SCRIPT), str(self.oidc_config_file)]
-        if supervised:
-            sup = subprocess.Popen(
-                [sys.executable, "-I", str(_SUPERVISOR), "5", str(log_file), "-", "--", *cmd],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            assert sup.stdout is not None
-            line = sup.stdout.readline()
-            try:
-                pid = int(line.strip())
-            except ValueError:
-                sup.kill()
-                sup.wait()
-                raise ConfigError(f"security: the token endpoint did not start; see {log_file}") from None
-            _owned[self.directory] = sup
-            sup_pid: int | None = sup.pid
-        else:
-            with open(log_file, "ab") as out:
-                proc = subprocess.Popen(
-                    cmd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            pid, sup_pid = proc.pid, None
-        service = {"pid": pid, "supervisor_pid": sup_pid}
-        (self.directory / _SERVICE_STATE).write_text(json.dumps(service) + "\n")
+        pid = _launch(
+            [sys.executable, "-I", str(_OIDC_SCRIPT), str(self.oidc_config_file)],
+            what="the token endpoint",
+            log_file=log_file,
+            state_file=self.directory / _SERVICE_STATE,
+            owned=_owned,
+            directory=self.directory,
+            supervised=supervised,
+        )
         deadline = time.monotonic() + _OIDC_READY_TIMEOUT_S
         url = f"http://127.0.0.1:{self.oidc_port}/jwks"
         while True:
@@ -696,6 +649,55 @@ class DevSecurity:
             time.sleep(0.05)
 
 
+def _launch(
+    cmd: Sequence[str],
+    *,
+    what: str,
+    log_file: Path,
+    state_file: Path,
+    owned: dict[Path, subprocess.Popen[bytes]],
+    directory: Path,
+    supervised: bool,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """Start the helper ``cmd`` in its own session, its output to ``log_file``: supervised (under
+    ``_supervisor.py``, which dies with this process; kept in ``owned[directory]``) or detached.  Records its
+    pid (and the supervisor's) in ``state_file`` and returns the pid."""
+    sup_pid: int | None = None
+    if supervised:
+        sup = subprocess.Popen(
+            [sys.executable, "-I", str(_SUPERVISOR), "5", str(log_file), "-", "--", *cmd],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
+        assert sup.stdout is not None
+        line = sup.stdout.readline()
+        try:
+            pid = int(line.strip())
+        except ValueError:
+            sup.kill()
+            sup.wait()
+            raise ConfigError(f"security: {what} did not start; see {log_file}") from None
+        owned[directory] = sup
+        sup_pid = sup.pid
+    else:
+        with open(log_file, "ab") as out:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+            )
+        pid = proc.pid
+    state_file.write_text(json.dumps({"pid": pid, "supervisor_pid": sup_pid}) + "\n")
+    return pid
+
+
 def _is_token_server(pid: int, config_file: Path) -> bool:
     args = process_args(pid)
     if args is None:
@@ -710,15 +712,20 @@ def _is_kdc(pid: int, directory: Path) -> bool:
     return any(a.endswith(b"krb5kdc") for a in args)
 
 
-def _stop_kdc(directory: Path, timeout: float = 5.0) -> None:
-    state_file = directory / _KDC_STATE
-    sup = _owned_kdc.pop(directory, None)
+def _stop_service(
+    state_file: Path,
+    sup: subprocess.Popen[bytes] | None,
+    is_ours: Callable[[int], bool],
+    timeout: float,
+) -> None:
+    """Stop the helper process recorded in ``state_file`` (only if ``is_ours`` recognises its pid: SIGTERM,
+    then SIGKILL after ``timeout``), reap this process's supervisor ``sup`` if any, and drop the file."""
     try:
         state = json.loads(state_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         state = {}
     pid = state.get("pid")
-    if isinstance(pid, int) and _is_kdc(pid, directory):
+    if isinstance(pid, int) and is_ours(pid):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
@@ -739,6 +746,11 @@ def _stop_kdc(directory: Path, timeout: float = 5.0) -> None:
                     stream.close()
     with contextlib.suppress(FileNotFoundError):
         state_file.unlink()
+
+
+def _stop_kdc(directory: Path, timeout: float = 5.0) -> None:
+    sup = _owned_kdc.pop(directory, None)
+    _stop_service(directory / _KDC_STATE, sup, lambda pid: _is_kdc(pid, directory), timeout)
 
 
 def stop_services(data_dir: Path, timeout: float = 5.0) -> None:
@@ -747,34 +759,9 @@ def stop_services(data_dir: Path, timeout: float = 5.0) -> None:
     directory = Path(data_dir) / _SECURITY_DIR
     if (directory / _KDC_STATE).exists() or directory in _owned_kdc:
         _stop_kdc(directory, timeout)
-    state_file = directory / _SERVICE_STATE
     sup = _owned.pop(directory, None)
-    try:
-        state = json.loads(state_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        state = {}
-    pid = state.get("pid")
-    if isinstance(pid, int) and _is_token_server(pid, directory / "oidc.json"):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if pid_alive(pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-    if sup is not None:
-        try:
-            sup.wait(timeout)
-        except subprocess.TimeoutExpired:
-            sup.kill()
-            sup.wait()
-        for stream in (sup.stdin, sup.stdout):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-    with contextlib.suppress(FileNotFoundError):
-        state_file.unlink()
+    oidc_config = directory / "oidc.json"
+    _stop_service(directory / _SERVICE_STATE, sup, lambda pid: _is_token_server(pid, oidc_config), timeout)
 
 
 def clear(data_dir: Path) -> None:

@@ -63,29 +63,25 @@ SerializeFn = Callable[[str, Headers, Any], Any]
 
 def serializer(value: Any, key: str) -> SerializeFn | None:
     """``(topic, headers, data) -> bytes`` for a ``key_serializer``/``value_serializer`` setting."""
-    if value is None:
-        return None
-    if isinstance(value, Serializer) or callable(getattr(value, "serialize", None)):
-        method = value.serialize
-        return lambda topic, headers, data: method(topic, headers, data)
-    if callable(value):
-        fn = value
-        return lambda topic, headers, data: fn(data)
-    from kafka_handoff.compat.kafka_python.errors import KafkaConfigurationError
-
-    raise KafkaConfigurationError(f"{key} must be a callable or a Serializer, got {value!r}")
+    return _adapt(value, key, Serializer, "serialize")
 
 
 def deserializer(value: Any, key: str) -> SerializeFn | None:
     """``(topic, headers, data) -> value`` for a ``key_deserializer``/``value_deserializer`` setting."""
+    return _adapt(value, key, Deserializer, "deserialize")
+
+
+def _adapt(value: Any, key: str, base: type, method_name: str) -> SerializeFn | None:
+    """``value`` (None, a ``base`` or anything with a ``method_name`` method, or a plain callable of the
+    data) as a ``(topic, headers, data)`` function; anything else is a configuration error naming ``key``."""
     if value is None:
         return None
-    if isinstance(value, Deserializer) or callable(getattr(value, "deserialize", None)):
-        method = value.deserialize
+    if isinstance(value, base) or callable(getattr(value, method_name, None)):
+        method = getattr(value, method_name)
         return lambda topic, headers, data: method(topic, headers, data)
     if callable(value):
         fn = value
         return lambda topic, headers, data: fn(data)
     from kafka_handoff.compat.kafka_python.errors import KafkaConfigurationError
 
-    raise KafkaConfigurationError(f"{key} must be a callable or a Deserializer, got {value!r}")
+    raise KafkaConfigurationError(f"{key} must be a callable or a {base.__name__}, got {value!r}")
