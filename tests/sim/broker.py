@@ -39,7 +39,7 @@ STALE_MEMBER_EPOCH = 113
 GROUP_ERRORS = {NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE}
 
 BROKERS = (0, 1, 2)
-RECORDS_PER_FETCH = 4
+RECORDS_PER_FETCH = 50
 
 
 @dataclass
@@ -482,7 +482,7 @@ class Broker:
             self.pending_ids.discard(member_id)
             m = ClassicMember(
                 member_id, owner, body.get("group_instance_id"), protocols,
-                body.get("session_timeout_ms", 45_000), body.get("rebalance_timeout_ms", 300_000), now,
+                body.get("session_timeout", 45_000), body.get("rebalance_timeout", 300_000), now,
             )
             self.members[member_id] = m
             m.join = respond
@@ -662,7 +662,7 @@ class Broker:
                 self._remove_consumer(member_id)
             if not member_id:
                 member_id = self._next_id(owner)
-            cm = ConsumerMember(member_id, owner, rebalance_timeout=body.get("rebalance_timeout_ms", 300_000))
+            cm = ConsumerMember(member_id, owner, rebalance_timeout=body.get("rebalance_timeout", 300_000))
             self.cmembers[member_id] = cm
             self.group_epoch += 1
         elif cm is None:
@@ -679,8 +679,8 @@ class Broker:
         if regex is not None and regex != (cm.regex or ""):
             cm.regex = regex or None
             self.group_epoch += 1
-        if body.get("rebalance_timeout_ms", -1) > 0:
-            cm.rebalance_timeout = body["rebalance_timeout_ms"]
+        if (body.get("rebalance_timeout") or -1) > 0:
+            cm.rebalance_timeout = body["rebalance_timeout"]
         if self.group_epoch > self.target_epoch:
             self._compute_target()
         self._reconcile(cm, owned, now)

@@ -110,7 +110,7 @@ class MemberSpec:
     pace_ms: int  # mean time between two polls
     jitter: float  # each interval is pace * uniform(1 - jitter, 1 + jitter)
     process_ms: int  # mean processing time of a record (async processing: in flight meanwhile)
-    delay_policy: str  # "needed" | "eager" | "never"
+    delay_policy: str  # "needed" | "eager" | "always" (continuous delays, while granted) | "never"
     raise_p: float = 0.0  # probability that a rebalance callback raises
     listener_commits: bool = True  # on_partitions_revoked commits what was processed (legacy pattern)
     join_at: int = 0
@@ -202,7 +202,11 @@ class SimMember:
         for tp in sorted(tbr, key=lambda x: (x.topic, x.partition)):
             busy = bool(self.inflight.get(tp)) or self.processed.get(tp, -1) > self.committed.get(tp, -1)
             policy = self.spec.delay_policy
-            want = (policy == "needed" and busy) or (policy == "eager" and (busy or self.world.rng.random() < 0.5))
+            want = (
+                policy == "always"
+                or (policy == "needed" and busy)
+                or (policy == "eager" and (busy or self.world.rng.random() < 0.5))
+            )
             if want:
                 granted = c.delay_revoke([tp])
                 self.sim.checks.on_delay(self, tp, granted)

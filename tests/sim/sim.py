@@ -127,7 +127,7 @@ def _member_spec(rng: random.Random, name: str, max_poll: int, join_at: int, cle
         pace_ms=int(max_poll * frac),
         jitter=rng.choice([0.0, 0.1, 0.3]),
         process_ms=int(max_poll * frac * rng.choice([0.2, 1.0, 3.0])),
-        delay_policy=rng.choice(["needed", "needed", "eager", "never"]),
+        delay_policy=rng.choice(["needed", "needed", "eager", "always", "never"]),
         raise_p=0.0 if clean or rng.random() < 0.6 else rng.choice([0.2, 0.5]),
         listener_commits=rng.random() < 0.5,
         join_at=join_at,
@@ -267,7 +267,7 @@ class Simulation:
         parts = self.broker.partitions()
         tp = parts[w.rng.randrange(len(parts))]
         self.broker.produce(tp, w.rng.randint(1, 3))
-        w.sched.after(w.rng.randint(50, 250), self.produce, owner="world", label="produce")
+        w.sched.after(w.rng.randint(100, 500), self.produce, owner="world", label="produce")
 
     def run(self) -> Result:
         s = self.schedule

@@ -268,9 +268,7 @@ class SimNetworkClient:
                 delay = world.rng.randint(1, 5)
                 if world.faults.delay_max_ms:
                     delay += world.rng.randint(0, world.faults.delay_max_ms)
-                from kafka_handoff.protocol.wire import build_response
-
-                response = build_response(request.api_key, version, values)
+                response = _response(request.api_key, version, values)
                 world.sched.after(delay, lambda: self._arrived(conn, rid, response), owner=self.member, label="net")
 
             world.sched.after(latency, arrive, owner="broker", label="broker")
@@ -312,6 +310,23 @@ class SimNetworkClient:
 
 
 _COORD_BASE = 1 << 30
+_RESPONSES: dict[str, Any] = {}
+
+
+def _response(api_key: int, version: int, values: dict[str, Any]) -> Any:
+    """The kio response entity (kio entities are immutable: equal answers are built once)."""
+    from kafka_handoff.protocol.wire import build_response
+
+    if api_key == 1 and any(p.get("records") is not None for t in values["responses"] for p in t["partitions"]):
+        return build_response(api_key, version, values)
+    key = f"{api_key}/{version}/{values!r}"
+    entity = _RESPONSES.get(key)
+    if entity is None:
+        entity = build_response(api_key, version, values)
+        if len(_RESPONSES) > 20_000:
+            _RESPONSES.clear()
+        _RESPONSES[key] = entity
+    return entity
 
 
 class World:
