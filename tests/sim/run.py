@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import collections
+import collections.abc
+import json
 import logging
 import os
 import random
@@ -45,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replay-json", default=None)
     p.add_argument("--no-shrink", action="store_true")
     p.add_argument("--quiet", action="store_true", help="less output per failing seed")
+    p.add_argument("--json", action="store_true", help="end with one JSON line: each kind's failing seeds")
     args = p.parse_args(argv)
     if os.environ.get("PYTHONHASHSEED") != "0":
         os.environ["PYTHONHASHSEED"] = "0"
@@ -79,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     n = 0
     counts: collections.Counter[str] = collections.Counter()
     first: dict[str, int] = {}
+    seeds_of: dict[str, list[int]] = collections.defaultdict(list)
     virtual = 0
     for seed in seeds:
         if time.monotonic() >= deadline:
@@ -90,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         for k in r.kinds:
             counts[k] += 1
             first.setdefault(k, seed)
+            seeds_of[k].append(seed)
         if new:
             out: list[str] = []
             _report_failure(r, do_shrink=not args.no_shrink, out=out)
@@ -102,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     for k in sorted(counts):
         tag = f" (issue 26 item {ISSUE_26_KINDS[k]})" if k in ISSUE_26_KINDS else ""
         print(f"  {k}{tag}: {counts[k]} schedule(s), first seed {first[k]}")
+    if args.json:
+        print(json.dumps({"schedules": n, "seconds": el, "violations": seeds_of}, sort_keys=True))
     return 1 if counts else 0
 
 
