@@ -7,7 +7,7 @@ PIP    := $(VENV)/bin/pip
 EXT    := setup.py $(sort $(wildcard src/kafka_handoff/*/*.c))
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(EXT) | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test test-unit lint typecheck clean jars docs
+.PHONY: setup demo test test-unit lint typecheck clean jars docs simulate
 
 $(STAMP): pyproject.toml $(EXT)
 	@start=$$(date +%s); \
@@ -46,6 +46,12 @@ test: setup docs
 
 test-unit: setup
 	$(VENV)/bin/pytest -m "unit or threads" tests
+
+# Deterministic simulation of consumer groups (tests/sim, docs/reliability.md "The simulator"): random
+# schedules until HOURS have passed; reports schedules/s and each kind of violation with its first seed, shrunk.
+HOURS ?= 1
+simulate: setup
+	PYTHONHASHSEED=0 PYTHONPATH=src:tests $(PY) -m sim.run --hours $(HOURS)
 
 clean:
 	rm -rf $(VENV) .handoff build *.egg-info

@@ -91,7 +91,9 @@ class ConsumerMember:
 
 
 class Broker:
-    def __init__(self, topics: dict[str, int], *, session_timeout_848: int = 45_000, hb_interval_848: int = 5_000) -> None:
+    def __init__(
+        self, topics: dict[str, int], *, session_timeout_848: int = 45_000, hb_interval_848: int = 5_000
+    ) -> None:
         self.topics: dict[str, Topic] = {}
         self.group_epoch = 0
         for name, n in sorted(topics.items()):
@@ -152,7 +154,14 @@ class Broker:
 
     # ------------------------------------------------------------------ dispatch
     def handle(
-        self, owner: str, api_key: int, version: int, node: int, body: dict[str, Any], now: int, respond: Respond
+        self,
+        owner: str,
+        api_key: int,
+        version: int,
+        node: int,
+        body: dict[str, Any],
+        now: int,
+        respond: Respond,
     ) -> None:
         self.exchanges += 1
         self.tick(now)
@@ -205,11 +214,20 @@ class Broker:
         if api_key == 8:
             return {"throttle_time": 0, "topics": _commit_codes(body, lambda tp: code)}
         if api_key == 9:
-            return {"throttle_time": 0, "groups": [{"group_id": self.group_id, "topics": [], "error_code": code}]}
+            return {
+                "throttle_time": 0,
+                "groups": [{"group_id": self.group_id, "topics": [], "error_code": code}],
+            }
         if api_key == 13:
             return {"throttle_time": 0, "error_code": code, "members": []}
         if api_key == 68:
-            return {"throttle_time": 0, "error_code": code, "member_id": None, "member_epoch": -1, "heartbeat_interval": 0}
+            return {
+                "throttle_time": 0,
+                "error_code": code,
+                "member_id": None,
+                "member_epoch": -1,
+                "heartbeat_interval": 0,
+            }
         if api_key == 11:
             return _join_resp(code)
         if api_key == 14:
@@ -237,7 +255,11 @@ class Broker:
             if not waiting_join and now > m.last_heartbeat + m.session_timeout:
                 self.events.append(GroupEvent(now, m.owner, "expired-session"))
                 self._remove_classic(m.member_id, now)
-        if self.state == "PREPARING" and self.rebalance_deadline is not None and now >= self.rebalance_deadline:
+        if (
+            self.state == "PREPARING"
+            and self.rebalance_deadline is not None
+            and now >= self.rebalance_deadline
+        ):
             for m in list(self.members.values()):
                 if m.join is None:
                     self.events.append(GroupEvent(now, m.owner, "removed-join-timeout"))
@@ -245,11 +267,15 @@ class Broker:
             self._complete_join(now)
         for cm in list(self.cmembers.values()):
             if now > cm.last_heartbeat + self.session_timeout_848:
-                self.events.append(GroupEvent(now, cm.owner, "expired-session", frozenset(cm.assigned | cm.revoking)))
+                self.events.append(
+                    GroupEvent(now, cm.owner, "expired-session", frozenset(cm.assigned | cm.revoking))
+                )
                 self._remove_consumer(cm.member_id)
             elif cm.state == "UNREVOKED" and cm.revoke_deadline is not None and now > cm.revoke_deadline:
                 self.events.append(
-                    GroupEvent(now, cm.owner, "fenced-rebalance-timeout", frozenset(cm.assigned | cm.revoking))
+                    GroupEvent(
+                        now, cm.owner, "fenced-rebalance-timeout", frozenset(cm.assigned | cm.revoking)
+                    )
                 )
                 self._remove_consumer(cm.member_id)
 
@@ -265,8 +291,16 @@ class Broker:
         for name in names:
             t = self.topics.get(name)
             if t is None:
-                topics.append({"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": name, "topic_id": uuid.UUID(int=0),
-                               "is_internal": False, "partitions": [], "topic_authorized_operations": -2147483648})
+                topics.append(
+                    {
+                        "error_code": UNKNOWN_TOPIC_OR_PARTITION,
+                        "name": name,
+                        "topic_id": uuid.UUID(int=0),
+                        "is_internal": False,
+                        "partitions": [],
+                        "topic_authorized_operations": -2147483648,
+                    }
+                )
                 continue
             topics.append(
                 {
@@ -275,8 +309,15 @@ class Broker:
                     "topic_id": t.topic_id,
                     "is_internal": False,
                     "partitions": [
-                        {"error_code": 0, "partition_index": p, "leader_id": p % len(BROKERS), "leader_epoch": 0,
-                         "replica_nodes": [p % len(BROKERS)], "isr_nodes": [p % len(BROKERS)], "offline_replicas": []}
+                        {
+                            "error_code": 0,
+                            "partition_index": p,
+                            "leader_id": p % len(BROKERS),
+                            "leader_epoch": 0,
+                            "replica_nodes": [p % len(BROKERS)],
+                            "isr_nodes": [p % len(BROKERS)],
+                            "offline_replicas": [],
+                        }
                         for p in range(t.partitions)
                     ],
                     "topic_authorized_operations": -2147483648,
@@ -293,11 +334,22 @@ class Broker:
     def _find_coordinator(self, body: dict[str, Any], now: int) -> dict[str, Any]:
         keys = body.get("coordinator_keys") or [body.get("key")]
         b = self.coordinator
-        code = COORDINATOR_NOT_AVAILABLE if now < self.loading_until and self.rng is not None and self.rng.random() < 0.3 else 0
+        code = (
+            COORDINATOR_NOT_AVAILABLE
+            if now < self.loading_until and self.rng is not None and self.rng.random() < 0.3
+            else 0
+        )
         return {
             "throttle_time": 0,
             "coordinators": [
-                {"key": k, "node_id": b, "host": f"b{b}", "port": 9092, "error_code": code, "error_message": None}
+                {
+                    "key": k,
+                    "node_id": b,
+                    "host": f"b{b}",
+                    "port": 9092,
+                    "error_code": code,
+                    "error_message": None,
+                }
                 for k in keys
             ],
         }
@@ -305,12 +357,18 @@ class Broker:
     def _fetch(self, body: dict[str, Any]) -> dict[str, Any]:
         responses = []
         for t in body.get("topics", []):
-            topic = self._by_id(t.get("topic_id")) if t.get("topic_id") is not None else self.topics.get(t.get("topic", ""))
+            topic = (
+                self._by_id(t.get("topic_id"))
+                if t.get("topic_id") is not None
+                else self.topics.get(t.get("topic", ""))
+            )
             parts = []
             for p in t.get("partitions", []):
                 idx = p["partition"]
                 if topic is None or idx >= topic.partitions:
-                    parts.append(_fetch_part(idx, UNKNOWN_TOPIC_ID if topic is None else UNKNOWN_TOPIC_OR_PARTITION, 0))
+                    parts.append(
+                        _fetch_part(idx, UNKNOWN_TOPIC_ID if topic is None else UNKNOWN_TOPIC_OR_PARTITION, 0)
+                    )
                     continue
                 tp = TopicPartition(topic.name, idx)
                 end = self.log_end.get(tp, 0)
@@ -321,7 +379,9 @@ class Broker:
                 n = min(RECORDS_PER_FETCH, end - off)
                 records = _batch(off, n) if n > 0 else None
                 parts.append(_fetch_part(idx, 0, end, records))
-            responses.append({"topic_id": t.get("topic_id"), "topic": t.get("topic", ""), "partitions": parts})
+            responses.append(
+                {"topic_id": t.get("topic_id"), "topic": t.get("topic", ""), "partitions": parts}
+            )
         return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}
 
     def _list_offsets(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -332,7 +392,15 @@ class Broker:
                 tp = TopicPartition(t["name"], p["partition_index"])
                 ts = p.get("timestamp", -1)
                 off = 0 if ts == -2 else self.log_end.get(tp, 0)
-                parts.append({"partition_index": tp.partition, "error_code": 0, "timestamp": -1, "offset": off, "leader_epoch": 0})
+                parts.append(
+                    {
+                        "partition_index": tp.partition,
+                        "error_code": 0,
+                        "timestamp": -1,
+                        "offset": off,
+                        "leader_epoch": 0,
+                    }
+                )
             topics.append({"name": t["name"], "partitions": parts})
         return {"throttle_time": 0, "topics": topics}
 
@@ -358,8 +426,17 @@ class Broker:
             code = ILLEGAL_GENERATION
         elif self.state == "COMPLETING":
             code = REBALANCE_IN_PROGRESS
-        if code == NONE and self.commit_fail_p and self.rng is not None and self.rng.random() < self.commit_fail_p:
-            code = REBALANCE_IN_PROGRESS if not self.cmembers and self.rng.random() < 0.5 else COORDINATOR_LOAD_IN_PROGRESS
+        if (
+            code == NONE
+            and self.commit_fail_p
+            and self.rng is not None
+            and self.rng.random() < self.commit_fail_p
+        ):
+            code = (
+                REBALANCE_IN_PROGRESS
+                if not self.cmembers and self.rng.random() < 0.5
+                else COORDINATOR_LOAD_IN_PROGRESS
+            )
         if code == NONE:
             for t in body.get("topics", []):
                 for p in t.get("partitions", []):
@@ -393,10 +470,19 @@ class Broker:
                 parts = []
                 for p in t.get("partition_indexes", []):
                     tp = TopicPartition(t["name"], p)
-                    parts.append({"partition_index": p, "committed_offset": self.committed.get(tp, -1),
-                                  "committed_leader_epoch": -1, "metadata": "", "error_code": 0})
+                    parts.append(
+                        {
+                            "partition_index": p,
+                            "committed_offset": self.committed.get(tp, -1),
+                            "committed_leader_epoch": -1,
+                            "metadata": "",
+                            "error_code": 0,
+                        }
+                    )
                 topics.append({"name": t["name"], "partitions": parts})
-            out.append({"group_id": g.get("group_id"), "topics": topics if code == NONE else [], "error_code": code})
+            out.append(
+                {"group_id": g.get("group_id"), "topics": topics if code == NONE else [], "error_code": code}
+            )
         return {"throttle_time": 0, "groups": out}
 
     # ------------------------------------------------------------------ classic group
@@ -408,10 +494,16 @@ class Broker:
                     m.sync = None
         if self.state != "PREPARING":
             self.state = "PREPARING"
-            self.rebalance_deadline = now + max((m.rebalance_timeout for m in self.members.values()), default=0)
+            self.rebalance_deadline = now + max(
+                (m.rebalance_timeout for m in self.members.values()), default=0
+            )
 
     def _maybe_complete_join(self, now: int) -> None:
-        if self.state == "PREPARING" and all(m.join is not None for m in self.members.values()) and not self.pending_ids:
+        if (
+            self.state == "PREPARING"
+            and all(m.join is not None for m in self.members.values())
+            and not self.pending_ids
+        ):
             self._complete_join(now)
 
     def _complete_join(self, now: int) -> None:
@@ -425,7 +517,9 @@ class Broker:
         if self.leader not in self.members:
             self.leader = next(iter(self.members))
         leader = self.members[self.leader]
-        common = [n for n, _ in leader.protocols if all(n in dict(m.protocols) for m in self.members.values())]
+        common = [
+            n for n, _ in leader.protocols if all(n in dict(m.protocols) for m in self.members.values())
+        ]
         self.protocol = common[0] if common else leader.protocols[0][0]
         self.state = "COMPLETING"
         for m in self.members.values():
@@ -439,7 +533,11 @@ class Broker:
                 "skip_assignment": False,
                 "member_id": m.member_id,
                 "members": [
-                    {"member_id": o.member_id, "group_instance_id": o.instance_id, "metadata": dict(o.protocols).get(self.protocol, b"")}
+                    {
+                        "member_id": o.member_id,
+                        "group_instance_id": o.instance_id,
+                        "metadata": dict(o.protocols).get(self.protocol, b""),
+                    }
                     for o in self.members.values()
                 ]
                 if m.member_id == self.leader
@@ -456,7 +554,11 @@ class Broker:
             return
         for r in (m.join, m.sync):
             if r is not None:
-                r(_join_resp(UNKNOWN_MEMBER_ID) if r is m.join else {"throttle_time": 0, "error_code": UNKNOWN_MEMBER_ID, "assignment": b""})
+                r(
+                    _join_resp(UNKNOWN_MEMBER_ID)
+                    if r is m.join
+                    else {"throttle_time": 0, "error_code": UNKNOWN_MEMBER_ID, "assignment": b""}
+                )
         if self.state in ("STABLE", "COMPLETING"):
             self._prepare(now)
         if self.state == "PREPARING":
@@ -481,8 +583,13 @@ class Broker:
         if m is None and member_id in self.pending_ids:
             self.pending_ids.discard(member_id)
             m = ClassicMember(
-                member_id, owner, body.get("group_instance_id"), protocols,
-                body.get("session_timeout", 45_000), body.get("rebalance_timeout", 300_000), now,
+                member_id,
+                owner,
+                body.get("group_instance_id"),
+                protocols,
+                body.get("session_timeout", 45_000),
+                body.get("rebalance_timeout", 300_000),
+                now,
             )
             self.members[member_id] = m
             m.join = respond
@@ -500,14 +607,19 @@ class Broker:
         m.join = respond
         if self.state == "PREPARING":
             self._maybe_complete_join(now)
-        elif self.state == "COMPLETING" and not changed and member_id != self.leader:
+        elif (self.state == "COMPLETING" and not changed and member_id != self.leader) or (
+            self.state == "STABLE" and not changed and member_id != self.leader
+        ):
             m.join = None
-            respond({**_join_resp(0), "generation_id": self.generation, "protocol_name": self.protocol,
-                     "leader": self.leader, "member_id": member_id})
-        elif self.state == "STABLE" and not changed and member_id != self.leader:
-            m.join = None
-            respond({**_join_resp(0), "generation_id": self.generation, "protocol_name": self.protocol,
-                     "leader": self.leader, "member_id": member_id})
+            respond(
+                {
+                    **_join_resp(0),
+                    "generation_id": self.generation,
+                    "protocol_name": self.protocol,
+                    "leader": self.leader,
+                    "member_id": member_id,
+                }
+            )
         else:
             self._prepare(now)
             self._maybe_complete_join(now)
@@ -525,7 +637,12 @@ class Broker:
             respond({"throttle_time": 0, "error_code": REBALANCE_IN_PROGRESS, "assignment": b""})
             return
         m.last_heartbeat = now
-        ok = {"throttle_time": 0, "error_code": 0, "protocol_type": "consumer", "protocol_name": self.protocol}
+        ok = {
+            "throttle_time": 0,
+            "error_code": 0,
+            "protocol_type": "consumer",
+            "protocol_name": self.protocol,
+        }
         if self.state == "STABLE":
             respond({**ok, "assignment": m.assignment})
             return
@@ -636,18 +753,37 @@ class Broker:
 
     def _cg_heartbeat(self, owner: str, body: dict[str, Any], now: int) -> dict[str, Any]:
         if self.members:
-            return {"throttle_time": 0, "error_code": INCONSISTENT_GROUP_PROTOCOL, "member_id": None, "member_epoch": -1, "heartbeat_interval": 0}
+            return {
+                "throttle_time": 0,
+                "error_code": INCONSISTENT_GROUP_PROTOCOL,
+                "member_id": None,
+                "member_epoch": -1,
+                "heartbeat_interval": 0,
+            }
         member_id = body.get("member_id") or ""
         epoch = body.get("member_epoch", 0)
 
         def err(code: int) -> dict[str, Any]:
-            return {"throttle_time": 0, "error_code": code, "error_message": None, "member_id": member_id, "member_epoch": -1, "heartbeat_interval": 0}
+            return {
+                "throttle_time": 0,
+                "error_code": code,
+                "error_message": None,
+                "member_id": member_id,
+                "member_epoch": -1,
+                "heartbeat_interval": 0,
+            }
 
         if epoch in (-1, -2):
             if member_id in self.cmembers:
                 self.events.append(GroupEvent(now, owner, "left"))
                 self._remove_consumer(member_id)
-            return {"throttle_time": 0, "error_code": 0, "member_id": member_id, "member_epoch": epoch, "heartbeat_interval": 0}
+            return {
+                "throttle_time": 0,
+                "error_code": 0,
+                "member_id": member_id,
+                "member_epoch": epoch,
+                "heartbeat_interval": 0,
+            }
         owned_raw = body.get("topic_partitions")
         owned: set[TopicPartition] | None = None
         if owned_raw is not None:
@@ -667,9 +803,10 @@ class Broker:
             self.group_epoch += 1
         elif cm is None:
             return err(UNKNOWN_MEMBER_ID)
-        elif epoch != cm.epoch:
-            if not (epoch == cm.prev_epoch and owned is not None and owned <= cm.assigned):
-                return err(FENCED_MEMBER_EPOCH)
+        elif epoch != cm.epoch and not (
+            epoch == cm.prev_epoch and owned is not None and owned <= cm.assigned
+        ):
+            return err(FENCED_MEMBER_EPOCH)
         cm.last_heartbeat = now
         topics = body.get("subscribed_topic_names")
         regex = body.get("subscribed_topic_regex")
@@ -700,7 +837,9 @@ class Broker:
             for tp in sorted(current, key=lambda x: (x.topic, x.partition)):
                 by_topic.setdefault(tp.topic, []).append(tp.partition)
             resp["assignment"] = {
-                "topic_partitions": [{"topic_id": self.topics[t].topic_id, "partitions": ps} for t, ps in by_topic.items()]
+                "topic_partitions": [
+                    {"topic_id": self.topics[t].topic_id, "partitions": ps} for t, ps in by_topic.items()
+                ]
             }
         return resp
 
@@ -713,13 +852,31 @@ class Broker:
 
 
 def _join_resp(code: int) -> dict[str, Any]:
-    return {"throttle_time": 0, "error_code": code, "generation_id": -1, "protocol_type": "consumer",
-            "protocol_name": None, "leader": "", "skip_assignment": False, "member_id": "", "members": []}
+    return {
+        "throttle_time": 0,
+        "error_code": code,
+        "generation_id": -1,
+        "protocol_type": "consumer",
+        "protocol_name": None,
+        "leader": "",
+        "skip_assignment": False,
+        "member_id": "",
+        "members": [],
+    }
 
 
 def _commit_codes(body: dict[str, Any], code: Callable[[TopicPartition], int]) -> list[dict[str, Any]]:
     return [
-        {"name": t["name"], "partitions": [{"partition_index": p["partition_index"], "error_code": code(TopicPartition(t["name"], p["partition_index"]))} for p in t.get("partitions", [])]}
+        {
+            "name": t["name"],
+            "partitions": [
+                {
+                    "partition_index": p["partition_index"],
+                    "error_code": code(TopicPartition(t["name"], p["partition_index"])),
+                }
+                for p in t.get("partitions", [])
+            ],
+        }
         for t in body.get("topics", [])
     ]
 
@@ -749,7 +906,8 @@ def _batch(base: int, n: int) -> bytes:
     if data is None:
         data = encode_batch(
             [(b"k%d" % (base + i), b"v%d" % (base + i), 1000 + base + i) for i in range(n)],
-            base_offset=base, partition_leader_epoch=0,
+            base_offset=base,
+            partition_leader_epoch=0,
         )
         if len(_BATCHES) < 50_000:
             _BATCHES[key] = data

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -34,7 +35,9 @@ ISSUE_26_KINDS = {
 
 
 def _tps(parts: Iterable[TopicPartition]) -> str:
-    return ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(parts, key=lambda x: (x.topic, x.partition)))
+    return ",".join(
+        f"{tp.topic}-{tp.partition}" for tp in sorted(parts, key=lambda x: (x.topic, x.partition))
+    )
 
 
 class Checks:
@@ -79,10 +82,16 @@ class Checks:
         reported = recs.lost_partitions
         extra = reported - m.obs.expect_lost
         if extra:
-            self.fail("loss-reported-twice", m.name, f"lost_partitions {_tps(extra)} not lost since last reported")
+            self.fail(
+                "loss-reported-twice", m.name, f"lost_partitions {_tps(extra)} not lost since last reported"
+            )
         m.obs.expect_lost -= reported
         if m.obs.expect_lost:
-            self.fail("loss-not-reported", m.name, f"lost {_tps(m.obs.expect_lost)} never reported to the application")
+            self.fail(
+                "loss-not-reported",
+                m.name,
+                f"lost {_tps(m.obs.expect_lost)} never reported to the application",
+            )
             m.obs.expect_lost.clear()
 
     def on_raised(self, m: SimMember, exc: BaseException) -> None:
@@ -105,7 +114,11 @@ class Checks:
         o.callbacks.append((self.now, kind, parts))
         if kind == "assigned":
             if self.sim.schedule.protocol == "eager" and o.owned and parts:
-                self.fail("eager-assigned-before-revoke", m.name, f"assigned {_tps(parts)} while owning {_tps(o.owned)}")
+                self.fail(
+                    "eager-assigned-before-revoke",
+                    m.name,
+                    f"assigned {_tps(parts)} while owning {_tps(o.owned)}",
+                )
             if parts & o.owned:
                 self.fail("assigned-already-owned", m.name, f"assigned {_tps(parts & o.owned)} again")
             o.owned |= parts
@@ -119,7 +132,11 @@ class Checks:
         else:
             delayed = {tp for t, tp, ok in o.grants if ok and tp in parts & o.pending_revoke}
             if delayed and self.sim.clean_for(m) and not m.crashed:
-                self.fail("lost-after-granted-delay", m.name, f"{_tps(delayed)} lost after delay_revoke() was granted")
+                self.fail(
+                    "lost-after-granted-delay",
+                    m.name,
+                    f"{_tps(delayed)} lost after delay_revoke() was granted",
+                )
             o.expect_lost |= parts & o.owned
             o.owned -= parts
             self.zombies.discard(m.name)  # it learnt that it was removed: what it gets next is its own
@@ -139,7 +156,7 @@ class Checks:
             return
         deadline = self.sim.deadline_of(m)
         times = m.obs.poll_times[-8:]
-        pace = max((b - a for a, b in zip(times, times[1:], strict=False)), default=0)
+        pace = max((b - a for a, b in itertools.pairwise(times)), default=0)
         # A delay granted now moves the revoke to the poll after the next one: two intervals from now.
         if deadline is not None and self.now + 2 * pace > deadline:
             self.fail(
@@ -169,7 +186,11 @@ class Checks:
             return
         self.duplicates += 1
         if first[1] == ex and m.name not in self.zombies and first[0] not in self.zombies:
-            self.fail("duplicate-without-loss", m.name, f"{tp}@{off} processed again (first by {first[0]}) with no loss since")
+            self.fail(
+                "duplicate-without-loss",
+                m.name,
+                f"{tp}@{off} processed again (first by {first[0]}) with no loss since",
+            )
         self.first_done[key] = (m.name, ex)
 
     def on_gone(self, m: SimMember, why: str) -> None:
@@ -187,7 +208,11 @@ class Checks:
             _at, owner, tp, off = log[self._commit_idx]
             self._commit_idx += 1
             if off > self.done.get(tp, 0):
-                self.fail("commit-ahead-of-processing", owner, f"committed {tp}@{off}, processed only up to {self.done.get(tp, 0)}")
+                self.fail(
+                    "commit-ahead-of-processing",
+                    owner,
+                    f"committed {tp}@{off}, processed only up to {self.done.get(tp, 0)}",
+                )
         events = broker.events
         while self._event_idx < len(events):
             ev = events[self._event_idx]
@@ -208,8 +233,13 @@ class Checks:
                 self.fail(
                     "fenced-after-granted-delay",
                     ev.member,
-                    f"{ev.kind} while following KIP-983 (pace {m.spec.pace_ms}±{int(m.spec.jitter * 100)}% ms, "
+                    f"{ev.kind} while following KIP-983 (pace {m.spec.pace_ms}"
+                    f"±{int(m.spec.jitter * 100)}% ms, "
                     f"timeout {self.sim.schedule.max_poll_ms} ms; last grant at {granted[-1][0]})",
                 )
             else:
-                self.fail(ev.kind, ev.member, "a member with a clean loop and network was removed by the coordinator")
+                self.fail(
+                    ev.kind,
+                    ev.member,
+                    "a member with a clean loop and network was removed by the coordinator",
+                )

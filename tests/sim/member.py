@@ -33,7 +33,6 @@ from kafka_handoff.errors import KafkaError, KafkaTimeoutError, WakeupError
 from kafka_handoff.network.thread import NetworkThread
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.types import OffsetAndMetadata, TopicPartition
-
 from sim.world import SimNetworkClient, World
 
 T = TypeVar("T")
@@ -178,7 +177,9 @@ class SimMember:
         finally:
             self.sim.env.current.pop()
         if not (self.crashed or self.closed):
-            self.world.sched.after(self.next_interval(), self.app_step, owner=self.name, app=True, label="app")
+            self.world.sched.after(
+                self.next_interval(), self.app_step, owner=self.name, app=True, label="app"
+            )
 
     def _iteration(self) -> None:
         now = self.world.clock.t
@@ -186,7 +187,7 @@ class SimMember:
         self.obs.poll_times.append(now)
         try:
             recs = c.poll(0)
-        except Exception as exc:  # noqa: BLE001 - the application sees every error; checks count them
+        except Exception as exc:
             self.sim.checks.on_raised(self, exc)
             return
         self.sim.checks.on_poll(self, recs)
@@ -195,7 +196,9 @@ class SimMember:
         for tp in recs.partitions():
             q = self.inflight.setdefault(tp, collections.deque())
             for rec in recs.records(tp):
-                q.append((rec.offset, now + int(self.world.rng.expovariate(1 / max(1, self.spec.process_ms)))))
+                q.append(
+                    (rec.offset, now + int(self.world.rng.expovariate(1 / max(1, self.spec.process_ms))))
+                )
         self.finish_processing(self.world.clock.t)
         self.commit_processed()
         tbr = recs.to_be_revoked_partitions
@@ -242,7 +245,7 @@ class SimMember:
             return
         try:
             c.commit_sync(offsets)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if view is not None:
                 self.sim.checks.on_view_error(self, exc)
             else:
@@ -268,7 +271,7 @@ class SimMember:
             self.finish_processing(self.world.clock.t)
             self.commit_processed()
             self.consumer.close(5.0)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.sim.checks.on_raised(self, exc)
         finally:
             self.sim.env.current.pop()
@@ -304,7 +307,7 @@ class _Listener(RebalanceListenerBase):
         if parts and self.m.world.rng.random() < 0.3:
             try:
                 consumer.committed(set(parts))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 self.m.sim.checks.on_view_error(self.m, exc)
         self._maybe_raise("assigned")
 
@@ -342,7 +345,9 @@ class Env:
         def uuid4() -> uuid.UUID:
             return uuid.UUID(int=rng.getrandbits(128), version=4)
 
-        def metadata_and_client(cfg: Any, client_id: str, *, allow_auto_topic_creation: bool, topics: Any = frozenset, **_: Any) -> Any:
+        def metadata_and_client(
+            cfg: Any, client_id: str, *, allow_auto_topic_creation: bool, topics: Any = frozenset, **_: Any
+        ) -> Any:
             metadata = MetadataManager(
                 max_age_ms=cfg.metadata_max_age_ms,
                 retry_backoff_ms=cfg.retry_backoff_ms,
@@ -367,7 +372,13 @@ class Env:
             return t
 
         def wait_result(
-            future: Future[T], timeout_ms: int, what: str, *, before_each: Callable[[], None], wakeup: Any, cancel_on_timeout: bool
+            future: Future[T],
+            timeout_ms: int,
+            what: str,
+            *,
+            before_each: Callable[[], None],
+            wakeup: Any,
+            cancel_on_timeout: bool,
         ) -> T:
             owner = env.current[-1].name if env.current else ""
             deadline = world.clock.t + timeout_ms
@@ -399,6 +410,7 @@ class Env:
         time_shim = types.SimpleNamespace(monotonic=world.clock.monotonic)
         saved_random = random.getstate()
         random.seed(world.seed)
+
         class Buffer(FetchBuffer):
             __slots__ = ()
 

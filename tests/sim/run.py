@@ -21,6 +21,7 @@ import os
 import random
 import sys
 import time
+from pathlib import Path
 
 from sim.checks import ISSUE_26_KINDS
 from sim.sim import Result, Schedule, generate, run, shrink
@@ -36,7 +37,10 @@ def _report_failure(r: Result, *, do_shrink: bool, out: list[str]) -> None:
         small = shrink(s, kind)
         out.append(f"  minimal schedule still showing [{kind}]:")
         out.append("    " + small.describe().replace("\n", "\n    "))
-        out.append(f"  replay: PYTHONHASHSEED=0 PYTHONPATH=src:tests python -m sim.run --replay-json '{small.to_json()}'")
+        out.append(
+            "  replay: PYTHONHASHSEED=0 PYTHONPATH=src:tests python -m sim.run --replay-json "
+            f"'{small.to_json()}'"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,11 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if os.environ.get("PYTHONHASHSEED") != "0":
         os.environ["PYTHONHASHSEED"] = "0"
-        os.execv(sys.executable, [sys.executable, "-m", "sim.run", *(argv if argv is not None else sys.argv[1:])])
+        os.execv(
+            sys.executable, [sys.executable, "-m", "sim.run", *(argv if argv is not None else sys.argv[1:])]
+        )
     logging.basicConfig(level=logging.CRITICAL)  # the consumer's warnings about injected faults are expected
 
     if args.replay_json is not None:
-        text = open(args.replay_json).read() if os.path.exists(args.replay_json) else args.replay_json
+        given = Path(args.replay_json)
+        text = given.read_text() if given.exists() else args.replay_json
         r = run(Schedule.from_json(text))
         print(r.schedule.describe())
         for v in r.violations:
@@ -101,9 +108,15 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(out if not args.quiet else out[:1]), flush=True)
         if n % 50 == 0:
             el = time.monotonic() - t0
-            print(f"... {n} schedules in {el:.0f} s ({n / el:.2f}/s), violations so far {dict(counts)}", flush=True)
+            print(
+                f"... {n} schedules in {el:.0f} s ({n / el:.2f}/s), violations so far {dict(counts)}",
+                flush=True,
+            )
     el = max(1e-9, time.monotonic() - t0)
-    print(f"{n} schedules in {el:.1f} s: {n / el:.2f} schedules/s ({virtual / 1000 / el:.0f} virtual s per wall s)")
+    print(
+        f"{n} schedules in {el:.1f} s: {n / el:.2f} schedules/s "
+        f"({virtual / 1000 / el:.0f} virtual s per wall s)"
+    )
     for k in sorted(counts):
         tag = f" (issue 26 item {ISSUE_26_KINDS[k]})" if k in ISSUE_26_KINDS else ""
         print(f"  {k}{tag}: {counts[k]} schedule(s), first seed {first[k]}")

@@ -9,17 +9,17 @@ kind of violation still shows, and ``Schedule.to_json()`` is what the runner pri
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafka_handoff.types import TopicPartition
 from sim.broker import BROKERS, Broker
 from sim.checks import Checks, Violation
 from sim.member import Env, MemberSpec, SimMember
 from sim.world import World
-
-from kafka_handoff.types import TopicPartition
 
 PROTOCOLS = ("eager", "cooperative", "consumer")
 
@@ -55,14 +55,16 @@ class Schedule:
 
     def describe(self) -> str:
         lines = [
-            f"seed={self.seed} protocol={self.protocol} topics={self.topics} max.poll.interval.ms={self.max_poll_ms} "
-            f"session.timeout.ms={self.session_ms} faults until {self.fault_end} ms, settle {self.settle_ms} ms"
+            f"seed={self.seed} protocol={self.protocol} topics={self.topics} "
+            f"max.poll.interval.ms={self.max_poll_ms} session.timeout.ms={self.session_ms} "
+            f"faults until {self.fault_end} ms, settle {self.settle_ms} ms"
         ]
         for m in self.members:
             lines.append(
-                f"  member {m.name}: joins at {m.join_at} ms, polls every {m.pace_ms} ms ±{int(m.jitter * 100)}%, "
-                f"processing {m.process_ms} ms/record, delay_revoke policy {m.delay_policy}, callbacks raise "
-                f"p={m.raise_p}, listener commits={m.listener_commits}{', regex subscription' if m.pattern else ''}"
+                f"  member {m.name}: joins at {m.join_at} ms, polls every {m.pace_ms} ms "
+                f"±{int(m.jitter * 100)}%, processing {m.process_ms} ms/record, delay_revoke policy "
+                f"{m.delay_policy}, callbacks raise p={m.raise_p}, listener commits={m.listener_commits}"
+                f"{', regex subscription' if m.pattern else ''}"
             )
         for e in self.events:
             lines.append(f"  at {e.at} ms: {e.kind} {e.args}")
@@ -83,7 +85,9 @@ def generate(seed: int, *, faults: bool = True) -> Schedule:
     members: list[MemberSpec] = []
     n = rng.randint(2, 4)
     for i in range(n):
-        members.append(_member_spec(rng, f"c{i}", max_poll, 0 if i < 2 else rng.randint(0, fault_end // 2), clean))
+        members.append(
+            _member_spec(rng, f"c{i}", max_poll, 0 if i < 2 else rng.randint(0, fault_end // 2), clean)
+        )
     events: list[Event] = []
     k = n
     for _ in range(rng.randint(1, 6)):
@@ -109,12 +113,34 @@ def generate(seed: int, *, faults: bool = True) -> Schedule:
             events.append(Event(at, "coordinator-error", {"api": rng.choice(api), "code": rng.choice(codes)}))
         elif choice < 0.87:
             events.append(
-                Event(at, "network", {"drop_p": rng.choice([0.0, 0.05, 0.2]), "delay_max_ms": rng.choice([0, 200, 2000]), "for_ms": rng.randint(1000, 15000)})
+                Event(
+                    at,
+                    "network",
+                    {
+                        "drop_p": rng.choice([0.0, 0.05, 0.2]),
+                        "delay_max_ms": rng.choice([0, 200, 2000]),
+                        "for_ms": rng.randint(1000, 15000),
+                    },
+                )
             )
         elif choice < 0.93:
-            events.append(Event(at, "commit-failures", {"p": rng.choice([0.3, 1.0]), "for_ms": rng.randint(1000, 10000)}))
+            events.append(
+                Event(
+                    at, "commit-failures", {"p": rng.choice([0.3, 1.0]), "for_ms": rng.randint(1000, 10000)}
+                )
+            )
         else:
-            events.append(Event(at, "slow-loop", {"member": f"c{rng.randrange(k)}", "pace_ms": int(max_poll * rng.uniform(0.6, 1.5)), "for_ms": rng.randint(5000, 30000)}))
+            events.append(
+                Event(
+                    at,
+                    "slow-loop",
+                    {
+                        "member": f"c{rng.randrange(k)}",
+                        "pace_ms": int(max_poll * rng.uniform(0.6, 1.5)),
+                        "for_ms": rng.randint(5000, 30000),
+                    },
+                )
+            )
     events.sort(key=lambda e: e.at)
     settle = 2 * session + 3 * max_poll + 30_000
     return Schedule(seed, protocol, topics, max_poll, session, members, events, fault_end, settle)
@@ -274,14 +300,16 @@ class Simulation:
         w = self.world
         with self.env.active():
             for spec in s.members:
-                w.sched.at(spec.join_at, lambda sp=spec: self.add_member(sp), owner="world", label="join")
+                w.sched.at(
+                    spec.join_at, functools.partial(self.add_member, spec), owner="world", label="join"
+                )
             for ev in s.events:
-                w.sched.at(ev.at, lambda e=ev: self.apply(e), owner="world", label=ev.kind)
+                w.sched.at(ev.at, functools.partial(self.apply, ev), owner="world", label=ev.kind)
             w.sched.at(0, self.produce, owner="world", label="produce")
             end = s.fault_end + s.settle_ms
             try:
                 w.sched.run_until(lambda: False, end)
-            except Exception as exc:  # noqa: BLE001 - a crash of the client (or the model) is a finding too
+            except Exception as exc:
                 import traceback
 
                 self.checks.fail("exception", "-", "".join(traceback.format_exception(exc))[-1500:])
@@ -292,7 +320,13 @@ class Simulation:
                     thread = m.consumer._thread
                     thread._dead = True  # type: ignore[attr-defined]
         return Result(
-            s, self.checks.violations, w.sched.steps, w.clock.t, self.checks.processed_count, self.checks.duplicates, self.broker.exchanges
+            s,
+            self.checks.violations,
+            w.sched.steps,
+            w.clock.t,
+            self.checks.processed_count,
+            self.checks.duplicates,
+            self.broker.exchanges,
         )
 
     def converged(self) -> None:
@@ -307,13 +341,19 @@ class Simulation:
             for tp in m.obs.owned:
                 owners.setdefault(tp, []).append(m.name)
             if m.obs.pending_revoke:
-                self.checks.fail("no-convergence", m.name, f"revocation still pending for {sorted(m.obs.pending_revoke)}")
+                self.checks.fail(
+                    "no-convergence", m.name, f"revocation still pending for {sorted(m.obs.pending_revoke)}"
+                )
         missing = want - set(owners)
         doubled = {tp: o for tp, o in owners.items() if len(o) > 1}
         if missing or doubled:
             self.checks.fail("no-convergence", "-", f"unowned {sorted(missing)}; owned twice {doubled}")
             return
-        behind = {tp: (self.checks.done.get(tp, 0), self.broker.log_end.get(tp, 0)) for tp in want if self.checks.done.get(tp, 0) < self.broker.log_end.get(tp, 0)}
+        behind = {
+            tp: (self.checks.done.get(tp, 0), self.broker.log_end.get(tp, 0))
+            for tp in want
+            if self.checks.done.get(tp, 0) < self.broker.log_end.get(tp, 0)
+        }
         if behind:
             self.checks.fail("no-convergence", "-", f"records never processed (processed, end): {behind}")
 

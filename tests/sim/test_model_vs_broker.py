@@ -21,7 +21,6 @@ from kafka_handoff.consumer import Consumer
 from kafka_handoff.network.client import NetworkClient
 from kafka_handoff.protocol.requests import UnsentRequest
 from kafka_handoff.types import TopicPartition
-
 from sim.broker import Broker
 
 pytestmark = pytest.mark.integration
@@ -66,7 +65,14 @@ class Recorder:
                     else:
                         with recorder.lock:
                             recorder.items.append(
-                                Recorded(client, request.api_key, version, sent, dict(request.body(version)), response)
+                                Recorded(
+                                    client,
+                                    request.api_key,
+                                    version,
+                                    sent,
+                                    dict(request.body(version)),
+                                    response,
+                                )
                             )
                     if handler is not None:
                         handler(response, version, now)
@@ -77,7 +83,9 @@ class Recorder:
         monkeypatch.setattr(NetworkClient, "send", send)
 
 
-def _poll_until(consumers: list[Consumer], cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+def _poll_until(
+    consumers: list[Consumer], cond: Callable[[], bool], what: str, timeout: float = 60.0
+) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
@@ -134,12 +142,15 @@ def _replay(rec: Recorder, topic: str, group: str) -> list[str]:
     items = sorted(rec.items, key=lambda r: r.sent)
     t0 = items[0].sent
     ids: dict[str, str] = {}  # real member id -> the model's
-    epochs: dict[tuple[str, int], int] = {}  # (member, real epoch) -> the model's (epochs are opaque to clients)
+    epochs: dict[
+        tuple[str, int], int
+    ] = {}  # (member, real epoch) -> the model's (epochs are opaque to clients)
 
     def epoch(member: str, value: Any) -> Any:
         if not isinstance(value, int) or value <= 0:
             return value
         return epochs.get((member, value), value)
+
     answers: list[tuple[Recorded, list[dict[str, Any]]]] = []
 
     def mapped(body: dict[str, Any]) -> dict[str, Any]:
@@ -147,26 +158,42 @@ def _replay(rec: Recorder, topic: str, group: str) -> list[str]:
         if out.get("member_id") in ids:
             out["member_id"] = ids[out["member_id"]]
         if "assignments" in out:
-            out["assignments"] = [{**a, "member_id": ids.get(a["member_id"], a["member_id"])} for a in out["assignments"]]
+            out["assignments"] = [
+                {**a, "member_id": ids.get(a["member_id"], a["member_id"])} for a in out["assignments"]
+            ]
         if "groups" in out:
-            out["groups"] = [{**g, "member_id": ids.get(g.get("member_id"), g.get("member_id"))} for g in out["groups"]]
+            out["groups"] = [
+                {**g, "member_id": ids.get(g.get("member_id"), g.get("member_id"))} for g in out["groups"]
+            ]
         if "member_epoch" in out:
             out["member_epoch"] = epoch(str(body.get("member_id")), out["member_epoch"])
         if "generation_id_or_member_epoch" in out and "member_id" in body:
-            out["generation_id_or_member_epoch"] = epoch(str(body["member_id"]), out["generation_id_or_member_epoch"])
+            out["generation_id_or_member_epoch"] = epoch(
+                str(body["member_id"]), out["generation_id_or_member_epoch"]
+            )
         if "groups" in body:
-            out["groups"] = [{**g, "member_epoch": epoch(str(o.get("member_id")), g.get("member_epoch"))} for g, o in zip(out["groups"], body["groups"], strict=True)]
+            out["groups"] = [
+                {**g, "member_epoch": epoch(str(o.get("member_id")), g.get("member_epoch"))}
+                for g, o in zip(out["groups"], body["groups"], strict=True)
+            ]
         if "members" in out:
-            out["members"] = [{**m, "member_id": ids.get(m.get("member_id"), m.get("member_id"))} for m in out["members"]]
+            out["members"] = [
+                {**m, "member_id": ids.get(m.get("member_id"), m.get("member_id"))} for m in out["members"]
+            ]
         return out
 
     for item in items:
         if set(_codes(item.api_key, item.response)) & COORDINATOR_STATE:
-            continue  # the broker's coordinator was not ready (new __consumer_offsets): not the group's answer
+            continue  # the coordinator was not ready (new __consumer_offsets): not the group's answer
         got: list[dict[str, Any]] = []
         answers.append((item, got))
         now = int((item.sent - t0) * 1000)
-        model.handle(item.client, item.api_key, item.version, 0, mapped(item.body), now, got.append)
+
+        def keep(values: dict[str, Any] | None, got: list[dict[str, Any]] = got) -> None:
+            if values is not None:
+                got.append(values)
+
+        model.handle(item.client, item.api_key, item.version, 0, mapped(item.body), now, keep)
         real_id = getattr(item.response, "member_id", None)
         if got and item.api_key in (11, 68) and real_id and got[-1].get("member_id"):
             ids.setdefault(str(real_id), str(got[-1]["member_id"]))
@@ -178,16 +205,24 @@ def _replay(rec: Recorder, topic: str, group: str) -> list[str]:
         mine = sorted({c for g in got for c in _codes_values(item.api_key, g)}) if got else None
         if mine is None:
             problems.append(f"{item.client} api {item.api_key}: the model never answered (broker: {real})")
-        elif item.api_key == 68 and item.response.assignment is not None and got[-1].get("assignment") is None:
+        elif (
+            item.api_key == 68 and item.response.assignment is not None and got[-1].get("assignment") is None
+        ):
             problems.append(f"{item.client}: the broker sent an assignment, the model none")
-        elif item.api_key == 68 and item.response.assignment is not None and _parts(item.response.assignment) != _parts_values(got[-1]["assignment"]):
+        elif (
+            item.api_key == 68
+            and item.response.assignment is not None
+            and _parts(item.response.assignment) != _parts_values(got[-1]["assignment"])
+        ):
             problems.append(
-                f"{item.client}: broker assigned {_parts(item.response.assignment)}, the model {_parts_values(got[-1]['assignment'])}"
+                f"{item.client}: broker assigned {_parts(item.response.assignment)}, "
+                f"the model {_parts_values(got[-1]['assignment'])}"
             )
         elif mine != real:
             problems.append(
                 f"{item.client} api {item.api_key} epoch {item.body.get('member_epoch', '')}: model {mine} "
-                f"(epoch {got[-1].get('member_epoch')}), broker {real} (epoch {getattr(item.response, 'member_epoch', None)})"
+                f"(epoch {got[-1].get('member_epoch')}), broker {real} "
+                f"(epoch {getattr(item.response, 'member_epoch', None)})"
             )
     return problems
 
@@ -204,7 +239,10 @@ def _codes(api_key: int, response: Any) -> list[int]:
     if api_key == 8:
         return sorted({int(p.error_code) for t in response.topics for p in t.partitions})
     if api_key == 9:
-        return sorted({int(g.error_code) for g in response.groups} | {int(p.error_code) for g in response.groups for t in g.topics for p in t.partitions})
+        return sorted(
+            {int(g.error_code) for g in response.groups}
+            | {int(p.error_code) for g in response.groups for t in g.topics for p in t.partitions}
+        )
     return [int(response.error_code)]
 
 
@@ -212,7 +250,9 @@ def _codes_values(api_key: int, values: dict[str, Any]) -> list[int]:
     if api_key == 8:
         return [p["error_code"] for t in values["topics"] for p in t["partitions"]]
     if api_key == 9:
-        return [g["error_code"] for g in values["groups"]] + [p["error_code"] for g in values["groups"] for t in g["topics"] for p in t["partitions"]]
+        return [g["error_code"] for g in values["groups"]] + [
+            p["error_code"] for g in values["groups"] for t in g["topics"] for p in t["partitions"]
+        ]
     return [values["error_code"]]
 
 

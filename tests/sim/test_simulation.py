@@ -16,7 +16,6 @@ import pytest
 
 from kafka_handoff.consumer.revoke import RevokeLists
 from kafka_handoff.types import TopicPartition
-
 from sim.checks import ISSUE_26_KINDS
 from sim.member import MemberSpec
 from sim.sim import Event, Schedule, Simulation, generate, run, shrink
@@ -63,7 +62,15 @@ def test_a_fixed_budget_of_seeds_finds_no_violation_beyond_the_known_ones() -> N
     Run with PYTHONHASHSEED=0 in a child process, so the seeds mean the same schedules everywhere."""
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT / 'tests'}"}
     proc = subprocess.run(
-        [sys.executable, "-m", "sim.run", f"--seeds={BUDGET.start}:{BUDGET.stop}", "--json", "--no-shrink", "--quiet"],
+        [
+            sys.executable,
+            "-m",
+            "sim.run",
+            f"--seeds={BUDGET.start}:{BUDGET.stop}",
+            "--json",
+            "--no-shrink",
+            "--quiet",
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -92,7 +99,9 @@ def test_the_simulator_finds_the_fencing_when_delays_ignore_the_deadline(deadlin
 
 
 @pytest.mark.parametrize("pace_ms", [1700, 1900, 2300])
-@pytest.mark.xfail(reason="issue 26 item 1 (delay_revoke grants a delay the loop's pace cannot honour): branch i26-seeds")
+@pytest.mark.xfail(
+    reason="issue 26 item 1 (delay_revoke grants a delay the loop's pace cannot honour): branch i26-seeds"
+)
 def test_a_granted_delay_never_gets_the_slow_loop_fenced(pace_ms: int) -> None:
     """Issue 26 item 1 as the simulator found it on main: KIP-848, 10 s rebalance timeout, a loop that polls
     every 1.7-2.3 s and delays while records are in flight is fenced (all its partitions lost)."""
@@ -107,7 +116,10 @@ def test_a_schedule_replays_bit_for_bit() -> None:
         sim = Simulation(s)
         sim.world.record = []
         result = sim.run()
-        trace = [(e.member, e.api_key, e.sent_ms, repr(sorted(e.body.items())), repr(e.response)) for e in sim.world.record]
+        trace = [
+            (e.member, e.api_key, e.sent_ms, repr(sorted(e.body.items())), repr(e.response))
+            for e in sim.world.record
+        ]
         traces.append((trace, [str(v) for v in result.violations], result.steps, result.processed))
     assert traces[0] == traces[1]
     assert len(traces[0][0]) > 100

@@ -67,7 +67,9 @@ class Scheduler:
         self.steps = 0
         self.cancelled: set[str] = set()  # owners whose actions are dropped (crashed members)
 
-    def at(self, when: int, action: Callable[[], None], *, owner: str = "", app: bool = False, label: str = "") -> None:
+    def at(
+        self, when: int, action: Callable[[], None], *, owner: str = "", app: bool = False, label: str = ""
+    ) -> None:
         self._seq += 1
         heapq.heappush(self._heap, _Item(max(when, self.clock.t), self._seq, action, owner, app, label))
 
@@ -192,7 +194,9 @@ class SimNetworkClient:
         old = self.coordinator_id
         self.coordinator_id = None if node is None else node.node_id
         if old is not None and self.coordinator_id != old:
-            self._disconnect(_COORD_BASE + old, KafkaTimeoutError("coordinator changed"), now_ms, notify=False)
+            self._disconnect(
+                _COORD_BASE + old, KafkaTimeoutError("coordinator changed"), now_ms, notify=False
+            )
 
     def finalized_feature(self, name: str, api_key: int | None = None) -> tuple[int, int] | None:
         return None
@@ -269,7 +273,9 @@ class SimNetworkClient:
                 if world.faults.delay_max_ms:
                     delay += world.rng.randint(0, world.faults.delay_max_ms)
                 response = _response(request.api_key, version, values)
-                world.sched.after(delay, lambda: self._arrived(conn, rid, response), owner=self.member, label="net")
+                world.sched.after(
+                    delay, lambda: self._arrived(conn, rid, response), owner=self.member, label="net"
+                )
 
             world.sched.after(latency, arrive, owner="broker", label="broker")
         # the member's next network step must look at the deadline
@@ -317,7 +323,9 @@ def _response(api_key: int, version: int, values: dict[str, Any]) -> Any:
     """The kio response entity (kio entities are immutable: equal answers are built once)."""
     from kafka_handoff.protocol.wire import build_response
 
-    if api_key == 1 and any(p.get("records") is not None for t in values["responses"] for p in t["partitions"]):
+    if api_key == 1 and any(
+        p.get("records") is not None for t in values["responses"] for p in t["partitions"]
+    ):
         return build_response(api_key, version, values)
     key = f"{api_key}/{version}/{values!r}"
     entity = _RESPONSES.get(key)
