@@ -123,6 +123,7 @@ class Checks:
                 self.fail("assigned-already-owned", m.name, f"assigned {_tps(parts & o.owned)} again")
             o.owned |= parts
             o.pending_revoke -= parts
+            o.delayed -= parts
         elif kind == "revoked":
             if parts - o.owned:
                 self.fail("revoked-not-owned", m.name, f"revoked {_tps(parts - o.owned)} it did not own")
@@ -130,7 +131,7 @@ class Checks:
             o.pending_revoke -= parts
             self._release(m.name, parts)
         else:
-            delayed = {tp for t, tp, ok in o.grants if ok and tp in parts & o.pending_revoke}
+            delayed = parts & o.delayed
             if delayed and self.sim.clean_for(m) and not m.crashed:
                 self.fail(
                     "lost-after-granted-delay",
@@ -154,6 +155,7 @@ class Checks:
         m.obs.grants.append((self.now, tp, granted))
         if not granted:
             return
+        m.obs.delayed.add(tp)
         deadline = self.sim.deadline_of(m)
         times = m.obs.poll_times[-8:]
         pace = max((b - a for a, b in itertools.pairwise(times)), default=0)

@@ -127,7 +127,7 @@ class Obs:
     injected: list[BaseException] = field(default_factory=list)
     raised: list[BaseException] = field(default_factory=list)
     grants: list[tuple[int, TopicPartition, bool]] = field(default_factory=list)
-    refused_all: bool = True
+    delayed: set[TopicPartition] = field(default_factory=set)  # a delay was granted since it was assigned
     callbacks: list[tuple[int, str, frozenset[TopicPartition]]] = field(default_factory=list)
 
 
