@@ -52,6 +52,8 @@ class Checks:
         self._ahead: dict[TopicPartition, set[int]] = {}
         self._commit_idx = 0
         self._event_idx = 0
+        self.suspects: dict[tuple[TopicPartition, str], tuple[int, str]] = {}
+        self.revoked_suspects: dict[tuple[TopicPartition, str], tuple[int, str]] = {}
         self.processed_count = 0
         self.duplicates = 0
 
@@ -68,6 +70,7 @@ class Checks:
 
     # ------------------------------------------------------------------ application observations
     def on_poll(self, m: SimMember, recs: Any) -> None:
+        self._condemn(m.name)
         parts = recs.partitions()
         tbr = recs.to_be_revoked_partitions
         bad = parts & (m.obs.pending_revoke | tbr)
@@ -76,7 +79,10 @@ class Checks:
         for tp in parts:
             h = self.holder.get(tp)
             if h is not None and h != m.name and h not in self.zombies and m.name not in self.zombies:
-                self.fail("two-members-processing", m.name, f"got records of {tp} while {h} still holds it")
+                # Two members at once -- unless the holder turns out to have lost it (its membership gave
+                # the partition up at its deadline: it learns at its next poll, a loss reported once; a
+                # delay granted before that is lost-after-granted-delay).  Decided when the holder learns.
+                self.suspects.setdefault((tp, h), (self.now, m.name))
             self.holder[tp] = m.name
         m.obs.pending_revoke |= tbr
         reported = recs.lost_partitions
@@ -95,6 +101,7 @@ class Checks:
             m.obs.expect_lost.clear()
 
     def on_raised(self, m: SimMember, exc: BaseException) -> None:
+        self._condemn(m.name)
         if any(e is exc for e in m.obs.raised):
             self.fail("error-raised-twice", m.name, repr(exc))
         m.obs.raised.append(exc)
@@ -130,6 +137,7 @@ class Checks:
             o.owned -= parts
             o.pending_revoke -= parts
             self._release(m.name, parts)
+            self._settle_suspects(m.name, parts, lost=False)
         else:
             delayed = parts & o.delayed
             if delayed and self.sim.clean_for(m) and not m.crashed:
@@ -143,8 +151,37 @@ class Checks:
             self.zombies.discard(m.name)  # it learnt that it was removed: what it gets next is its own
             o.pending_revoke -= parts
             self._release(m.name, parts)
+            self._settle_suspects(m.name, parts, lost=True)
             for tp in parts:
                 self.excuse(tp, f"{m.name} lost it")
+
+    def _settle_suspects(self, holder: str, parts: Iterable[TopicPartition], *, lost: bool) -> None:
+        """The holder learnt: a loss excuses the overlap; a revoke condemns it -- once the holder's poll
+        returns, since a LOST drained in the same poll may follow the revoke of the same partitions."""
+        for tp in parts:
+            if lost:
+                self.suspects.pop((tp, holder), None)
+                self.revoked_suspects.pop((tp, holder), None)
+            elif (tp, holder) in self.suspects:
+                self.revoked_suspects[(tp, holder)] = self.suspects.pop((tp, holder))
+
+    def _condemn(self, holder: str) -> None:
+        for key in [k for k in self.revoked_suspects if k[1] == holder]:
+            at, member = self.revoked_suspects.pop(key)
+            detail = (
+                f"got records of {key[0]} while {holder} still held it (revoked, not lost, at {self.now})"
+            )
+            self.violations.append(Violation("two-members-processing", at, member, detail))
+
+    def finish(self) -> None:
+        """End of the run: a second processor whose holder never learnt of a loss is a violation."""
+        for (tp, holder), (at, member) in sorted(self.suspects.items(), key=lambda kv: kv[1]):
+            if holder not in self.zombies:
+                detail = f"got records of {tp} while {holder} held it"
+                self.violations.append(Violation("two-members-processing", at, member, detail))
+        self.suspects.clear()
+        for holder in {k[1] for k in self.revoked_suspects}:
+            self._condemn(holder)
 
     def _release(self, name: str, parts: Iterable[TopicPartition]) -> None:
         for tp in parts:
@@ -196,6 +233,12 @@ class Checks:
         self.first_done[key] = (m.name, ex)
 
     def on_gone(self, m: SimMember, why: str) -> None:
+        for key in [k for k in self.suspects if k[1] == m.name]:
+            if why == "crashed":
+                del self.suspects[key]
+            else:
+                self._settle_suspects(m.name, [key[0]], lost=False)
+        self._condemn(m.name)
         for tp, h in list(self.holder.items()):
             if h == m.name:
                 del self.holder[tp]

@@ -315,6 +315,7 @@ class Simulation:
                 self.checks.fail("exception", "-", "".join(traceback.format_exception(exc))[-1500:])
             else:
                 self.converged()
+            self.checks.finish()
             for m in self.members.values():
                 if not m.crashed and not m.closed:
                     thread = m.consumer._thread
