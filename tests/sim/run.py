@@ -61,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.CRITICAL)  # the consumer's warnings about injected faults are expected
 
     if args.replay_json is not None:
-        given = Path(args.replay_json)
-        text = given.read_text() if given.exists() else args.replay_json
+        text = args.replay_json
+        if not text.lstrip().startswith("{"):
+            text = Path(text).read_text()  # a file holding the JSON
         r = run(Schedule.from_json(text))
         print(r.schedule.describe())
         for v in r.violations:
