@@ -606,3 +606,24 @@ def test_admin_calls_are_driven_on_the_loop_without_the_worker_thread(dead_port:
             await admin.list_groups()
 
     asyncio.run(main())
+
+
+def test_subscribe_with_a_listener_is_deprecated_as_in_the_synchronous_consumer(dead_port: int) -> None:
+    """Issue 26 gap: KIP-1306 deprecates subscribe(..., listener); the asyncio twin warns too, and the
+    listener still takes effect."""
+
+    class Listener:
+        def on_partitions_assigned(self, partitions: Any) -> None:
+            pass
+
+    async def main() -> None:
+        consumer = AsyncConsumer({"bootstrap.servers": f"127.0.0.1:{dead_port}", "group.id": "g"})
+        try:
+            with pytest.warns(DeprecationWarning, match="set_rebalance_listener") as caught:
+                await consumer.subscribe(["t"], listener=Listener())
+            assert caught[0].filename == __file__  # points at the caller
+            assert consumer._c._listeners.resolve() is not None
+        finally:
+            await consumer.close(1)
+
+    run(main)

@@ -358,7 +358,7 @@ def test_delay_revoke_of_a_partition_not_pending_returns_false(h: Harness) -> No
 
 
 # ========================================================================================== 3. KIP-429 order
-def test_assign_waits_for_an_earlier_delayed_revoke(h: Harness) -> None:
+def test_assign_waits_for_an_earlier_revoke_until_the_next_poll(h: Harness) -> None:
     h.own(T0, T1)
     h.inject(
         CallbackNeeded(REVOKE, frozenset({T0}), seq=1),
@@ -366,18 +366,35 @@ def test_assign_waits_for_an_earlier_delayed_revoke(h: Harness) -> None:
         CallbackNeeded(ASSIGN, frozenset({T2}), seq=2),
     )
     assert h.consumer.poll(0).to_be_revoked_partitions == {T0}  # poll N
-    assert h.calls() == []  # the ASSIGN waits behind the pending REVOKE
+    assert h.calls() == []  # the ASSIGN waits behind the REVOKE requested in this poll
     assert h.consumer._subs.state(T2).awaiting_callback
 
-    assert h.consumer.delay_revoke([T0])
-    h.consumer.poll(0)  # N+1
-    assert h.calls() == []
-    assert h.completed() == []
-
-    h.consumer.poll(0)  # N+2: revoke completes, then the assign runs
+    h.consumer.poll(0)  # N+1: revoke completes, then the assign runs
     assert h.calls() == [("revoked", frozenset({T0})), ("assigned", frozenset({T2}))]
     assert h.completed() == [(1, None), (2, None)]
     assert not h.consumer._subs.state(T2).awaiting_callback
+
+
+def test_assign_does_not_wait_for_a_revoke_the_application_delays(h: Harness) -> None:
+    """Issue 26 item 3: an unrelated delayed revoke does not hold new partitions back; their position is
+    looked up only after their assigned callback ran."""
+    h.own(T0, T1)
+    h.inject(
+        CallbackNeeded(REVOKE, frozenset({T0}), seq=1),
+        AssignmentChanged(frozenset({T0, T1, T2}), awaiting_callback=frozenset({T2})),
+        CallbackNeeded(ASSIGN, frozenset({T2}), seq=2),
+    )
+    h.consumer.poll(0)
+    assert T2 not in h.consumer._subs.needs_position()  # not before its assigned callback
+    assert h.consumer.delay_revoke([T0])
+    h.consumer.poll(0)  # N+1: the assign runs although T0's revoke is delayed
+    assert h.calls() == [("assigned", frozenset({T2}))]
+    assert not h.consumer._subs.state(T2).awaiting_callback
+    assert h.consumer.delay_revoke([T0])
+    h.consumer.poll(0)
+    h.consumer.poll(0)
+    assert h.calls() == [("assigned", frozenset({T2})), ("revoked", frozenset({T0}))]
+    assert h.completed() == [(2, None), (1, None)]
 
 
 def test_assign_without_pending_revoke_runs_in_the_same_poll(h: Harness) -> None:
@@ -607,7 +624,7 @@ def test_raising_assign_callback_still_makes_the_partitions_fetchable(hp: Harnes
 
 # ============================================================================ issue 14: stale assign, order
 def test_assign_waiting_for_a_revoke_is_dropped_when_the_generation_is_reset(h: Harness) -> None:
-    """Item 3: an ASSIGN queued behind a delayed REVOKE, then a generation reset (LOST of everything):
+    """Item 3: an ASSIGN queued behind a REVOKE, then a generation reset (LOST of everything):
     the lost callback runs and the stale assign never does (nor the assignor's on_assignment)."""
     h.own(T0, T1)
     hook_calls: list[str] = []
@@ -615,12 +632,9 @@ def test_assign_waiting_for_a_revoke_is_dropped_when_the_generation_is_reset(h: 
         CallbackNeeded(REVOKE, frozenset({T0}), seq=1),
         AssignmentChanged(frozenset({T0, T1, T2}), awaiting_callback=frozenset({T2})),
         CallbackNeeded(ASSIGN, frozenset({T2}), seq=2, on_assignment=lambda: hook_calls.append("x")),
+        AssignmentChanged(frozenset()),
+        CallbackNeeded(LOST, frozenset({T0, T1, T2}), seq=3),
     )
-    h.consumer.poll(0)
-    assert h.consumer.delay_revoke([T0])
-    h.consumer.poll(0)  # the assign still waits
-    assert h.consumer.delay_revoke([T0])
-    h.inject(AssignmentChanged(frozenset()), CallbackNeeded(LOST, frozenset({T0, T1, T2}), seq=3))
     records = h.consumer.poll(0)
     assert records.lost_partitions == {T0, T1, T2}
     for _ in range(2):
@@ -636,11 +650,10 @@ def test_assign_partly_lost_runs_for_the_partitions_still_owned(h: Harness) -> N
         CallbackNeeded(REVOKE, frozenset({T0}), seq=1),
         AssignmentChanged(frozenset({T0, T1, T2}), awaiting_callback=frozenset({T1, T2})),
         CallbackNeeded(ASSIGN, frozenset({T1, T2}), seq=2),
+        AssignmentChanged(frozenset({T0, T1})),
+        CallbackNeeded(LOST, frozenset({T2}), seq=3),
     )
-    h.consumer.poll(0)
-    assert h.consumer.delay_revoke([T0])
-    h.inject(AssignmentChanged(frozenset({T0, T1})), CallbackNeeded(LOST, frozenset({T2}), seq=3))
-    h.consumer.poll(0)  # the lost callback; T0's revoke (delayed) completes at the start of the next poll
+    h.consumer.poll(0)  # the lost callback; T0's revoke completes at the start of the next poll
     h.consumer.poll(0)
     assert h.calls() == [
         ("lost", frozenset({T2})),
@@ -649,9 +662,9 @@ def test_assign_partly_lost_runs_for_the_partitions_still_owned(h: Harness) -> N
     ]
 
 
-def test_on_assignment_runs_after_a_delayed_revoke_and_before_assigned(h: Harness) -> None:
-    """Item 5 (KIP-429): revoked < Assignor#onAssignment < assigned, also when the revoke is delayed; and
-    the assignor's on_assignment runs on the application thread."""
+def test_on_assignment_runs_after_the_revoke_and_before_assigned(h: Harness) -> None:
+    """Item 5 (KIP-429): revoked < Assignor#onAssignment < assigned; and the assignor's on_assignment runs on
+    the application thread."""
     h.own(T0, T1)
     threads: list[str] = []
 
@@ -664,8 +677,6 @@ def test_on_assignment_runs_after_a_delayed_revoke_and_before_assigned(h: Harnes
         AssignmentChanged(frozenset({T0, T1, T2}), awaiting_callback=frozenset({T2})),
         CallbackNeeded(ASSIGN, frozenset({T2}), seq=2, on_assignment=on_assignment),
     )
-    h.consumer.poll(0)
-    assert h.consumer.delay_revoke([T0])
     h.consumer.poll(0)
     assert h.calls() == []  # on_assignment waits with the assign
     h.consumer.poll(0)

@@ -1554,3 +1554,24 @@ def test_enforce_rebalance_is_a_no_op(h: H) -> None:
     h.m.enforce_rebalance("test", h.now)
     assert h.state() is S.STABLE
     assert h.events() == []
+
+
+def test_a_revoke_carries_the_arrival_of_the_target_that_asked_for_it(h: H) -> None:
+    """Issue 26 item 1: the REVOKE's received_ms is when the target without the partition arrived (the
+    broker's revocation timer starts then), not when the membership got round to emitting it -- here after
+    an earlier assigned callback that the application was slow to run."""
+    h.join({TID_A: [0, 1]})
+    h.respond(h.next_interval_hb(), epoch=1, assignment={TID_A: [0, 1], TID_B: [0]})
+    (assign,) = h.callbacks()
+    assert assign.kind is CallbackKind.ASSIGN
+    h.advance(2_000)
+    req = h.next_interval_hb()
+    arrived = h.now
+    h.respond(req, epoch=2, assignment={TID_A: [1], TID_B: [0]})  # takes a0 away
+    assert h.callbacks() == []  # one reconciliation at a time: the assign callback is still running
+    h.advance(3_000)
+    h.complete(assign)
+    h.hb()  # the acknowledgement; then the newer target is reconciled
+    (revoke,) = h.callbacks()
+    assert revoke.kind is CallbackKind.REVOKE and revoke.partitions == tps("a0")
+    assert revoke.received_ms == arrived < h.now

@@ -123,7 +123,7 @@ class Rig:
             for event in during:
                 d.on_event(event)
         early = d.take_early_return()
-        return Poll(early, d.revoke.to_be_revoked_partitions(), d.lost_partitions())
+        return Poll(early, d.revoke.to_be_revoked_partitions(), d.revoke.lost_reported())
 
     def between_polls(self, *events: CallbackNeeded | AppThreadTask) -> None:
         for event in events:
@@ -222,15 +222,29 @@ def test_delay_revoke_marks_kip983_use(rig: Rig) -> None:
 
 
 # ================================================================================================ order
-def test_assign_waits_for_an_earlier_delayed_revoke(rig: Rig) -> None:
+def test_assign_waits_for_an_earlier_revoke_until_the_next_poll(rig: Rig) -> None:
+    """KIP-429 order: the revoke requested in the same poll completes first, at the next poll's start."""
     rig.poll(revoke(1, T0), assign(2, T2))
-    assert rig.d.delay_revoke([T0])
-    rig.poll()
-    assert rig.host.calls() == []  # the assign waits behind the delayed revoke
+    assert rig.host.calls() == []
     assert not rig.d.callbacks_runnable()
     rig.poll()
     assert rig.host.calls() == [("revoked", tps(T0)), ("assigned", tps(T2))]
     assert rig.host.completed() == [(1, None), (2, None)]
+
+
+def test_assign_does_not_wait_for_a_revoke_the_application_delays(rig: Rig) -> None:
+    """Issue 26: new partitions are not held back by an unrelated revoke the application keeps delaying
+    (their positions are initialised only after their assigned callback, which must therefore run)."""
+    rig.poll(revoke(1, T0), assign(2, T2))
+    assert rig.d.delay_revoke([T0])
+    rig.poll()
+    assert rig.host.calls() == [("assigned", tps(T2))]
+    assert rig.host.completed() == [(2, None)]
+    assert rig.d.delay_revoke([T0])
+    rig.poll()
+    rig.poll()
+    assert rig.host.calls() == [("assigned", tps(T2)), ("revoked", tps(T0))]
+    assert rig.host.completed() == [(2, None), (1, None)]
 
 
 def test_assign_without_a_pending_revoke_runs_in_the_same_poll(rig: Rig) -> None:
@@ -242,10 +256,8 @@ def test_assign_without_a_pending_revoke_runs_in_the_same_poll(rig: Rig) -> None
     assert rig.host.completed() == [(4, None)]
 
 
-def test_on_assignment_runs_after_a_delayed_revoke_and_before_assigned(rig: Rig) -> None:
+def test_on_assignment_runs_after_the_revoke_and_before_assigned(rig: Rig) -> None:
     rig.poll(revoke(1, T0), assign(2, T2, on_assignment=lambda: rig.host.journal.append(("on_assignment",))))
-    assert rig.d.delay_revoke([T0])
-    rig.poll()
     rig.poll()
     assert rig.host.calls() == [("revoked", tps(T0)), ("on_assignment",), ("assigned", tps(T2))]
 
@@ -291,9 +303,7 @@ def test_lost_runs_at_once_resolves_a_pending_revoke_and_returns_early(rig: Rig)
 
 def test_lost_drops_an_assign_waiting_behind_a_revoke_of_the_reset_generation(rig: Rig) -> None:
     hook: list[str] = []
-    rig.poll(revoke(1, T0), assign(2, T2, on_assignment=lambda: hook.append("x")))
-    assert rig.d.delay_revoke([T0])
-    rig.poll(lost(3, T0, T1, T2))
+    rig.poll(revoke(1, T0), assign(2, T2, on_assignment=lambda: hook.append("x")), lost(3, T0, T1, T2))
     rig.poll()
     assert rig.host.calls() == [("lost", tps(T0, T1, T2))]
     assert hook == []
@@ -301,9 +311,7 @@ def test_lost_drops_an_assign_waiting_behind_a_revoke_of_the_reset_generation(ri
 
 
 def test_assign_partly_lost_runs_for_the_partitions_still_owned(rig: Rig) -> None:
-    rig.poll(revoke(1, T0), assign(2, T1, T2))
-    assert rig.d.delay_revoke([T0])
-    rig.poll(lost(3, T2))
+    rig.poll(revoke(1, T0), assign(2, T1, T2), lost(3, T2))
     rig.poll()
     assert rig.host.calls() == [("lost", tps(T2)), ("revoked", tps(T0)), ("assigned", tps(T1))]
 
@@ -399,3 +407,19 @@ def test_app_thread_task_runs_inside_poll_and_reports_its_outcome(rig: Rig) -> N
         ("task_done", "ok", {"m": [T0]}, None),
         ("task_done", "bad", None, boom),
     ]
+
+
+def test_start_of_poll_announces_an_assign_that_a_delayed_revoke_no_longer_holds(rig: Rig) -> None:
+    """The asyncio consumer runs the start-of-poll step on its worker only when it runs user code: an ASSIGN
+    held in the previous poll by a revoke the application then delayed runs at this start of poll."""
+    rig.poll(revoke(1, T0), assign(2, T2))
+    assert not rig.d.callbacks_runnable()  # held until the next start of poll
+    assert rig.d.delay_revoke([T0])
+    assert rig.d.revoke.to_be_revoked_partitions() == frozenset()  # delayed: revoke-thereafter
+    assert rig.d.start_of_poll_runs_callbacks()
+    rig.poll()
+    assert rig.host.calls() == [("assigned", tps(T2))]
+    assert rig.d.start_of_poll_runs_callbacks()  # T0's revoke completes at the next start of poll
+    rig.poll()
+    assert rig.host.calls() == [("assigned", tps(T2)), ("revoked", tps(T0))]
+    assert not rig.d.start_of_poll_runs_callbacks()

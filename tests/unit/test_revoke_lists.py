@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafka_handoff.consumer.revoke import CompletedRevoke, RevokeLists
+from kafka_handoff.consumer.revoke import CompletedRevoke, PollPace, RevokeLists
 from kafka_handoff.types import TopicPartition
 
 pytestmark = pytest.mark.unit
@@ -113,8 +113,21 @@ def test_lost_is_reported_for_exactly_one_poll() -> None:
     lists = RevokeLists()
     lists.start_of_poll()  # poll N
     lists.on_lost([A])  # during poll N
-    assert lists.lost_partitions() == {A}  # what poll N returns, and until poll N+1 starts
+    assert lists.lost_reported() == {A}  # what poll N returns, and until poll N+1 starts
     lists.start_of_poll()  # poll N+1
+    assert lists.lost_partitions() == frozenset()
+
+
+def test_a_loss_during_a_poll_that_raised_is_reported_by_the_next_poll_that_returns() -> None:
+    """Issue 26 item 5: poll N raised (a raising lost callback, a queued error), so it returned nothing; the
+    loss is not forgotten at the start of poll N+1 but reported by it, once."""
+    lists = RevokeLists()
+    lists.start_of_poll()  # poll N
+    lists.on_lost([A])  # ... which then raises: lost_reported() is never called
+    lists.start_of_poll()  # poll N+1
+    lists.on_lost([B])
+    assert lists.lost_reported() == {A, B}  # poll N+1 returns both
+    lists.start_of_poll()  # poll N+2
     assert lists.lost_partitions() == frozenset()
 
 
@@ -126,6 +139,7 @@ def test_delay_revoke_returns_false_for_lost_partitions() -> None:
     assert lists.delay_revoke([A, B]) is False
     assert lists.to_be_revoked_partitions() == {B}  # the refused call moved nothing
     assert lists.delay_revoke([B]) is True
+    lists.lost_reported()
     lists.start_of_poll()
     assert lists.delay_revoke([A]) is False  # after the report, A is simply not pending
 
@@ -292,3 +306,34 @@ def test_completion_poll_is_request_poll_plus_one_plus_consecutive_delays(
             tp for tp, (requested, _) in zip(tps, schedule, strict=True) if requested <= poll < expected[tp]
         }
     assert completed_at == expected
+
+
+# ============================================================================================ poll pace
+def test_poll_pace_is_the_longest_recent_interval_and_the_one_in_progress() -> None:
+    pace = PollPace(window=3)
+    assert pace.pace_ms() == 0 and pace.completion_if_delayed(500) == 500  # nothing known yet
+    for start in (0, 1_000, 3_000, 3_500, 4_000):
+        pace.on_poll_start(start)
+    assert pace.pace_ms() == 2_000  # intervals 1000, 2000, 500, 500 -> the last three: max 2000
+    pace.on_poll_start(4_600)
+    assert pace.pace_ms() == 600  # 2000 left the window
+    assert pace.pace_ms(now_ms=5_500) == 900  # the interval in progress is longer
+
+
+def test_a_delay_completes_at_the_start_of_the_poll_after_the_next_one() -> None:
+    pace = PollPace()
+    for start in (0, 1_900, 3_800):
+        pace.on_poll_start(start)
+    assert pace.completion_if_delayed(4_000) == 3_800 + 2 * 1_900
+    # A loop that is late this time: the next poll starts no earlier than now.
+    assert pace.completion_if_delayed(6_000) == 6_000 + 2_200
+
+
+def test_delay_is_refused_when_the_delayed_revoke_would_complete_after_the_deadline() -> None:
+    lists = RevokeLists()
+    lists.on_revoke_requested([A], deadline_ms=8_000)
+    assert lists.delay_revoke([A], 5_700, completes_at_ms=7_999) is True
+    lists.start_of_poll()
+    assert lists.delay_revoke([A], 5_800, completes_at_ms=8_000) is False
+    assert lists.to_be_revoked_partitions() == {A}  # refused: the next poll completes it
+    assert lists.start_of_poll() == {A}

@@ -298,3 +298,25 @@ def test_unassigned_partition_leaves_the_validation_targets() -> None:
     assert subs.validation_targets() == {}
     subs.assign_from_user([A0, A1])  # back, as a new assignment: no stale validation state
     assert subs.validation_targets() == {}
+
+
+# ============================================================================================ issue 26
+TA = TopicPartition("t", 10)
+TB = TopicPartition("t", 11)
+
+
+def test_a_partition_awaiting_its_assigned_callback_gets_a_position_only_when_asked() -> None:
+    """Issue 26 item 3 (as Java): no position lookup (nor NoOffsetForPartitionError) before the assigned
+    callback ran -- it may seek -- unless the application asks for the position (``position()``)."""
+    subs = SubscriptionState("none")
+    subs.set_group_assignment([TA, TB], awaiting=[TB])
+    subs.request_reset(TA, "none")
+    subs.request_reset(TB, "none")
+    assert set(subs.needs_position()) == {TA}
+    assert subs.partitions_without_offset() == {TA}
+    subs.request_position(TB)  # position(TB), e.g. from the assigned callback
+    assert set(subs.needs_position()) == {TA, TB}
+    assert subs.partitions_without_offset() == {TA, TB}
+    subs.clear_awaiting_callback([TB])
+    subs.seek(TB, 5)
+    assert set(subs.needs_position()) == {TA}

@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import re
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -224,24 +226,36 @@ class AsyncConsumer:
         if self._carry_error is not None:
             error, self._carry_error = self._carry_error, None
             raise error
-        if self._carry is not None:
-            carried, self._carry = self._carry, None
-            owned = c._subs.assigned()
-            kept = {tp: recs for tp, recs in carried.items() if tp in owned}
-            if kept:
-                result: ConsumerRecords = c._make_records(kept)
-                return result
+        carried, self._carry = self._carry, None
+        if carried:
+            # Records a cancelled poll() took.  Those of a partition whose revoke was requested meanwhile are
+            # given back before the start-of-poll step can complete the revoke (its commit counts only what
+            # the application got).
+            carried = self._give_back(carried)
         loop = self._bridge.loop
         timeout_s = 0.0 if timeout is None else max(0.0, float(timeout))
         deadline = loop.time() + timeout_s
         # Start of poll (KIP-983 start-of-poll rules): the callbacks step off the loop only when it runs
         # user code; otherwise it is bookkeeping.
         c._poll_start_prepare()
-        if c._dispatch.revoke.to_be_revoked_partitions() or self._callbacks_runnable():
+        if c._dispatch.start_of_poll_runs_callbacks():
             await self._run_phase(c._poll_start_callbacks)
         else:
             c._poll_start_callbacks()
         c._poll_start_event()
+        if carried:
+            # The same start-of-poll step as every poll() (above), and the callbacks due now; then the carried
+            # records, without those of partitions no longer owned or whose revoke was requested since.
+            try:
+                c._raise_background_errors()
+                await self._before_collect()
+            except BaseException:
+                self._carry = self._give_back(carried)  # not lost: the next poll() returns them
+                raise
+            kept = self._give_back(carried)
+            if kept:
+                result: ConsumerRecords = c._make_records(kept)
+                return result
         while True:
             c._raise_background_errors()
             c._raise_no_offset()
@@ -257,6 +271,26 @@ class AsyncConsumer:
                 c._send_poll_event()
             c._thread.wakeup()
             await self._wait_for_work(min(remaining, 0.1))
+
+    def _give_back(
+        self, carried: dict[TopicPartition, list[ConsumerRecord]]
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """The carried records the application may still get: of owned partitions whose revoke was not
+        requested.  A still-owned partition whose revoke was requested is sought back to its first carried
+        record (so the commit before its revoke, and the next owner, start there); the rest are dropped."""
+        c = self._c
+        owned = c._subs.assigned()
+        requested = c._dispatch.revoke.is_revoke_requested
+        kept: dict[TopicPartition, list[ConsumerRecord]] = {}
+        for tp, records in carried.items():
+            if tp not in owned or not records:
+                continue
+            if requested(tp):
+                with contextlib.suppress(IllegalStateError):  # unassigned meanwhile: nothing to give back
+                    c._subs.seek(tp, records[0].offset, None)
+                continue
+            kept[tp] = records
+        return kept
 
     async def _before_collect(self) -> bool:
         c = self._c
@@ -383,10 +417,20 @@ class AsyncConsumer:
     async def subscribe(
         self, topics: Iterable[str] | re.Pattern[str] | str, listener: object | None = None
     ) -> None:
-        """Join the group for ``topics`` on the next ``poll()`` (``listener``: as set_rebalance_listener)."""
+        """Join the group for ``topics`` on the next ``poll()``.
+
+        ``listener`` is deprecated (as for the synchronous consumer, KIP-1306): use
+        :meth:`set_rebalance_listener`.
+        """
         c = self._check()
         if listener is not None:
-            self.set_rebalance_listener(listener)
+            self.set_rebalance_listener(listener)  # validates it first
+            warnings.warn(
+                "subscribe(..., listener=...) is deprecated; call consumer.set_rebalance_listener(listener) "
+                "instead",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         topics_ = topics if isinstance(topics, (str, re.Pattern)) else list(topics)
         await self._settle()
         subscription = c._subscribe_prepare(topics_, None, stacklevel=4)

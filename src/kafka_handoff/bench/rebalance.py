@@ -42,14 +42,16 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "CLIENT_LABELS",
+    "SLOW_LOOP",
     "ScenarioConfig",
     "analyse",
+    "fenced_table",
     "main",
     "run_benchmark",
     "run_scenario",
@@ -78,6 +80,28 @@ class ScenarioConfig:
     start_timeout: float = 60.0
     drain_timeout: float = 30.0
     commit_interval: float = 0.2
+    # The "slow loop" case (issue 26): each loop iteration of member m<i> also takes
+    # loop_interval_ms[(i - 1) % len] (its slow processing step), max.poll.interval.ms (the rebalance
+    # timeout) is max_poll_interval_ms, and with always_delay the kafka-handoff loop asks to delay every
+    # revoke for as long as delay_revoke() grants it (continuous delays).
+    loop_interval_ms: list[float] = field(default_factory=list)
+    max_poll_interval_ms: int = 300_000
+    always_delay: bool = False
+
+    def loop_interval_s(self, member: str) -> float:
+        if not self.loop_interval_ms:
+            return 0.0
+        index = int(member[1:]) - 1 if member[1:].isdigit() else 0
+        return self.loop_interval_ms[index % len(self.loop_interval_ms)] / 1000.0
+
+
+#: ``handoff bench rebalance --case slow-loop``: loop intervals 5-30 % of a 10 s rebalance timeout (none of
+#: them divides it), continuous delays.
+SLOW_LOOP: dict[str, Any] = {
+    "loop_interval_ms": [700.0, 1_300.0, 1_900.0, 2_900.0],
+    "max_poll_interval_ms": 10_000,
+    "always_delay": True,
+}
 
 
 # ============================================================================================ member side
@@ -113,6 +137,7 @@ class _Member:
         self.slow_polls: list[tuple[float, float]] = []  # (time, seconds) of poll()/consume() calls > 50 ms
         self.events: list[tuple[float, str, list[int]]] = []
         self.discarded = 0
+        self.refused_delays = 0
         self._log_lock = threading.Lock()
 
     def event(self, kind: str, partitions: Iterable[int] = ()) -> None:
@@ -217,7 +242,7 @@ class _Member:
         with self._log_lock:
             processed = list(self.processed)
         data = {"name": self.name, "events": self.events, "processed": processed, "discarded": self.discarded,
-                "slow_polls": self.slow_polls, **extra}  # fmt: skip
+                "slow_polls": self.slow_polls, "refused_delays": self.refused_delays, **extra}  # fmt: skip
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data), encoding="utf-8")
         tmp.replace(path)
@@ -267,10 +292,13 @@ def _member_handoff(args: argparse.Namespace, cfg: ScenarioConfig, stop: threadi
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         "client.id": args.name,
+        "max.poll.interval.ms": cfg.max_poll_interval_ms,
     }
     if args.protocol == "classic":
         config["partition.assignment.strategy"] = "cooperative-sticky"
+        config["session.timeout.ms"] = min(45_000, cfg.max_poll_interval_ms)
     consumer = Consumer(config)
+    loop_s = cfg.loop_interval_s(args.name)
     consumer.set_rebalance_listener(Listener())
     m.event("subscribe")
     consumer.subscribe([topic])
@@ -303,10 +331,11 @@ def _member_handoff(args: argparse.Namespace, cfg: ScenarioConfig, stop: threadi
         m.stop_starting(revoking)
         delayed.intersection_update(revoking)
         for partition in revoking:
-            if m.busy(partition):
+            if m.busy(partition) or cfg.always_delay:
                 if consumer.delay_revoke([TopicPartition(topic, partition)]):
                     delayed.add(partition)
                 else:
+                    m.refused_delays += 1
                     print(f"{m.name}: delay_revoke refused for {partition}", file=sys.stderr, flush=True)
         m.start_work()
         now = time.monotonic()
@@ -320,6 +349,8 @@ def _member_handoff(args: argparse.Namespace, cfg: ScenarioConfig, stop: threadi
     print("ready", flush=True)
     while not stop.is_set():
         one_poll()
+        if loop_s:
+            stop.wait(loop_s)  # the slow part of the loop (slow-loop case)
     # Graceful stop: start nothing new, let the in-flight records finish, commit, leave.
     m.event("stopping")
     for p in m.parts.values():
@@ -385,10 +416,13 @@ def _member_confluent(args: argparse.Namespace, cfg: ScenarioConfig, stop: threa
         "auto.offset.reset": "earliest",
         "client.id": args.name,
         "on_commit": on_commit,
+        "max.poll.interval.ms": cfg.max_poll_interval_ms,
     }
     if args.protocol == "classic":
         config["partition.assignment.strategy"] = "cooperative-sticky"
+        config["session.timeout.ms"] = min(45_000, cfg.max_poll_interval_ms)
     consumer = confluent_kafka.Consumer(config)
+    loop_s = cfg.loop_interval_s(args.name)
     m.event("subscribe")
     consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
     next_commit = 0.0
@@ -415,6 +449,8 @@ def _member_confluent(args: argparse.Namespace, cfg: ScenarioConfig, stop: threa
                 except confluent_kafka.KafkaException:
                     for p in offsets:
                         m.parts[p].sent = None
+        if loop_s:
+            stop.wait(loop_s)  # the slow part of the loop (slow-loop case)
     m.event("stopping")
     consumer.close()  # on_revoke waits for the in-flight records and commits, then the member leaves
     m.event("closed")
@@ -760,7 +796,30 @@ def analyse(
     member_rates = {name: _bins(ts, t_first, bin_s, nbins) for name, ts in sorted(by_member.items())}
     stable = _stable_partitions(events, cfg.partitions, until=marks.get("drained", t_end))
     stable_times = sorted(t for p in stable for t in by_partition[p])
+    # Lost partitions and fenced members: a member that lost partitions while it was running was fenced or
+    # expelled.  A loss once the member itself is stopping (a graceful close that lands in a rebalance:
+    # Java's classic consumer also calls onPartitionsLost then) is counted apart, as is anything after the
+    # producer stopped (the members are being shut down).
+    stopped_at = marks.get("produce_stopped", float("inf"))
+    stopping: dict[str, float] = {}
+    for t, name, kind, _parts in events:
+        if kind == "stopping":
+            stopping.setdefault(name, t)
+    lost_events = [
+        (name, parts)
+        for t, name, kind, parts in events
+        if kind == "lost" and parts and t < min(stopped_at, stopping.get(name, float("inf")))
+    ]
+    lost_on_leave = sum(
+        len(parts)
+        for t, name, kind, parts in events
+        if kind == "lost" and parts and stopping.get(name, float("inf")) <= t < stopped_at
+    )
     return {
+        "fenced_members": len({name for name, _ in lost_events}),
+        "lost_partitions": sum(len(parts) for _, parts in lost_events),
+        "lost_on_own_leave": lost_on_leave,
+        "refused_delays": sum(int(log.get("refused_delays", 0)) for log in logs.values()),
         "produced": int(sum(produced)),
         "processed": total_processed,
         "unique_processed": len(seen),
@@ -833,6 +892,26 @@ def _stable_partitions(
             elif kind in ("revoked", "lost", "revoke_requested"):
                 moved.add(p)
     return [p for p in range(partitions) if assigned.get(p) == 1 and p not in moved]
+
+
+def fenced_table(results: Sequence[dict[str, Any]], title: str = "") -> Any:
+    """The slow-loop case's table: fenced members, lost partitions and duplicates per client and protocol
+    (kafka-handoff's targets: all 0)."""
+    from rich.table import Table
+
+    table = Table(title=title or None, title_justify="left")
+    for column in ("client / protocol", "fenced members", "lost partitions", "processed twice",
+                   "never processed", "refused delays", "lost when leaving"):  # fmt: skip
+        table.add_column(column, justify="left" if column == "client / protocol" else "right")
+    for r in results:
+        name = f"{r.get('label', r.get('client'))} / {r.get('protocol')}"
+        if r.get("error"):
+            table.add_row(name, "failed", str(r["error"])[:60], "", "", "", "")
+            continue
+        refused = str(r["refused_delays"]) if r["client"] == "handoff" else "n/a"
+        table.add_row(name, str(r["fenced_members"]), str(r["lost_partitions"]), f"{r['duplicates']:,}",
+                      f"{r['missing']:,}", refused, str(r.get("lost_on_own_leave", 0)))  # fmt: skip
+    return table
 
 
 # ============================================================================================ driver

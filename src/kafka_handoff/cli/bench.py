@@ -100,6 +100,14 @@ def register(subparsers: Any) -> None:
     rb.add_argument(
         "--warm-up", type=float, default=8.0, help="seconds of broker warm-up before the first scenario"
     )
+    rb.add_argument(
+        "--case",
+        choices=("standard", "slow-loop"),
+        default="standard",
+        help="slow-loop: each member's loop iteration takes 5-30%% of a 10 s max.poll.interval.ms (a "
+        "different interval per member, none dividing it) and kafka-handoff delays every revoke for as long "
+        "as it is granted; reports fenced members, lost partitions and duplicates",
+    )
     _common(rb)
     rb.set_defaults(func=_rebalance)
 
@@ -298,6 +306,7 @@ def _rebalance(args: argparse.Namespace) -> int:
         steady_s=args.steady,
         leave_after=args.leave_after,
         stop_after=args.stop_after,
+        **(rebalance.SLOW_LOOP if args.case == "slow-loop" else {}),
     )
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -311,7 +320,9 @@ def _rebalance(args: argparse.Namespace) -> int:
             warm_up_s=args.warm_up,
             progress=progress,
         )
-    suffix = "" if args.protocol == "both" else f"-{args.protocol}"
+    suffix = ("" if args.protocol == "both" else f"-{args.protocol}") + (
+        "-slow-loop" if args.case == "slow-loop" else ""
+    )
     json_path = out / f"rebalance{suffix}.json"
     png_path = out / f"rebalance{suffix}.png"
     json_path.write_text(json.dumps(data, indent=1), encoding="utf-8")
@@ -326,6 +337,15 @@ def _rebalance(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"(no plot: {exc}; install the 'bench' extra)", file=sys.stderr)
     Console(width=160).print(report.rebalance_table(data["results"], title=subtitle))
+    if args.case == "slow-loop":
+        intervals = ", ".join(f"{v:g}" for v in cfg.loop_interval_ms)
+        Console(width=160).print(
+            rebalance.fenced_table(
+                data["results"],
+                title=f"slow loop: loop intervals {intervals} ms, max.poll.interval.ms "
+                f"{cfg.max_poll_interval_ms}, continuous delays",
+            )
+        )
     print(f"wrote {json_path} and {png_path}", file=sys.stderr)
     return 0 if not any(r.get("error") for r in data["results"]) else 1
 

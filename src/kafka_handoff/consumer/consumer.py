@@ -457,6 +457,12 @@ class Consumer:
         return self._wait(self._thread.submit(event), 30_000, "network thread call", internal=internal)
 
     def _raise_background_errors(self) -> None:
+        if self._dispatch.in_callback:
+            # A rebalance callback's own calls (commit_sync, committed, position, offset lookups on its view)
+            # raise only their own errors: what another callback or the network thread queued stays queued
+            # for the application's next call (KIP-1306: "other callbacks are not affected").
+            self._drain_background()
+            return
         if self._fatal is not None:
             raise self._fatal
         self._drain_background()
@@ -620,7 +626,7 @@ class Consumer:
         result = kind(
             records,
             to_be_revoked=self._dispatch.revoke.to_be_revoked_partitions(),
-            lost=self._dispatch.lost_partitions(),
+            lost=self._dispatch.revoke.lost_reported(),
         )
         if not self._dispatch.kip983_used:
             result._on_revoke_seen = self._dispatch.note_kip983_use
@@ -644,7 +650,10 @@ class Consumer:
         Returns False (and changes nothing) when any of them is lost or not pending revocation, or when
         delaying further would run into the rebalance timeout (``max.poll.interval.ms``): under KIP-848 the
         broker fences a member that does not acknowledge a revocation within it, and every partition of the
-        member is lost; under the classic protocol the follow-up rebalance waits for this member.
+        member is lost; under the classic protocol the follow-up rebalance waits for this member.  True only
+        if the delayed revoke, at the pace this application has been polling, still completes within 80 %
+        of the rebalance timeout after the group's target arrived; once False, the next ``poll()`` completes
+        the revoke.
         """
         self._ensure_open()
         return self._dispatch.delay_revoke([TopicPartition(*tp) for tp in partitions])
@@ -691,6 +700,7 @@ class Consumer:
         pos = self._subs.position(tp)
         if pos is not None:
             return pos.offset
+        self._subs.request_position(tp)  # also before its assigned callback ran (as Java's position())
         if tp in self._subs.partitions_without_offset():
             self._raise_no_offset()
         if expired:

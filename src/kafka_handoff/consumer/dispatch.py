@@ -6,11 +6,14 @@ decides *when* each runs and with which partitions:
 
 * a **REVOKE** is requested at once (its partitions leave the next ``poll()`` results) and *completed* --
   auto-commit, ``on_partitions_revoked``, completion reported to the membership -- at the start of the next
-  ``poll()`` (KIP-983), later when the application calls ``delay_revoke`` (bounded by 0.8 x
-  ``max.poll.interval.ms`` from the membership's receipt), at once while leaving the group, with
+  ``poll()`` (KIP-983), later when the application calls ``delay_revoke`` (granted only while the revoke,
+  at the application's observed poll pace, still completes within 0.8 x ``max.poll.interval.ms`` of the
+  arrival of the group's target), at once while leaving the group, with
   ``revoke.completion=same-poll``, or under KIP-848 without a listener while KIP-983's API is unused;
-* an **ASSIGN** waits while an earlier REVOKE is pending (revoked < ``on_assignment`` < assigned); its
-  error does not stop the rebalance;
+* an **ASSIGN** waits while a REVOKE requested since the last start of ``poll()`` is pending (revoked <
+  ``on_assignment`` < assigned), but not for a revoke the application delays beyond that (the new
+  partitions' positions are initialised only after their assigned callback); its error does not stop the
+  rebalance;
 * a **LOST** never waits: it resolves pending revokes, supersedes queued ASSIGNs of the lost partitions and
   makes ``poll()`` return early.
 
@@ -28,7 +31,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
-from kafka_handoff.consumer.revoke import RevokeLists
+from kafka_handoff.consumer.revoke import PollPace, RevokeLists
 from kafka_handoff.group.membership import AppThreadTask, CallbackKind, CallbackNeeded
 from kafka_handoff.types import TopicPartition
 
@@ -37,6 +40,10 @@ __all__ = ["DispatchHost", "RebalanceDispatcher"]
 log = logging.getLogger(__name__)
 
 DispatchEvent = CallbackNeeded | AppThreadTask
+
+#: A delayed revoke must complete within this fraction of the rebalance timeout (``max.poll.interval.ms``),
+#: counted from the arrival of the group's target.
+REVOKE_DEADLINE_FRACTION = 0.8
 
 
 class DispatchHost(Protocol):
@@ -95,10 +102,15 @@ class RebalanceDispatcher:
         # revoke.completion=same-poll: a revoke completes in the poll() that requested it (pre-KIP-983).
         self._same_poll_revoke = same_poll_revoke
         self.revoke = RevokeLists()
+        self.pace = PollPace()
         self.deferred: list[DispatchEvent] = []
         # Partitions whose revoked/lost callback ran and that were not assigned again since.
         self._told_gone: set[TopicPartition] = set()
         self._early_return = False
+        # REVOKE requests made since the last start of poll(): an ASSIGN waits for them (KIP-429 order:
+        # revoked < assigned), but not for a revoke the application delayed since (KIP-983: the new
+        # partitions are consumed at full speed meanwhile).
+        self._fresh_revokes: set[int] = set()
         # Set once the application shows it follows KIP-983 (reads to_be_revoked_partitions or calls
         # delay_revoke): only then must a revoke wait for the next poll() without a listener (KIP-848).
         self.kip983_used = False
@@ -119,14 +131,22 @@ class RebalanceDispatcher:
             self.in_poll = False
 
     def start_poll(self) -> None:
-        """Start of ``poll()`` (after its bookkeeping): reset the early-return flag."""
+        """Start of ``poll()`` (after its bookkeeping): reset the early-return flag, note the loop's pace."""
         self._early_return = False
+        self.pace.on_poll_start(self._now_ms())
 
     def start_of_poll_callbacks(self) -> None:
         """KIP-983's start-of-poll rules: complete the revokes that are due, then run queued callbacks."""
         with self.polling():
             self.complete_revokes(self.revoke.start_of_poll())
+            self._fresh_revokes.clear()
             self.run_deferred()
+
+    def start_of_poll_runs_callbacks(self) -> bool:
+        """True when :meth:`start_of_poll_callbacks` would run user code: a revoke completes, or queued
+        callbacks run (at the start of a poll nothing waits for a revoke any more: an ASSIGN held behind one
+        requested in the previous poll runs after it completes, or at once when it was delayed)."""
+        return bool(self.revoke.to_be_revoked_partitions()) or bool(self.deferred)
 
     def take_early_return(self) -> bool:
         """True (once) when ``poll()`` must return now: a revoke was requested or partitions were lost."""
@@ -137,11 +157,21 @@ class RebalanceDispatcher:
         """True when queued work would run user code now (an ASSIGN behind a pending revoke would not)."""
         if not self.deferred:
             return False
-        pending = self.revoke.pending_seqs()
+        held = self._assign_held()
         return any(
-            isinstance(event, AppThreadTask) or event.kind is not CallbackKind.ASSIGN or not pending
+            isinstance(event, AppThreadTask) or event.kind is not CallbackKind.ASSIGN or not held
             for event in self.deferred
         )
+
+    def _assign_held(self) -> bool:
+        """An ASSIGN waits while a REVOKE requested since the last start of ``poll()`` has not completed:
+        the start of the next ``poll()`` completes it first (revoked < assigned, KIP-429).  A revoke the
+        application delayed beyond that does not hold the new partitions back (as Java, their positions
+        are initialised only after their assigned callback, which therefore must run)."""
+        if self.leaving or not self._fresh_revokes:
+            return False
+        self._fresh_revokes &= self.revoke.pending_seqs()
+        return bool(self._fresh_revokes)
 
     # ------------------------------------------------------------------------------ events
     def on_event(self, event: DispatchEvent) -> None:
@@ -164,7 +194,7 @@ class RebalanceDispatcher:
                 self._run_task(event)
                 i = 0
                 continue
-            if event.kind is CallbackKind.ASSIGN and self.revoke.pending_seqs() and not self.leaving:
+            if event.kind is CallbackKind.ASSIGN and self._assign_held():
                 i += 1
                 continue
             del queue_[i]
@@ -188,11 +218,14 @@ class RebalanceDispatcher:
     def _on_callback(self, event: CallbackNeeded) -> None:
         parts = event.partitions
         if event.kind is CallbackKind.REVOKE:
-            # From the membership's receipt of the revocation (its timer runs from then), not from now: an
-            # application that was slow to get here must not be fenced while delay_revoke() says True.
+            # From the arrival of the group's target (the broker's timer runs from then), not from now: an
+            # application that was slow to get here must not be fenced while delay_revoke() says True.  The
+            # revoke must complete within 80 % of the rebalance timeout (the rest covers the revoke callback,
+            # its commit and the acknowledgement); delay_revoke() projects the completion at the loop's pace.
             received = event.received_ms if event.received_ms is not None else self._now_ms()
-            deadline = received + int(0.8 * self._max_poll_interval_ms)
+            deadline = received + int(REVOKE_DEADLINE_FRACTION * self._max_poll_interval_ms)
             self.revoke.on_revoke_requested(parts, event.seq, deadline_ms=deadline)
+            self._fresh_revokes.add(event.seq)
             self._host.drop_fetched(lambda tp: tp not in parts)
             if self.leaving or self._revoke_completes_at_once():
                 # unsubscribe()/close(): no later poll will complete it; or it completes in this poll.
@@ -328,8 +361,14 @@ class RebalanceDispatcher:
         return self.revoke.lost_partitions()
 
     def delay_revoke(self, partitions: Iterable[TopicPartition]) -> bool:
+        """Granted only if the revoke, delayed, still completes before its deadline at the pace the
+        application polls (:class:`~kafka_handoff.consumer.revoke.PollPace`); once refused, the next
+        ``poll()`` completes it."""
         self.kip983_used = True
-        return self.revoke.delay_revoke(list(partitions), self._now_ms())
+        now = self._now_ms()
+        return self.revoke.delay_revoke(
+            list(partitions), now, completes_at_ms=self.pace.completion_if_delayed(now)
+        )
 
     def note_kip983_use(self) -> None:
         self.kip983_used = True

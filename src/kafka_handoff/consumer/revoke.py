@@ -15,7 +15,9 @@ The lists (seed 001, "Proposed changes"):
 Rules:
 
 * at the start of ``poll()`` (:meth:`RevokeLists.start_of_poll`): (1) complete the revoke of everything on
-  revoke-next and empty it, (2) empty lost, (3) move revoke-thereafter to revoke-next;
+  revoke-next and empty it, (2) empty lost -- once a ``poll()`` returned it
+  (:meth:`RevokeLists.lost_reported`; a loss during a ``poll()`` that raised is reported by the next one
+  that returns), (3) move revoke-thereafter to revoke-next;
 * a revoke request adds its partitions to revoke-next;
 * a loss removes the partitions from both revoke lists and adds them to lost;
 * ``to_be_revoked_partitions()`` is revoke-next; ``lost_partitions()`` is lost;
@@ -61,12 +63,13 @@ arrives between two polls (e.g. while ``commit_sync`` waits) should be queued an
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kafka_handoff.types import TopicPartition
 
-__all__ = ["CompletedRevoke", "RevokeLists"]
+__all__ = ["CompletedRevoke", "PollPace", "RevokeLists"]
 
 _EMPTY: frozenset[TopicPartition] = frozenset()
 
@@ -118,15 +121,18 @@ class RevokeLists:
             membership_event(on_callback_completed, done.seq, done.error)
         ...  # then drain membership events: on_revoke_requested(...) / on_lost(...)
         return ConsumerRecords(..., to_be_revoked=lists.to_be_revoked_partitions(),
-                               lost=lists.lost_partitions())
+                               lost=lists.lost_reported())
     """
 
-    __slots__ = ("_deadlines", "_lost", "_next", "_ready", "_requests", "_thereafter")
+    __slots__ = ("_deadlines", "_lost", "_lost_reported", "_next", "_ready", "_requests", "_thereafter")
 
     def __init__(self) -> None:
         self._next: dict[TopicPartition, None] = {}
         self._thereafter: dict[TopicPartition, None] = {}
         self._lost: dict[TopicPartition, None] = {}
+        # Whether a poll() result carried the lost list since the last start of poll: a loss is forgotten
+        # only once the application was told (a poll() that raised told it nothing).
+        self._lost_reported = False
         self._deadlines: dict[TopicPartition, int] = {}
         self._requests: dict[int, _Request] = {}
         self._ready: list[_Request] = []
@@ -143,8 +149,8 @@ class RevokeLists:
 
         The partitions join revoke-next; one already pending (on either list) stays where it is.  With a
         ``seq``, the request is tracked until all its partitions completed or were lost (an empty request
-        is complete at once).  ``deadline_ms`` (absolute, the caller's clock) is the latest time until which
-        :meth:`delay_revoke` may still postpone these partitions; the earliest deadline of a partition wins.
+        is complete at once).  ``deadline_ms`` (absolute, the caller's clock) is the time before which a
+        revoke :meth:`delay_revoke` postpones must have completed; the earliest deadline of a partition wins.
         """
         parts = frozenset(TopicPartition(*tp) for tp in partitions)
         for tp in parts:
@@ -181,7 +187,9 @@ class RevokeLists:
         """
         completed = frozenset(self._next)
         self._next.clear()
-        self._lost.clear()
+        if self._lost_reported:
+            self._lost.clear()
+        self._lost_reported = False
         self._next.update(self._thereafter)
         self._thereafter.clear()
         for tp in completed:
@@ -204,6 +212,7 @@ class RevokeLists:
         self._next.clear()
         self._thereafter.clear()
         self._lost.clear()
+        self._lost_reported = False
         self._deadlines.clear()
         self._requests.clear()
         self._ready.clear()
@@ -224,23 +233,32 @@ class RevokeLists:
             self._ready.append(self._requests.pop(seq))
 
     # ==================================================================================== application API
-    def delay_revoke(self, partitions: Iterable[TopicPartition], now_ms: int | None = None) -> bool:
+    def delay_revoke(
+        self,
+        partitions: Iterable[TopicPartition],
+        now_ms: int | None = None,
+        *,
+        completes_at_ms: int | None = None,
+    ) -> bool:
         """Postpone the revoke of ``partitions`` to the poll after the next one (KIP-983 ``delayRevoke``).
 
         Returns ``False`` and changes nothing when any of them is lost, is not pending revocation, or
-        (given ``now_ms``) has reached the ``deadline_ms`` of its request.  Partitions already delayed in
-        this poll interval stay delayed (one more call does not add a second poll).  An empty collection
-        is trivially delayed (``True``).
+        (given ``now_ms``) the delayed revoke would not complete before the ``deadline_ms`` of its request:
+        ``completes_at_ms`` is when it would complete if delayed now (the start of the poll after the next
+        one, at the application's observed pace: :meth:`PollPace.completion_if_delayed`), else ``now_ms``.
+        Partitions already delayed in this poll interval stay delayed (one more call does not add a second
+        poll).  An empty collection is trivially delayed (``True``).
         """
         parts = [TopicPartition(*tp) for tp in partitions]
+        at = now_ms if now_ms is None or completes_at_ms is None else max(now_ms, completes_at_ms)
         for tp in parts:
             if tp in self._lost:
                 return False
             if tp not in self._next and tp not in self._thereafter:
                 return False
-            if now_ms is not None:
+            if at is not None:
                 deadline = self._deadlines.get(tp)
-                if deadline is not None and now_ms >= deadline:
+                if deadline is not None and at >= deadline:
                     return False
         for tp in parts:
             if tp in self._next:
@@ -261,8 +279,16 @@ class RevokeLists:
         return frozenset(self._thereafter) if self._thereafter else _EMPTY
 
     def lost_partitions(self) -> frozenset[TopicPartition]:
-        """The partitions lost since the start of the last ``poll()`` (reported for exactly one poll)."""
+        """The partitions lost since the start of the last ``poll()`` (reported for exactly one poll), and
+        those lost earlier whose ``poll()`` raised instead of returning them."""
         return frozenset(self._lost) if self._lost else _EMPTY
+
+    def lost_reported(self) -> frozenset[TopicPartition]:
+        """A ``poll()`` returns now, carrying :meth:`lost_partitions`: the next start of poll forgets them.
+        Until a ``poll()`` returns, a loss stays listed (so the application learns of it exactly once,
+        from the next successful ``poll()``, also when the poll during which it happened raised)."""
+        self._lost_reported = True
+        return self.lost_partitions()
 
     def revoke_requested_partitions(self) -> frozenset[TopicPartition]:
         """Every partition whose revoke was requested and has not completed (revoke-next and
@@ -299,3 +325,41 @@ class RevokeLists:
             f"RevokeLists(next={sorted(self._next)}, thereafter={sorted(self._thereafter)}, "
             f"lost={sorted(self._lost)}, pending_seqs={sorted(self._requests)})"
         )
+
+
+class PollPace:
+    """How fast the application polls: the intervals between the starts of its ``poll()`` calls.
+
+    A revoke delayed now completes at the start of the poll after the next one.  When that will be depends
+    on the application's loop, so :meth:`completion_if_delayed` projects it from the longest of the recent
+    intervals (and the one in progress): a loop that polls every 1.9 s is not granted a delay at 7.6 s of
+    a 10 s deadline, because its revoke would complete at about 11.4 s.  Pure: the caller gives the clock.
+    """
+
+    __slots__ = ("_intervals", "_last_start_ms")
+
+    def __init__(self, window: int = 8) -> None:
+        self._intervals: deque[int] = deque(maxlen=window)
+        self._last_start_ms: int | None = None
+
+    def on_poll_start(self, now_ms: int) -> None:
+        """A ``poll()`` starts now."""
+        if self._last_start_ms is not None:
+            self._intervals.append(max(0, now_ms - self._last_start_ms))
+        self._last_start_ms = now_ms
+
+    def pace_ms(self, now_ms: int | None = None) -> int:
+        """The longest of the recent intervals between poll starts; with ``now_ms``, also the interval in
+        progress (the loop is slower this time)."""
+        longest = max(self._intervals, default=0)
+        if now_ms is not None and self._last_start_ms is not None:
+            longest = max(longest, now_ms - self._last_start_ms)
+        return longest
+
+    def completion_if_delayed(self, now_ms: int) -> int:
+        """When a revoke delayed now would complete: the start of the poll after the next one."""
+        if self._last_start_ms is None:
+            return now_ms
+        pace = self.pace_ms(now_ms)
+        next_start = max(now_ms, self._last_start_ms + pace)
+        return next_start + pace

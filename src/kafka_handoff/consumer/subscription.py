@@ -39,6 +39,9 @@ class PartitionState:
     paused: bool = False
     pending_revocation: bool = False
     awaiting_callback: bool = False
+    position_requested: bool = False
+    """The application asked for the position (``position()``, also from the assigned callback): it is
+    initialised even while the partition awaits its assigned callback (as Java's ``position()``)."""
     reset_strategy: str | None = None
     """Set when the position must be (re)initialised: 'committed' first (groups), or a reset strategy."""
     high_watermark: int | None = None
@@ -149,6 +152,14 @@ class SubscriptionState:
                 st = self._parts.get(tp)
                 if st is not None:
                     st.pending_revocation = True
+
+    def request_position(self, tp: TopicPartition) -> None:
+        """``position()`` waits for ``tp``'s position: initialise it now, even before the assigned
+        callback ran."""
+        with self._lock:
+            st = self._parts.get(tp)
+            if st is not None and st.position is None:
+                st.position_requested = True
 
     def clear_awaiting_callback(self, partitions: Iterable[TopicPartition]) -> None:
         with self._lock:
@@ -313,7 +324,11 @@ class SubscriptionState:
             return {
                 tp: (st.reset_strategy or self.default_reset, st.position_epoch)
                 for tp, st in self._parts.items()
-                if st.position is None and not st.pending_revocation
+                # As Java: not before the assigned callback ran (it may seek to offsets kept elsewhere),
+                # unless the application asks for the position.
+                if st.position is None
+                and not st.pending_revocation
+                and (not st.awaiting_callback or st.position_requested)
             }
 
     def partitions_without_offset(self) -> frozenset[TopicPartition]:
@@ -323,7 +338,10 @@ class SubscriptionState:
             return frozenset(
                 tp
                 for tp, st in self._parts.items()
-                if st.position is None and st.reset_strategy == "none" and not st.pending_revocation
+                if st.position is None
+                and st.reset_strategy == "none"
+                and not st.pending_revocation
+                and (not st.awaiting_callback or st.position_requested)
             )
 
     def fetchable(self) -> dict[TopicPartition, tuple[FetchPosition, int]]:

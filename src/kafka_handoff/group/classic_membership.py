@@ -80,12 +80,13 @@ Delayed revocation (KIP-983) -- the rule implemented here
       coordinator started it after it answered our last successful heartbeat (sent at ``t``), so it
       waits for us until at least ``t + rebalance.timeout`` (``max.poll.interval.ms``).  The member keeps
       waiting for the REVOKE until ``t + rebalance_timeout - margin`` (margin: ``revoke_deadline_margin_ms``,
-      default 10 % of the rebalance timeout); then the still-pending partitions are declared LOST (they
-      leave ``owned``; a late completion of the REVOKE is ignored, as its ``seq`` is stale) and the JoinGroup
-      is sent at once, without them, and without waiting for any other callback.  The member does *not*
+      default 10 % of the rebalance timeout); then every owned partition is declared LOST (the still-pending
+      ones and the rest: the lost callback always gets everything, as Java's; a late completion of the
+      REVOKE is ignored, as its ``seq`` is stale) and the JoinGroup is sent at once, claiming nothing, and
+      without waiting for any other callback.  The member does *not*
       rejoin claiming them as owned: a revoking partition is never reported in JoinGroup.
-    * no successful heartbeat within ``session.timeout.ms`` (the coordinator may have expired us): pending
-      revocations are declared LOST at once (the coordinator is also marked unknown, as in Java).
+    * no successful heartbeat within ``session.timeout.ms`` (the coordinator may have expired us): every
+      owned partition is declared LOST at once (the coordinator is also marked unknown, as in Java).
     * generation reset: LOST(all owned) at once, superseding every outstanding REVOKE/ASSIGN (a late
       completion of those is ignored); the JoinGroup waits for the LOST callback (as Java's synchronous
       ``onJoinPrepare`` does).
@@ -1130,7 +1131,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             self._rejoin.backoff.reset()
             self._hb.stable_evidence_ms = max(self._hb.stable_evidence_ms, sent_ms)
             self._hb.alive_evidence_ms = max(self._hb.alive_evidence_ms, sent_ms)
-            self._on_join_complete(bytes(resp.assignment), now_ms)
+            self._on_join_complete(bytes(resp.assignment), now_ms, sent_ms)
             return
 
         if code == _E.rebalance_in_progress:
@@ -1149,7 +1150,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             # GROUP_AUTHORIZATION_FAILED and anything unexpected: raised to the caller.
             self._fail_visible(error_for_code(code, "SyncGroup"), now_ms)
 
-    def _on_join_complete(self, data: bytes, now_ms: int) -> None:
+    def _on_join_complete(self, data: bytes, now_ms: int, sync_sent_ms: int | None = None) -> None:
         """Java's ``onJoinComplete`` (KIP-429 step 3)."""
         self._rejoin.prepare_needed = True
         assignor = self._assignor(self._generation.protocol_name or "")
@@ -1169,10 +1170,13 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         added = assigned - owned_before
         revoked = self._assigned - assigned
         if revoked:
+            # The revocation's clock starts when the coordinator completed the rebalance, i.e. after it
+            # received our SyncGroup (the same evidence the join deadline counts from).
             self._revoke(
                 revoked,
                 "partitions assigned to another member: revoke, then rejoin",
                 followup=self.protocol is RebalanceProtocol.COOPERATIVE,
+                received_ms=sync_sent_ms,
             )
         self._assigned = assigned
         self._events.append(AssignmentChanged(owned=self.owned, awaiting_callback=added))
@@ -1359,12 +1363,25 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
     # ------------------------------------------------------------------------------------------------
     # callbacks and ownership
 
-    def _revoke(self, partitions: Iterable[TopicPartition], reason: str, *, followup: bool = False) -> None:
+    def _revoke(
+        self,
+        partitions: Iterable[TopicPartition],
+        reason: str,
+        *,
+        followup: bool = False,
+        received_ms: int | None = None,
+    ) -> None:
         parts = frozenset(partitions) & self._assigned
         if not parts:
             return
         self._assigned = self._assigned - parts
-        self._ledger.ask(CallbackKind.REVOKE, parts, reason, _Outstanding(revoking=parts, followup=followup))
+        self._ledger.ask(
+            CallbackKind.REVOKE,
+            parts,
+            reason,
+            _Outstanding(revoking=parts, followup=followup),
+            received_ms=received_ms,
+        )
 
     def _lose(self, partitions: Iterable[TopicPartition], reason: str) -> None:
         """LOST for some owned partitions (no wait: nobody can be handed them through us)."""
@@ -1403,12 +1420,17 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
                 self._ledger.drop(seq)
 
     def _give_up_revocations(self, reason: str) -> None:
-        """Pending revocations become LOST; the JoinGroup stops waiting for any callback."""
-        parts = self.revoking
+        """The member missed a deadline (it may be out of the group): every partition it owns is LOST --
+        the lost callback gets all of them, as Java's does, not only those still being revoked -- and the
+        JoinGroup stops waiting for any callback and claims nothing."""
+        if not self.revoking:
+            self._stop_waiting()
+            return
+        parts = self.owned
         self._stop_waiting()
-        if parts:
-            self._events.append(AssignmentChanged(owned=self.owned))
-            self._ledger.ask(CallbackKind.LOST, parts, reason)
+        self._assigned = frozenset()
+        self._events.append(AssignmentChanged(owned=self.owned))
+        self._ledger.ask(CallbackKind.LOST, parts, reason)
 
     def _request_rejoin(self, reason: str) -> None:
         self._rejoin.needed = True
@@ -1511,14 +1533,18 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         if md is None:
             return
         gone: set[TopicPartition] = set()
+        # Under a pattern the metadata lists every topic: one that is no longer in it was deleted (the
+        # pattern stopped matching it because it is gone), so its partitions are LOST, not revoked (as Java).
+        pattern = self._topics.subscription.pattern is not None
         for tp in self.owned:
-            if tp.topic not in self._topics.subscribed:
+            parts = md.partitions.get(tp.topic)
+            if tp.topic not in self._topics.subscribed and not (pattern and parts is None):
                 continue
             if md.topic_errors.get(tp.topic, _E.none) == _E.unknown_topic_or_partition:
                 gone.add(tp)
                 continue
-            parts = md.partitions.get(tp.topic)
-            if parts and tp.partition not in {p.partition for p in parts}:
+            deleted = parts is None and pattern
+            if deleted or (parts and tp.partition not in {p.partition for p in parts}):
                 gone.add(tp)
         if gone:
             # KIP-429 1.2: LOST for owned partitions that no longer exist; only the leader rejoins (the

@@ -281,6 +281,10 @@ class ConsumerMembership(MembershipCore[MemberState, _PendingCallback]):
 
         self._target: LocalAssignment = NO_ASSIGNMENT
         self._current: LocalAssignment = NO_ASSIGNMENT
+        # Owned partitions the latest target no longer contains -> when the first target without them
+        # arrived: the start of the broker's revocation timer (a REVOKE's received_ms), however long the
+        # reconciliation then waits (metadata, an earlier callback).
+        self._revoke_since: dict[TopicPartition, int] = {}
         self._owned: frozenset[TopicPartition] = frozenset()
         self._awaiting_assign: frozenset[TopicPartition] = frozenset()
         self._metadata_names: dict[uuid.UUID, str] = {}
@@ -578,11 +582,21 @@ class ConsumerMembership(MembershipCore[MemberState, _PendingCallback]):
         if updated is not self._target:
             self._target = updated
             self._retry_after_app_poll = False
+        self._note_revocations(now_ms)
         if self._target != self._current:
             self._transition(_S.RECONCILING, now_ms)
             self._maybe_reconcile(now_ms)
         elif self._state in (_S.RECONCILING, _S.JOINING):
             self._transition(_S.STABLE, now_ms)
+
+    def _note_revocations(self, now_ms: int) -> None:
+        """Remember when each owned partition first went missing from the target (see _revoke_since)."""
+        target: set[TopicPartition] = set()
+        for tid, parts in self._target.partitions.items():
+            name = self._metadata_names.get(tid) or self._assigned_names.get(tid)
+            if name is not None:
+                target.update(TopicPartition(name, p) for p in parts)
+        self._revoke_since = {tp: self._revoke_since.get(tp, now_ms) for tp in self._owned - target}
 
     def _on_error_code(self, code: int, message: str | None, now_ms: int, coordinator_epoch: int) -> None:
         self._fields.reset()
@@ -706,8 +720,16 @@ class ConsumerMembership(MembershipCore[MemberState, _PendingCallback]):
         purpose: _Purpose,
         reason: str,
         reconciliation: _Reconciliation | None = None,
+        *,
+        received_ms: int | None = None,
     ) -> CallbackNeeded:
-        return self._ledger.ask(kind, partitions, reason, _PendingCallback(purpose, kind, reconciliation))
+        return self._ledger.ask(
+            kind,
+            partitions,
+            reason,
+            _PendingCallback(purpose, kind, reconciliation),
+            received_ms=received_ms,
+        )
 
     def _release_as_lost(self, purpose: _Purpose, reason: str) -> bool:
         """Clear the assignment and emit a LOST callback; False when nothing was owned (no callback)."""
@@ -868,7 +890,15 @@ class ConsumerMembership(MembershipCore[MemberState, _PendingCallback]):
             sorted(added),
         )
         if revoked:
-            self._emit_callback(CallbackKind.REVOKE, revoked, _Purpose.RECONCILE_REVOKE, "reassigned", rec)
+            arrived = min(self._revoke_since.get(tp, now_ms) for tp in revoked)
+            self._emit_callback(
+                CallbackKind.REVOKE,
+                revoked,
+                _Purpose.RECONCILE_REVOKE,
+                "reassigned",
+                rec,
+                received_ms=arrived,
+            )
         else:
             self._assign_step(rec)
 

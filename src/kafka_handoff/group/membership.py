@@ -94,9 +94,12 @@ class CallbackNeeded:
     the assigned callback -- after any earlier revoke callback completed (KIP-429: revoked < onAssignment <
     assigned).  An exception from it is raised from ``poll()`` like a callback error."""
     received_ms: int | None = field(default=None, compare=False)
-    """When the network thread took the event from the membership (its clock).  The revocation's timer (the
-    broker's under KIP-848, the group's under classic) started about then, so the consumer's deadline for
-    ``delay_revoke`` is measured from here, not from when the application thread got to it."""
+    """When the group's target that asks for this revocation arrived (the membership stamps it: under
+    KIP-848 the heartbeat response whose target first differed from the current assignment, before any wait
+    for metadata or an earlier callback), else when the network thread took the event from the membership
+    (its clock).  The revocation's timer (the broker's under KIP-848, the group's under classic) started
+    about then, so the consumer's deadline for ``delay_revoke`` is measured from here, not from when the
+    application thread got to it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -213,9 +213,10 @@ class CallbackLedger(Generic[EntryT]):
         reason: str,
         entry: EntryT | None = None,
         on_assignment: Callable[[], None] | None = None,
+        received_ms: int | None = None,
     ) -> CallbackNeeded:
         self._seq += 1
-        event = CallbackNeeded(kind, partitions, self._seq, reason, on_assignment)
+        event = CallbackNeeded(kind, partitions, self._seq, reason, on_assignment, received_ms)
         if entry is not None:
             self._pending[event.seq] = entry
         self._emit(event)
