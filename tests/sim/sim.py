@@ -350,10 +350,16 @@ class Simulation:
         if missing or doubled:
             self.checks.fail("no-convergence", "-", f"unowned {sorted(missing)}; owned twice {doubled}")
             return
+        in_flight: dict[TopicPartition, int] = {}  # records fetched, still being processed: not stuck
+        for m in live:
+            for tp, q in m.inflight.items():
+                if q:
+                    in_flight[tp] = max(off for off, _ in q) + 1
         behind = {
             tp: (self.checks.done.get(tp, 0), self.broker.log_end.get(tp, 0))
             for tp in want
             if self.checks.done.get(tp, 0) < self.broker.log_end.get(tp, 0)
+            and in_flight.get(tp, -1) < self.broker.log_end.get(tp, 0)
         }
         if behind:
             self.checks.fail("no-convergence", "-", f"records never processed (processed, end): {behind}")
