@@ -13,7 +13,7 @@ PIP    := $(VENV)/bin/pip
 EXT    := setup.py $(sort $(wildcard src/kafka_handoff/*/*.c))
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(EXT) | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test test-unit check lint typecheck clean jars docs kerberos test-pythons test-portable-c
+.PHONY: setup demo test test-unit check lint typecheck clean jars docs kerberos test-pythons test-portable-c simulate
 
 # MIT Kerberos (SASL/GSSAPI): the gssapi package builds against libkrb5-dev, and the dev broker's
 # --security kerberos runs the distribution's KDC.  Installed with apt-get when missing (as root, or with
@@ -104,6 +104,12 @@ test-portable-c: $(STAMP)
 	PYTHONPATH=$(PORTABLE)/src $(PY) -c 'import kafka_handoff as k, sys; i = k.build_info(); \
 	  print(i); sys.exit(i["c_overflow_checks"] != "portable" or bool(i["fast_paths_off"]))'
 	PYTHONPATH=$(PORTABLE)/src CI=true $(VENV)/bin/pytest -p no:cacheprovider -q -m "unit or threads" tests
+
+# Deterministic simulation of consumer groups (tests/sim, docs/reliability.md "The simulator"): random
+# schedules until HOURS have passed; reports schedules/s and each kind of violation with its first seed, shrunk.
+HOURS ?= 1
+simulate: setup
+	PYTHONHASHSEED=0 PYTHONPATH=src:tests $(PY) -m sim.run --hours $(HOURS)
 
 clean:
 	rm -rf $(VENV) .venv-3.* .handoff build *.egg-info

@@ -768,6 +768,28 @@ def test_revoke_only_still_calls_assign_with_empty_set(h: H) -> None:
     assert events[1].kind is CallbackKind.ASSIGN and events[1].partitions == frozenset()
 
 
+def test_revoke_only_is_acknowledged_without_waiting_for_the_empty_assign_callback(h: H) -> None:
+    """Issue 30 (simulator): the ack of a revoke-only reconciliation does not wait for the empty assigned
+    callback, which runs only at the application's next poll() -- a whole poll interval of the rebalance
+    timeout later.  That callback still runs, and its late completion changes nothing."""
+    h.join({TID_A: [0, 1]}, epoch=3)
+    h.respond(h.next_interval_hb(), epoch=4, assignment={TID_A: [1]})
+    (revoke,) = h.callbacks()
+    h.complete(revoke)
+    assign = [e for e in h.events() if isinstance(e, CallbackNeeded)]
+    assert [(e.kind, e.partitions) for e in assign] == [(CallbackKind.ASSIGN, frozenset())]
+    assert h.state() is S.ACKNOWLEDGING
+    ack = h.hb()
+    assert owned_wire(ack) == {TID_A: [1]}
+    assert V(ack)["member_epoch"] == 4
+    h.respond(ack, epoch=4)
+    assert h.state() is S.STABLE
+    h.complete(assign[0])  # the application's next poll() runs it
+    assert h.state() is S.STABLE
+    assert h.m.owned == tps("a1")
+    assert h.events() == []
+
+
 def test_same_assignment_is_not_reconciled_again(h: H) -> None:
     h.join({TID_A: [0, 1]})
     h.respond(h.next_interval_hb(), epoch=1, assignment={TID_A: [1, 0]})

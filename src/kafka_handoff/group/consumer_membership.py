@@ -922,6 +922,12 @@ class ConsumerMembership(MembershipCore[MemberState, _PendingCallback]):
         # A failed revoke callback does not stop the rebalance (KIP-1306, as the classic protocol): the
         # application thread raises the error from poll() once; the partitions are given up all the same.
         self._assign_step(rec)
+        if not rec.added:
+            # Nothing new to hand over: the (empty) assigned callback still runs at the next poll(), but the
+            # broker is told at once that the revoked partitions are free.  Waiting for that callback costs a
+            # whole poll interval of the rebalance timeout: a loop polling every third of
+            # max.poll.interval.ms was fenced without ever delaying a revoke (issue 30's simulator).
+            self._finish_reconciliation(rec, now_ms)
 
     def _on_assign_done(self, pending: _PendingCallback, error: BaseException | None, now_ms: int) -> None:
         rec = pending.reconciliation
@@ -931,6 +937,9 @@ class ConsumerMembership(MembershipCore[MemberState, _PendingCallback]):
         assert rec is not None
         # A failed assign callback does not stop the rebalance either: the partitions become fetchable and
         # the new assignment is acknowledged (the error reaches the application from poll(), once).
+        self._finish_reconciliation(rec, now_ms)
+
+    def _finish_reconciliation(self, rec: _Reconciliation, now_ms: int) -> None:
         self._awaiting_assign = self._awaiting_assign - rec.added
         self._current = rec.resolved
         self._reconciliation = None
