@@ -98,15 +98,7 @@ def test_the_simulator_finds_the_fencing_when_delays_ignore_the_deadline(deadlin
     assert {"lost-after-granted-delay", "granted-delay-past-deadline"} <= kinds, kinds
 
 
-EAGER_RESIDUAL = pytest.mark.xfail(
-    strict=True,
-    reason="after i26-seeds, classic eager: delay_revoke() projects from the REVOKE's arrival (the heartbeat "
-    "that said REBALANCE_IN_PROGRESS), but the membership gives up at its last successful heartbeat + 0.9 x "
-    "the rebalance timeout -- up to heartbeat.interval.ms earlier (docs/reliability.md, the simulator)",
-)
-
-
-@pytest.mark.parametrize("protocol", ["consumer", pytest.param("eager", marks=EAGER_RESIDUAL), "cooperative"])
+@pytest.mark.parametrize("protocol", ["consumer", "eager", "cooperative"])
 @pytest.mark.parametrize("pace_ms", [1700, 1900, 2300])
 def test_a_granted_delay_never_gets_the_slow_loop_fenced(protocol: str, pace_ms: int) -> None:
     """Issue 26 item 1 as the simulator found it on main (fixed by branch i26-seeds): with a 10 s rebalance

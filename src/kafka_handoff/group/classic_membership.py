@@ -721,6 +721,17 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         if self._waits_for_callbacks() or self.revoking:
             self._give_up_revocations("revocation not completed within the rebalance timeout")
 
+    def _join_deadline_start(self) -> int | None:
+        """When the coordinator's rebalance timer started, as far as the member knows (the evidence the join
+        deadline counts from), or ``None`` when no rebalance is known to be in progress there.  A REVOKE
+        carries it as its ``received_ms``, so delay_revoke() projects from the same start as the deadline
+        (the REBALANCE_IN_PROGRESS answer can arrive up to ``heartbeat.interval.ms`` later)."""
+        if self._rejoin.deadline_ms is None:
+            return None
+        return self._rejoin.deadline_ms - (
+            self._cfg.rebalance_timeout_ms - self._cfg.revoke_deadline_margin_ms
+        )
+
     def _start_join_deadline(self) -> None:
         deadline = (
             self._hb.stable_evidence_ms + self._cfg.rebalance_timeout_ms - self._cfg.revoke_deadline_margin_ms
@@ -762,10 +773,16 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
         if self._generation.is_reset:
             self._lose_all("the member's generation was reset: it is no longer part of the group", now_ms)
         elif self.protocol is RebalanceProtocol.EAGER:
-            self._revoke(self._assigned, "eager rebalance: revoking all partitions before rejoining")
+            self._revoke(
+                self._assigned,
+                "eager rebalance: revoking all partitions before rejoining",
+                received_ms=self._join_deadline_start(),
+            )
         else:
             gone = frozenset(tp for tp in self._assigned if tp.topic not in self._topics.subscribed)
-            self._revoke(gone, "partitions of topics no longer subscribed")
+            self._revoke(
+                gone, "partitions of topics no longer subscribed", received_ms=self._join_deadline_start()
+            )
         self._is_leader = False
 
     def _join_protocols(self) -> list[dict[str, Any]]:
