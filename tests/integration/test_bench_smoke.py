@@ -110,3 +110,63 @@ def test_produce_bench_writes_json_and_png_with_every_record_acknowledged(
         # The send loop is part of the measured window (first send to flush).
         assert m["send_seconds"] <= m["records"] / m["records_per_s"] + 1e-6, name
         assert m["mb_per_s"] == pytest.approx(m["records_per_s"] * value_bytes / 1e6, rel=0.02), name
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_java_slow_loop_member_compiles_runs_and_writes_the_bench_log(
+    broker: Any, tmp_path: Path, protocol: str
+) -> None:
+    """The rebalance bench's Java member compiles against the cached kafka-clients jar, starts, stops on
+    SIGTERM like the Python members (close, then the log) and writes a log the analysis reads."""
+    import signal
+    import subprocess
+
+    from kafka_handoff.bench.peers import slow_loop_member_command
+    from kafka_handoff.bench.rebalance import ScenarioConfig, analyse
+    from kafka_handoff.bench.throughput import create_topic, delete_topic
+
+    topic = create_topic(broker.bootstrap_servers, 1, prefix="bench-java-member")
+    out = tmp_path / "m1.json"
+    cmd = slow_loop_member_command(
+        {
+            "protocol": protocol,
+            "bootstrap-servers": broker.bootstrap_servers,
+            "topic": topic,
+            "group": f"{topic}-group",
+            "name": "m1",
+            "out": str(out),
+            "work-ms": "5.0",
+            "slow-every": "0",
+            "slow-ms": "0",
+            "in-flight": "4",
+            "workers": "2",
+            "poll-timeout": "0.02",
+            "commit-interval": "0.2",
+            "max-poll-interval-ms": "10000",
+            "loop-ms": "100.0",
+        }
+    )
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        lines: list[str] = []
+        for line in proc.stdout:  # "ready" once it has subscribed and entered its loop
+            lines.append(line)
+            if line.strip() == "ready":
+                break
+        assert lines and lines[-1].strip() == "ready", "".join(lines)[-2000:]
+        proc.send_signal(signal.SIGTERM)
+        # 143 (128 + SIGTERM): the JVM's status for a shutdown by signal, once the shutdown hook (which
+        # waits for the member to close and write its log) has returned.
+        assert proc.wait(120) in (0, 143)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        delete_topic(broker.bootstrap_servers, topic)
+    log = json.loads(out.read_text(encoding="utf-8"))
+    assert log["client"] == "java" and log["protocol"] == protocol and log["name"] == "m1"
+    kinds = [kind for _t, kind, _parts in log["events"]]
+    assert kinds[0] == "subscribe" and kinds[-2:] == ["stopping", "closed"]
+    result = analyse({"m1": log}, [0], {}, float(log["events"][0][0]), ScenarioConfig(partitions=1))
+    assert result["processed"] == 0 and result["duplicates"] == 0 and result["fenced_members"] == 0

@@ -18,7 +18,9 @@ runners refuse to run.
 
 The Java consumer is Apache Kafka's own ``ConsumerPerformance`` tool (``kafka-tools``), run by
 :func:`java_command`; :func:`ensure_tools_jar` resolves that one jar with Maven into the dev broker's jar
-cache (the broker's runtime jars supply its dependencies).
+cache (the broker's runtime jars supply its dependencies).  The Java member of ``handoff bench rebalance``
+(``bench/java/SlowLoopMember.java``) is compiled with ``javac`` against the broker's cached jars by
+:func:`slow_loop_member_classes` and started by :func:`slow_loop_member_command`.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ __all__ = [
     "java_command",
     "main",
     "parse_java_output",
+    "slow_loop_member_classes",
+    "slow_loop_member_command",
 ]
 
 #: Records per poll/consume call for every Python client (Java's and kafka-handoff's max.poll.records).
@@ -642,6 +646,56 @@ def parse_java_output(text: str) -> JavaResult:
                 fetch_ms=float(row["fetch.time.ms"]),
             )
     raise ValueError(f"no ConsumerPerformance report in the output:\n{text[-2000:]}")
+
+
+SLOW_LOOP_MEMBER_SOURCE = Path(__file__).with_name("java") / "SlowLoopMember.java"
+
+
+def slow_loop_member_classes() -> Path:
+    """The directory of ``SlowLoopMember``'s compiled classes: ``javac`` against the dev broker's cached jars
+    (``kafka-clients`` and its dependencies), once per source version, into
+    ``<cache>/kafka-<version>/java-members/<source sha256>/``."""
+    import hashlib
+
+    from kafka_handoff.devbroker import KAFKA_VERSION, JarResolutionError, cache_root, ensure_jars
+
+    source = SLOW_LOOP_MEMBER_SOURCE.read_bytes()
+    digest = hashlib.sha256(source).hexdigest()[:16]
+    classes = cache_root() / f"kafka-{KAFKA_VERSION}" / "java-members" / digest
+    if (classes / "SlowLoopMember.class").is_file():
+        return classes
+    libs = ensure_jars().libs
+    javac = shutil.which("javac") or os.path.join(os.environ.get("JAVA_HOME", ""), "bin", "javac")
+    if not os.path.isfile(javac):
+        raise JarResolutionError("a JDK ('javac') is needed to compile the rebalance bench's Java member")
+    staging = classes.with_name(f"{digest}.tmp-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    cmd = [javac, "-nowarn", "-cp", f"{libs}/*", "-d", str(staging), str(SLOW_LOOP_MEMBER_SOURCE)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    if proc.returncode != 0 or not (staging / "SlowLoopMember.class").is_file():
+        shutil.rmtree(staging, ignore_errors=True)
+        raise JarResolutionError(
+            f"javac could not compile {SLOW_LOOP_MEMBER_SOURCE.name} (exit {proc.returncode}):\n"
+            + (proc.stdout + proc.stderr)[-2000:]
+        )
+    if not (classes / "SlowLoopMember.class").is_file():
+        shutil.rmtree(classes, ignore_errors=True)
+        staging.rename(classes)
+    shutil.rmtree(staging, ignore_errors=True)
+    return classes
+
+
+def slow_loop_member_command(options: dict[str, str]) -> list[str]:
+    """The command line of one Java member of ``handoff bench rebalance``; ``options`` are its
+    ``--name value`` pairs (see ``SlowLoopMember.main``)."""
+    from kafka_handoff.devbroker import ensure_jars
+
+    classes = slow_loop_member_classes()
+    libs = ensure_jars().libs
+    java = shutil.which("java") or os.path.join(os.environ.get("JAVA_HOME", ""), "bin", "java")
+    pairs = [item for key, value in options.items() for item in (f"--{key}", value)]
+    return [java, *JVM_FLAGS, "-cp", f"{classes}:{libs}/*", "SlowLoopMember", *pairs]
 
 
 # ============================================================================================ CLI

@@ -60,6 +60,7 @@ __all__ = [
 CLIENT_LABELS = {
     "handoff": "kafka-handoff (KIP-983 delay_revoke)",
     "confluent": "confluent-kafka (block in on_revoke)",
+    "java": "Java KafkaConsumer (commit in onPartitionsRevoked)",
 }
 
 
@@ -459,7 +460,7 @@ def _member_confluent(args: argparse.Namespace, cfg: ScenarioConfig, stop: threa
 
 def member_main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m kafka_handoff.bench.rebalance member")
-    parser.add_argument("--client", choices=sorted(CLIENT_LABELS), required=True)
+    parser.add_argument("--client", choices=("confluent", "handoff"), required=True)
     parser.add_argument("--protocol", choices=("classic", "consumer"), required=True)
     parser.add_argument("--bootstrap-servers", required=True)
     parser.add_argument("--topic", required=True)
@@ -548,6 +549,21 @@ def _start_member(
 ) -> _MemberProc:
     out = out_dir / f"{name}.json"
     log = out_dir / f"{name}.log"
+    if client == "java":
+        from kafka_handoff.bench.peers import slow_loop_member_command
+
+        options = {
+            "protocol": protocol, "bootstrap-servers": bootstrap, "topic": topic, "group": group,
+            "name": name, "out": str(out), "work-ms": repr(cfg.work_ms), "slow-every": str(cfg.slow_every),
+            "slow-ms": repr(cfg.slow_ms), "in-flight": str(cfg.in_flight), "workers": str(cfg.workers),
+            "poll-timeout": repr(cfg.poll_timeout), "commit-interval": repr(cfg.commit_interval),
+            "max-poll-interval-ms": str(cfg.max_poll_interval_ms),
+            "loop-ms": repr(1000 * cfg.loop_interval_s(name)),
+        }  # fmt: skip
+        cmd = slow_loop_member_command(options)
+        with open(log, "w", encoding="utf-8") as logf:
+            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, text=True)
+        return _MemberProc(name, proc, out, log)
     cmd = [
         sys.executable, "-m", "kafka_handoff.bench.rebalance", "member",
         "--client", client, "--protocol", protocol, "--bootstrap-servers", bootstrap, "--topic", topic,

@@ -86,7 +86,12 @@ def register(subparsers: Any) -> None:
         "3 members with async processing, a 4th joins, one leaves: duplicates, stalls, timelines",
     )
     rb.add_argument("--protocol", choices=("classic", "consumer", "both"), default="both")
-    rb.add_argument("--clients", default="handoff,confluent", help="comma-separated: handoff, confluent")
+    rb.add_argument(
+        "--clients",
+        default="handoff,confluent",
+        help="comma-separated: handoff, confluent, java (a KafkaConsumer program compiled with javac against "
+        "the dev broker's cached kafka-clients jar)",
+    )
     rb.add_argument("--partitions", type=int, default=12)
     rb.add_argument("--rate", type=int, default=1200, help="records/s produced (in total)")
     rb.add_argument("--work-ms", type=float, default=5.0, help="processing time per record")
