@@ -25,54 +25,11 @@ __all__ = [
 _E = TypeVar("_E", bound=enum.IntEnum)
 
 
-class ResourceType(enum.IntEnum):
-    """The kind of resource an ACL applies to (``ANY``: filters only)."""
-
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-
-
-class ACLOperation(enum.IntEnum):
-    """The operation an ACL allows or denies (``ANY``: filters only)."""
-
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-
-
-class ACLPermissionType(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    DENY = 2
-    ALLOW = 3
-
-
-class ACLResourcePatternType(enum.IntEnum):
-    """How an ACL's resource name matches (KIP-290): ``LITERAL``, ``PREFIXED``; ``ANY``/``MATCH`` in
-    filters."""
-
-    UNKNOWN = 0
-    ANY = 1
-    MATCH = 2
-    LITERAL = 3
-    PREFIXED = 4
+# kafka-python's enums have the protocol's values, as the native ones: the same classes under its names.
+ResourceType = native.ResourceType
+ACLOperation = native.AclOperation
+ACLPermissionType = native.AclPermissionType
+ACLResourcePatternType = native.PatternType
 
 
 class ResourcePatternFilter:
