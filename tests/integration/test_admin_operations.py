@@ -247,8 +247,13 @@ def test_acls_create_describe_delete_and_deny_a_principal(secured: devbroker.Clu
 
         alice = secured.security.client_config("sasl_ssl", user="alice", mechanism="SCRAM-SHA-256")
         denied = pytest.raises(AuthorizationError, match=f"{topic}-0.*DELETE on TOPIC '{topic}'")
-        with AdminClient(alice) as as_alice, denied:
-            as_alice.delete_records({TopicPartition(topic, 0): -1}, timeout=30)
+        with AdminClient(alice) as as_alice:
+            with denied as info:
+                as_alice.delete_records({TopicPartition(topic, 0): -1}, timeout=30)
+            assert (info.value.operation, info.value.resource_type) == ("DELETE", "TOPIC")
+            # every admin refusal names the operation and the resource it needed
+            with pytest.raises(AuthorizationError, match=f"DESCRIBE_CONFIGS on TOPIC '{topic}'"):
+                as_alice.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], timeout=30)
 
         deleted = admin.delete_acls(
             [AclBindingFilter(ResourceType.TOPIC, topic, PatternType.ANY, "User:bob")], timeout=30

@@ -950,9 +950,11 @@ class Consumer:
         if parts is None:
             code = cluster.topic_errors.get(topic)
             if code is not None and code != ErrorCode.unknown_topic_or_partition:
-                from kafka_handoff.errors import error_for_code
+                from kafka_handoff.errors import Needs, error_for_code
 
-                raise error_for_code(code, f"topic {topic}")
+                raise error_for_code(
+                    code, f"topic {topic}", needs=Needs("Metadata", topic=("DESCRIBE", topic))
+                )
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
         return list(parts)
 

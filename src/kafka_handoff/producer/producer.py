@@ -52,6 +52,7 @@ from kafka_handoff.errors import (
     KafkaError,
     KafkaTimeoutError,
     MessageTooLargeError,
+    Needs,
     RecordPurgedError,
     SerializationError,
     error_for_code,
@@ -872,7 +873,8 @@ class Producer:
                 return count
             code = self._topic_errors.get(topic)
             if code in _FATAL_TOPIC_ERRORS:
-                raise error_for_code(code or 0, f"topic {topic}")
+                needs = Needs("Metadata", topic=("DESCRIBE", topic))
+                raise error_for_code(code or 0, f"topic {topic}", needs=needs)
             remaining = deadline_ms - self._clock.now_ms()
             if remaining <= 0:
                 raise KafkaTimeoutError(
