@@ -61,6 +61,9 @@ def test_cli_starts_the_registry_beside_the_broker_and_stops_it(data_dir: Path) 
     schema_id = client.register_schema(subject, avro_record("Cli", [{"name": "a", "type": "int"}]))
     assert client.get_latest_version(subject).schema_id == schema_id  # it outlived the CLI process
 
+    shown = run_cli("broker", "status", "--data-dir", str(data_dir))
+    assert shown.returncode == 0 and f"schema registry: {url}" in shown.stdout and " up" in shown.stdout
+
     state = registry.registry_state(data_dir / "schema-registry")
     assert state is not None and isinstance(state["pid"], int)
     stopped = run_cli("broker", "stop", "--data-dir", str(data_dir))
