@@ -1,4 +1,4 @@
-"""``handoff bench throughput|produce|rebalance|faults|decode|hostile``: benchmarks against the peers.
+"""``handoff bench throughput|produce|compare|rebalance|faults|decode|hostile``: benchmarks against the peers.
 
 ``throughput``, ``produce`` and ``rebalance`` start a private dev broker when no ``--bootstrap-servers`` is
 given (and stop it at the end), write JSON and PNG files to ``--out`` and print a table.  ``decode`` runs
@@ -196,6 +196,15 @@ def register(subparsers: Any) -> None:
     pr.add_argument("--profile", action="store_true", help="cProfile text of the first kafka-handoff runs")
     _common(pr)
     pr.set_defaults(func=_produce)
+
+    cmp = _benchmark(
+        actions,
+        "compare",
+        "the consume and produce benchmarks for this tree and a git ref side by side (a regression guard)",
+    )
+    __import__("kafka_handoff.bench.compare", fromlist=["add_arguments"]).add_arguments(cmp)
+    _common(cmp)
+    cmp.set_defaults(func=lambda a: __import__("kafka_handoff.bench.compare", fromlist=["cli"]).cli(a))
 
     p = actions.add_parser(
         "hostile",
