@@ -82,8 +82,8 @@ def register(subparsers: Any) -> None:
         "--serializer",
         choices=("none", "identity", "identity-ctx"),
         default="none",
-        help="kafka-handoff's value.deserializer: none (default), identity (a one-argument function returning its "
-        "input) or identity-ctx (the same taking (value, ctx)): the cost of the (de)serializer hook",
+        help="kafka-handoff's value.deserializer: none (default), identity (a one-argument function "
+        "returning its input) or identity-ctx (the same taking (value, ctx)): the cost of the hook",
     )
     tp.set_defaults(func=_throughput)
 
@@ -205,8 +205,8 @@ def register(subparsers: Any) -> None:
         "--serializer",
         choices=("none", "identity", "identity-ctx"),
         default="none",
-        help="kafka-handoff's value.serializer: none (default), identity (a one-argument function returning its "
-        "input) or identity-ctx (the same taking (value, ctx)): the cost of the (de)serializer hook",
+        help="kafka-handoff's value.serializer: none (default), identity (a one-argument function "
+        "returning its input) or identity-ctx (the same taking (value, ctx)): the cost of the hook",
     )
     _common(pr)
     pr.set_defaults(func=_produce)
