@@ -21,6 +21,7 @@ from kafka_handoff.errors import SerializationError
 from kafka_handoff.producer import Producer
 from kafka_handoff.schema_registry import (
     Schema,
+    SchemaReference,
     SchemaRegistryClient,
     SchemaRegistryError,
     header_schema_id_serializer,
@@ -111,6 +112,37 @@ def test_avro_both_ways_with_confluent_kafkas_serdes(ours: Any, theirs: Any) -> 
     assert avro.AvroDeserializer(ours)(their_bytes, ctx) == {"name": "bob", "age": 42}
 
 
+def test_avro_references_to_named_types_of_other_subjects(ours: Any, theirs: Any) -> None:
+    topic = _topic()
+    ctx, cctx = _ctx(topic)
+    address = {
+        "type": "record",
+        "name": "Address",
+        "namespace": "kh.test",
+        "fields": [{"name": "city", "type": "string"}],
+    }
+    address_subject = f"{topic}-kh.test.Address"
+    ours.register_schema(address_subject, Schema(json.dumps(address), "AVRO"))
+    version = ours.get_latest_version(address_subject).version
+    customer = {
+        "type": "record",
+        "name": "Customer",
+        "namespace": "kh.test",
+        "fields": [{"name": "name", "type": "string"}, {"name": "home", "type": "kh.test.Address"}],
+    }
+    schema = Schema(
+        json.dumps(customer), "AVRO", [SchemaReference("kh.test.Address", address_subject, version)]
+    )
+    value = {"name": "fay", "home": {"city": "Oslo"}}
+    mine = avro.AvroSerializer(ours, schema)(value, ctx)
+    assert avro.AvroDeserializer(ours)(mine, ctx) == value
+    their_schema = c_sr.Schema(
+        json.dumps(customer), "AVRO", [c_sr.SchemaReference("kh.test.Address", address_subject, version)]
+    )
+    assert c_avro.AvroDeserializer(theirs)(mine, cctx) == value
+    assert c_avro.AvroSerializer(theirs, their_schema)(value, cctx) == mine
+
+
 def test_protobuf_both_ways_with_confluent_kafkas_serdes_and_references(ours: Any, theirs: Any) -> None:
     topic = _topic()
     ctx, cctx = _ctx(topic)
@@ -128,6 +160,13 @@ def test_protobuf_both_ways_with_confluent_kafkas_serdes_and_references(ours: An
     their_bytes = c_protobuf.ProtobufSerializer(Order, theirs, {"use.deprecated.format": False})(order, cctx)
     assert protobuf.ProtobufDeserializer(Order)(their_bytes, ctx) == order
     assert their_bytes == mine
+    # The generic mode: no message type, the writer's (with its reference) built from the registry.
+    generic = protobuf.ProtobufDeserializer(None, schema_registry_client=ours)(their_bytes, ctx)
+    assert generic == {
+        "id": "o-1",
+        "total": {"currency": "EUR", "units": "1250"},
+        "lines": [{"sku": "sku-9", "qty": 3}],
+    }
     # A message that is not the file's first: message indexes [1], written and read by both.
     refund = Refund(order_id="o-1", reason="damaged")
     rctx, rcctx = _ctx(_topic())
