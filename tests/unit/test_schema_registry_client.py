@@ -413,6 +413,13 @@ def test_retries_5xx_and_429_with_exponential_full_jitter_backoff() -> None:
     assert len(pool.calls) == 4
 
 
+def test_backoff_is_capped_for_any_attempt_number() -> None:
+    from kafka_handoff.schema_registry._http import full_jitter_ms
+
+    assert full_jitter_ms(1000, 20000, 5000, lambda: 0.5) == 10000.0
+    assert full_jitter_ms(1000, 20000, 0, lambda: 0.5) == 500.0
+
+
 def test_gives_up_after_max_retries_with_the_last_error() -> None:
     clock = FakeClock()
     pool = ScriptedPool(*[(503, {"error_code": 50003, "message": "down"})] * 3)

@@ -303,6 +303,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     if sec is not None:
         for mode in sec.modes:
             print(f"{mode}: {sec.bootstrap(mode)}  settings: {sec.client_json_path(mode)}")
+    from kafka_handoff.devbroker import registry
+    from kafka_handoff.devbroker._procs import pid_alive
+    from kafka_handoff.devbroker.cluster import REGISTRY_DIR
+
+    registry_state = registry.registry_state(Path(args.data_dir) / REGISTRY_DIR)
+    if registry_state is not None:
+        pid = registry_state.get("pid")
+        alive = isinstance(pid, int) and pid_alive(pid)
+        print(f"schema registry: {registry_state.get('url')}  pid {pid}  {'up' if alive else 'down'}")
     return 0 if state.running else 1
 
 
