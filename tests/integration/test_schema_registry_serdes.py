@@ -299,6 +299,7 @@ def test_through_the_broker_confluent_produces_ours_consume(
     for value in values:
         producer.produce(topic, value=value)
     assert producer.flush(30) == 0
+    producer.close()
     records = _consume(
         {"bootstrap.servers": broker.bootstrap_servers, "value.deserializer": our_deserializer},
         topic,
@@ -322,6 +323,7 @@ def test_a_reader_schema_v2_reads_v1_and_v2_records_and_incompatible_changes_are
     producer = confluent_kafka.SerializingProducer({**config, "value.serializer": their_v2})
     producer.produce(topic, value={"name": "new", "age": 2, "email": "n@example.com"})
     assert producer.flush(30) == 0
+    producer.close()
     assert len(ours.get_versions(subject)) == 2
 
     reader = avro.AvroDeserializer(ours, json.dumps(USER_V2))
