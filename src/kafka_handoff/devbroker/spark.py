@@ -42,7 +42,7 @@ from typing import Any
 
 from kafka_handoff.devbroker._procs import pid_alive, process_args
 
-__all__ = ["SparkClusterError", "SparkStandalone", "spark_home"]
+__all__ = ["SparkClusterError", "SparkConnectServer", "SparkStandalone", "spark_home"]
 
 _SUPERVISOR = Path(__file__).with_name("_supervisor.py")
 _STATE = "state.json"
@@ -50,6 +50,8 @@ _MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 _WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 _MASTER_READY = "Starting Spark master at"
 _WORKER_READY = "Successfully registered with master"
+_CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+_CONNECT_READY = "Spark Connect server started"
 _STOP_GRACE_S = 15.0
 
 
@@ -294,3 +296,52 @@ class SparkStandalone:
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+@dataclass
+class SparkConnectServer(SparkStandalone):
+    """The Spark Connect server of the pyspark package (``SparkConnectServer`` through ``spark-submit``,
+    as ``sbin/start-connect-server.sh`` runs it) on 127.0.0.1, its own Spark on ``master``; clients use
+    :attr:`url` (``sc://127.0.0.1:PORT``).  Supervised and stopped like :class:`SparkStandalone`."""
+
+    master: str = "local[1]"
+    conf: dict[str, str] = field(default_factory=dict)
+
+    def start(self, timeout: float = 180.0) -> SparkConnectServer:
+        home = spark_home()
+        if self.directory is None:
+            self.directory = Path(tempfile.mkdtemp(prefix="handoff-spark-connect-"))
+            self._ephemeral = True
+        self.directory = Path(self.directory).absolute()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or _free_port()
+        self.url = f"sc://{self.host}:{self.port}"
+        conf = {
+            "spark.connect.grpc.binding.address": self.host,
+            "spark.connect.grpc.binding.port": str(self.port),
+            "spark.driver.host": self.host,
+            "spark.driver.bindAddress": self.host,
+            "spark.ui.enabled": "false",
+            "spark.sql.session.timeZone": "UTC",
+            **self.conf,
+        }
+        args = ["org.apache.spark.deploy.SparkSubmit", "--class", _CONNECT_CLASS, "--name",
+                "Spark Connect server", "--master", self.master]  # fmt: skip
+        for key, value in conf.items():
+            args += ["--conf", f"{key}={value}"]
+        if self.supervised:
+            atexit.register(self.stop)
+        try:
+            proc = self._spawn("connect", args, self.environment(home))
+            self._wait_line(proc, _CONNECT_READY, time.monotonic() + timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self._write_state()
+        return self
+
+    def _is_ours(self, pid: int) -> bool:
+        args = process_args(pid)
+        if args is None:
+            return True
+        return f"spark.connect.grpc.binding.port={self.port}".encode() in b" ".join(args)

@@ -69,8 +69,16 @@ class DeltaSink(Sink):
         self._executors = False
 
     def write_on_executors(self, enabled: bool = True) -> None:
-        """Spark DataFrames given to :meth:`commit` are written by Spark's executors (module docstring)."""
-        self._executors = enabled
+        """Spark DataFrames given to :meth:`commit` are written by Spark's executors (module docstring).
+        Only for file system paths: a table on an object store is written by delta-rs here (said once)."""
+        remote = "://" in self.path and not self.path.startswith("file://")
+        if enabled and remote:
+            log.warning(
+                "delta sink %s is on an object store: its data files are written by this process "
+                "(delta-rs), not by the executors",
+                self.path,
+            )
+        self._executors = enabled and not remote
 
     def _load(self) -> Any:
         from deltalake import DeltaTable
