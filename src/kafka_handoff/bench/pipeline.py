@@ -740,13 +740,22 @@ def cli(args: Any) -> int:
     with contextlib.ExitStack() as stack:
         bootstrap = stack.enter_context(_broker(args.bootstrap_servers))
         master, workers = args.master, None
-        if master == "standalone":
+        if args.spark_dir is not None:
+            from kafka_handoff.devbroker.spark import SparkStandalone
+
+            attached = SparkStandalone.attach(args.spark_dir)
+            if attached is None:
+                print(f"error: no Spark cluster runs from {args.spark_dir}", flush=True)
+                return 2
+            master = attached.url
+            workers = [p.pid for p in attached.procs if p.name.startswith("worker") and p.pid is not None]
+        elif master == "standalone":
             from kafka_handoff.devbroker.spark import SparkStandalone
 
             _progress("starting a Spark standalone cluster (master + 2 workers) ...")
             cluster = stack.enter_context(SparkStandalone(workers=2).start())
             master = cluster.url
-            workers = [p.pid for p in cluster.procs[1:] if p.pid is not None]
+            workers = [p.pid for p in cluster.procs if p.name.startswith("worker") and p.pid is not None]
         data = run_benchmark(
             bootstrap,
             events=args.events,

@@ -148,6 +148,13 @@ def register(subparsers: Any) -> None:
         "workers for the run; default: the example config's, local[2])",
     )
     pl.add_argument(
+        "--spark-dir",
+        type=Path,
+        default=None,
+        help="the directory of a running 'handoff spark start' cluster: use it as the master and measure "
+        "its executors' CPU",
+    )
+    pl.add_argument(
         "--read-on",
         default="auto",
         metavar="MODE[,MODE]",
