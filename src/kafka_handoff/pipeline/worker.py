@@ -490,9 +490,8 @@ class Worker:
             unpaused = assigned - consumer.paused()
             if unpaused:
                 consumer.pause(unpaused)
+            # (Records fetched before the pause took effect are dropped: the executors read those offsets.)
             records = poll_columns(consumer, timeout)
-            if records:  # fetched before the pause took effect: the executors read these offsets
-                self.stats.saw_records(len(records))
             self._check_inflight()
             self._delay_revokes(records.to_be_revoked_partitions)
             if not stopping and self._inflight is None and time.monotonic() >= next_look:
@@ -533,6 +532,7 @@ class Worker:
             reason="backlog" if self.sizer.backlog else "caught-up",
         )
         self.sizer.batch_cut()
+        self.stats.saw_records(batch.records)  # offsets in the ranges (markers and aborted ones included)
         self._last_activity = time.monotonic()
         self._inflight = (batch, executor.submit(self._process, batch))
 
