@@ -36,6 +36,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -556,6 +557,9 @@ def run_benchmark(
         sent, malformed = produce_events(bootstrap, topic, events)
     conf = spark_kafka_jars(progress)
     progress("starting the SparkSession (resolving the Kafka source through Ivy) ...")
+    # Executors run this interpreter (pyspark sends the driver's PYSPARK_PYTHON with each task; its default,
+    # "python3" on the PATH, may lack this environment's packages), as the worker's build_session does.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(base.spark.master or "local[2]").appName("handoff-bench-pipeline")
     from kafka_handoff.pipeline.spark import default_conf
 

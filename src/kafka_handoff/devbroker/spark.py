@@ -4,8 +4,9 @@ The pip package ships ``bin/spark-class`` but no ``sbin/start-master.sh``/``star
 master and workers are started as ``spark-class org.apache.spark.deploy.master.Master`` /
 ``...deploy.worker.Worker spark://...``.  Executors the workers launch inherit the workers' environment:
 ``PYTHONPATH`` names the directory holding this ``kafka_handoff`` package (so executors import it, C
-extensions included) and ``PYSPARK_PYTHON`` the running interpreter (a driver's own ``PYSPARK_PYTHON``
-wins: pyspark sends it with each job).
+extensions included).  Which interpreter the executors run is the driver's choice: pyspark sends its
+``PYSPARK_PYTHON`` (default ``python3``) with each task; the pipeline's ``build_session`` sets it to the
+running interpreter.
 
 >>> from kafka_handoff.devbroker.spark import SparkStandalone
 >>> with SparkStandalone(workers=2).start() as cluster:     # doctest: +SKIP
