@@ -9,6 +9,8 @@ local disk.
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -31,21 +33,32 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 @pytest.fixture(scope="module")
-def s3() -> Iterator[dict[str, str]]:
-    """A moto S3 server on 127.0.0.1 and a bucket; yields delta-rs storage options for it."""
-    pytest.importorskip("moto")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """moto's standalone S3 server (its own process: delta-rs's requests must not wait for this process's
+    GIL) on 127.0.0.1, and a bucket; yields delta-rs storage options for it."""
+    pytest.importorskip("moto.server")
     boto3 = pytest.importorskip("boto3")
-    from moto.server import ThreadedMotoServer
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with open(log, "wb") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
     endpoint = f"http://127.0.0.1:{port}"
     creds = {"aws_access_key_id": "test", "aws_secret_access_key": "test", "region_name": "us-east-1"}
-    boto3.client("s3", endpoint_url=endpoint, **creds).create_bucket(Bucket="handoff-tests")
     try:
+        deadline = time.monotonic() + 120
+        while True:  # until it answers
+            assert server.poll() is None, log.read_text()
+            try:
+                boto3.client("s3", endpoint_url=endpoint, **creds).create_bucket(Bucket="handoff-tests")
+                break
+            except Exception:
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.5)
         yield {
             "AWS_ENDPOINT_URL": endpoint,
             "AWS_ALLOW_HTTP": "true",
@@ -55,7 +68,12 @@ def s3() -> Iterator[dict[str, str]]:
             "AWS_CONDITIONAL_PUT": "etag",
         }
     finally:
-        server.stop()
+        server.terminate()
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(10)
 
 
 def test_pipeline_writes_a_delta_table_on_s3_exactly_once(
