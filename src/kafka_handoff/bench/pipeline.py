@@ -367,7 +367,9 @@ def _run_handoff(
 
     worker = Worker(
         config,
-        until_idle_s=5.0 if live is None else 30.0,
+        # backlog: it stops at max_records; the idle bound only ends a run that cannot finish (a slow group
+        # join on a loaded machine must not end it first)
+        until_idle_s=60.0 if live is None else 30.0,
         max_records=records if live is None else None,
         spark=spark,
         on_batch=on_batch,
