@@ -144,7 +144,8 @@ class DeltaSink(Sink):
         from deltalake.exceptions import CommitFailedError
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        schema = to_arrow_schema(df.schema)
+        timezone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+        schema = to_arrow_schema(df.schema, timezone=timezone)
         actions, rows = self._write_with_spark(df)
         txns = [Transaction(mark_key(self.app_id, tp), u.new) for tp, u in updates.items()]
         for attempt in range(_ATTEMPTS):
