@@ -27,6 +27,7 @@ Faults (:data:`PIPELINE_FAULTS`):
 from __future__ import annotations
 
 import argparse
+import logging
 import random
 import sys
 import tempfile
@@ -47,6 +48,11 @@ from kafka_handoff.producer import Producer
 from kafka_handoff.types import TopicPartition
 
 __all__ = ["PIPELINE_FAULTS", "PipelineFaultRun", "add_arguments", "cli", "run_pipeline_faults"]
+
+log = logging.getLogger("kafka_handoff.bench.pipeline_faults")
+
+#: The bound of the first step (it includes the Spark session's first jobs).
+FIRST_STEP_TIMEOUT_S = 300.0
 
 PIPELINE_FAULTS = ("kill-leader", "move-leaders", "kill-group-coordinator", "kill-txn-coordinator")
 
@@ -211,7 +217,7 @@ def run_pipeline_faults(
     partitions: int = 6,
     workers: int = 2,
     seed: int = 32,
-    step_timeout: float = 120.0,
+    step_timeout: float = 180.0,
     max_records: int = 1500,
 ) -> PipelineFaultRun:
     """Run the scenario (module docstring): ``faults`` in order, one chunk of input processed under each,
@@ -267,13 +273,14 @@ def run_pipeline_faults(
 
     def step(text: str) -> None:
         run.steps.append(f"{time.monotonic() - started:6.1f}s {text}")
+        log.info("pipeline faults (%s/%s): %s", protocol, sink_format, text)
 
     producer = Producer(
         {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5}
     )
     written = 0
 
-    def write_and_await(what: str) -> None:
+    def write_and_await(what: str, timeout: float = step_timeout) -> None:
         nonlocal written
         part = chunks.pop(0)
         failures: list[BaseException] = []
@@ -288,7 +295,7 @@ def run_pipeline_faults(
         if failures:
             raise StepStalledError(f"{what}: {len(failures)} input records failed; first: {failures[0]!r}")
         written += len(part)
-        progress.await_committed(written, what, trouble, step_timeout)
+        progress.await_committed(written, what, trouble, timeout)
         step(f"{what}: {written} records committed")
 
     def kill(node: int, why: str) -> None:
@@ -300,7 +307,9 @@ def run_pipeline_faults(
         step(f"node {node} restarted")
 
     try:
-        write_and_await("before the faults")
+        # The first batches include Spark's first jobs of the session (code generation, Python workers):
+        # on a loaded 2-core machine that alone measured 100 s.
+        write_and_await("before the faults", max(step_timeout, FIRST_STEP_TIMEOUT_S))
         for fault in faults:
             if fault == "kill-leader":
                 before = leaders(cluster, topic)
