@@ -30,7 +30,14 @@ import pytest
 from kafka_handoff.bench.pipeline_faults import run_pipeline_faults
 from kafka_handoff.devbroker import Cluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.faults, pytest.mark.spark]
+# Each test: ~4-5 min on the shared 2-core machine under load (a killed node's restart alone takes 20-40 s).
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.cluster,
+    pytest.mark.faults,
+    pytest.mark.spark,
+    pytest.mark.timeout(1200),
+]
 
 FAULTS = ["kill-leader", "move-leaders", "kill-group-coordinator"]
 
