@@ -27,6 +27,7 @@ Faults (:data:`PIPELINE_FAULTS`):
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import random
 import sys
@@ -436,6 +437,7 @@ def cli(args: argparse.Namespace) -> int:
     cluster = devbroker.start(nodes=3, overrides=FAULT_BROKER_OVERRIDES)
     spark = build_session(SparkConfig(app_name="handoff-bench-pipeline-faults"))
     bad = 0
+    runs: list[PipelineFaultRun] = []
     try:
         for protocol in protocols:
             for sink in sinks:
@@ -456,7 +458,11 @@ def cli(args: argparse.Namespace) -> int:
                 for p in run.problems():
                     print(f"   ! {p}")
                 bad += bool(run.problems())
+                runs.append(run)
     finally:
         spark.stop()
         cluster.stop()
+    if getattr(args, "json", ""):
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump([asdict(r) for r in runs], fh, indent=2)
     return 1 if bad else 0
