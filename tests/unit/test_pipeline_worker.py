@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from kafka_handoff.consumer.batch import ColumnChunk
+from kafka_handoff.errors import KafkaError
 from kafka_handoff.pipeline.config import parse_config
 from kafka_handoff.pipeline.sinks import MarkUpdate
 from kafka_handoff.pipeline.sizing import TAIL_WAIT_MS
@@ -348,3 +349,64 @@ def test_a_free_spark_waits_briefly_for_the_tail_of_a_backlog_then_cuts(tmp_path
     worker._spark_free_since -= TAIL_WAIT_MS / 1000  # it did not come within the wait
     worker._maybe_cut()
     assert worker._ready is not None and worker._ready.records == 200 and worker._ready.reason == "caught-up"
+
+
+def test_a_failed_kafka_commit_after_a_sink_commit_is_retried_until_kafka_has_the_marks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The group coordinator's node was killed: the Kafka commit after the sink commit fails.  Without a
+    # retry, Kafka's committed offset of P0 would stay behind the sink's mark for good (no later batch).
+    consumer = FailingCommits(assigned={P0, P1}, failures=2)
+    worker = make_worker(tmp_path, consumer)
+    worker._on_assigned(frozenset({P0, P1}), consumer)
+    clock = [1000.0]
+    monkeypatch.setattr("kafka_handoff.pipeline.worker.time.monotonic", lambda: clock[0])
+    batch = Batch(1, [], {P0: PartitionRange(None, 0, 9, 10)}, 10, "t")
+    done: concurrent.futures.Future[_Outcome] = concurrent.futures.Future()
+    done.set_result(_Outcome(BatchReport(1, "committed", 10, 1), {P0: MarkUpdate(None, 10)}))
+    worker._inflight = (batch, done)
+    worker._check_inflight()
+    assert consumer.commits == [] and worker.stats.kafka_commit_failures == 1
+    worker._retry_kafka_commit()  # not before the backoff (1 s)
+    assert consumer.attempts == 1
+    clock[0] += 1.0
+    worker._retry_kafka_commit()  # fails again: the backoff doubles
+    assert consumer.attempts == 2 and consumer.commits == []
+    clock[0] += 1.5
+    worker._retry_kafka_commit()
+    assert consumer.attempts == 2
+    clock[0] += 0.5
+    worker._retry_kafka_commit()
+    assert consumer.commits == [{P0: OffsetAndMetadata(10)}]
+    clock[0] += 60
+    worker._retry_kafka_commit()  # nothing pending any more
+    assert consumer.attempts == 3
+
+
+def test_a_pending_kafka_commit_of_a_partition_no_longer_owned_is_dropped(tmp_path: Path) -> None:
+    consumer = FailingCommits(assigned={P0}, failures=1)
+    worker = make_worker(tmp_path, consumer)
+    worker._on_assigned(frozenset({P0}), consumer)
+    batch = Batch(1, [], {P0: PartitionRange(None, 0, 9, 10)}, 10, "t")
+    done: concurrent.futures.Future[_Outcome] = concurrent.futures.Future()
+    done.set_result(_Outcome(BatchReport(1, "committed", 10, 1), {P0: MarkUpdate(None, 10)}))
+    worker._inflight = (batch, done)
+    worker._check_inflight()
+    worker._on_revoked(frozenset({P0}))  # the next owner catches Kafka up to the sink's mark itself
+    worker._last_kafka_commit()
+    assert consumer.attempts == 1 and consumer.commits == []
+
+
+class FailingCommits(FakeConsumer):
+    def __init__(self, *, assigned: Iterable[TopicPartition], failures: int) -> None:
+        super().__init__(assigned)
+        self.failures = failures
+        self.attempts = 0
+
+    def commit_sync(
+        self, offsets: dict[TopicPartition, OffsetAndMetadata], timeout: float | None = None
+    ) -> None:
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            raise KafkaError("the group coordinator is not available")
+        super().commit_sync(offsets, timeout)

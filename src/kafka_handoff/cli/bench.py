@@ -188,6 +188,7 @@ def register(subparsers: Any) -> None:
     fa.add_argument("--clients", default="handoff,confluent", help="comma-separated: handoff, confluent")
     fa.add_argument("--rate", type=float, default=120.0, help="records/s produced")
     fa.add_argument("--json", default="", help="also write the results as JSON to this file")
+    __import__("kafka_handoff.bench.pipeline_faults", fromlist=["add_arguments"]).add_arguments(fa)
     fa.set_defaults(func=lambda a: __import__("kafka_handoff.bench.faults", fromlist=["cli"]).cli(a))
 
     pr = _benchmark(

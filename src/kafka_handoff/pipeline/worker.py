@@ -106,6 +106,9 @@ log = logging.getLogger(__name__)
 
 CRASH_ENV = "HANDOFF_PIPELINE_CRASH_AFTER_SINK"
 CRASH_EXIT_CODE = 86
+#: Backoff of retried Kafka commits (after a sink commit whose Kafka commit failed).
+COMMIT_RETRY_MIN_S = 1.0
+COMMIT_RETRY_MAX_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +295,10 @@ class Worker:
         self._acc_started: float | None = None
         self._ready: Batch | None = None
         self._inflight: tuple[Batch, concurrent.futures.Future[_Outcome]] | None = None
+        # Sink marks whose Kafka commit failed, retried after a backoff (_commit_to_kafka).
+        self._commit_pending: dict[TopicPartition, OffsetAndMetadata] = {}
+        self._commit_retry_at = 0.0
+        self._commit_backoff = COMMIT_RETRY_MIN_S
         self._builder: concurrent.futures.ThreadPoolExecutor | None = None
         self._run_start_ms = time.time() * 1000.0
         b = config.batch
@@ -457,8 +464,10 @@ class Worker:
                 # Cut but never run: nothing of it was committed; a restart or the next owner re-reads it.
                 self._ready = None
             if stopping and self._inflight is None:
+                self._last_kafka_commit()
                 return "stopped" if self._stop.is_set() else "max-records"
             if self._idle():
+                self._last_kafka_commit()
                 return "idle"
             self._reconcile_pause(stopping)
             records = poll_columns(consumer, timeout)
@@ -469,6 +478,7 @@ class Worker:
                 else:
                     self.stats.saw_records(len(records))
             self._check_inflight()
+            self._retry_kafka_commit()
             self._delay_revokes(records.to_be_revoked_partitions)
             if not stopping:
                 self.sizer.observe_lag(self._lag(), self._acc_count)
@@ -483,8 +493,10 @@ class Worker:
         while True:
             stopping = self._stop.is_set() or self._done_by_count()
             if stopping and self._inflight is None:
+                self._last_kafka_commit()
                 return "stopped" if self._stop.is_set() else "max-records"
             if self._idle():
+                self._last_kafka_commit()
                 return "idle"
             assigned = consumer.assignment()
             unpaused = assigned - consumer.paused()
@@ -493,6 +505,7 @@ class Worker:
             # (Records fetched before the pause took effect are dropped: the executors read those offsets.)
             records = poll_columns(consumer, timeout)
             self._check_inflight()
+            self._retry_kafka_commit()
             self._delay_revokes(records.to_be_revoked_partitions)
             if not stopping and self._inflight is None and time.monotonic() >= next_look:
                 next_look = time.monotonic() + timeout
@@ -747,23 +760,50 @@ class Worker:
             self.on_batch(report)
 
     def _after_commit(self, batch: Batch, outcome: _Outcome) -> None:
-        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, update in outcome.updates.items():
             if tp in self._owned:
                 self._marks[tp] = update.new
                 if self._executors:
                     self._next[tp] = update.new
-                offsets[tp] = OffsetAndMetadata(update.new)
-        if not offsets:
+                self._commit_pending[tp] = OffsetAndMetadata(update.new)
+        self._commit_to_kafka(f"batch {batch.id}")
+
+    def _commit_to_kafka(self, what: str) -> None:
+        """Commit the sink's new marks of owned partitions to Kafka.  A failure (the group coordinator
+        moving, a broker down) keeps them pending: they are committed again after a backoff (1 s, doubling
+        up to 30 s) until Kafka has them -- else Kafka's committed offsets would stay behind the sink's
+        marks for good when no later batch touches the partition.  (Correctness never depends on it: the
+        sink holds the marks and every owner resumes from them.)"""
+        pending = {tp: om for tp, om in self._commit_pending.items() if tp in self._owned}
+        self._commit_pending = pending
+        if not pending:
             return
         try:
-            self._consumer.commit_sync(offsets, timeout=30)
+            self._consumer.commit_sync(pending, timeout=30)
         except KafkaError as exc:
-            # The sink holds the marks; the next owner (or this one after a restart) resumes from them.
             self.stats.kafka_commit_failures += 1
+            self._commit_retry_at = time.monotonic() + self._commit_backoff
             log.warning(
-                "committing offsets of batch %d to Kafka failed (the sink has them): %s", batch.id, exc
+                "committing the offsets of %s to Kafka failed (the sink has them; retrying in %.0f s): %s",
+                what,
+                self._commit_backoff,
+                exc,
             )
+            self._commit_backoff = min(self._commit_backoff * 2, COMMIT_RETRY_MAX_S)
+            return
+        self._commit_pending = {}
+        self._commit_backoff = COMMIT_RETRY_MIN_S
+
+    def _last_kafka_commit(self) -> None:
+        """Before leaving the group: one more try for pending Kafka commits, without waiting for the
+        backoff."""
+        if self._commit_pending:
+            self._commit_retry_at = 0.0
+            self._retry_kafka_commit()
+
+    def _retry_kafka_commit(self) -> None:
+        if self._commit_pending and time.monotonic() >= self._commit_retry_at:
+            self._commit_to_kafka("earlier batches")
 
     def _rewind(self, batch: Batch, outcome: _Outcome) -> None:
         """The batch was not committed: its still-owned partitions resume from the sink's marks."""
