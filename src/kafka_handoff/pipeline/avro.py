@@ -284,7 +284,11 @@ def _plan(writer: Any, reader: Any, reader_arrow: Any) -> _Plan | str | None:
     """The flat plan from ``writer`` to ``reader`` (both records with inline named types): (ops, writer
     names, per reader field a _Take or _Default); None when the fastavro path must run; a string when the
     schemas cannot be resolved (the reason)."""
-    ops: list[tuple[int, int, int, int]] = []
+    ops: list[_Op] = []
+    wname = str(writer.get("name", "")).rsplit(".", 1)[-1]
+    rnames = [str(n).rsplit(".", 1)[-1] for n in (reader.get("name", ""), *reader.get("aliases", ()))]
+    if wname not in rnames:
+        return f"the writer's record is named {wname!r}, the reader's {rnames[0]!r}"
     wfields: dict[str, tuple[int, Any, int, int]] = {}
     names: list[str] = []
     for f in writer.get("fields", []):
@@ -499,7 +503,8 @@ class AvroColumns:
 
     def __init__(self, reader_schema: Any, registry: Any, *, implementation: str | None = None) -> None:
         try:
-            self.reader = _named(_load(reader_schema), {})
+            self._reader_raw = _load(reader_schema)
+            self.reader = _named(self._reader_raw, {})
             self.schema = arrow_schema(self.reader)
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"reader schema: {exc}") from None
@@ -558,7 +563,7 @@ class AvroColumns:
                                             f"with the reader schema: {plan}")  # fmt: skip
         if plan is None:
             if self._reader_parsed is None:
-                self._reader_parsed = fastavro.parse_schema(_strip_logical(self.reader))
+                self._reader_parsed = fastavro.parse_schema(_strip_logical(self._reader_raw))
             return _Writer(schema_id, parsed=parsed)
         ops, names, steps = plan
         return _Writer(schema_id, ops=ops, names=names, plan=steps)
