@@ -684,8 +684,9 @@ def avro_source(config: PipelineConfig) -> AvroSource | None:
 
 def make_registry(settings: Mapping[str, Any]) -> Any:
     """A :class:`kafka_handoff.schema_registry.SchemaRegistryClient` of ``[schema_registry]``'s settings."""
-    client = importlib.import_module("kafka_handoff.schema_registry").SchemaRegistryClient
-    return client(dict(settings))
+    from kafka_handoff.schema_registry import SchemaRegistryClient
+
+    return SchemaRegistryClient(dict(settings))
 
 
 _DECODERS: dict[tuple[int, str], tuple[Any, Any]] = {}
