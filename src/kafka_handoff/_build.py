@@ -60,8 +60,8 @@ def _extension_off_reason(name: str) -> str | None:
 
 def _json_scanner_off_reason(module: str = "_jsonscan") -> str | None:
     """Why ``kafka_handoff.pipeline._jsonscan`` (or another pipeline extension ``module``) is not in use
-    (None when it is built and loads) -- checked without importing the ``pipeline`` package, which needs the ``pipeline`` extra (numpy, pyarrow) that a
-    plain install lacks."""
+    (None when it is built and loads) -- checked without importing the ``pipeline`` package, which needs the
+    ``pipeline`` extra (numpy, pyarrow) that a plain install lacks."""
     import importlib.machinery
     from pathlib import Path
 
