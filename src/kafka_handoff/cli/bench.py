@@ -141,6 +141,18 @@ def register(subparsers: Any) -> None:
     pl.add_argument(
         "--engines", default="kafka-handoff,spark-kafka", help="comma-separated: kafka-handoff, spark-kafka"
     )
+    pl.add_argument(
+        "--format",
+        choices=("json", "avro"),
+        default="json",
+        help="the values: JSON (parse_json / from_json) or registry-framed Avro (parse_avro / from_avro)",
+    )
+    pl.add_argument(
+        "--schema-registry",
+        default=os.environ.get("HANDOFF_SCHEMA_REGISTRY"),
+        metavar="URL",
+        help="--format avro: the schema registry (default $HANDOFF_SCHEMA_REGISTRY)",
+    )
     _common(pl)
     pl.set_defaults(func=lambda a: __import__("kafka_handoff.bench.pipeline", fromlist=["cli"]).cli(a))
 
