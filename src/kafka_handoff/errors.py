@@ -57,7 +57,29 @@ class CorruptRecordError(KafkaError):
 
 
 class SerializationError(KafkaError):
-    """A key or value (de)serializer failed.  The message names topic, partition and offset."""
+    """A key or value (de)serializer failed (or a key/value/header could not be converted to bytes).
+
+    The message names the record; the attributes carry it for code: ``topic``, ``partition`` and
+    ``offset`` (-1 when unknown: on the producer the partition is chosen after serializing, a record has
+    no offset yet), and ``field`` (``"key"``/``"value"``, :class:`~kafka_handoff.serialization.MessageField`,
+    or ``None``).  A consumer's position stays at a record that failed to deserialize: skip it with
+    ``consumer.seek(TopicPartition(e.topic, e.partition), e.offset + 1)``; a share consumer acknowledges it
+    with ``acknowledge_offset(e.topic, e.partition, e.offset, AcknowledgeType.REJECT)``.  ``__cause__`` is
+    the (de)serializer's exception."""
+
+    def __init__(
+        self,
+        message: str,
+        topic: str = "",
+        partition: int = -1,
+        offset: int = -1,
+        field: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.field = field
 
 
 class DeliveryFailedError(KafkaError):

@@ -78,6 +78,13 @@ def register(subparsers: Any) -> None:
         help="consume as the only member of a fresh share group (KIP-932): handoff-share and, when "
         "installed, confluent-kafka's preview ShareConsumer (confluent-share)",
     )
+    tp.add_argument(
+        "--serializer",
+        choices=("none", "identity", "identity-ctx"),
+        default="none",
+        help="kafka-handoff's value.deserializer: none (default), identity (a one-argument function "
+        "returning its input) or identity-ctx (the same taking (value, ctx)): the cost of the hook",
+    )
     tp.set_defaults(func=_throughput)
 
     rb = _benchmark(
@@ -206,6 +213,13 @@ def register(subparsers: Any) -> None:
         "(default: all that are installed)",
     )
     pr.add_argument("--profile", action="store_true", help="cProfile text of the first kafka-handoff runs")
+    pr.add_argument(
+        "--serializer",
+        choices=("none", "identity", "identity-ctx"),
+        default="none",
+        help="kafka-handoff's value.serializer: none (default), identity (a one-argument function "
+        "returning its input) or identity-ctx (the same taking (value, ctx)): the cost of the hook",
+    )
     _common(pr)
     pr.set_defaults(func=_produce)
 
@@ -263,7 +277,10 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _throughput(args: argparse.Namespace) -> int:
     from kafka_handoff.bench import throughput
-    from kafka_handoff.bench.peers import CLIENTS, SECURITY_RUNNERS
+    from kafka_handoff.bench.peers import CLIENTS, SECURITY_RUNNERS, SERIALIZER_ENV
+
+    if args.serializer != "none":
+        os.environ[SERIALIZER_ENV] = args.serializer  # read by the kafka-handoff child processes
 
     if args.share:
         return _share_throughput(args)
@@ -390,6 +407,10 @@ def _rebalance(args: argparse.Namespace) -> int:
 
 def _produce(args: argparse.Namespace) -> int:
     from kafka_handoff.bench import produce
+    from kafka_handoff.bench.peers import SERIALIZER_ENV
+
+    if args.serializer != "none":
+        os.environ[SERIALIZER_ENV] = args.serializer  # read by the kafka-handoff child processes
 
     if args.clients == "all":
         clients = [c for c in produce.CLIENTS if produce.client_available(c)]

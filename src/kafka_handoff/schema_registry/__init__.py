@@ -27,3 +27,29 @@ __all__ = [
     "SchemaVersion",
     "ServerConfig",
 ]
+
+# The serdes' shared pieces, exported here as confluent-kafka does (subject name strategies, schema id
+# placement); the serdes themselves are in .avro, .protobuf and .json_schema (they need the extras).
+from kafka_handoff.schema_registry.serde import (
+    SchemaId,
+    dual_schema_id_deserializer,
+    header_schema_id_serializer,
+    prefix_schema_id_deserializer,
+    prefix_schema_id_serializer,
+    record_subject_name_strategy,
+    reference_subject_name_strategy,
+    topic_record_subject_name_strategy,
+    topic_subject_name_strategy,
+)
+
+__all__ += [
+    "SchemaId",
+    "dual_schema_id_deserializer",
+    "header_schema_id_serializer",
+    "prefix_schema_id_deserializer",
+    "prefix_schema_id_serializer",
+    "record_subject_name_strategy",
+    "reference_subject_name_strategy",
+    "topic_record_subject_name_strategy",
+    "topic_subject_name_strategy",
+]
