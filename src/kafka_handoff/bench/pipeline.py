@@ -553,7 +553,7 @@ def run_benchmark(
             from kafka_handoff.schema_registry import SchemaRegistryClient
 
             registry = SchemaRegistryClient({"url": schema_registry})
-            encode = avro_encoder(registry, f"{topic}-value")
+            encode = avro_encoder(registry, topic)
         progress(f"producing {events:,} clickstream events ({value_format}) to {topic} ({partitions} "
                  "partitions) ...")  # fmt: skip
         sent, malformed = produce_events(bootstrap, topic, events, encode=encode)

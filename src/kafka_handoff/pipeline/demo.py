@@ -35,26 +35,24 @@ def find_example_config() -> Path:
     raise FileNotFoundError(f"cannot find {EXAMPLE} (looked in {', '.join(str(p) for p in candidates)})")
 
 
-def avro_encoder(registry: Any, subject: str) -> Callable[[dict[str, Any]], bytes]:
-    """Register the clickstream Avro schema (:data:`~kafka_handoff.sample.CLICKSTREAM_AVRO_SCHEMA`) under
-    ``subject`` with ``registry`` (a :class:`~kafka_handoff.schema_registry.SchemaRegistryClient`); a
-    function writing an event as a registry-framed Avro value (the Confluent framing)."""
-    import io
+def avro_encoder(registry: Any, topic: str) -> Callable[[dict[str, Any]], bytes]:
+    """A function writing a clickstream event as a registry-framed Avro value with our
+    :class:`~kafka_handoff.schema_registry.avro.AvroSerializer` (the schema
+    :data:`~kafka_handoff.sample.CLICKSTREAM_AVRO_SCHEMA` registered in ``registry``, a
+    :class:`~kafka_handoff.schema_registry.SchemaRegistryClient`, under ``<topic>-value``)."""
     import json
 
-    import fastavro
-
-    from kafka_handoff.pipeline.avro import frame
     from kafka_handoff.sample import CLICKSTREAM_AVRO_SCHEMA
-    from kafka_handoff.schema_registry import Schema
+    from kafka_handoff.schema_registry.avro import AvroSerializer
+    from kafka_handoff.serialization import MessageField, SerializationContext
 
-    schema_id = registry.register_schema(subject, Schema(json.dumps(CLICKSTREAM_AVRO_SCHEMA), "AVRO"))
-    parsed = fastavro.parse_schema(CLICKSTREAM_AVRO_SCHEMA)
+    serializer = AvroSerializer(registry, json.dumps(CLICKSTREAM_AVRO_SCHEMA))
+    ctx = SerializationContext(topic, MessageField.VALUE)
 
     def encode(event: dict[str, Any]) -> bytes:
-        out = io.BytesIO()
-        fastavro.schemaless_writer(out, parsed, event)
-        return frame(schema_id, out.getvalue())
+        value = serializer(event, ctx)
+        assert value is not None
+        return value
 
     return encode
 
