@@ -39,7 +39,11 @@ CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 @pytest.fixture
 def registry_url(request: pytest.FixtureRequest) -> str:
-    """The real registry's URL (the ``schema_registry`` fixture of tests/conftest.py)."""
+    """The real registry's URL: $HANDOFF_SCHEMA_REGISTRY (an external one), else the ``schema_registry``
+    fixture of tests/conftest.py (Apicurio Registry started by the project's tooling)."""
+    external = os.environ.get("HANDOFF_SCHEMA_REGISTRY", "").strip()
+    if external:
+        return external
     try:
         registry = request.getfixturevalue("schema_registry")
     except pytest.FixtureLookupError:
