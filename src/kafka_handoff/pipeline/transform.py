@@ -70,6 +70,7 @@ __all__ = [
     "normalize_result",
     "parse_avro",
     "parse_json",
+    "parse_protobuf",
 ]
 
 log = logging.getLogger(__name__)
@@ -724,7 +725,6 @@ def parse_avro(
     timestamp, key, value, error``, ``error`` naming the reason (:mod:`kafka_handoff.pipeline.avro`).  A
     registry outage raises :class:`~kafka_handoff.pipeline.avro.RegistryUnavailableError` (the batch fails
     and is retried; nothing is rejected for it)."""
-    import pyarrow as pa
 
     scope = _INPUT.get()
     if reader_schema is None and registry is None:
@@ -746,6 +746,16 @@ def parse_avro(
                 )
             reader_schema = scope.avro.reader_schema()
         decoder = _decoder_for(reader_schema, registry)
+    return _parse_framed(df, decoder, scope, column, keep, "Avro")
+
+
+def _parse_framed(
+    df: Any, decoder: Any, scope: NativeInput | None, column: str, keep: Sequence[str], what: str
+) -> tuple[Any, Any]:
+    """The DataFrames of ``decoder.decode`` (:class:`~kafka_handoff.pipeline.avro.Decoded`) of ``column``:
+    from the batch's Arrow table on the worker's input DataFrame, else from the collected columns."""
+    import pyarrow as pa
+
     native = scope is not None and scope.df is df
     if native:
         assert scope is not None
@@ -776,7 +786,29 @@ def parse_avro(
         scope.rejected.append((rejected_df, rejected))
         scope.native += table.num_rows
     log.debug(
-        "Avro parse of %d records: %d decoded, %d rejected (%.3f s; %s)",
-        table.num_rows, good.num_rows, rejected.num_rows, time.monotonic() - started, decoder.counts,
+        "%s parse of %d records: %d decoded, %d rejected (%.3f s; %s)",
+        what, table.num_rows, good.num_rows, rejected.num_rows, time.monotonic() - started,
+        getattr(decoder, "counts", {}),
     )  # fmt: skip
     return good_df, rejected_df
+
+
+def parse_protobuf(
+    df: Any,
+    message_type: Any,
+    *,
+    registry: Any = None,
+    column: str = "value",
+    keep: Sequence[str] = ("topic", "partition", "offset", "timestamp", "key"),
+) -> tuple[Any, Any]:
+    """Decode ``column`` (registry-framed Protobuf: magic byte, schema id, message indexes, message) into
+    ``message_type`` (a generated message class), one column per top-level field
+    (:mod:`kafka_handoff.pipeline.protobuf`); schema ids are checked against ``registry`` (default: the
+    pipeline's ``[schema_registry]``, if any).  Returns ``(parsed, rejected)`` like :func:`parse_avro`.
+    The messages are parsed one by one by the protobuf runtime (no native decoder)."""
+    from kafka_handoff.pipeline.protobuf import ProtobufColumns
+
+    scope = _INPUT.get()
+    if registry is None and scope is not None and scope.avro is not None:
+        registry = scope.avro.registry
+    return _parse_framed(df, ProtobufColumns(message_type, registry), scope, column, keep, "Protobuf")
