@@ -280,7 +280,7 @@ def spark_avro_transform(schema_json: str) -> Callable[[Any], Any]:
     """The Spark side of ``--format avro``: ``from_avro`` on the value without its 5-byte Confluent header
     (Spark's ``from_avro`` does not understand the framing; the magic byte is checked here, the schema id is
     not: one writer schema), then the demo's aggregation (page views per page per minute).  Undecodable
-    values (PERMISSIVE mode: a null) and unframed ones are the rejected records."""
+    values (PERMISSIVE mode: a null, or a record of nulls) and unframed ones are the rejected records."""
 
     def transform(df: Any) -> Any:
         from pyspark.sql import functions as F
@@ -291,7 +291,11 @@ def spark_avro_transform(schema_json: str) -> Callable[[Any], Any]:
         payload = F.expr("substring(value, 6, length(value) - 5)")
         parsed = df.withColumn("__event", from_avro(payload, schema_json, {"mode": "PERMISSIVE"}))
         framed = F.expr("value IS NOT NULL AND length(value) >= 5 AND substring(value, 1, 1) = X'00'")
+        # PERMISSIVE gives a null, or a struct of nulls, for a value it cannot decode (every field of
+        # the clickstream schema is required: a null field means that).
         ok = framed & F.col("__event").isNotNull()
+        for name in json.loads(schema_json)["fields"]:
+            ok &= F.col(f"__event.{name['name']}").isNotNull()
         events = parsed.where(ok).select("__event.*")
         rejected = parsed.where(~ok).select("topic", "partition", "offset", "timestamp", "key", "value",
                                             F.lit("not decodable by from_avro").alias("error"))  # fmt: skip
