@@ -58,10 +58,10 @@ def test_avro_records_reach_the_sink_exactly_once_and_poison_the_dead_letter_tab
 ) -> None:
     topic = topic_factory(3, configs=NO_RETENTION)
     encode = avro_encoder(SchemaRegistryClient({"url": registry_url}), topic)
-    events = generate_events(2000, seed=29, malformed_share=0.03, start_ms=time.time_ns() // 1_000_000)
+    events = generate_events(700, seed=29, malformed_share=0.05, start_ms=time.time_ns() // 1_000_000)
     records = [dataclasses.replace(e, value=avro_value(e, encode)) for e in events]
     poison = dataclasses.replace(records[0], index=-1, value=frame(987654, b"\x02x"), malformed="unknown_id")
-    records.insert(1000, poison)
+    records.insert(350, poison)
     pt.produce(broker.bootstrap_servers, topic, records)
     config = load_config(
         EXAMPLE,
@@ -78,7 +78,7 @@ def test_avro_records_reach_the_sink_exactly_once_and_poison_the_dead_letter_tab
             "batch.max_interval_ms=500",
         ],
     )
-    first = Worker(config, spark=spark, max_records=1000, until_idle_s=30).run()
+    first = Worker(config, spark=spark, max_records=300, until_idle_s=30).run()
     assert 0 < first.records_committed < len(records)
     second = run_worker(config, spark=spark, until_idle_s=3)
     assert second.status == "idle"
