@@ -57,7 +57,7 @@ def query(**params: Any) -> tuple[tuple[str, str], ...]:
 
 def full_jitter_ms(wait_ms: int, max_wait_ms: int, attempt: int, rand: Callable[[], float]) -> float:
     """The wait before retry ``attempt + 1``: uniform in [0, min(wait_ms * 2**attempt, max_wait_ms))."""
-    return rand() * min(wait_ms * (2.0**attempt), float(max_wait_ms))
+    return rand() * min(wait_ms * (2.0 ** min(attempt, 62)), float(max_wait_ms))
 
 
 class ConnectionPool:

@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Generator, Hashable, Mapping
 from typing import Any, Generic, Literal, TypeVar
 
+from kafka_handoff.errors import KafkaError
 from kafka_handoff.schema_registry._config import RegistryConfig, parse_config
 from kafka_handoff.schema_registry._http import (
     CONNECTION_ERRORS,
@@ -140,9 +141,17 @@ class _ClientBase:
         return dict(self._conf.redacted)
 
     # ------------------------------------------------------------------------------------------- transport
+    def _auth_headers(self) -> dict[str, str]:
+        """The credentials' headers; a token that cannot be had is a :class:`SchemaRegistryError` (its cause
+        the token source's error)."""
+        try:
+            return self._conf.auth.headers()
+        except KafkaError as exc:
+            raise SchemaRegistryError(-1, -1, f"no credentials for the Schema Registry: {exc}") from exc
+
     def _headers(self, req: Request) -> dict[str, str]:
         headers = base_headers(req.body is not None)
-        headers.update(self._conf.auth.headers())
+        headers.update(self._auth_headers())
         return headers
 
     def _wait_ms(self, attempt: int) -> float:
@@ -670,9 +679,9 @@ class AsyncSchemaRegistryClient(_ClientBase):
 
     async def _send(self, req: Request) -> Any:
         if self._conf.auth.dynamic:
-            auth = await asyncio.to_thread(self._conf.auth.headers)
+            auth = await asyncio.to_thread(self._auth_headers)
         else:
-            auth = self._conf.auth.headers()
+            auth = self._auth_headers()
         headers = base_headers(req.body is not None)
         headers.update(auth)
         payload = encode_body(req.body)
