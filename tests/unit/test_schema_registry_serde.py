@@ -159,3 +159,34 @@ def test_serde_conf_is_checked_and_unknown_keys_are_named() -> None:
         AvroSerializer(None, schema, conf={"use.latest.version": True})
     with pytest.raises(ValueError, match="rules"):
         AvroDeserializer(None, rule_conf={"x": 1})
+
+
+def test_the_compat_layer_serves_the_serdes_under_confluent_kafkas_module_paths() -> None:
+    from kafka_handoff.compat.confluent_kafka.schema_registry import (
+        SchemaRegistryClient,
+    )
+    from kafka_handoff.compat.confluent_kafka.schema_registry import (
+        topic_record_subject_name_strategy as compat_strategy,
+    )
+    from kafka_handoff.compat.confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+    from kafka_handoff.compat.confluent_kafka.schema_registry.error import SchemaRegistryError
+    from kafka_handoff.compat.confluent_kafka.schema_registry.json_schema import (
+        JSONDeserializer,
+        JSONSerializer,
+    )
+    from kafka_handoff.compat.confluent_kafka.schema_registry.protobuf import (
+        ProtobufDeserializer,
+        ProtobufSerializer,
+    )
+    from kafka_handoff.schema_registry import avro, json_schema, protobuf
+    from kafka_handoff.schema_registry import client as native_client
+
+    assert SchemaRegistryClient is native_client.SchemaRegistryClient
+    assert compat_strategy is topic_record_subject_name_strategy
+    assert (AvroSerializer, AvroDeserializer) == (avro.AvroSerializer, avro.AvroDeserializer)
+    assert (JSONSerializer, JSONDeserializer) == (json_schema.JSONSerializer, json_schema.JSONDeserializer)
+    assert (ProtobufSerializer, ProtobufDeserializer) == (
+        protobuf.ProtobufSerializer,
+        protobuf.ProtobufDeserializer,
+    )
+    assert SchemaRegistryError.__module__ == "kafka_handoff.schema_registry._model"
