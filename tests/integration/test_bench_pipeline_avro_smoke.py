@@ -9,7 +9,6 @@ Ivy's cache under ``~/.cache/kafka-handoff/ivy``); skipped when they cannot be h
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,23 +18,12 @@ import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
-CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
 
 @pytest.fixture
-def registry_url(request: pytest.FixtureRequest) -> str:
-    """The real registry's URL: $HANDOFF_SCHEMA_REGISTRY (an external one), else the ``schema_registry``
-    fixture of tests/conftest.py (Apicurio Registry started by the project's tooling)."""
-    external = os.environ.get("HANDOFF_SCHEMA_REGISTRY", "").strip()
-    if external:
-        return external
-    try:
-        registry = request.getfixturevalue("schema_registry")
-    except pytest.FixtureLookupError:
-        if CI:
-            raise
-        pytest.skip("no schema_registry fixture in this tree")
-    return str(registry.url)
+def registry_url(schema_registry: str) -> str:
+    """The real registry's URL (tests/conftest.py's ``schema_registry``: Apicurio Registry started by the
+    project's tooling, or $HANDOFF_SCHEMA_REGISTRY_URL)."""
+    return schema_registry
 
 
 def test_pipeline_bench_avro_reports_both_engines(broker: Any, tmp_path: Path, registry_url: str) -> None:

@@ -12,7 +12,6 @@ the reason that names what is wrong, and the group's committed offsets reach the
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -34,23 +33,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clickstream-avro.toml"
 NO_RETENTION = {"retention.ms": "-1"}
-CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 @pytest.fixture
-def registry_url(request: pytest.FixtureRequest) -> str:
-    """The real registry's URL: $HANDOFF_SCHEMA_REGISTRY (an external one), else the ``schema_registry``
-    fixture of tests/conftest.py (Apicurio Registry started by the project's tooling)."""
-    external = os.environ.get("HANDOFF_SCHEMA_REGISTRY", "").strip()
-    if external:
-        return external
-    try:
-        registry = request.getfixturevalue("schema_registry")
-    except pytest.FixtureLookupError:
-        if CI:
-            raise
-        pytest.skip("no schema_registry fixture in this tree")
-    return str(registry.url)
+def registry_url(schema_registry: str) -> str:
+    """The real registry's URL (tests/conftest.py's ``schema_registry``: Apicurio Registry started by the
+    project's tooling, or $HANDOFF_SCHEMA_REGISTRY_URL)."""
+    return schema_registry
 
 
 def test_avro_records_reach_the_sink_exactly_once_and_poison_the_dead_letter_table(

@@ -78,6 +78,10 @@ def test_client_json_registry_settings_go_to_the_schema_registry_section() -> No
     cfg = load_config(EXAMPLES / "clickstream.toml", client_settings=settings)
     assert cfg.schema_registry["url"] == "http://127.0.0.1:9999/apis/ccompat/v7"
     assert "schema.registry.url" not in cfg.consumer and cfg.consumer["security.protocol"] == "PLAINTEXT"
-    # a config file's own [schema_registry] wins
-    own = load_config(EXAMPLES / "clickstream-avro.toml", client_settings=settings)
-    assert own.schema_registry["url"] != settings["schema.registry.url"]
+    # like [kafka]'s, they win over the file's own keys; --set wins over them
+    cfg = load_config(EXAMPLES / "clickstream-avro.toml", client_settings=settings)
+    assert cfg.schema_registry["url"] == settings["schema.registry.url"]
+    cfg = load_config(
+        EXAMPLES / "clickstream-avro.toml", ["schema_registry.url=http://h:1"], client_settings=settings
+    )
+    assert cfg.schema_registry["url"] == "http://h:1"

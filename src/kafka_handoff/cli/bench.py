@@ -156,9 +156,9 @@ def register(subparsers: Any) -> None:
     )
     pl.add_argument(
         "--schema-registry",
-        default=os.environ.get("HANDOFF_SCHEMA_REGISTRY"),
+        default=os.environ.get("HANDOFF_SCHEMA_REGISTRY_URL"),
         metavar="URL",
-        help="--format avro: the schema registry (default $HANDOFF_SCHEMA_REGISTRY)",
+        help="--format avro: the schema registry (default $HANDOFF_SCHEMA_REGISTRY_URL)",
     )
     _common(pl)
     pl.set_defaults(func=lambda a: __import__("kafka_handoff.bench.pipeline", fromlist=["cli"]).cli(a))

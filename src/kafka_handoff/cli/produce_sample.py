@@ -105,7 +105,7 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="URL",
         help="--format avro: the schema registry (default: the --command-config file's schema.registry.url, "
-        "$HANDOFF_SCHEMA_REGISTRY, or http://127.0.0.1:8081)",
+        "$HANDOFF_SCHEMA_REGISTRY_URL, or http://127.0.0.1:8081)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
@@ -130,7 +130,7 @@ def _registry_url(args: argparse.Namespace, connection: dict[str, Any]) -> str:
     return str(
         args.schema_registry
         or connection.get("schema.registry.url")
-        or os.environ.get("HANDOFF_SCHEMA_REGISTRY")
+        or os.environ.get("HANDOFF_SCHEMA_REGISTRY_URL")
         or "http://127.0.0.1:8081"
     )
 

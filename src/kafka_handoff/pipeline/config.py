@@ -659,12 +659,14 @@ def load_config(
         raise ConfigError(f"{file}: not valid TOML: {exc}") from None
     if client_settings:
         # schema.registry.* (client.json of ``handoff broker start --schema-registry``) go to
-        # [schema_registry], unless the file sets them itself; the rest to [kafka].
+        # [schema_registry] (``schema.registry.url`` as its ``url``), the rest to [kafka]; like [kafka]'s,
+        # they win over the file's own keys (and --set over them).
         registry = {k: v for k, v in client_settings.items() if k.startswith(REGISTRY_PREFIX)}
-        if registry and not raw.get("schema_registry"):
-            raw["schema_registry"] = registry
-        kafka = {f"kafka.{key}": value for key, value in client_settings.items() if key not in registry}
-        raw = apply_overrides(raw, kafka)
+        settings = {f"kafka.{key}": value for key, value in client_settings.items() if key not in registry}
+        for key, value in registry.items():
+            name = "url" if key == f"{REGISTRY_PREFIX}url" else key.removeprefix(REGISTRY_PREFIX)
+            settings[f"schema_registry.{name}"] = value
+        raw = apply_overrides(raw, settings)
     if overrides:
         raw = apply_overrides(raw, overrides)
     return parse_config(raw, source=file.resolve())
