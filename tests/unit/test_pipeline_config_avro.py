@@ -85,3 +85,17 @@ def test_client_json_registry_settings_go_to_the_schema_registry_section() -> No
         EXAMPLES / "clickstream-avro.toml", ["schema_registry.url=http://h:1"], client_settings=settings
     )
     assert cfg.schema_registry["url"] == "http://h:1"
+
+
+def test_a_client_json_gives_the_pipeline_its_registry(tmp_path: Path) -> None:
+    import json
+
+    from kafka_handoff.cli.command_config import load_command_config, load_registry_settings
+
+    client = tmp_path / "client.json"
+    url = "http://127.0.0.1:41234/apis/ccompat/v7"
+    client.write_text(json.dumps({"bootstrap.servers": "127.0.0.1:9092", "schema.registry.url": url}))
+    assert load_registry_settings(client) == {"schema.registry.url": url}
+    settings = {**load_command_config(client), **load_registry_settings(client)}
+    cfg = load_config(EXAMPLES / "clickstream-avro.toml", client_settings=settings)
+    assert cfg.schema_registry["url"] == url and cfg.bootstrap_servers == "127.0.0.1:9092"

@@ -153,9 +153,11 @@ def run(args: argparse.Namespace) -> int:
     encode = None
     try:
         connection = _connection(args)
-        registry_settings = {k: v for k, v in connection.items() if str(k).startswith("schema.registry.")}
-        for key in registry_settings:
-            connection.pop(key)
+        registry_settings: dict[str, Any] = {}
+        if getattr(args, "command_config", None):
+            from kafka_handoff.cli.command_config import load_registry_settings
+
+            registry_settings = load_registry_settings(args.command_config)
         if getattr(args, "format", "json") == "avro":
             from kafka_handoff.pipeline.demo import avro_encoder
             from kafka_handoff.schema_registry import SchemaRegistryClient
