@@ -87,7 +87,7 @@ def test_avro_records_reach_the_sink_exactly_once_and_poison_the_dead_letter_tab
     dead = read_output(config, dead_letter=True)
     errors = dict(zip(dead.column("value").to_pylist(), dead.column("error").to_pylist(), strict=True))
     bad = [r for r in records if r.malformed]
-    assert dead.num_rows == len(bad) == len(errors)
+    assert Counter(dead.column("value").to_pylist()) == Counter(r.value for r in bad)  # each once
     assert errors[poison.value].startswith("unknown schema id 987654: ")
     for r in bad:
         if r.malformed == "invalid_json":
