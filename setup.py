@@ -4,7 +4,8 @@
 a C compiler the install still succeeds and the pure-Python loops are used (see ``records.IMPLEMENTATION`` and
 ``records.ENCODER_IMPLEMENTATION``).  ``kafka_handoff.producer._fastencode`` (optional the same way) speeds up
 the producer's per-record work (appends, futures, murmur2).  ``kafka_handoff.pipeline._jsonscan`` (optional too)
-scans flat JSON values for the pipeline's native JSON parse.
+scans flat JSON values for the pipeline's native JSON parse; ``kafka_handoff.pipeline._avrodecode`` (optional
+too) decodes flat registry-framed Avro records into Arrow buffers for ``parse_avro``.
 """
 
 from setuptools import Extension, setup
@@ -24,6 +25,11 @@ setup(
         Extension(
             "kafka_handoff.pipeline._jsonscan",
             sources=["src/kafka_handoff/pipeline/_jsonscan.c"],
+            optional=True,
+        ),
+        Extension(
+            "kafka_handoff.pipeline._avrodecode",
+            sources=["src/kafka_handoff/pipeline/_avrodecode.c"],
             optional=True,
         ),
     ]

@@ -23,12 +23,15 @@ class BuildInfo(TypedDict):
     json_scanner: str
     """``"c"`` when the ``_jsonscan`` extension scans JSON values for the pipeline's native JSON parse, else
     ``"python"`` (pyarrow alone)."""
+    avro_decoder: str
+    """``"c"`` when the ``_avrodecode`` extension decodes flat Avro records for ``parse_avro``, else
+    ``"python"``."""
     crc32c: str
     compression: list[str]
     extras: dict[str, bool]
     fast_paths_off: dict[str, str]
     """Why each C fast path that is not in use is off, by name (``record_decoder``, ``record_encoder``,
-    ``send_path``, ``json_scanner``); empty when all are on."""
+    ``send_path``, ``json_scanner``, ``avro_decoder``); empty when all are on."""
     c_overflow_checks: str | None
     """How the compiled record loops check int64 overflow: ``"builtin"`` (the GCC/Clang builtin) or
     ``"portable"`` (plain comparisons: MSVC, or a build with ``-DKAFKA_HANDOFF_PORTABLE_C``); None when the
@@ -55,10 +58,10 @@ def _extension_off_reason(name: str) -> str | None:
     return None
 
 
-def _json_scanner_off_reason() -> str | None:
-    """Why ``kafka_handoff.pipeline._jsonscan`` is not in use (None when it is built and loads) -- checked
-    without importing the ``pipeline`` package, which needs the ``pipeline`` extra (numpy, pyarrow) that a
-    plain install lacks."""
+def _json_scanner_off_reason(module: str = "_jsonscan") -> str | None:
+    """Why ``kafka_handoff.pipeline._jsonscan`` (or another pipeline extension ``module``) is not in use
+    (None when it is built and loads) -- checked without importing the ``pipeline`` package, which needs the
+    ``pipeline`` extra (numpy, pyarrow) that a plain install lacks."""
     import importlib.machinery
     from pathlib import Path
 
@@ -67,17 +70,17 @@ def _json_scanner_off_reason() -> str | None:
 
     if pure_python_requested():
         return f"{PURE_PYTHON_ENV} is set"
-    if "kafka_handoff.pipeline._jsonscan" in sys.modules:
+    if f"kafka_handoff.pipeline.{module}" in sys.modules:
         return None
     where = str(Path(kafka_handoff.__file__).parent / "pipeline")
-    spec = importlib.machinery.PathFinder.find_spec("_jsonscan", [where])
+    spec = importlib.machinery.PathFinder.find_spec(module, [where])
     if (
         spec is None
         or spec.loader is None
         or not isinstance(spec.loader, importlib.machinery.ExtensionFileLoader)
     ):
-        return "not built (no compiled kafka_handoff/pipeline/_jsonscan module)"
-    spec.name = "kafka_handoff.pipeline._jsonscan"  # the name its PyInit function was built for
+        return f"not built (no compiled kafka_handoff/pipeline/{module} module)"
+    spec.name = f"kafka_handoff.pipeline.{module}"  # the name its PyInit function was built for
     try:
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
     except ImportError as exc:
@@ -106,6 +109,9 @@ def _fast_paths_off() -> dict[str, str]:
     json_scanner = _json_scanner_off_reason()
     if json_scanner is not None:
         off["json_scanner"] = json_scanner
+    avro_decoder = _json_scanner_off_reason("_avrodecode")
+    if avro_decoder is not None:
+        off["avro_decoder"] = avro_decoder
     return off
 
 
@@ -132,6 +138,7 @@ def build_info() -> BuildInfo:
         record_decoder_unavailable=records.C_UNAVAILABLE_REASON,
         record_encoder=records.ENCODER_IMPLEMENTATION,
         json_scanner="c" if _json_scanner_off_reason() is None else "python",
+        avro_decoder="c" if _json_scanner_off_reason("_avrodecode") is None else "python",
         crc32c=crc,
         compression=codecs,
         extras={
@@ -165,4 +172,6 @@ def missing_fast_paths() -> list[str]:
         missing.append("C send path (kafka_handoff.producer._fastencode.SendPath; an older build?)")
     if info["json_scanner"] != "c":
         missing.append("C JSON scanner (kafka_handoff.pipeline._jsonscan)")
+    if info["avro_decoder"] != "c":
+        missing.append("C Avro decoder (kafka_handoff.pipeline._avrodecode)")
     return missing

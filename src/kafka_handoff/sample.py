@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -50,6 +50,38 @@ _PAGES: Final = (
 )
 _ACTIONS: Final = ("view", "view", "view", "view", "click", "click", "scroll", "add_to_cart", "purchase")
 MALFORMED_KINDS: Final = ("invalid_json", "missing_field")
+
+#: The Avro schema of the events (``examples/clickstream.avsc``; ``handoff produce-sample --format avro``).
+CLICKSTREAM_AVRO_SCHEMA: Final[dict[str, Any]] = {
+    "type": "record",
+    "name": "Click",
+    "namespace": "kafka_handoff.demo",
+    "doc": "One clickstream event (handoff produce-sample --format avro writes them).",
+    "fields": [
+        {"name": "event_id", "type": "string"},
+        {"name": "user", "type": "string"},
+        {"name": "session", "type": "string"},
+        {"name": "page", "type": "string"},
+        {"name": "action", "type": "string"},
+        {"name": "timestamp", "type": "long"},
+    ],
+}
+
+
+def avro_value(event: SampleEvent, encode: Callable[[dict[str, Any]], bytes]) -> bytes:
+    """The value of ``event`` in Avro: ``encode(event)`` (a registry-framed record) when well-formed; else,
+    as malformed as its JSON twin: ``invalid_json`` stays the cut JSON text (not registry-framed), a
+    ``missing_field`` event becomes a framed record cut short (a truncated payload)."""
+    if event.malformed is None:
+        assert event.event is not None
+        return encode(event.event)
+    if event.malformed == "invalid_json":
+        return event.value
+    broken = json.loads(event.value)
+    fields = CLICKSTREAM_AVRO_SCHEMA["fields"]
+    full = {f["name"]: broken.get(f["name"], 0 if f["type"] == "long" else "") for f in fields}
+    value = encode(full)
+    return value[: max(6, len(value) - 3)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,7 +130,13 @@ def test_build_info_names_the_pure_python_switch() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     info = json.loads(out.stdout)
     assert info["record_decoder"] == "python" and info["json_scanner"] == "python"
-    assert set(info["fast_paths_off"]) == {"record_decoder", "record_encoder", "send_path", "json_scanner"}
+    assert set(info["fast_paths_off"]) == {
+        "record_decoder",
+        "record_encoder",
+        "send_path",
+        "json_scanner",
+        "avro_decoder",
+    }
     assert all("KAFKA_HANDOFF_PURE_PYTHON" in why for why in info["fast_paths_off"].values())
 
 

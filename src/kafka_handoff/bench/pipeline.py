@@ -25,6 +25,14 @@ producer writes ``--rate`` events/s for ``--duration`` s with record timestamps 
 Latency p50/p99 = over records, output commit time - record timestamp (produce -> output commit).
 Spark's query runs with the default trigger (the next micro-batch as soon as the last one ends).
 
+``--format avro``: the records are the same events as registry-framed Avro (``handoff produce-sample
+--format avro``: the schema registered in ``--schema-registry``, Confluent's framing); kafka-handoff runs
+``examples/clickstream-avro.toml`` (``parse_avro``: the C decoder into Arrow columns), Spark the same
+aggregation after ``from_avro`` (``spark-avro`` from Maven Central, cached like the Kafka source).  Spark's
+``from_avro`` does not understand the Confluent framing: the Spark side checks the magic byte and strips the
+5-byte header with ``substring(value, 6)`` before ``from_avro`` (one writer schema, PERMISSIVE mode: an
+undecodable record is a null, counted as malformed).
+
 Both modes write ``pipeline.json`` and ``pipeline-<mode>.png`` (records committed over time, and the batch
 sizes each engine chose) to ``--out``.
 """
@@ -176,8 +184,11 @@ def _best(available: list[str], wanted: str) -> str | None:
     return max(ok, key=_vkey) if ok else None
 
 
-def spark_kafka_jars(progress: Callable[[str], None] = lambda _m: None) -> dict[str, str]:
-    """Spark conf that puts ``spark-sql-kafka-0-10`` on the classpath, resolved from Maven Central.
+def spark_kafka_jars(
+    progress: Callable[[str], None] = lambda _m: None, *, avro: bool = False
+) -> dict[str, str]:
+    """Spark conf that puts ``spark-sql-kafka-0-10`` (and with ``avro`` ``spark-avro``, for ``from_avro``) on
+    the classpath, resolved from Maven Central.
 
     Uses the installed pyspark's version when Maven Central has it, else the newest release of the same
     major version before it; ``spark-token-provider-kafka-0-10`` likewise (fetched separately when its
@@ -188,7 +199,7 @@ def spark_kafka_jars(progress: Callable[[str], None] = lambda _m: None) -> dict[
     from kafka_handoff.errors import ConfigError
 
     wanted = pyspark.__version__.split("+")[0]
-    cached = IVY_DIR / f"resolved-{wanted}.json"
+    cached = IVY_DIR / f"resolved-{wanted}{'-avro' if avro else ''}.json"
     if cached.is_file():  # resolved before: no Maven metadata look-up (Ivy then works from its cache)
         conf: dict[str, str] = json.loads(cached.read_text(encoding="utf-8"))
         if all(Path(j).is_file() for j in conf.get("spark.jars", "").split(",") if j):
@@ -203,7 +214,14 @@ def spark_kafka_jars(progress: Callable[[str], None] = lambda _m: None) -> dict[
     if sql_v is None or tok_v is None:
         raise ConfigError(f"Maven Central has no {sql_art} / {tok_art} release for Spark {wanted}")
     IVY_DIR.mkdir(parents=True, exist_ok=True)
-    conf = {"spark.jars.packages": f"org.apache.spark:{sql_art}:{sql_v}", "spark.jars.ivy": str(IVY_DIR)}
+    packages = [f"org.apache.spark:{sql_art}:{sql_v}"]
+    if avro:
+        avro_art = f"spark-avro_{scala}"
+        avro_v = _best(_versions(avro_art), wanted)
+        if avro_v is None:
+            raise ConfigError(f"Maven Central has no {avro_art} release for Spark {wanted}")
+        packages.append(f"org.apache.spark:{avro_art}:{avro_v}")
+    conf = {"spark.jars.packages": ",".join(packages), "spark.jars.ivy": str(IVY_DIR)}
     if tok_v != sql_v:
         jar = IVY_DIR / "extra" / f"{tok_art}-{tok_v}.jar"
         if not jar.is_file():
@@ -214,11 +232,19 @@ def spark_kafka_jars(progress: Callable[[str], None] = lambda _m: None) -> dict[
         conf["spark.jars.excludes"] = f"org.apache.spark:{tok_art}"
         conf["spark.jars"] = str(jar)
     cached.write_text(json.dumps(conf), encoding="utf-8")
-    progress(f"Spark {wanted}: using {sql_art}:{sql_v} and {tok_art}:{tok_v} from Maven Central")
+    progress(f"Spark {wanted}: using {conf['spark.jars.packages']} and {tok_art}:{tok_v} from Maven Central")
     return conf
 
 
-def _warm_transform(spark: Any, transform_fn: Callable[[Any], Any], count: int, handover: Any) -> None:
+def _warm_transform(
+    spark: Any,
+    transform_fn: Callable[[Any], Any],
+    count: int,
+    handover: Any,
+    *,
+    encode: Callable[[dict[str, Any]], bytes] | None = None,
+    avro: Any = None,
+) -> None:
     """Run the transform on ``count`` generated events (the run's size up to 200,000), by the Spark path
     and by the worker's native JSON parse and handover, twice, so that neither engine alone pays the JVM's
     first use (code generation, JIT compilation of the Arrow conversion, the JSON parser, the Parquet
@@ -226,17 +252,17 @@ def _warm_transform(spark: Any, transform_fn: Callable[[Any], Any], count: int, 
     from kafka_handoff.consumer.batch import ColumnChunk
     from kafka_handoff.pipeline.arrow import chunks_to_table
     from kafka_handoff.pipeline.transform import native_input, normalize_result
-    from kafka_handoff.sample import generate_events
+    from kafka_handoff.sample import avro_value, generate_events
 
     events = generate_events(max(count, 1000), seed=1)
     n = len(events)
     keys: list[bytes | None] = [e.key for e in events]
-    values: list[bytes | None] = [e.value for e in events]
+    values: list[bytes | None] = [e.value if encode is None else avro_value(e, encode) for e in events]
     chunk = ColumnChunk("warm-up", 0, list(range(n)), [e.timestamp for e in events], keys, values, [()] * n)
     table = chunks_to_table([chunk])
     for run, native in enumerate((False, True, False, True)):
         df = spark.createDataFrame(table)
-        with native_input(spark, df, table, enabled=native):
+        with native_input(spark, df, table, enabled=native, avro=avro):
             result = normalize_result(transform_fn(df), "warm-up")
         result.output.toArrow()
         if result.rejected is not None:
@@ -245,7 +271,7 @@ def _warm_transform(spark: Any, transform_fn: Callable[[Any], Any], count: int, 
             spool = handover.batch(f"warm-up-{run}")
             try:
                 df = spool.frame(table)
-                with native_input(spark, df, table, to_frame=spool.frame):
+                with native_input(spark, df, table, to_frame=spool.frame, avro=avro):
                     result = normalize_result(transform_fn(df), "warm-up")
                 result.output.toArrow()
             finally:
@@ -318,6 +344,40 @@ class CpuMeter:
         return {"driver_python_cpu_s": round(py, 2), "driver_jvm_cpu_s": round(jvm, 2),
                 "driver_cpu_s": round(py + jvm, 2),
                 "executors_cpu_s": None if executors is None else round(executors, 2)}  # fmt: skip
+
+
+def spark_avro_transform(schema_json: str) -> Callable[[Any], Any]:
+    """The Spark side of ``--format avro``: ``from_avro`` on the value without its 5-byte Confluent header
+    (Spark's ``from_avro`` does not understand the framing; the magic byte is checked here, the schema id is
+    not: one writer schema), then the demo's aggregation (page views per page per minute).  Undecodable
+    values (PERMISSIVE mode: a null, or a record of nulls) and unframed ones are the rejected records."""
+
+    def transform(df: Any) -> Any:
+        from pyspark.sql import functions as F
+        from pyspark.sql.avro.functions import from_avro
+
+        from kafka_handoff.pipeline.transform import TransformResult
+
+        payload = F.expr("substring(value, 6, length(value) - 5)")
+        parsed = df.withColumn("__event", from_avro(payload, schema_json, {"mode": "PERMISSIVE"}))
+        framed = F.expr("value IS NOT NULL AND length(value) >= 5 AND substring(value, 1, 1) = X'00'")
+        # PERMISSIVE gives a null, or a struct of nulls, for a value it cannot decode (every field of
+        # the clickstream schema is required: a null field means that).
+        ok = framed & F.col("__event").isNotNull()
+        for name in json.loads(schema_json)["fields"]:
+            ok &= F.col(f"__event.{name['name']}").isNotNull()
+        events = parsed.where(ok).select("__event.*")
+        rejected = parsed.where(~ok).select("topic", "partition", "offset", "timestamp", "key", "value",
+                                            F.lit("not decodable by from_avro").alias("error"))  # fmt: skip
+        views = (
+            events.where(F.col("action") == "view")
+            .select("page", F.date_trunc("minute", F.timestamp_millis("timestamp")).alias("minute"))
+            .groupBy("page", "minute")
+            .agg(F.count(F.lit(1)).cast("long").alias("views"))
+        )
+        return TransformResult(views, rejected)
+
+    return transform
 
 
 def _run_handoff(
@@ -410,6 +470,8 @@ def _run_handoff(
             "on_executors": config.spark.on_executors,
             "native_json": config.transform.native_json,
             "json_scanner": build_info()["json_scanner"],
+            "avro_decoder": build_info()["avro_decoder"],
+            "transform": config.transform.function,
         },
         error=summary.error,
         batches=batches,
@@ -535,9 +597,12 @@ def run_benchmark(
     master: str | None = None,
     read_on: tuple[str, ...] = ("auto",),
     cluster_workers: list[int] | None = None,
+    value_format: str = "json",
+    schema_registry: str | None = None,
 ) -> dict[str, Any]:
     """Run both engines (backlog: on ``events`` produced once; live: at ``rate`` for ``duration_s`` each);
-    a JSON-ready dict of the results."""
+    a JSON-ready dict of the results.  ``value_format`` ``"avro"``: the events as registry-framed Avro
+    (``schema_registry``: the registry's URL), read by ``parse_avro`` and by Spark's ``from_avro``."""
     from pyspark.sql import SparkSession
 
     from kafka_handoff.bench.throughput import create_topic
@@ -545,19 +610,39 @@ def run_benchmark(
     from kafka_handoff.pipeline.demo import find_example_config, produce_events
     from kafka_handoff.pipeline.transform import load_transform
 
+    avro = value_format == "avro"
+    if value_format not in ("json", "avro"):
+        raise ValueError(f"value_format: {value_format!r} (allowed: json, avro)")
+    if avro and not schema_registry:
+        raise ValueError("--format avro needs a schema registry (--schema-registry URL)")
     config_path = find_example_config()
     overrides: dict[str, Any] = {"kafka.bootstrap.servers": bootstrap}
     if master:
         overrides["spark.master"] = master
-    base = load_config(config_path, overrides)
+    handoff_overrides: dict[str, Any] = {}
+    if avro:
+        config_path = config_path.with_name("clickstream-avro.toml")
+        handoff_overrides["schema_registry.url"] = schema_registry
+    base = load_config(config_path, {**overrides, **handoff_overrides})
     load_start = os.getloadavg()
     sent = malformed = 0
     topic = ""
+    encode: Callable[[dict[str, Any]], bytes] | None = None
+    registry: Any = None
     if mode == "backlog":
         topic = create_topic(bootstrap, partitions, prefix="bench-pipeline")
-        progress(f"producing {events:,} clickstream events to {topic} ({partitions} partitions) ...")
-        sent, malformed = produce_events(bootstrap, topic, events)
-    conf = spark_kafka_jars(progress)
+        if avro:
+            from kafka_handoff.pipeline.demo import avro_encoder
+            from kafka_handoff.schema_registry import SchemaRegistryClient
+
+            registry = SchemaRegistryClient({"url": schema_registry})
+            encode = avro_encoder(registry, topic)
+        progress(f"producing {events:,} clickstream events ({value_format}) to {topic} ({partitions} "
+                 "partitions) ...")  # fmt: skip
+        sent, malformed = produce_events(bootstrap, topic, events, encode=encode)
+    elif avro:
+        raise ValueError("--format avro: only --mode backlog")
+    conf = spark_kafka_jars(progress, avro=avro)
     progress("starting the SparkSession (resolving the Kafka source through Ivy) ...")
     # Executors run this interpreter (pyspark sends the driver's PYSPARK_PYTHON with each task; its default,
     # "python3" on the PATH, may lack this environment's packages), as the worker's build_session does.
@@ -575,6 +660,16 @@ def run_benchmark(
     results: list[EngineResult] = []
     limits = spark_max_offsets or [base.batch.max_records]
     transform_fn = load_transform(base.transform)
+    spark_fn = transform_fn
+    avro_source = None
+    if avro:
+        import json as _json
+
+        from kafka_handoff.pipeline.transform import AvroSource
+        from kafka_handoff.sample import CLICKSTREAM_AVRO_SCHEMA
+
+        avro_source = AvroSource(base, registry=registry)
+        spark_fn = spark_avro_transform(_json.dumps(CLICKSTREAM_AVRO_SCHEMA))
     lives: list[dict[str, Any]] = []
 
     def live_producer(engine: str) -> tuple[str, LiveProducer]:
@@ -598,7 +693,9 @@ def run_benchmark(
         handover = Handover(spark, mode=base.spark.handover, local=base.spark.local,
                             spool_dir=base.spark.spool_dir, owner="bench-warm-up")  # fmt: skip
         warm = min(200_000, events if mode == "backlog" else int(rate * duration_s))
-        _warm_transform(spark, transform_fn, warm, handover)
+        _warm_transform(spark, transform_fn, warm, handover, encode=encode, avro=avro_source)
+        if avro:
+            _warm_transform(spark, spark_fn, warm, handover, encode=encode)
         handover.close()
         for where in read_on if "kafka-handoff" in engines else ():
             progress(f"kafka-handoff pipeline worker (spark.read_on = {where}) ...")
@@ -606,7 +703,16 @@ def run_benchmark(
             meter = CpuMeter(spark, cluster_workers)
             meter.start()
             if mode == "backlog":
-                result = _run_handoff(spark, config_path, bootstrap, topic, work, sink, sent, overrides=extra)
+                result = _run_handoff(
+                    spark,
+                    config_path,
+                    bootstrap,
+                    topic,
+                    work,
+                    sink,
+                    sent,
+                    overrides={**handoff_overrides, **extra},
+                )
             else:
                 t, producer = live_producer("kafka-handoff")
                 result = _run_handoff(
@@ -627,7 +733,13 @@ def run_benchmark(
             for limit in limits:
                 progress(f"Spark Structured Streaming's Kafka source, maxOffsetsPerTrigger {limit:,} ...")
                 if mode == "backlog":
-                    results.append(_run_spark(spark, transform_fn, bootstrap, topic, work, limit))
+                    results.append(_run_spark(spark, spark_fn, bootstrap, topic, work, limit))
+                    if avro:
+                        results[-1].detail["value_decoding"] = (
+                            "from_avro(substring(value, 6, length(value) - 5)): Spark's from_avro does not "
+                            "understand the Confluent framing, so the 5-byte header is stripped (magic byte "
+                            "checked, schema id not: one writer schema)"
+                        )
                 else:
                     t, producer = live_producer("spark-kafka")
                     results.append(_run_spark(spark, transform_fn, bootstrap, t, work, limit, live=producer))
@@ -638,6 +750,8 @@ def run_benchmark(
         shutil.rmtree(work, ignore_errors=True)
     return {
         "mode": mode,
+        "format": value_format,
+        "schema_registry": schema_registry if avro else None,
         "events": sent,
         "malformed_produced": malformed,
         "topic": topic,
@@ -776,11 +890,13 @@ def cli(args: Any) -> int:
             master=master,
             read_on=read_on,
             cluster_workers=workers,
+            value_format=getattr(args, "format", "json"),
+            schema_registry=getattr(args, "schema_registry", None),
         )
     json_path = out / "pipeline.json"
     json_path.write_text(to_json(data) + "\n", encoding="utf-8")
     if data["mode"] == "backlog":
-        what = f"{data['events']:,} clickstream events"
+        what = f"{data['events']:,} clickstream events ({data.get('format', 'json')})"
     else:
         what = f"live: {data['rate']:,.0f} events/s for {data['duration_s']:.0f} s"
     title = (
@@ -789,6 +905,10 @@ def cli(args: Any) -> int:
         f"{data['load_avg_start'][0]:.1f}-{data['load_avg_end'][0]:.1f}"
     )
     Console(width=160).print(results_table(data, title))
+    if data.get("format") == "avro":
+        print("spark-kafka reads the values with from_avro(substring(value, 6, length(value) - 5)): Spark's "
+              "from_avro does not understand the Confluent framing, so the 5-byte header is stripped first "
+              "(magic byte checked, schema id not)", flush=True)  # fmt: skip
     try:
         png = out / f"pipeline-{data['mode']}.png"
         plot_pipeline(data, png)

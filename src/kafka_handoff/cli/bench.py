@@ -168,6 +168,18 @@ def register(subparsers: Any) -> None:
         help="the worker's spark.read_on values to run, one run each: auto, driver, executors "
         "(reports driver and executor CPU seconds per million records)",
     )
+    pl.add_argument(
+        "--format",
+        choices=("json", "avro"),
+        default="json",
+        help="the values: JSON (parse_json / from_json) or registry-framed Avro (parse_avro / from_avro)",
+    )
+    pl.add_argument(
+        "--schema-registry",
+        default=os.environ.get("HANDOFF_SCHEMA_REGISTRY_URL"),
+        metavar="URL",
+        help="--format avro: the schema registry (default $HANDOFF_SCHEMA_REGISTRY_URL)",
+    )
     _common(pl)
     pl.set_defaults(func=lambda a: __import__("kafka_handoff.bench.pipeline", fromlist=["cli"]).cli(a))
 

@@ -88,6 +88,19 @@ def load_command_config(path: str | Path) -> dict[str, Any]:
     return _kafka_settings(_properties(text, file))
 
 
+def load_registry_settings(path: str | Path) -> dict[str, Any]:
+    """The ``schema.registry.*`` settings of a properties or JSON client config file (what
+    :func:`load_command_config` leaves out), e.g. ``schema.registry.url`` of ``client.json``."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"--command-config {file}: cannot read the file ({exc.strerror})") from None
+    load_command_config(file)  # the same checks (and errors) as for the Kafka settings
+    data = json.loads(text) if text.lstrip().startswith("{") else _properties(text, file)
+    return {str(k): v for k, v in data.items() if str(k).startswith("schema.registry.")}
+
+
 def _kafka_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """The Kafka client settings of a config file: ``schema.registry.*`` keys (as in ``client.json`` of
     ``handoff broker start --schema-registry`` and Confluent's client files) are the serdes', not a

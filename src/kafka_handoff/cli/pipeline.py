@@ -75,13 +75,19 @@ def _stdout_console() -> Any:
 def cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from kafka_handoff.cli.command_config import load_command_config
+    from kafka_handoff.cli.command_config import load_command_config, load_registry_settings
     from kafka_handoff.errors import ConfigError, KafkaError
     from kafka_handoff.pipeline import load_config, run_worker
 
     err = Console(stderr=True, highlight=False)
     try:
-        client_settings = load_command_config(args.command_config) if args.command_config else None
+        client_settings = None
+        if args.command_config:
+            # schema.registry.* (client.json) become the [schema_registry] settings (parse_avro)
+            client_settings = {
+                **load_command_config(args.command_config),
+                **load_registry_settings(args.command_config),
+            }
         config = load_config(args.config, args.overrides, client_settings=client_settings)
     except ConfigError as exc:
         err.print(f"[red]handoff pipeline run: {exc}[/red]")

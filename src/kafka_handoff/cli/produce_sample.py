@@ -10,6 +10,10 @@ A configurable share of records is *malformed*, as real feeds are: either not va
 valid JSON with a required field missing.  Everything is derived from ``--seed`` and ``--start-ms``, so a
 run with both given is reproducible.  The generator is :mod:`kafka_handoff.sample`.
 
+``--format avro`` writes the same events as registry-framed Avro instead (our ``AvroSerializer``: the schema
+``examples/clickstream.avsc`` registered under ``<topic>-value`` in ``--schema-registry``); a malformed one
+is either not registry-framed (the cut JSON) or a framed record cut short.
+
 Event times (also the record timestamps) end about now by default (``--start-ms`` = now - 25 ms x count, the
 mean spacing), so the broker's time-based retention (7 days by default) keeps the sample and its
 ``log.message.timestamp.after.max.ms`` (an hour) accepts it; ``--now`` starts them now instead.
@@ -27,6 +31,7 @@ from kafka_handoff.sample import (
     DEFAULT_START_MS,
     REQUIRED_FIELDS,
     SampleEvent,
+    avro_value,
     default_start_ms,
     generate_events,
     iter_events,
@@ -89,6 +94,19 @@ def register(subparsers: Any) -> None:
         choices=("none", "gzip", "snappy", "lz4", "zstd"),
         help="compression.type (default lz4)",
     )
+    parser.add_argument(
+        "--format",
+        choices=("json", "avro"),
+        default="json",
+        help="the values: JSON (default) or registry-framed Avro (with --schema-registry)",
+    )
+    parser.add_argument(
+        "--schema-registry",
+        default=None,
+        metavar="URL",
+        help="--format avro: the schema registry (default: the --command-config file's schema.registry.url, "
+        "$HANDOFF_SCHEMA_REGISTRY_URL, or http://127.0.0.1:8081)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
 
@@ -106,6 +124,17 @@ def _ensure_topic(connection: dict[str, Any], topic: str, partitions: int, repli
         admin.create_topics([NewTopic(topic, partitions, replication)], if_not_exists=True, timeout=60)
 
 
+def _registry_url(args: argparse.Namespace, connection: dict[str, Any]) -> str:
+    import os
+
+    return str(
+        args.schema_registry
+        or connection.get("schema.registry.url")
+        or os.environ.get("HANDOFF_SCHEMA_REGISTRY_URL")
+        or "http://127.0.0.1:8081"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -121,8 +150,20 @@ def run(args: argparse.Namespace) -> int:
         console.print("[red]--malformed-share must be within 0..1[/red]")
         return 2
     start_ms = default_start_ms(args.count, now=args.now) if args.start_ms is None else args.start_ms
+    encode = None
     try:
         connection = _connection(args)
+        registry_settings: dict[str, Any] = {}
+        if getattr(args, "command_config", None):
+            from kafka_handoff.cli.command_config import load_registry_settings
+
+            registry_settings = load_registry_settings(args.command_config)
+        if getattr(args, "format", "json") == "avro":
+            from kafka_handoff.pipeline.demo import avro_encoder
+            from kafka_handoff.schema_registry import SchemaRegistryClient
+
+            url = _registry_url(args, registry_settings)
+            encode = avro_encoder(SchemaRegistryClient({"url": url}), args.topic)
         if args.partitions is not None:
             _ensure_topic(connection, args.topic, args.partitions, args.replication_factor)
         producer = Producer(
@@ -169,11 +210,12 @@ def run(args: argparse.Namespace) -> int:
                         time.sleep(delay)
                 if failures:
                     break  # stop at the first failed delivery: the rest would fail the same way
+                value = event.value if encode is None else avro_value(event, encode)
                 producer.send(
-                    args.topic, event.value, key=event.key, timestamp=event.timestamp, callback=on_delivery
+                    args.topic, value, key=event.key, timestamp=event.timestamp, callback=on_delivery
                 )
                 sent += 1
-                nbytes += len(event.key) + len(event.value)
+                nbytes += len(event.key) + len(value)
                 if event.malformed is not None:
                     malformed += 1
                 if sent % 2000 == 0 or sent == args.count:

@@ -22,7 +22,7 @@ from kafka_handoff.pipeline.errors import (
     TransformError,
 )
 from kafka_handoff.pipeline.stats import WorkerSummary
-from kafka_handoff.pipeline.transform import TransformResult, parse_json
+from kafka_handoff.pipeline.transform import TransformResult, parse_avro, parse_json
 
 __all__ = [
     "BatchError",
@@ -35,6 +35,7 @@ __all__ = [
     "TransformResult",
     "WorkerSummary",
     "load_config",
+    "parse_avro",
     "parse_config",
     "parse_json",
     "print_summary",

@@ -32,6 +32,12 @@ Layout (every section but ``[kafka]``, ``[transform]`` and ``[sink]`` is optiona
     function = "clickstream:transform"      # module:function, DataFrame -> DataFrame
     path = ["."]                            # added to sys.path, relative to this file
     native_json = true                      # parse_json on the batch's input: pyarrow, not from_json
+    reader_schema = "clickstream.avsc"      # parse_avro's reader schema: .avsc file, relative to this file
+    reader_subject = "events-value"         # ... or the latest version of a registry subject (one of them)
+
+    [schema_registry]           # for parse_avro: where writer schemas are fetched by id
+    url = "http://127.0.0.1:8081"           # (also "schema.registry.url", the name client.json uses)
+    "basic.auth.user.info" = "user:password" # the client's other settings, passed on as they are
 
     [sink]
     format = "delta"            # delta (deltalake) | parquet (Spark, atomic manifests) | kafka (a topic)
@@ -107,7 +113,11 @@ BATCH_KEYS = (
     "overlap",
     "poll_timeout_ms",
 )
-SECTIONS = ("pipeline", "kafka", "batch", "spark", "transform", "sink", "errors", "show")
+SECTIONS = ("pipeline", "kafka", "batch", "spark", "transform", "sink", "errors", "show", "schema_registry")
+#: ``transform.function`` shorthands: the built-in transforms.
+BUILTIN_TRANSFORMS: Mapping[str, str] = {"parse_avro": "kafka_handoff.pipeline.transform:parse_avro"}
+#: Client settings of the schema registry, not the consumer (``client.json``, ``--command-config``).
+REGISTRY_PREFIX = "schema.registry."
 
 #: Consumer settings the pipeline uses unless the config sets them.
 CONSUMER_DEFAULTS: Mapping[str, Any] = {
@@ -121,7 +131,7 @@ CONSUMER_DEFAULTS: Mapping[str, Any] = {
 #: (besides the clients' password-type keys): ``fs.s3a.secret.key``, ``AWS_SECRET_ACCESS_KEY``,
 #: ``azure_storage_account_key``, ``google_service_account_key``, ``sas_token``...
 _SECRET_WORDS = ("password", "secret", "token", "credential", "private", "access_key", "access.key",
-                 "account_key", "account.key", "jaas", "passwd")  # fmt: skip
+                 "account_key", "account.key", "jaas", "passwd", "user.info")  # fmt: skip
 
 
 def is_secret_setting(name: str) -> bool:
@@ -203,6 +213,10 @@ class TransformConfig:
     path: tuple[str, ...] = ()
     native_json: bool = True
     """``parse_json`` on the worker's input DataFrame parses with pyarrow (same result, no Spark job)."""
+    reader_schema: str | None = None
+    """``parse_avro``'s reader schema: an Avro schema file (absolute path)."""
+    reader_subject: str | None = None
+    """``parse_avro``'s reader schema: the latest version of this registry subject."""
 
     @property
     def module(self) -> str:
@@ -253,6 +267,8 @@ class PipelineConfig:
     errors: ErrorsConfig
     show: ShowConfig
     source: Path | None = None
+    schema_registry: Mapping[str, Any] = field(default_factory=dict)
+    """The schema registry client's settings (``url`` ...), empty when not configured."""
 
     @property
     def group_id(self) -> str:
@@ -464,8 +480,9 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
         )
 
     t = _section(raw, "transform")
-    _unknown("transform", t, ("function", "path", "native_json"))
+    _unknown("transform", t, ("function", "path", "native_json", "reader_schema", "reader_subject"))
     function = _str("transform", t, "function")
+    function = BUILTIN_TRANSFORMS.get(function or "", function)
     if not function or not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", function):
         raise ConfigError(
             "transform.function: expected 'module:function' (a DataFrame -> DataFrame function), "
@@ -474,7 +491,37 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
     base = source.parent if source is not None else Path.cwd()
     paths = tuple(str((base / p).resolve()) for p in _strings("transform", t, "path"))
     native_json = _bool("transform", t, "native_json", TransformConfig.native_json)
-    transform = TransformConfig(function=function, path=paths, native_json=native_json)
+    reader_schema = _str("transform", t, "reader_schema")
+    reader_subject = _str("transform", t, "reader_subject")
+    if reader_schema is not None and reader_subject is not None:
+        raise ConfigError(
+            "transform.reader_schema: set either transform.reader_schema or transform.reader_subject"
+        )
+    if reader_schema is not None:
+        schema_file = (base / reader_schema).resolve()
+        if not schema_file.is_file():
+            raise ConfigError(f"transform.reader_schema: {reader_schema!r}: no such file ({schema_file})")
+        reader_schema = str(schema_file)
+    transform = TransformConfig(
+        function=function,
+        path=paths,
+        native_json=native_json,
+        reader_schema=reader_schema,
+        reader_subject=reader_subject or None,
+    )
+    registry = _schema_registry(_section(raw, "schema_registry"))
+    if function == BUILTIN_TRANSFORMS["parse_avro"]:
+        if reader_schema is None and not reader_subject:
+            raise ConfigError(
+                "transform.reader_schema: parse_avro needs a reader schema: transform.reader_schema (an "
+                ".avsc file) or transform.reader_subject (a registry subject)"
+            )
+        if not registry:
+            raise ConfigError(
+                "schema_registry.url: required by parse_avro (where writer schemas are fetched)"
+            )
+    if reader_subject and not registry:
+        raise ConfigError("schema_registry.url: required by transform.reader_subject")
 
     k = _section(raw, "sink")
     sink_keys = ("format", "path", "app_id", "files_per_batch", "partition_by", "storage_options", "producer")
@@ -544,7 +591,26 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
         errors=errors,
         show=show,
         source=source,
+        schema_registry=registry,
     )
+
+
+def _schema_registry(table: Mapping[str, Any]) -> SecretsHidden:
+    """``[schema_registry]``: ``url`` (or ``schema.registry.url``) and the client's other settings (dotted
+    names, strings/numbers/booleans), passed on to the client."""
+    flat = _flatten(table)
+    if not flat:
+        return SecretsHidden()
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        name = "url" if key == f"{REGISTRY_PREFIX}url" else key.removeprefix(REGISTRY_PREFIX)
+        if not isinstance(value, str | int | float | bool):
+            raise ConfigError(f"schema_registry.{key}: expected a string, number or boolean, got {value!r}")
+        out[name] = value
+    url = out.get("url")
+    if not isinstance(url, str) or not re.match(r"^https?://[^\s/]+", url):
+        raise ConfigError(f"schema_registry.url: expected http(s)://host:port[,http(s)://...], got {url!r}")
+    return SecretsHidden(out)
 
 
 def _parse_override_value(text: str) -> Any:
@@ -611,7 +677,15 @@ def load_config(
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: not valid TOML: {exc}") from None
     if client_settings:
-        raw = apply_overrides(raw, {f"kafka.{key}": value for key, value in client_settings.items()})
+        # schema.registry.* (client.json of ``handoff broker start --schema-registry``) go to
+        # [schema_registry] (``schema.registry.url`` as its ``url``), the rest to [kafka]; like [kafka]'s,
+        # they win over the file's own keys (and --set over them).
+        registry = {k: v for k, v in client_settings.items() if k.startswith(REGISTRY_PREFIX)}
+        settings = {f"kafka.{key}": value for key, value in client_settings.items() if key not in registry}
+        for key, value in registry.items():
+            name = "url" if key == f"{REGISTRY_PREFIX}url" else key.removeprefix(REGISTRY_PREFIX)
+            settings[f"schema_registry.{name}"] = value
+        raw = apply_overrides(raw, settings)
     if overrides:
         raw = apply_overrides(raw, overrides)
     return parse_config(raw, source=file.resolve())

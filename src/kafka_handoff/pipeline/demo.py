@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from kafka_handoff.pipeline.config import PipelineConfig, load_config
 
-__all__ = ["DEFAULT_EVENTS", "find_example_config", "produce_events", "run_pipeline_demo"]
+__all__ = [
+    "DEFAULT_EVENTS",
+    "avro_encoder",
+    "find_example_config",
+    "produce_events",
+    "run_pipeline_demo",
+]
 
 DEFAULT_EVENTS = 100_000
 EXAMPLE = Path("examples") / "clickstream.toml"
@@ -29,18 +35,47 @@ def find_example_config() -> Path:
     raise FileNotFoundError(f"cannot find {EXAMPLE} (looked in {', '.join(str(p) for p in candidates)})")
 
 
+def avro_encoder(registry: Any, topic: str) -> Callable[[dict[str, Any]], bytes]:
+    """A function writing a clickstream event as a registry-framed Avro value with our
+    :class:`~kafka_handoff.schema_registry.avro.AvroSerializer` (the schema
+    :data:`~kafka_handoff.sample.CLICKSTREAM_AVRO_SCHEMA` registered in ``registry``, a
+    :class:`~kafka_handoff.schema_registry.SchemaRegistryClient`, under ``<topic>-value``)."""
+    import json
+
+    from kafka_handoff.sample import CLICKSTREAM_AVRO_SCHEMA
+    from kafka_handoff.schema_registry.avro import AvroSerializer
+    from kafka_handoff.serialization import MessageField, SerializationContext
+
+    serializer = AvroSerializer(registry, json.dumps(CLICKSTREAM_AVRO_SCHEMA))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+
+    def encode(event: dict[str, Any]) -> bytes:
+        value = serializer(event, ctx)
+        assert value is not None
+        return value
+
+    return encode
+
+
 def produce_events(
-    bootstrap: str, topic: str, count: int, *, seed: int = 0, malformed_share: float = 0.01
+    bootstrap: str,
+    topic: str,
+    count: int,
+    *,
+    seed: int = 0,
+    malformed_share: float = 0.01,
+    encode: Callable[[dict[str, Any]], bytes] | None = None,
 ) -> tuple[int, int]:
     """Write ``count`` clickstream events (``handoff produce-sample``'s generator) with the project's
-    producer.  Returns (records sent, malformed among them).
+    producer.  Returns (records sent, malformed among them).  ``encode``: the events as Avro (an
+    :func:`avro_encoder`; :func:`kafka_handoff.sample.avro_value`), else JSON.
 
     Event times (also the record timestamps) are 0-49 ms apart and *end* about now: a broker rejects
     timestamps more than an hour ahead (``log.message.timestamp.after.max.ms``) and deletes segments older
     than its retention, so neither "starting now" nor the generator's fixed 2023 default works for large
     counts."""
     from kafka_handoff.producer import Producer
-    from kafka_handoff.sample import default_start_ms, iter_events
+    from kafka_handoff.sample import avro_value, default_start_ms, iter_events
 
     start_ms = default_start_ms(count)
     failures: list[BaseException] = []
@@ -62,7 +97,8 @@ def produce_events(
     sent = malformed = 0
     try:
         for event in iter_events(count, seed, malformed_share, start_ms=start_ms):
-            producer.send(topic, event.value, key=event.key, timestamp=event.timestamp, callback=on_delivery)
+            value = event.value if encode is None else avro_value(event, encode)
+            producer.send(topic, value, key=event.key, timestamp=event.timestamp, callback=on_delivery)
             sent += 1
             malformed += event.malformed is not None
         producer.flush(120)

@@ -30,6 +30,16 @@ Before pyarrow, when the schema has no float field and the C extension ``_jsonsc
 (``_c_scan``): it accepts only what pyarrow would parse to the very same values (one object on one line,
 strictly valid UTF-8, integers in range, no duplicate schema key, ...) and fills their fields directly as
 Arrow arrays; only the values it refuses take the steps above (pyarrow, then Spark for pyarrow's refusals).
+
+Avro
+----
+:func:`parse_avro` decodes registry-framed Avro values (Confluent's framing: magic byte 0, schema id, record)
+into the columns of a reader schema, with :class:`~kafka_handoff.pipeline.avro.AvroColumns` (the C decoder
+``_avrodecode`` for flat records; see :mod:`kafka_handoff.pipeline.avro`).  It never runs a Spark job to
+parse: on the worker's input DataFrame it reads the batch's Arrow table; on any other DataFrame it collects
+the needed columns (``toArrow``) first.  The pipeline config gives its defaults (``transform.reader_schema``
+or ``transform.reader_subject``, ``[schema_registry]``), so ``function = "parse_avro"`` is a whole
+transform.
 """
 
 from __future__ import annotations
@@ -37,17 +47,19 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib
+import json
 import logging
 import re
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kafka_handoff._native import load_extension
 from kafka_handoff.errors import ConfigError
-from kafka_handoff.pipeline.config import TransformConfig
+from kafka_handoff.pipeline.config import PipelineConfig, TransformConfig
 
 __all__ = [
     "REJECTED_COLUMNS",
@@ -56,7 +68,9 @@ __all__ = [
     "load_transform",
     "native_input",
     "normalize_result",
+    "parse_avro",
     "parse_json",
+    "parse_protobuf",
 ]
 
 log = logging.getLogger(__name__)
@@ -153,6 +167,8 @@ class NativeInput:
     """Records the native parse handed to Spark's ``from_json`` (refused by pyarrow, or not tried)."""
     fallbacks: int = 0
     """Native :func:`parse_json` calls that gave the whole batch to the Spark path."""
+    avro: AvroSource | None = None
+    """:func:`parse_avro`'s defaults from the pipeline config."""
 
     def frame(self, table: Any) -> Any:
         """``table`` as a DataFrame (the worker's handover: a spooled file, or ``createDataFrame``)."""
@@ -180,11 +196,12 @@ def native_input(
     *,
     enabled: bool = True,
     to_frame: Callable[[Any], Any] | None = None,
+    avro: AvroSource | None = None,
 ) -> Iterator[NativeInput]:
     """Within the block (in this thread), :func:`parse_json` called with ``df`` -- made from ``table`` --
     may parse ``table``'s values natively; its DataFrames are made by ``to_frame`` (default:
     ``spark.createDataFrame``)."""
-    scope = NativeInput(spark, df, table, enabled, to_frame)
+    scope = NativeInput(spark, df, table, enabled, to_frame, avro=avro)
     token = _INPUT.set(scope)
     try:
         yield scope
@@ -618,3 +635,180 @@ def _native_parse(
         built_at - judged_at, time.monotonic() - built_at,
     )  # fmt: skip
     return good_df, rejected_df
+
+
+# ------------------------------------------------------------------------------------------------- Avro
+class AvroSource:
+    """:func:`parse_avro`'s defaults from a pipeline config: the schema registry client (made on first use)
+    and the reader schema (a file, or the latest version of a subject, read once); one decoder, so writer
+    schemas are fetched once per id for the worker's life."""
+
+    def __init__(self, config: PipelineConfig, registry: Any = None) -> None:
+        self.config = config
+        self._registry = registry
+        self._decoder: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def registry(self) -> Any:
+        if self._registry is None:
+            self._registry = make_registry(self.config.schema_registry)
+        return self._registry
+
+    def reader_schema(self) -> str:
+        t = self.config.transform
+        if t.reader_schema is not None:
+            with open(t.reader_schema, encoding="utf-8") as f:
+                return f.read()
+        if t.reader_subject is None:
+            raise ConfigError(
+                "transform.reader_schema: parse_avro without a reader schema argument needs "
+                "transform.reader_schema or transform.reader_subject"
+            )
+        latest = self.registry.get_latest_version(t.reader_subject)
+        schema = getattr(latest, "schema", latest)
+        return str(getattr(schema, "schema_str", schema))
+
+    def decoder(self) -> Any:
+        from kafka_handoff.pipeline.avro import AvroColumns
+
+        with self._lock:
+            if self._decoder is None:
+                self._decoder = AvroColumns(self.reader_schema(), self.registry)
+            return self._decoder
+
+
+def avro_source(config: PipelineConfig) -> AvroSource | None:
+    """The :class:`AvroSource` of ``config``, or None without ``[schema_registry]``."""
+    return AvroSource(config) if config.schema_registry else None
+
+
+def make_registry(settings: Mapping[str, Any]) -> Any:
+    """A :class:`kafka_handoff.schema_registry.SchemaRegistryClient` of ``[schema_registry]``'s settings."""
+    from kafka_handoff.schema_registry import SchemaRegistryClient
+
+    return SchemaRegistryClient(dict(settings))
+
+
+_DECODERS: dict[tuple[int, str], tuple[Any, Any]] = {}
+_DECODERS_LOCK = threading.Lock()
+
+
+def _decoder_for(reader_schema: Any, registry: Any) -> Any:
+    from kafka_handoff.pipeline.avro import AvroColumns
+
+    text = reader_schema if isinstance(reader_schema, str) else json.dumps(reader_schema, sort_keys=True)
+    key = (id(registry), text)
+    with _DECODERS_LOCK:
+        held = _DECODERS.get(key)
+        if held is None or held[0] is not registry:
+            if len(_DECODERS) >= 64:
+                _DECODERS.clear()
+            held = _DECODERS[key] = (registry, AvroColumns(text, registry))
+        return held[1]
+
+
+def parse_avro(
+    df: Any,
+    reader_schema: Any = None,
+    *,
+    registry: Any = None,
+    column: str = "value",
+    keep: Sequence[str] = ("topic", "partition", "offset", "timestamp", "key"),
+) -> tuple[Any, Any]:
+    """Decode ``column`` (registry-framed Avro) into the fields of ``reader_schema`` (Avro schema JSON text
+    or dict; default: the pipeline's ``transform.reader_schema`` / ``transform.reader_subject``), writer
+    schemas fetched by id from ``registry`` (default: the pipeline's ``[schema_registry]``).
+
+    Returns ``(parsed, rejected)`` like :func:`parse_json`: ``parsed`` has the ``keep`` columns (except those
+    the schema also names) plus the reader schema's fields; ``rejected`` has ``topic, partition, offset,
+    timestamp, key, value, error``, ``error`` naming the reason (:mod:`kafka_handoff.pipeline.avro`).  A
+    registry outage raises :class:`~kafka_handoff.pipeline.avro.RegistryUnavailableError` (the batch fails
+    and is retried; nothing is rejected for it)."""
+
+    scope = _INPUT.get()
+    if reader_schema is None and registry is None:
+        if scope is None or scope.avro is None:
+            raise ValueError(
+                "parse_avro: no reader schema and registry given, and no pipeline [schema_registry] / "
+                "transform.reader_schema to take them from"
+            )
+        decoder = scope.avro.decoder()
+    else:
+        if registry is None:
+            if scope is None or scope.avro is None:
+                raise ValueError("parse_avro: no registry given, and no pipeline [schema_registry]")
+            registry = scope.avro.registry
+        if reader_schema is None:
+            if scope is None or scope.avro is None:
+                raise ValueError(
+                    "parse_avro: no reader schema given, and no pipeline transform.reader_schema"
+                )
+            reader_schema = scope.avro.reader_schema()
+        decoder = _decoder_for(reader_schema, registry)
+    return _parse_framed(df, decoder, scope, column, keep, "Avro")
+
+
+def _parse_framed(
+    df: Any, decoder: Any, scope: NativeInput | None, column: str, keep: Sequence[str], what: str
+) -> tuple[Any, Any]:
+    """The DataFrames of ``decoder.decode`` (:class:`~kafka_handoff.pipeline.avro.Decoded`) of ``column``:
+    from the batch's Arrow table on the worker's input DataFrame, else from the collected columns."""
+    import pyarrow as pa
+
+    native = scope is not None and scope.df is df
+    if native:
+        assert scope is not None
+        table = scope.table
+        frame: Callable[[Any], Any] = scope.frame
+    else:
+        table = df.select(*_REJECTED_KAFKA, column).toArrow()
+        spark = df.sparkSession
+
+        def frame(t: Any) -> Any:
+            return spark.createDataFrame(t)
+
+    started = time.monotonic()
+    decoded = decoder.decode(table.column(column))
+    names = list(decoder.schema.names)
+    kept = [c for c in keep if c not in names]
+    ok = pa.array(decoded.ok)
+    good = pa.table(
+        [*(table.column(c).filter(ok) for c in kept), *decoded.table.columns],
+        names=[*kept, *names],
+    )
+    rejected = table.select([*_REJECTED_KAFKA, column]).filter(pa.array(~decoded.ok))
+    if column != "value":
+        rejected = rejected.rename_columns([*_REJECTED_KAFKA, "value"])
+    rejected = rejected.append_column(pa.field("error", pa.string(), nullable=False), decoded.errors)
+    good_df, rejected_df = frame(good), frame(rejected)
+    if scope is not None and native:
+        scope.rejected.append((rejected_df, rejected))
+        scope.native += table.num_rows
+    log.debug(
+        "%s parse of %d records: %d decoded, %d rejected (%.3f s; %s)",
+        what, table.num_rows, good.num_rows, rejected.num_rows, time.monotonic() - started,
+        getattr(decoder, "counts", {}),
+    )  # fmt: skip
+    return good_df, rejected_df
+
+
+def parse_protobuf(
+    df: Any,
+    message_type: Any,
+    *,
+    registry: Any = None,
+    column: str = "value",
+    keep: Sequence[str] = ("topic", "partition", "offset", "timestamp", "key"),
+) -> tuple[Any, Any]:
+    """Decode ``column`` (registry-framed Protobuf: magic byte, schema id, message indexes, message) into
+    ``message_type`` (a generated message class), one column per top-level field
+    (:mod:`kafka_handoff.pipeline.protobuf`); schema ids are checked against ``registry`` (default: the
+    pipeline's ``[schema_registry]``, if any).  Returns ``(parsed, rejected)`` like :func:`parse_avro`.
+    The messages are parsed one by one by the protobuf runtime (no native decoder)."""
+    from kafka_handoff.pipeline.protobuf import ProtobufColumns
+
+    scope = _INPUT.get()
+    if registry is None and scope is not None and scope.avro is not None:
+        registry = scope.avro.registry
+    return _parse_framed(df, ProtobufColumns(message_type, registry), scope, column, keep, "Protobuf")

@@ -97,7 +97,14 @@ from kafka_handoff.pipeline.sinks import MarkUpdate, Sink, make_sink
 from kafka_handoff.pipeline.sizing import BatchSizer
 from kafka_handoff.pipeline.spark import JobControl, build_session
 from kafka_handoff.pipeline.stats import BatchReport, WorkerStats, WorkerSummary, format_batch_line
-from kafka_handoff.pipeline.transform import NativeInput, load_transform, native_input, normalize_result
+from kafka_handoff.pipeline.transform import (
+    AvroSource,
+    NativeInput,
+    avro_source,
+    load_transform,
+    native_input,
+    normalize_result,
+)
 from kafka_handoff.types import OffsetAndMetadata, TopicPartition
 
 __all__ = ["CRASH_ENV", "Worker", "describe_ranges"]
@@ -316,6 +323,7 @@ class Worker:
         self._sink: Sink | None = None
         self._dead: DeadLetter | None = None
         self._transform: Callable[[Any], Any] | None = None
+        self._avro: AvroSource | None = None
         self._jobs: JobControl | None = None
         self._handover: Handover | None = None
         self._executors = config.spark.on_executors
@@ -340,6 +348,7 @@ class Worker:
     def _setup(self) -> None:
         cfg = self.config
         self._transform = load_transform(cfg.transform)
+        self._avro = avro_source(cfg)
         self._sink = make_sink(cfg.sink, pipeline=cfg)
         self._dead = make_dead_letter(cfg, self._sink)
         if self.spark is None:
@@ -858,7 +867,7 @@ class Worker:
                 # parse_json on this very DataFrame parses the values from ``table`` with pyarrow
                 # (transform.py, "Native JSON parse"); the rejected rows it returns are known as Arrow.
                 with native_input(self.spark, df, table, enabled=self.config.transform.native_json,
-                                  to_frame=spool.frame) as native:  # fmt: skip
+                                  to_frame=spool.frame, avro=self._avro) as native:  # fmt: skip
                     result = normalize_result(self._transform(df), fn)
             except Exception as exc:
                 if batch.cancelled.is_set():
