@@ -18,7 +18,7 @@ from array import array
 from collections.abc import Iterator
 from typing import Any
 
-from kafka_handoff.errors import OffsetOutOfRangeError
+from kafka_handoff.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
 from kafka_handoff.spark.options import SourceOptions
 from kafka_handoff.spark.plan import DataLossError, OffsetRange
 from kafka_handoff.types import TopicPartition
@@ -170,10 +170,15 @@ def read_range(options: SourceOptions, part: OffsetRange) -> Iterator[Any]:
                     f"records of {tp} from offset {position} were deleted before they were read (range "
                     f"{part.start}..{part.end - 1}); set the option failOnDataLoss=false to skip them and go on"
                 ) from exc
+            except NoOffsetForPartitionError:
+                # The position set by seek() can lose a race with the network thread's initialisation of a
+                # newly assigned partition; seeking again is safe (no record has been returned past it).
+                consumer.seek(tp, position)
+                continue
             chunk = polled.chunk(tp)
             if chunk is not None and len(chunk):
-                if not options.fail_on_data_loss and chunk.first_offset() > position and position == part.start:
-                    log.debug("kafka-handoff: %s starts at %d, not %d", tp, chunk.first_offset(), position)
+                chunk.drop_below(position)
+            if chunk is not None and len(chunk):
                 batch = _to_batch(chunk, schema, part.end)
                 if batch is not None:
                     yield batch
