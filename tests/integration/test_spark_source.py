@@ -81,7 +81,9 @@ def reader(spark: Any, bootstrap: str, **options: str) -> Any:
     return r.load()
 
 
-def test_batch_read_has_sparks_kafka_schema_records_and_headers(kspark: Any, broker: Any, topic_factory: Any) -> None:
+def test_batch_read_has_sparks_kafka_schema_records_and_headers(
+    kspark: Any, broker: Any, topic_factory: Any
+) -> None:
     topic = topic_factory(partitions=3)
     sent = produce(broker.bootstrap_servers, topic, 60, 3, headers=True)
     df = reader(kspark, broker.bootstrap_servers, subscribe=topic, includeHeaders="true")
@@ -179,7 +181,9 @@ def test_fail_on_data_loss_both_ways(kspark: Any, broker: Any, topic_factory: An
     with _admin(bs) as admin:
         admin.delete_records({TopicPartition(topic, 0): 8})
     start = json.dumps({topic: {"0": 0}})
-    with pytest.raises(Exception, match=r"deleted before they were read .*offsets 0\.\.7.*failOnDataLoss=false"):
+    with pytest.raises(
+        Exception, match=r"deleted before they were read .*offsets 0\.\.7.*failOnDataLoss=false"
+    ):
         reader(kspark, bs, subscribe=topic, startingOffsets=start).collect()
     df = reader(kspark, bs, subscribe=topic, startingOffsets=start, failOnDataLoss="false")
     assert rows(df) == expected(sent, lo=8)
@@ -268,7 +272,9 @@ def test_stream_micro_batches_respect_max_offsets_and_resume_from_checkpoint(
     _stream(kspark, bs, topic, tmp_path / "cp", sink, **options)
     read = [r for b in batches for r in b]
     assert all(len(b) <= 30 for b in batches)
-    assert sorted(read) == sorted((p, 50 + o, k, v) for p, recs in more.items() for o, (k, v) in enumerate(recs))
+    assert sorted(read) == sorted(
+        (p, 50 + o, k, v) for p, recs in more.items() for o, (k, v) in enumerate(recs)
+    )
     with _admin(bs) as admin:
         committed = admin.list_group_offsets(group, [TopicPartition(topic, 0), TopicPartition(topic, 1)])
     assert sum(c.offset for c in committed.values() if c is not None) >= 100
@@ -288,17 +294,19 @@ def test_sasl_ssl_read(kspark: Any, secured: Any, topic_factory: Any) -> None:
 
 def _lookup_data_sources() -> dict[str, Any]:
     """Run pyspark's own lookup of installed Python data sources (what Spark runs in a Python worker)."""
-    from pyspark.serializers import UTF8Deserializer, read_int
-    from pyspark.sql.worker import lookup_data_sources
-    from pyspark.worker_util import pickleSer
+    import importlib
+
+    serializers: Any = importlib.import_module("pyspark.serializers")
+    lookup: Any = importlib.import_module("pyspark.sql.worker.lookup_data_sources")
+    pickle_ser: Any = importlib.import_module("pyspark.worker_util").pickleSer
 
     out = io.BytesIO()
-    lookup_data_sources._main(io.BytesIO(), out)
+    lookup._main(io.BytesIO(), out)
     out.seek(0)
     found: dict[str, Any] = {}
-    for _ in range(read_int(out)):
-        name = UTF8Deserializer().loads(out)
-        found[name] = pickleSer._read_with_length(out)
+    for _ in range(serializers.read_int(out)):
+        name = serializers.UTF8Deserializer().loads(out)
+        found[name] = pickle_ser._read_with_length(out)
     return found
 
 

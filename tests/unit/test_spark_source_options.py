@@ -47,7 +47,12 @@ def test_kafka_keys_reach_the_clients_and_stay_out_of_the_repr() -> None:
 
 def test_offsets_json_and_timestamps() -> None:
     o = parse_options(
-        {**BS, "subscribe": "t", "startingOffsets": '{"t": {"0": 5, "1": -2}}', "endingOffsets": '{"t": {"0": -1}}'},
+        {
+            **BS,
+            "subscribe": "t",
+            "startingOffsets": '{"t": {"0": 5, "1": -2}}',
+            "endingOffsets": '{"t": {"0": -1}}',
+        },
         streaming=False,
     )
     assert o.starting.per == {TopicPartition("t", 0): 5, TopicPartition("t", 1): -2}
@@ -55,7 +60,9 @@ def test_offsets_json_and_timestamps() -> None:
     ts = parse_options({**BS, "subscribe": "t", "startingTimestamp": "1000", "startingOffsets": "earliest"},
                        streaming=False)  # fmt: skip
     assert (ts.starting.kind, ts.starting.timestamp) == ("timestamp", 1000)
-    by = parse_options({**BS, "subscribe": "t", "startingOffsetsByTimestamp": '{"t": {"2": 7}}'}, streaming=True)
+    by = parse_options(
+        {**BS, "subscribe": "t", "startingOffsetsByTimestamp": '{"t": {"2": 7}}'}, streaming=True
+    )
     assert by.starting.per == {TopicPartition("t", 2): 7}
     assert partition_json({TopicPartition("t", 1): 3, TopicPartition("t", 0): 2}) == {"t": {"0": 2, "1": 3}}
 
@@ -87,7 +94,7 @@ def test_bad_options_name_the_option(options: dict[str, str], streaming: bool, m
 
 
 def test_unknown_kafka_key_is_a_config_error_with_a_hint() -> None:
-    with pytest.raises(ConfigError, match="did you mean 'security.protocol'"):
+    with pytest.raises(ConfigError, match=r"did you mean 'security\.protocol'"):
         parse_options({**BS, "subscribe": "t", "kafka.security.protocl": "SSL"}, streaming=False)
 
 
@@ -96,7 +103,12 @@ def test_split_ranges() -> None:
     assert split_ranges([a, b, OffsetRange("t", 2, 5, 5)]) == [a, b]  # empty ranges dropped
     parts = split_ranges([a, b], min_partitions=4)
     assert len(parts) == 4  # 3 for the 90 records, 1 for the 30
-    assert [(p.partition, p.start, p.end) for p in parts] == [(0, 0, 30), (0, 30, 60), (0, 60, 90), (1, 10, 40)]
+    assert [(p.partition, p.start, p.end) for p in parts] == [
+        (0, 0, 30),
+        (0, 30, 60),
+        (0, 60, 90),
+        (1, 10, 40),
+    ]
     parts = split_ranges([a, b], max_records=25)
     assert all(p.size <= 25 for p in parts) and sum(p.size for p in parts) == 120
     assert split_ranges([OffsetRange("t", 0, 0, 2)], min_partitions=8) == [

@@ -92,7 +92,7 @@ def run_benchmark(
                 df = _load(spark, reader, bootstrap, topic)
                 run = (lambda d=df: d.count()) if query == "count" else (lambda d=df: _aggregate(d))
                 progress(f"{reader}: {query} (warm-up, then {repeat} timed) ...")
-                out = run()
+                out: Any = run()
                 times = []
                 for _ in range(repeat):
                     t0 = time.perf_counter()
@@ -107,7 +107,8 @@ def run_benchmark(
                 results.append({
                     "reader": reader, "query": query, "records": records,
                     "best_s": round(best, 3), "median_s": round(median, 3),
-                    "records_per_s_best": round(records / best, 1), "records_per_s_median": round(records / median, 1),
+                    "records_per_s_best": round(records / best, 1),
+                    "records_per_s_median": round(records / median, 1),
                 })  # fmt: skip
                 progress(f"  {records:,} records, best {best:.2f} s ({records / best:,.0f}/s)")
     finally:
@@ -119,7 +120,8 @@ def run_benchmark(
         "spark_master": master,
         "spark_packages": conf.get("spark.jars.packages"),
         "repeat": repeat,
-        "same_records": len(set(json.dumps(d) for d in digests.values())) == 1 and len(digests) == len(READERS),
+        "same_records": len(set(json.dumps(d) for d in digests.values())) == 1
+        and len(digests) == len(READERS),
         "digest": digests.get("kafka-handoff"),
         "cpus": os.cpu_count(),
         "load_avg_start": load_start,
@@ -156,8 +158,9 @@ def cli(args: Any) -> int:
     for col in ("reader", "query", "records", "best s", "median s", "records/s (best)", "records/s (median)"):
         table.add_column(col, justify="left" if col in ("reader", "query") else "right")
     for r in data["results"]:
-        table.add_row(r["reader"], r["query"], f"{r['records']:,}", f"{r['best_s']:.2f}", f"{r['median_s']:.2f}",
-                      f"{r['records_per_s_best']:,.0f}", f"{r['records_per_s_median']:,.0f}")  # fmt: skip
+        table.add_row(r["reader"], r["query"], f"{r['records']:,}", f"{r['best_s']:.2f}",
+                      f"{r['median_s']:.2f}", f"{r['records_per_s_best']:,.0f}",
+                      f"{r['records_per_s_median']:,.0f}")  # fmt: skip
     Console(width=160).print(table)
     print(f"same records from both readers: {data['same_records']}; wrote {json_path}", flush=True)
     ok = data["same_records"] and all(r["records"] == data["events"] for r in data["results"])

@@ -147,7 +147,7 @@ def register(subparsers: Any) -> None:
     so = _benchmark(
         actions,
         "source",
-        "reader vs reader: spark.read.format(\"kafka-handoff\") beside Spark's own Kafka source, records/s",
+        'reader vs reader: spark.read.format("kafka-handoff") beside Spark\'s own Kafka source, records/s',
     )
     so.add_argument("--events", type=int, default=1_000_000)
     so.add_argument("--partitions", type=int, default=4)

@@ -1,5 +1,5 @@
-"""``spark.read.format("kafka-handoff")`` / ``spark.readStream.format("kafka-handoff")``: Kafka as a Spark data
-source read by kafka-handoff's consumer on the executors.
+"""``spark.read.format("kafka-handoff")`` / ``spark.readStream.format("kafka-handoff")``: Kafka as a Spark
+data source read by kafka-handoff's consumer on the executors.
 
 Spark's Kafka source's options and schema (``key``, ``value``, ``topic``, ``partition``, ``offset``,
 ``timestamp``, ``timestampType``, ``headers`` with ``includeHeaders``), plus ``groupId`` (each committed

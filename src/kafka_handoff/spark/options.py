@@ -146,7 +146,9 @@ def _per_partition(name: str, value: str) -> dict[TopicPartition, int]:
             try:
                 tp = TopicPartition(str(topic), int(p))
             except ValueError:
-                raise SourceOptionsError(f"option {name}: partition {p!r} of {topic!r} is not a number") from None
+                raise SourceOptionsError(
+                    f"option {name}: partition {p!r} of {topic!r} is not a number"
+                ) from None
             if not isinstance(off, int) or isinstance(off, bool):
                 raise SourceOptionsError(f"option {name}: the value of {tp} must be an integer, got {off!r}")
             out[tp] = off
@@ -162,7 +164,8 @@ def partition_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str,
 
 
 def _offset_spec(opts: Mapping[str, str], which: str, streaming: bool) -> OffsetSpec:
-    """Spark's precedence: ``<which>Timestamp``, then ``<which>OffsetsByTimestamp``, then ``<which>Offsets``."""
+    """Spark's precedence: ``<which>Timestamp``, then ``<which>OffsetsByTimestamp``, then
+    ``<which>Offsets``."""
     ts_name, by_ts_name, name = f"{which}timestamp", f"{which}offsetsbytimestamp", f"{which}offsets"
     shown = {"starting": "startingOffsets", "ending": "endingOffsets"}[which]
     if ts_name in opts:
@@ -170,7 +173,8 @@ def _offset_spec(opts: Mapping[str, str], which: str, streaming: bool) -> Offset
             return OffsetSpec("timestamp", timestamp=int(opts[ts_name]))
         except ValueError:
             raise SourceOptionsError(
-                f"option {which}Timestamp={opts[ts_name]!r} is invalid (allowed: milliseconds since the epoch)"
+                f"option {which}Timestamp={opts[ts_name]!r} is invalid (allowed: milliseconds since the "
+                "epoch)"
             ) from None
     if by_ts_name in opts:
         return OffsetSpec("timestamps", per=_per_partition(f"{which}OffsetsByTimestamp", opts[by_ts_name]))
@@ -186,9 +190,8 @@ def _offset_spec(opts: Mapping[str, str], which: str, streaming: bool) -> Offset
         spec = OffsetSpec("offsets", per=_per_partition(shown, value))
     else:
         raise SourceOptionsError(f"option {shown}={value!r} is invalid (allowed: {', '.join(allowed)})")
-    if not streaming and which == "starting":
-        if spec.kind == "latest" or LATEST in spec.per.values():
-            raise SourceOptionsError("startingOffsets for a batch query cannot be latest (-1)")
+    if not streaming and which == "starting" and (spec.kind == "latest" or LATEST in spec.per.values()):
+        raise SourceOptionsError("startingOffsets for a batch query cannot be latest (-1)")
     if which == "ending" and (spec.kind == "earliest" or EARLIEST in spec.per.values()):
         raise SourceOptionsError("endingOffsets cannot be earliest (-2)")
     return spec
@@ -226,7 +229,9 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise SourceOptionsError(f"option subscribePattern={pattern!r} is not a valid regex: {exc}") from None
+            raise SourceOptionsError(
+                f"option subscribePattern={pattern!r} is not a valid regex: {exc}"
+            ) from None
     else:
         data = _json("assign", opts["assign"])
         if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
@@ -252,13 +257,16 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         raise SourceOptionsError('startingOffsets = "group" needs the groupId option')
     reset = kafka.get("auto.offset.reset", "earliest")
     if reset not in ("earliest", "latest", "none"):
-        raise SourceOptionsError(f"option kafka.auto.offset.reset={reset!r} is invalid (allowed: earliest, latest, none)")
+        raise SourceOptionsError(
+            f"option kafka.auto.offset.reset={reset!r} is invalid (allowed: earliest, latest, none)"
+        )
 
     known = {
         "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets", "startingtimestamp",
         "endingtimestamp", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
         "startingoffsetsbytimestampstrategy", "maxoffsetspertrigger", "minpartitions",
-        "maxrecordsperpartition", "failondataloss", "includeheaders", "groupid", "kafkaconsumer.polltimeoutms",
+        "maxrecordsperpartition", "failondataloss", "includeheaders", "groupid",
+        "kafkaconsumer.polltimeoutms",
     } | _IGNORED  # fmt: skip
     unknown = sorted(k for k in opts if not k.startswith("kafka.") and k not in known)
     if unknown:

@@ -198,9 +198,9 @@ class Offsets:
         out.update(self.latest(high))
         return out
 
-    def _by_timestamp(self, spec: OffsetSpec, tps: list[TopicPartition], which: str) -> dict[TopicPartition, int]:
-        from kafka_handoff.admin import OffsetSpec as Spec
-
+    def _by_timestamp(
+        self, spec: OffsetSpec, tps: list[TopicPartition], which: str
+    ) -> dict[TopicPartition, int]:
         stamps = dict.fromkeys(tps, spec.timestamp) if spec.kind == "timestamp" else dict(spec.per)
         out: dict[TopicPartition, int] = {}
         rest = [tp for tp in tps if tp not in stamps]

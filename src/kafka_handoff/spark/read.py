@@ -1,10 +1,11 @@
 """Executor side of the ``kafka-handoff`` data source: one task reads one :class:`OffsetRange` with our
 consumer in assign mode (no group) and yields Arrow record batches in Spark's Kafka schema.
 
-The batches wrap the C decoder's buffers (``poll_columns`` -> :func:`~kafka_handoff.pipeline.arrow.chunks_to_table`,
-no Python object per record); only ``timestamp`` (ms -> Spark's µs) and the per-batch ``timestampType`` are
-computed per row, in Arrow.  A Python worker keeps its consumers between tasks (Spark reuses Python workers),
-so a micro-batch does not pay a connection set-up per partition.
+The batches wrap the C decoder's buffers (``poll_columns`` ->
+:func:`~kafka_handoff.pipeline.arrow.chunks_to_table`, no Python object per record); only ``timestamp``
+(ms -> Spark's µs) and the per-batch ``timestampType`` are computed per row, in Arrow.  A Python worker
+keeps its consumers between tasks (Spark reuses Python workers), so a micro-batch does not pay a connection
+set-up per partition.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def _timestamp_types(chunk: Any) -> Any:
 
     out = array("i")
     for buffers, start, stop in chunk.segments():
-        starts = list(buffers.batch_starts) + [len(buffers)]
+        starts = [*buffers.batch_starts, len(buffers)]
         types = buffers.batch_timestamp_types
         for i, kind in enumerate(types):
             lo, hi = max(starts[i], start), min(starts[i + 1], stop)
@@ -168,7 +169,8 @@ def read_range(options: SourceOptions, part: OffsetRange) -> Iterator[Any]:
             except OffsetOutOfRangeError as exc:
                 raise DataLossError(
                     f"records of {tp} from offset {position} were deleted before they were read (range "
-                    f"{part.start}..{part.end - 1}); set the option failOnDataLoss=false to skip them and go on"
+                    f"{part.start}..{part.end - 1}); set the option failOnDataLoss=false to skip them and "
+                    "go on"
                 ) from exc
             except NoOffsetForPartitionError:
                 # The position set by seek() can lose a race with the network thread's initialisation of a

@@ -102,7 +102,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         n = self.options.max_offsets_per_trigger
         return ReadAllAvailable() if n is None else ReadMaxRows(n)
 
-    def _start_with_new_partitions(self, start: dict[str, Any]) -> tuple[dict[TopicPartition, int], list[Any]]:
+    def _start_with_new_partitions(
+        self, start: dict[str, Any]
+    ) -> tuple[dict[TopicPartition, int], list[Any]]:
         """``start`` plus partitions that appeared since (they start at their earliest offset)."""
         begin = _from_json(start)
         tps = self._offsets.partitions()
