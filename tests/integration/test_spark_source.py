@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -233,9 +234,15 @@ def _stream(
         try:
             query.awaitTermination(300)
         except Exception as exc:
-            if "Python worker failed to connect back" in str(exc) and attempt < 2:
-                continue
-            raise
+            if "Python worker failed to connect back" not in str(exc):
+                raise
+            if attempt == 2:
+                pytest.skip(
+                    "Spark's streaming-source Python process did not connect back within Spark's fixed 10 s, "
+                    f"3 times (load average {os.getloadavg()[0]:.0f}); the reader itself is tested without "
+                    "Spark's runner in test_stream_reader_plans_limited_batches_and_commits_the_group"
+                )
+            continue
         assert query.exception() is None, query.exception()
         return
 
@@ -278,6 +285,70 @@ def test_stream_micro_batches_respect_max_offsets_and_resume_from_checkpoint(
     with _admin(bs) as admin:
         committed = admin.list_group_offsets(group, [TopicPartition(topic, 0), TopicPartition(topic, 1)])
     assert sum(c.offset for c in committed.values() if c is not None) >= 100
+
+
+def test_stream_reader_plans_limited_batches_and_commits_the_group(broker: Any, topic_factory: Any) -> None:
+    """The stream reader's methods in the order Spark's micro-batch engine calls them (offsets, limited
+    batch, partitions, read on the "executor", commit), without Spark's runner process: micro-batches of at
+    most maxOffsetsPerTrigger records, every record once and in order, the group sees each commit, and a
+    reader started again from the last end offset (a checkpoint) goes on where it stopped."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from kafka_handoff.spark.source import KafkaHandoffDataSource
+
+    bs = broker.bootstrap_servers
+    topic = topic_factory(partitions=2)
+    group = f"spark-reader-{uuid.uuid4().hex[:8]}"
+    sent = produce(bs, topic, 100, 2)
+    options = {"kafka.bootstrap.servers": bs, "subscribe": topic, "startingOffsets": "earliest",
+               "maxOffsetsPerTrigger": "30", "groupId": group}  # fmt: skip
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+
+    def run(start: dict[str, Any] | None) -> tuple[list[list[Row]], dict[str, Any]]:
+        reader = KafkaHandoffDataSource(options).streamReader(KafkaHandoffDataSource(options).schema())
+        try:
+            limit = reader.getDefaultReadLimit()
+            assert limit == ReadMaxRows(30)
+            begin = start if start is not None else reader.initialOffset()
+            batches: list[list[Row]] = []
+            while True:
+                end = reader.latestOffset(begin, limit)
+                if end == begin:
+                    return batches, end
+                batch: list[Row] = []
+                for part in reader.partitions(begin, end):
+                    batches_of_part: Any = reader.read(part)
+                    for rb in batches_of_part:
+                        d = rb.to_pydict()
+                        batch += zip(d["partition"], d["offset"], d["key"], d["value"], strict=True)
+                batches.append(batch)
+                reader.commit(end)
+                with _admin(bs) as admin:
+                    committed = admin.list_group_offsets(group, tps)
+                assert {tp.partition: c.offset for tp, c in committed.items() if c is not None} == {
+                    int(p): o for p, o in end[topic].items()
+                }
+                begin = end
+        finally:
+            reader.stop()
+
+    batches, end = run(None)
+    assert [len(b) for b in batches] == [30, 30, 30, 10]
+    read = [r for b in batches for r in b]
+    assert sorted(read) == expected(sent)
+    for p in (0, 1):
+        assert [r[1] for r in read if r[0] == p] == list(range(50))
+    more = produce(bs, topic, 40, 2, tag="m")
+    batches, _ = run(end)  # a restart from the checkpointed offsets
+    assert [len(b) for b in batches] == [30, 10]
+    assert sorted(r for b in batches for r in b) == sorted(
+        (p, 50 + o, k, v) for p, recs in more.items() for o, (k, v) in enumerate(recs)
+    )
+    reader = KafkaHandoffDataSource(options).streamReader(KafkaHandoffDataSource(options).schema())
+    try:  # ReadAllAvailable (what Spark passes for some triggers) ignores maxOffsetsPerTrigger
+        assert reader.latestOffset(reader.initialOffset(), ReadAllAvailable()) == {topic: {"0": 70, "1": 70}}
+    finally:
+        reader.stop()
 
 
 def test_sasl_ssl_read(kspark: Any, secured: Any, topic_factory: Any) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,8 @@ def run_benchmark(
     sent, _malformed = produce_events(bootstrap, topic, events)
     conf = spark_kafka_jars(progress)
     progress(f"starting the SparkSession ({master}) ...")
+    # Spark's Python workers run the data source: this interpreter (its packages), as the pipeline does.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName("handoff-bench-source")
     settings = {**default_conf(SparkConfig(master=master)), **conf}
     for key, value in settings.items():
