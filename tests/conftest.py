@@ -12,6 +12,7 @@ Environment:
 
 * ``HANDOFF_BOOTSTRAP=host:port[,...]`` -- use that running broker for ``broker`` instead of starting one.
 * ``HANDOFF_CLUSTER_BOOTSTRAP=host:port,...`` -- the same for ``cluster`` (3 brokers expected).
+* ``HANDOFF_SPARK_MASTER=spark://host:port`` -- use that standalone cluster for ``spark_standalone``.
 """
 
 from __future__ import annotations
@@ -99,6 +100,34 @@ def broker() -> Iterator[BrokerLike]:
     cluster = devbroker.start(nodes=1)
     try:
         yield cluster
+    finally:
+        cluster.stop()
+
+
+@dataclass(frozen=True)
+class SparkCluster:
+    """A Spark standalone cluster for the session: ``url`` (``spark://...``), its ``directory`` (logs,
+    ``worker-N/app-*`` executor dirs; None for an external one) and ``workers``."""
+
+    url: str
+    directory: Any
+    workers: int
+
+
+@pytest.fixture(scope="session")
+def spark_standalone() -> Iterator[SparkCluster]:
+    """A master and 2 workers (separate JVMs, 1 core each) from the pyspark package, started once per run
+    and supervised like the brokers (:mod:`kafka_handoff.devbroker.spark`)."""
+    external = os.environ.get("HANDOFF_SPARK_MASTER", "").strip()
+    if external:
+        yield SparkCluster(external, None, 2)
+        return
+    pytest.importorskip("pyspark")
+    from kafka_handoff.devbroker.spark import SparkStandalone
+
+    cluster = SparkStandalone(workers=2, cores_per_worker=1, memory_per_worker="1g").start()
+    try:
+        yield SparkCluster(cluster.url, cluster.directory, cluster.workers)
     finally:
         cluster.stop()
 

@@ -31,10 +31,12 @@ sizes each engine chose) to ``--out``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -250,6 +252,74 @@ def _warm_transform(spark: Any, transform_fn: Callable[[Any], Any], count: int, 
                 spool.close()
 
 
+def _proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process (0.0 if it is gone; Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _descendants(pids: list[int]) -> list[int]:
+    """Every live descendant of ``pids`` (Linux /proc: children files)."""
+    out: list[int] = []
+    todo = list(pids)
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as f:
+                    kids = [int(x) for x in f.read().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
+class CpuMeter:
+    """CPU seconds of the driver (this process, all threads, plus the driver JVM Spark launched from it)
+    and of a standalone cluster's executors (descendants of its worker JVMs: executor JVMs and their Python
+    workers), between :meth:`start` and :meth:`stop`."""
+
+    def __init__(self, spark: Any, cluster_workers: list[int] | None = None) -> None:
+        import resource
+
+        self._resource = resource
+        proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+        self.jvm_pid: int | None = getattr(proc, "pid", None)
+        self.workers = list(cluster_workers or [])
+        self._t0: tuple[float, float, dict[int, float]] = (0.0, 0.0, {})
+
+    def _py(self) -> float:
+        ru = self._resource.getrusage(self._resource.RUSAGE_SELF)
+        return float(ru.ru_utime + ru.ru_stime)
+
+    def _executors(self) -> dict[int, float]:
+        return {pid: _proc_cpu_s(pid) for pid in _descendants(self.workers)}
+
+    def start(self) -> None:
+        jvm = _proc_cpu_s(self.jvm_pid) if self.jvm_pid else 0.0
+        self._t0 = (self._py(), jvm, self._executors())
+
+    def stop(self) -> dict[str, float | None]:
+        py0, jvm0, ex0 = self._t0
+        py = self._py() - py0
+        jvm = (_proc_cpu_s(self.jvm_pid) - jvm0) if self.jvm_pid else 0.0
+        executors = None
+        if self.workers:
+            executors = sum(cpu - ex0.get(pid, 0.0) for pid, cpu in self._executors().items())
+        return {"driver_python_cpu_s": round(py, 2), "driver_jvm_cpu_s": round(jvm, 2),
+                "driver_cpu_s": round(py + jvm, 2),
+                "executors_cpu_s": None if executors is None else round(executors, 2)}  # fmt: skip
+
+
 def _run_handoff(
     spark: Any,
     config_path: Path,
@@ -335,6 +405,7 @@ def _run_handoff(
             "adaptive": config.batch.adaptive,
             "overlap": config.batch.overlap,
             "handover": worker._handover.describe() if worker._handover is not None else None,
+            "on_executors": config.spark.on_executors,
             "native_json": config.transform.native_json,
             "json_scanner": build_info()["json_scanner"],
         },
@@ -459,6 +530,9 @@ def run_benchmark(
     spark_max_offsets: list[int] | None = None,
     engines: tuple[str, ...] = ("kafka-handoff", "spark-kafka"),
     progress: Callable[[str], None] = lambda _m: None,
+    master: str | None = None,
+    read_on: tuple[str, ...] = ("auto",),
+    cluster_workers: list[int] | None = None,
 ) -> dict[str, Any]:
     """Run both engines (backlog: on ``events`` produced once; live: at ``rate`` for ``duration_s`` each);
     a JSON-ready dict of the results."""
@@ -470,7 +544,10 @@ def run_benchmark(
     from kafka_handoff.pipeline.transform import load_transform
 
     config_path = find_example_config()
-    base = load_config(config_path, {"kafka.bootstrap.servers": bootstrap})
+    overrides: dict[str, Any] = {"kafka.bootstrap.servers": bootstrap}
+    if master:
+        overrides["spark.master"] = master
+    base = load_config(config_path, overrides)
     load_start = os.getloadavg()
     sent = malformed = 0
     topic = ""
@@ -480,6 +557,9 @@ def run_benchmark(
         sent, malformed = produce_events(bootstrap, topic, events)
     conf = spark_kafka_jars(progress)
     progress("starting the SparkSession (resolving the Kafka source through Ivy) ...")
+    # Executors run this interpreter (pyspark sends the driver's PYSPARK_PYTHON with each task; its default,
+    # "python3" on the PATH, may lack this environment's packages), as the worker's build_session does.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(base.spark.master or "local[2]").appName("handoff-bench-pipeline")
     from kafka_handoff.pipeline.spark import default_conf
 
@@ -518,15 +598,29 @@ def run_benchmark(
         warm = min(200_000, events if mode == "backlog" else int(rate * duration_s))
         _warm_transform(spark, transform_fn, warm, handover)
         handover.close()
-        if "kafka-handoff" in engines:
-            progress("kafka-handoff pipeline worker ...")
+        for where in read_on if "kafka-handoff" in engines else ():
+            progress(f"kafka-handoff pipeline worker (spark.read_on = {where}) ...")
+            extra = {"spark.master": base.spark.master, "spark.read_on": where}
+            meter = CpuMeter(spark, cluster_workers)
+            meter.start()
             if mode == "backlog":
-                results.append(_run_handoff(spark, config_path, bootstrap, topic, work, sink, sent))
+                result = _run_handoff(spark, config_path, bootstrap, topic, work, sink, sent, overrides=extra)
             else:
                 t, producer = live_producer("kafka-handoff")
-                results.append(_run_handoff(spark, config_path, bootstrap, t, work, sink, 0, live=producer))
+                result = _run_handoff(
+                    spark, config_path, bootstrap, t, work, sink, 0, live=producer, overrides=extra
+                )
                 note_live("kafka-handoff", producer)
-            progress(f"  {results[-1].records:,} records, {results[-1].records_per_s:,.0f}/s")
+            cpu = meter.stop()
+            result.detail.update(cpu)
+            result.detail["read_on"] = where
+            if result.records:
+                per_m = 1e6 / result.records
+                result.detail["driver_cpu_s_per_million"] = round(float(cpu["driver_cpu_s"] or 0) * per_m, 2)
+                if cpu["executors_cpu_s"] is not None:
+                    result.detail["executors_cpu_s_per_million"] = round(cpu["executors_cpu_s"] * per_m, 2)
+            results.append(result)
+            progress(f"  {result.records:,} records, {result.records_per_s:,.0f}/s; CPU {cpu}")
         if "spark-kafka" in engines:
             for limit in limits:
                 progress(f"Spark Structured Streaming's Kafka source, maxOffsetsPerTrigger {limit:,} ...")
@@ -570,6 +664,8 @@ def plot_pipeline(data: dict[str, Any], path: Path) -> None:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
     for r in data["results"]:
         label = r["engine"]
+        if "read_on" in r.get("detail", {}):
+            label += f" ({r['detail']['read_on']})"
         if r["engine"] == "spark-kafka":
             label += f" (maxOffsetsPerTrigger {r['detail']['max_offsets_per_trigger']:,})"
         ts = [0.0] + [b["t_s"] for b in r["batches"]]
@@ -599,7 +695,9 @@ def results_table(data: dict[str, Any], title: str) -> Any:
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
-    for col in ("engine", "records", "commits", "wall s", "records/s", "latency p50", "latency p99"):
+    cols = ("engine", "records", "commits", "wall s", "records/s", "latency p50", "latency p99",
+            "driver CPU s/M", "executors CPU s/M")  # fmt: skip
+    for col in cols:
         table.add_column(col, justify="left" if col == "engine" else "right")
 
     def ms(v: float | None) -> str:
@@ -609,6 +707,10 @@ def results_table(data: dict[str, Any], title: str) -> Any:
         name = r["engine"]
         if name == "spark-kafka":
             name += f" (maxOffsetsPerTrigger {r['detail']['max_offsets_per_trigger']:,})"
+        elif "read_on" in r["detail"]:
+            name += f" (read_on {r['detail']['read_on']})"
+        per_m = r["detail"].get("driver_cpu_s_per_million")
+        ex_m = r["detail"].get("executors_cpu_s_per_million")
         table.add_row(
             name,
             f"{r['records']:,}",
@@ -617,6 +719,8 @@ def results_table(data: dict[str, Any], title: str) -> Any:
             f"{r['records_per_s']:,.0f}",
             ms(r["latency_p50_ms"]),
             ms(r["latency_p99_ms"]),
+            "-" if per_m is None else f"{per_m:,.1f}",
+            "-" if ex_m is None else f"{ex_m:,.1f}",
         )
     return table
 
@@ -636,7 +740,26 @@ def cli(args: Any) -> int:
     out.mkdir(parents=True, exist_ok=True)
     limits = [int(x) for x in (args.spark_max_offsets or "").split(",") if x.strip()] or None
     engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
-    with _broker(args.bootstrap_servers) as bootstrap:
+    read_on = tuple(x.strip() for x in (args.read_on or "auto").split(",") if x.strip())
+    with contextlib.ExitStack() as stack:
+        bootstrap = stack.enter_context(_broker(args.bootstrap_servers))
+        master, workers = args.master, None
+        if args.spark_dir is not None:
+            from kafka_handoff.devbroker.spark import SparkStandalone
+
+            attached = SparkStandalone.attach(args.spark_dir)
+            if attached is None:
+                print(f"error: no Spark cluster runs from {args.spark_dir}", flush=True)
+                return 2
+            master = attached.url
+            workers = [p.pid for p in attached.procs if p.name.startswith("worker") and p.pid is not None]
+        elif master == "standalone":
+            from kafka_handoff.devbroker.spark import SparkStandalone
+
+            _progress("starting a Spark standalone cluster (master + 2 workers) ...")
+            cluster = stack.enter_context(SparkStandalone(workers=2).start())
+            master = cluster.url
+            workers = [p.pid for p in cluster.procs if p.name.startswith("worker") and p.pid is not None]
         data = run_benchmark(
             bootstrap,
             events=args.events,
@@ -648,6 +771,9 @@ def cli(args: Any) -> int:
             spark_max_offsets=limits,
             engines=engines,
             progress=_progress,
+            master=master,
+            read_on=read_on,
+            cluster_workers=workers,
         )
     json_path = out / "pipeline.json"
     json_path.write_text(to_json(data) + "\n", encoding="utf-8")

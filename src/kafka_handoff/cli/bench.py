@@ -141,6 +141,26 @@ def register(subparsers: Any) -> None:
     pl.add_argument(
         "--engines", default="kafka-handoff,spark-kafka", help="comma-separated: kafka-handoff, spark-kafka"
     )
+    pl.add_argument(
+        "--master",
+        default=None,
+        help="Spark master for both engines (spark://host:port; 'standalone' starts a local master + 2 "
+        "workers for the run; default: the example config's, local[2])",
+    )
+    pl.add_argument(
+        "--spark-dir",
+        type=Path,
+        default=None,
+        help="the directory of a running 'handoff spark start' cluster: use it as the master and measure "
+        "its executors' CPU",
+    )
+    pl.add_argument(
+        "--read-on",
+        default="auto",
+        metavar="MODE[,MODE]",
+        help="the worker's spark.read_on values to run, one run each: auto, driver, executors "
+        "(reports driver and executor CPU seconds per million records)",
+    )
     _common(pl)
     pl.set_defaults(func=lambda a: __import__("kafka_handoff.bench.pipeline", fromlist=["cli"]).cli(a))
 

@@ -38,6 +38,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "users",
     "bench",
     "pipeline",
+    "spark",
     "completion",
 )
 

@@ -22,6 +22,8 @@ Layout (every section but ``[kafka]``, ``[transform]`` and ``[sink]`` is optiona
     master = "local[2]"         # or spark://host:7077; or remote = "sc://host:15002" (Spark Connect)
     app_name = "handoff-pipeline"
     handover = "auto"           # batches reach Spark as Parquet files (local master) or by createDataFrame
+    read_on = "auto"            # driver | executors: who reads Kafka and writes the sink's files
+                                # (auto: driver on a local master or Spark Connect, executors on a cluster)
     spool_dir = "/dev/shm/kafka-handoff-1000"   # where those files go, private: 0700 (default: /dev/shm)
     [spark.conf]
     "spark.driver.memory" = "2g"
@@ -89,6 +91,9 @@ __all__ = [
 ]
 
 SINK_FORMATS = ("delta", "parquet", "kafka")
+#: ``spark.read_on``: where Kafka is read and the sink's files are written.
+READ_ON_MODES = ("auto", "driver", "executors")
+
 #: ``spark.handover``: how batches reach Spark (:mod:`kafka_handoff.pipeline.handover`).
 HANDOVER_MODES = ("auto", "files", "arrow")
 MALFORMED_POLICIES = ("dead-letter-table", "dead-letter-topic", "skip", "fail")
@@ -173,10 +178,23 @@ class SparkConfig:
     """Where ``files`` puts the batches' Parquet files, a directory private to the worker's user (mode
     0700; default: ``/dev/shm/kafka-handoff-<uid>``, else the temporary directory)."""
 
+    read_on: str = "auto"
+    """Who reads the batches from Kafka and writes the sink's data files: ``driver`` (the worker's
+    process: one read, ``createDataFrame``/handover) | ``executors`` (Spark tasks read offset ranges the
+    worker decides, :mod:`kafka_handoff.pipeline.ranges`; executors write the files) | ``auto``."""
+
     @property
     def local(self) -> bool:
         """A local master in this process's machine (not a cluster, not Spark Connect)."""
         return self.remote is None and self.master.startswith("local")
+
+    @property
+    def on_executors(self) -> bool:
+        """``read_on`` resolved: ``auto`` is ``executors`` for a cluster master (spark://, yarn, k8s),
+        ``driver`` for a local master and for Spark Connect."""
+        if self.read_on == "auto":
+            return self.remote is None and not self.local
+        return self.read_on == "executors"
 
 
 @dataclass(frozen=True)
@@ -414,7 +432,7 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
     name = _str("pipeline", pipeline, "name", str(consumer["group.id"])) or str(consumer["group.id"])
 
     s = _section(raw, "spark")
-    _unknown("spark", s, ("master", "remote", "app_name", "conf", "handover", "spool_dir"))
+    _unknown("spark", s, ("master", "remote", "app_name", "conf", "handover", "spool_dir", "read_on"))
     conf_raw = s.get("conf", {})
     if not isinstance(conf_raw, dict):
         raise ConfigError(f"spark.conf: expected a table of Spark settings, got {conf_raw!r}")
@@ -437,6 +455,7 @@ def parse_config(raw: Mapping[str, Any], source: Path | None = None) -> Pipeline
         conf=SecretsHidden(conf),
         handover=_choice("spark", s, "handover", HANDOVER_MODES, SparkConfig.handover),
         spool_dir=_str("spark", s, "spool_dir") or None,
+        read_on=_choice("spark", s, "read_on", READ_ON_MODES, SparkConfig.read_on),
     )
     if spark.handover == "files" and not spark.local and spark.spool_dir is None:
         raise ConfigError(

@@ -44,6 +44,18 @@ Latency (record -> sink commit) is measured from the record's timestamp only whe
 its append time (not older than the worker's start, not later than the fetch); otherwise -- backlogs,
 synthetic event times -- from the time the worker first fetched the record.
 
+Executors mode
+--------------
+With ``spark.read_on = "executors"`` (the default on a cluster master) the member reads no records: its
+owned partitions stay paused (``poll()`` keeps running for membership, callbacks and KIP-983 delays) and a
+batch is an offset range ``[start, end)`` per partition -- ``start`` the partition's next offset (its mark),
+``end`` at most the consumer's ``end_offsets`` (the last stable offset under ``read_committed``).  Spark
+tasks read the ranges themselves (:mod:`kafka_handoff.pipeline.ranges`, large ranges split across tasks),
+the transform runs on that DataFrame, executors write the sink's data files (Parquet; Delta data files
+committed by this process with delta-rs) and the sink commit stores ``end`` as each partition's mark:
+exactly the ranges the tasks read.  One batch runs at a time (no overlap); batch sizes follow the lag seen
+in ``end_offsets`` (the same :class:`BatchSizer`).  Not measured there: bytes and latency per record.
+
 Test hook: ``HANDOFF_PIPELINE_CRASH_AFTER_SINK=N`` makes the process ``os._exit(86)`` right after its
 N-th sink commit, before the Kafka commit.
 """
@@ -80,6 +92,7 @@ from kafka_handoff.pipeline.errors import (
     TransformError,
 )
 from kafka_handoff.pipeline.handover import BatchSpool, Handover
+from kafka_handoff.pipeline.ranges import OffsetRange, executor_consumer_config, range_frame, split_ranges
 from kafka_handoff.pipeline.sinks import MarkUpdate, Sink, make_sink
 from kafka_handoff.pipeline.sizing import BatchSizer
 from kafka_handoff.pipeline.spark import JobControl, build_session
@@ -298,6 +311,10 @@ class Worker:
         self._transform: Callable[[Any], Any] | None = None
         self._jobs: JobControl | None = None
         self._handover: Handover | None = None
+        self._executors = config.spark.on_executors
+        self._next: dict[TopicPartition, int] = {}
+        """Executors mode: the next offset of each owned partition (where its next range starts)."""
+        self._tasks = 2
 
     # ------------------------------------------------------------------------------------------- control
     def stop(self) -> None:
@@ -322,6 +339,14 @@ class Worker:
             self._say(f"[dim]starting Spark ({cfg.spark.remote or cfg.spark.master}) ...[/dim]")
             self.spark = build_session(cfg.spark)
         self._jobs = JobControl(self.spark)
+        if self._executors:
+            bind_writes = getattr(self._sink, "write_on_executors", None)
+            if bind_writes is not None:
+                bind_writes(True)
+            try:
+                self._tasks = max(1, int(self.spark.sparkContext.defaultParallelism))
+            except Exception:  # Spark Connect: no SparkContext
+                self._tasks = max(1, int(self.spark.conf.get("spark.default.parallelism", "2") or 2))
         self._handover = Handover(
             self.spark,
             mode=cfg.spark.handover,
@@ -360,13 +385,16 @@ class Worker:
             self._consumer.set_rebalance_listener(_Listener(self))
             self._consumer.subscribe(list(self.config.topics))
             self._last_activity = time.monotonic()
+            handover = self._handover.describe() if self._handover else "-"
+            if self._executors:
+                handover = "offset ranges read by the executors"
             self._say(
                 f"[bold]{self.member}[/bold] joining group [bold]{self.config.group_id}[/bold] "
                 f"({self.config.consumer['group.protocol']} protocol) for {', '.join(self.config.topics)}; "
                 f"sink: {self._sink.describe() if self._sink else '-'}; batches reach Spark as "
-                f"{self._handover.describe() if self._handover else '-'}"
+                f"{handover}"
             )
-            status = self._loop(executor)
+            status = self._loop_ranges(executor) if self._executors else self._loop(executor)
         except BaseException as exc:
             failure = exc
             status = "failed" if not isinstance(exc, KeyboardInterrupt) else "interrupted"
@@ -446,6 +474,67 @@ class Worker:
                 self.sizer.observe_lag(self._lag(), self._acc_count)
                 self._maybe_cut()
                 self._maybe_submit(executor)
+
+    def _loop_ranges(self, executor: concurrent.futures.ThreadPoolExecutor) -> str:
+        """Executors mode (module docstring): poll for membership only, cut offset-range batches."""
+        consumer = self._consumer
+        timeout = self.config.batch.poll_timeout_ms / 1000.0
+        next_look = 0.0
+        while True:
+            stopping = self._stop.is_set() or self._done_by_count()
+            if stopping and self._inflight is None:
+                return "stopped" if self._stop.is_set() else "max-records"
+            if self._idle():
+                return "idle"
+            assigned = consumer.assignment()
+            unpaused = assigned - consumer.paused()
+            if unpaused:
+                consumer.pause(unpaused)
+            # (Records fetched before the pause took effect are dropped: the executors read those offsets.)
+            records = poll_columns(consumer, timeout)
+            self._check_inflight()
+            self._delay_revokes(records.to_be_revoked_partitions)
+            if not stopping and self._inflight is None and time.monotonic() >= next_look:
+                next_look = time.monotonic() + timeout
+                self._cut_ranges(executor)
+
+    def _cut_ranges(self, executor: concurrent.futures.ThreadPoolExecutor) -> None:
+        """Look at the owned partitions' end offsets; submit a batch of ranges if any partition has more."""
+        consumer = self._consumer
+        owned = sorted(self._owned)
+        if not owned:
+            return
+        for tp in owned:
+            if tp not in self._next:
+                position = consumer.position(tp, timeout=30)
+                mark = self._marks.get(tp)
+                self._next[tp] = position if mark is None else max(mark, position)
+        ends = consumer.end_offsets(owned, timeout=30)
+        lag = {tp: ends[tp] - self._next[tp] for tp in owned if tp in ends and ends[tp] > self._next[tp]}
+        total = sum(lag.values())
+        self.sizer.observe_lag(total, 0)
+        if not lag or any(tp not in self._owned for tp in lag):  # (revoked during end_offsets)
+            return
+        target = self.sizer.target
+        ranges: dict[TopicPartition, PartitionRange] = {}
+        for tp, available in lag.items():
+            take = min(available, max(1, -(-target * available // total)))
+            start = self._next[tp]
+            ranges[tp] = PartitionRange(self._marks.get(tp), start, start + take - 1, take)
+        self._batch_ids += 1
+        batch = Batch(
+            id=self._batch_ids,
+            chunks=[],
+            ranges=ranges,
+            records=sum(r.count for r in ranges.values()),
+            tag=f"handoff-{self.config.name}-{self.member}-batch-{self._batch_ids}",
+            target=target,
+            reason="backlog" if self.sizer.backlog else "caught-up",
+        )
+        self.sizer.batch_cut()
+        self.stats.saw_records(batch.records)  # offsets in the ranges (markers and aborted ones included)
+        self._last_activity = time.monotonic()
+        self._inflight = (batch, executor.submit(self._process, batch))
 
     def _done_by_count(self) -> bool:
         return self.max_records is not None and self.stats.records_committed >= self.max_records
@@ -662,6 +751,8 @@ class Worker:
         for tp, update in outcome.updates.items():
             if tp in self._owned:
                 self._marks[tp] = update.new
+                if self._executors:
+                    self._next[tp] = update.new
                 offsets[tp] = OffsetAndMetadata(update.new)
         if not offsets:
             return
@@ -686,6 +777,8 @@ class Worker:
             resume = batch.ranges[tp].first if mark is None else max(batch.ranges[tp].first, mark)
             self._marks[tp] = mark
             self._consumer.seek(tp, resume)
+            if self._executors:
+                self._next[tp] = resume
         log.info("batch %d %s; %s resume from the sink marks", batch.id, outcome.report.status,
                  ", ".join(f"{tp.topic}-{tp.partition}" for tp in owned))  # fmt: skip
 
@@ -706,6 +799,8 @@ class Worker:
         report.target, report.cut_reason = batch.target, batch.reason
         if batch.cancelled.is_set():
             return _Outcome(report)
+        if self._executors:
+            return self._process_ranges(batch, report, t0)
         built = batch.table.result() if batch.table is not None else build_table(batch)
         batch.table = None
         table, path = built.table, built.path
@@ -735,6 +830,34 @@ class Worker:
             # slower on a 200,000-record batch (docs/benchmarks.md, section 3).
             return self._compute_and_commit(batch, report, table, origins, result, native, t0, t1)
 
+    def _process_ranges(self, batch: Batch, report: BatchReport, t0: float) -> _Outcome:
+        """Executors mode: Spark tasks read the batch's offset ranges; no record passes through here."""
+        assert self._transform is not None and self._jobs is not None
+        fn = self.config.transform.function
+        pieces = split_ranges(
+            [
+                OffsetRange(tp.topic, tp.partition, r.first, r.last + 1)
+                for tp, r in sorted(batch.ranges.items())
+            ],
+            self._tasks,
+        )
+        reader = executor_consumer_config(self.config.consumer, f"handoff-pipeline-{self.member}-reader")
+        t1 = time.monotonic()
+        report.build_s = t1 - t0
+        with self._jobs.tagged(batch.tag):
+            try:
+                df = range_frame(self.spark, reader, pieces)
+                with native_input(self.spark, df, None, enabled=False) as native:
+                    result = normalize_result(self._transform(df), fn)
+            except Exception as exc:
+                if batch.cancelled.is_set():
+                    return self._finish(report, t0)
+                raise TransformError(
+                    f"transform {fn} failed on {batch.describe()}: {exc}", batch.first_last()
+                ) from exc
+            report.transform_s = time.monotonic() - t1
+            return self._compute_and_commit(batch, report, None, None, result, native, t0, t1)
+
     def _compute_and_commit(
         self,
         batch: Batch,
@@ -757,7 +880,8 @@ class Worker:
                 rejected = native.rejected_arrow(result.rejected)
                 if rejected is None:
                     rejected = result.rejected.toArrow()
-            output = result.output.toArrow() if self._sink.kind in ("delta", "kafka") else result.output
+            arrow_sink = self._sink.kind == "kafka" or (self._sink.kind == "delta" and not self._executors)
+            output = result.output.toArrow() if arrow_sink else result.output
         except Exception as exc:
             if batch.cancelled.is_set():
                 return self._finish(report, t0)
@@ -793,7 +917,8 @@ class Worker:
         if self._crash_after is not None and self._sink_commits >= self._crash_after:
             os.write(2, f"{CRASH_ENV}: exiting after sink commit {info.version} of {desc}\n".encode())
             os._exit(CRASH_EXIT_CODE)
-        self.stats.latency.add(commit_ms - origins)
+        if origins is not None:
+            self.stats.latency.add(commit_ms - origins)
         report.status = "committed"
         report.output_rows = info.rows
         report.version = info.version
@@ -860,6 +985,7 @@ class Worker:
         self._owned.difference_update(partitions)
         for tp in partitions:
             self._marks.pop(tp, None)
+            self._next.pop(tp, None)
         self._drop_accumulated(partitions)
 
 

@@ -12,13 +12,26 @@ version equals the expected mark, and commits *against that snapshot*.  If anoth
 atomic step.  Non-conflicting concurrent appends (other partitions) are retried by delta-rs itself.
 A missing table is first created by an empty commit without marks, so that every marked commit is made
 against a snapshot (a write to a bare path would append to a table created meanwhile unchecked).
+
+Executors mode (``spark.read_on``, :meth:`DeltaSink.write_on_executors`): a Spark DataFrame is not collected
+here.  Spark's executors write its rows as Parquet files into a new directory under the table
+(``_handoff-<uuid>/``, hive-style subdirectories for ``partition_by``); this process then commits those
+files (``DeltaTable.create_write_transaction`` with one ``add`` action per file) together with the marks,
+in one Delta commit, under the same conditional check.  Files of a batch that is never committed are
+unreferenced (Delta's ``VACUUM`` removes them).  Needs a path both Spark and delta-rs reach (a local or
+shared file system here).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import time
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 
@@ -53,6 +66,19 @@ class DeltaSink(Sink):
         super().__init__(path, app_id)
         self.partition_by = list(partition_by) or None
         self.storage_options = dict(storage_options or {}) or None
+        self._executors = False
+
+    def write_on_executors(self, enabled: bool = True) -> None:
+        """Spark DataFrames given to :meth:`commit` are written by Spark's executors (module docstring).
+        Only for file system paths: a table on an object store is written by delta-rs here (said once)."""
+        remote = "://" in self.path and not self.path.startswith("file://")
+        if enabled and remote:
+            log.warning(
+                "delta sink %s is on an object store: its data files are written by this process "
+                "(delta-rs), not by the executors",
+                self.path,
+            )
+        self._executors = enabled and not remote
 
     def _load(self) -> Any:
         from deltalake import DeltaTable
@@ -80,6 +106,8 @@ class DeltaSink(Sink):
         from deltalake import CommitProperties, Transaction, write_deltalake
         from deltalake.exceptions import CommitFailedError
 
+        if self._executors and not isinstance(data, pa.Table) and hasattr(data, "write"):
+            return self._commit_files(data, updates)
         table = self._to_arrow(data)
         txns = [Transaction(mark_key(self.app_id, tp), u.new) for tp, u in updates.items()]
         for attempt in range(_ATTEMPTS):
@@ -109,6 +137,79 @@ class DeltaSink(Sink):
         if conflicts:
             raise MarkConflictError(conflicts)
         raise RuntimeError(f"delta commit to {self.path} failed {_ATTEMPTS} times in a row")
+
+    def _commit_files(self, df: Any, updates: Mapping[TopicPartition, MarkUpdate]) -> CommitInfo:
+        """Executors write ``df`` as Parquet under the table; commit those files and the marks here."""
+        from deltalake import CommitProperties, Transaction
+        from deltalake.exceptions import CommitFailedError
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        schema = to_arrow_schema(df.schema)
+        actions, rows = self._write_with_spark(df)
+        txns = [Transaction(mark_key(self.app_id, tp), u.new) for tp, u in updates.items()]
+        for attempt in range(_ATTEMPTS):
+            snapshot = self._load()
+            if snapshot is None:
+                self._create(schema)
+                continue
+            conflicts = _conflicts(updates, self._marks(snapshot, updates))
+            if conflicts:
+                raise MarkConflictError(conflicts)
+            version = int(snapshot.version())
+            try:
+                snapshot.create_write_transaction(
+                    actions,
+                    mode="append",
+                    schema=snapshot.schema(),
+                    partition_by=self.partition_by,
+                    commit_properties=CommitProperties(app_transactions=txns),
+                )
+            except CommitFailedError as exc:
+                log.info("delta commit attempt %d failed (%s); re-checking the marks", attempt + 1, exc)
+                continue
+            return CommitInfo(version=version + 1, rows=rows, files=len(actions))
+        conflicts = _conflicts(updates, self.read_marks(updates))
+        if conflicts:
+            raise MarkConflictError(conflicts)
+        raise RuntimeError(f"delta commit to {self.path} failed {_ATTEMPTS} times in a row")
+
+    def _write_with_spark(self, df: Any) -> tuple[list[Any], int]:
+        """Spark writes ``df`` into a new directory under the table; its files as ``add`` actions."""
+        import pyarrow.parquet as pq
+        from deltalake.transaction import AddAction
+
+        if "://" in self.path and not self.path.startswith("file://"):
+            raise ValueError(
+                f"executors writing Delta data files need a file system path, not {self.path!r} "
+                '(set spark.read_on = "driver" for object stores)'
+            )
+        root = self.path[len("file://") :] if self.path.startswith("file://") else self.path
+        root = os.path.abspath(root)
+        staging = f"_handoff-{uuid.uuid4().hex}"
+        writer = df.write.mode("errorifexists")
+        if self.partition_by:
+            writer = writer.partitionBy(*self.partition_by)
+        # Delta wants TIMESTAMP_MICROS, not Spark's default INT96.
+        df.sparkSession.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        writer.parquet("file://" + os.path.join(root, staging))
+        actions, rows = [], 0
+        now_ms = int(time.time() * 1000)
+        for dirpath, _, names in os.walk(os.path.join(root, staging)):
+            for name in sorted(names):
+                if not name.endswith(".parquet"):
+                    continue
+                full = os.path.join(dirpath, name)
+                rel = os.path.relpath(full, root)
+                n = pq.ParquetFile(full).metadata.num_rows
+                rows += n
+                parts = {}
+                for comp in os.path.relpath(dirpath, os.path.join(root, staging)).split(os.sep):
+                    if "=" in comp:
+                        k, v = comp.split("=", 1)
+                        parts[k] = None if v == "__HIVE_DEFAULT_PARTITION__" else unquote(v)
+                stats = json.dumps({"numRecords": n})
+                actions.append(AddAction(rel, os.path.getsize(full), parts, now_ms, True, stats))
+        return actions, rows
 
     def _create(self, schema: Any) -> None:
         from deltalake import write_deltalake

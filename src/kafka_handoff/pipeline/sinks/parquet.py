@@ -50,6 +50,12 @@ class ParquetSink(Sink):
         self.manifests = self.root / "_manifests"
         self.data = self.root / "data"
         self.files_per_batch = files_per_batch
+        self._executors = False
+
+    def write_on_executors(self, enabled: bool = True) -> None:
+        """Executors mode (``spark.read_on``): each task writes its own file -- no ``coalesce``, which
+        would fold the batch's reading tasks into ``files_per_batch`` tasks."""
+        self._executors = enabled
 
     # ------------------------------------------------------------------------------------- manifests
     def _sequence_numbers(self) -> list[int]:
@@ -108,7 +114,8 @@ class ParquetSink(Sink):
             pq.write_table(data, batch_dir / name)
             return [f"data/{batch_dir.name}/{name}"], data.num_rows
         if hasattr(data, "write") and hasattr(data, "coalesce"):  # a Spark DataFrame
-            data.coalesce(self.files_per_batch).write.mode("errorifexists").parquet(batch_dir.as_uri())
+            frame = data if self._executors else data.coalesce(self.files_per_batch)
+            frame.write.mode("errorifexists").parquet(batch_dir.as_uri())
             names = sorted(n for n in os.listdir(batch_dir) if n.endswith(".parquet"))
             rows = sum(pq.ParquetFile(batch_dir / n).metadata.num_rows for n in names)
             return [f"data/{batch_dir.name}/{n}" for n in names], rows
