@@ -176,8 +176,8 @@ def read_range(options: SourceOptions, part: OffsetRange) -> Iterator[Any]:
                 # The position set by seek() can lose a race with the network thread's initialisation of a
                 # newly assigned partition; seeking again is safe (no record has been returned past it).
                 consumer.seek(tp, position)
-                continue
-            chunk = polled.chunk(tp)
+                polled = None
+            chunk = None if polled is None else polled.chunk(tp)
             if chunk is not None and len(chunk):
                 chunk.drop_below(position)
             if chunk is not None and len(chunk):
