@@ -43,6 +43,8 @@ def test_kafka_keys_reach_the_clients_and_stay_out_of_the_repr() -> None:
     assert o.consumer_config()["auto.offset.reset"] == "earliest"
     assert o.include_headers
     assert "secret-jaas" not in repr(o)
+    aliased = parse_options({**BS, "subscribe": "t", "kafka.ssl.ca.location": "/ca.pem"}, streaming=False)
+    assert aliased.consumer_config()["ssl.truststore.location"] == "/ca.pem"
 
 
 def test_offsets_json_and_timestamps() -> None:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka_handoff.config import ADMIN_CONFIG_DEF, CONSUMER_CONFIG_DEF
+from kafka_handoff.config import ADMIN_CONFIG_DEF, CONSUMER_CONFIG_DEF, resolve_aliases
 from kafka_handoff.types import TopicPartition
 
 __all__ = [
@@ -200,7 +200,8 @@ def _offset_spec(opts: Mapping[str, str], which: str, streaming: bool) -> Offset
 def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     """Validate the options given to ``spark.read`` (``streaming=False``) or ``spark.readStream``."""
     opts = {str(k).lower(): str(v) for k, v in options.items() if k.lower() != "path"}
-    kafka = {k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")}
+    # librdkafka's names (ssl.ca.location, sasl.mechanisms, ...) are accepted as by our clients
+    kafka = resolve_aliases({k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")})
     # The kafka.* keys keep their case-insensitive dotted names (all of Kafka's are lower case).
     for key in kafka:
         if key in _OWNED:
