@@ -67,6 +67,8 @@ def test_wheel_installs_without_the_source_tree_and_uses_the_c_loops(broker: Any
     assert any(n.startswith("kafka_handoff/producer/_fastencode") and n.endswith(".so") for n in names)
     assert any(n.startswith("kafka_handoff/pipeline/_jsonscan") and n.endswith(".so") for n in names)
     assert "kafka_handoff/py.typed" in names
+    # Spark 4 discovers installed Python data sources in top-level modules named pyspark_*
+    assert "pyspark_kafka_handoff/__init__.py" in names and "kafka_handoff/spark/source.py" in names
     info_dir = wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"
     assert f"{info_dir}/licenses/LICENSE" in names, [n for n in names if "dist-info" in n]
     metadata = zipfile.ZipFile(wheel).read(f"{info_dir}/METADATA").decode()

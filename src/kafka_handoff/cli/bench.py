@@ -183,6 +183,18 @@ def register(subparsers: Any) -> None:
     _common(pl)
     pl.set_defaults(func=lambda a: __import__("kafka_handoff.bench.pipeline", fromlist=["cli"]).cli(a))
 
+    so = _benchmark(
+        actions,
+        "source",
+        'reader vs reader: spark.read.format("kafka-handoff") beside Spark\'s own Kafka source, records/s',
+    )
+    so.add_argument("--events", type=int, default=1_000_000)
+    so.add_argument("--partitions", type=int, default=4)
+    so.add_argument("--master", default="local[2]", help="Spark master: local[N] or spark://host:port")
+    so.add_argument("--repeat", type=int, default=3, help="timed runs of each query (after one warm-up)")
+    _common(so)
+    so.set_defaults(func=lambda a: __import__("kafka_handoff.bench.source", fromlist=["cli"]).cli(a))
+
     fa = _benchmark(
         actions,
         "faults",
