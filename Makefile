@@ -13,7 +13,7 @@ PIP    := $(VENV)/bin/pip
 EXT    := setup.py $(sort $(wildcard src/kafka_handoff/*/*.c))
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(EXT) | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test test-unit check lint typecheck clean jars docs kerberos test-pythons test-portable-c simulate
+.PHONY: _no_checks setup demo test test-unit check lint typecheck clean jars docs kerberos test-pythons test-portable-c simulate
 
 # MIT Kerberos (SASL/GSSAPI): the gssapi package builds against libkrb5-dev, and the dev broker's
 # --security kerberos runs the distribution's KDC.  Installed with apt-get when missing (as root, or with
@@ -73,12 +73,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-# The whole suite.  Its output goes to $(LOGS)/pytest.out too, and a JUnit report with the captured output
-# and log records of every failing test to $(LOGS)/junit.xml.
-test: setup docs lint typecheck
-	@mkdir -p $(LOGS)
-	$(VENV)/bin/pytest -p no:cacheprovider --junitxml=$(LOGS)/junit.xml -o junit_logging=all \
-	  -o junit_log_passing_tests=false tests 2>&1 | tee $(LOGS)/pytest.out
+# The whole suite on TEST_WORKERS pytest-xdist workers (docs/testing.md: how tests share brokers), the API
+# docs, ruff and mypy running beside it (.ci/test).  Its output goes to $(LOGS)/pytest.out too (the checks'
+# to $(LOGS)/checks.out), and a JUnit report with the captured output and log records of every failing test
+# to $(LOGS)/junit.xml.  A CI cancel or Ctrl-C (SIGTERM/SIGINT) stops it and the brokers it started.
+TEST_WORKERS ?= 4
+_no_checks:
+test: setup
+	VENV=$(VENV) LOGS=$(LOGS) TEST_WORKERS=$(TEST_WORKERS) MAKE="$(MAKE)" .ci/test
 
 test-unit: $(STAMP)
 	$(VENV)/bin/pytest -p no:cacheprovider -m "unit or threads" tests

@@ -4,7 +4,9 @@ modules), unique topics (function).
 Brokers come from :mod:`kafka_handoff.devbroker` in supervised mode, so no JVM outlives the test run:
 
 * normal end, failure, Ctrl-C (SIGINT) -> pytest tears the fixtures down (SIGTERM, SIGKILL after 10 s);
-* SIGTERM / SIGHUP to pytest -> turned into KeyboardInterrupt below, so the same orderly teardown runs;
+* SIGTERM / SIGHUP to pytest -> turned into KeyboardInterrupt below, so the same orderly teardown runs
+  (``make test`` passes a SIGTERM/SIGINT it gets on to pytest: .ci/test); a SIGINT that the shell starting
+  pytest in the background set to "ignored" is made Ctrl-C again;
 * anything that skips teardown -> devbroker's ``atexit`` hook; and if the process dies without running
   Python at all (SIGKILL, OOM killer), each JVM's supervisor sees its owner vanish and kills the JVM.
 
@@ -82,6 +84,48 @@ def pytest_configure(config: pytest.Config) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) in (signal.SIG_DFL, None):
             signal.signal(sig, _interrupt)
+    # A shell without job control starts its background commands (`pytest ... &` in a script or a CI
+    # step) with SIGINT ignored, and Python keeps it ignored: Ctrl-C, and the SIGINT with which an xdist
+    # worker is told to stop, would then be lost and the worker killed without tearing its brokers down.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# -- Parallel runs (pytest-xdist, ``-n N --dist loadgroup``; docs/testing.md) ------------------------------
+#
+# Every xdist worker is its own pytest session, so the session fixtures below (``broker``, the 3-node
+# ``cluster``, ``secured``) are per worker: a worker's tests share its brokers exactly as a serial run's do,
+# and a test that changes broker-wide state (ACLs, configs, SCRAM users, quotas, bounces) only meets the
+# tests of its own worker, one at a time.  Which tests share a worker is decided here, by xdist groups:
+#
+# * unit tests (``unit``/``threads``) are not grouped: spread one by one, they fill the gaps;
+# * a test that uses the shared 3-node ``cluster`` -> group "cluster" (the cluster starts once per run);
+# * a test that uses ``secured`` -> group "secured" (the secured broker starts once per run);
+# * any other test -> the group of its module, so a module's own broker/Spark fixtures start once.
+#
+# A test may name its group itself with ``@pytest.mark.xdist_group("name")``; that wins over the rules.
+SHARED_FIXTURE_GROUPS = ("cluster", "secured")
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The xdist group :func:`pytest_collection_modifyitems` gives ``item`` (None: not grouped)."""
+    if item.get_closest_marker("xdist_group") is not None:
+        return None  # named by the test itself
+    if item.get_closest_marker("unit") is not None or item.get_closest_marker("threads") is not None:
+        return None
+    fixtures = set(getattr(item, "fixturenames", ()))
+    for name in SHARED_FIXTURE_GROUPS:
+        if name in fixtures:
+            return name
+    return item.nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = xdist_group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _external(var: str) -> ExternalBroker | None:
