@@ -77,7 +77,7 @@ typecheck: $(STAMP)
 # docs, ruff and mypy running beside it (.ci/test).  Its output goes to $(LOGS)/pytest.out too (the checks'
 # to $(LOGS)/checks.out), and a JUnit report with the captured output and log records of every failing test
 # to $(LOGS)/junit.xml.  A CI cancel or Ctrl-C (SIGTERM/SIGINT) stops it and the brokers it started.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?=
 _no_checks:
 test: setup
 	VENV=$(VENV) LOGS=$(LOGS) TEST_WORKERS=$(TEST_WORKERS) MAKE="$(MAKE)" .ci/test

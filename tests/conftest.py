@@ -113,6 +113,8 @@ def xdist_group_of(item: pytest.Item) -> str | None:
         return None  # named by the test itself
     if item.get_closest_marker("unit") is not None or item.get_closest_marker("threads") is not None:
         return None
+    if "tests/unit/" in item.nodeid.replace("\\", "/"):
+        return None
     fixtures = set(getattr(item, "fixturenames", ()))
     for name in SHARED_FIXTURE_GROUPS:
         if name in fixtures:
