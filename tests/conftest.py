@@ -21,10 +21,12 @@ from __future__ import annotations
 import os
 import re
 import signal
+import tempfile
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -84,6 +86,11 @@ def pytest_configure(config: pytest.Config) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) in (signal.SIG_DFL, None):
             signal.signal(sig, _interrupt)
+    # The xdist workers of this run start their brokers one cluster at a time (devbroker.START_LOCK_ENV).
+    if not hasattr(config, "workerinput") and not os.environ.get(devbroker.START_LOCK_ENV):
+        lock = Path(tempfile.gettempdir()) / f"handoff-broker-start-{os.getpid()}.lock"
+        os.environ[devbroker.START_LOCK_ENV] = str(lock)
+        config.add_cleanup(lambda: lock.unlink(missing_ok=True))
     # A shell without job control starts its background commands (`pytest ... &` in a script or a CI
     # step) with SIGINT ignored, and Python keeps it ignored: Ctrl-C, and the SIGINT with which an xdist
     # worker is told to stop, would then be lost and the worker killed without tearing its brokers down.
