@@ -85,9 +85,15 @@ test: setup
 test-unit: $(STAMP)
 	$(VENV)/bin/pytest -p no:cacheprovider -m "unit or threads" tests
 
-# The inner loop: lint, types and the unit tests (no broker, no Spark), the tests on 2 processes.
-check: lint typecheck
-	$(VENV)/bin/pytest -p no:cacheprovider -q -n 2 -m "unit or threads" tests
+# The inner loop: lint, types and the unit tests (no broker, no Spark), the tests on 2 processes with ruff
+# and mypy (incremental: build/mypy-cache) beside them; their output follows the tests'.
+check: $(STAMP)
+	@mkdir -p build; \
+	$(MAKE) --no-print-directory -k lint typecheck > build/check-lint.out 2>&1 & lint=$$!; \
+	$(VENV)/bin/pytest -p no:cacheprovider -q -n 2 -m "unit or threads" tests; tests=$$?; \
+	wait $$lint; lint_status=$$?; cat build/check-lint.out; \
+	if [ $$lint_status -ne 0 ]; then echo "make check: lint/typecheck failed" >&2; fi; \
+	[ $$tests -eq 0 ] && [ $$lint_status -eq 0 ]
 
 # The unit suite on every supported CPython found here (python3.11/3.12/3.13, pyenv or PATH), each in its
 # own .venv-3.x.  Not part of `make test`: the first run installs every extra per interpreter.
