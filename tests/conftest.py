@@ -137,6 +137,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(group))
 
 
+def _hypothesis_profile() -> None:
+    """Property tests check behaviour, not speed: no per-example deadline (hypothesis's 200 ms default
+    fails an example that a busy 2-core machine happens to run slowly)."""
+    try:
+        from hypothesis import settings
+    except ImportError:  # an error under CI=true (pytest_configure); elsewhere those tests skip
+        return
+    settings.register_profile("handoff", deadline=None)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "handoff"))
+
+
+_hypothesis_profile()
+
+
 def _external(var: str) -> ExternalBroker | None:
     value = os.environ.get(var, "").strip()
     return ExternalBroker(value) if value else None
