@@ -18,6 +18,7 @@ Environment:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -86,11 +87,15 @@ def pytest_configure(config: pytest.Config) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) in (signal.SIG_DFL, None):
             signal.signal(sig, _interrupt)
-    # The xdist workers of this run start their brokers one cluster at a time (devbroker.START_LOCK_ENV).
-    if not hasattr(config, "workerinput") and not os.environ.get(devbroker.START_LOCK_ENV):
-        lock = Path(tempfile.gettempdir()) / f"handoff-broker-start-{os.getpid()}.lock"
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
+        # Its xdist workers start their brokers one cluster at a time (devbroker.START_LOCK_ENV) and
+        # tell the scheduler the groups of their tests (XDIST_GROUPS_ENV).
+        run = Path(tempfile.gettempdir()) / f"handoff-test-run-{os.getpid()}"
+        lock, groups = run.with_suffix(".lock"), run.with_suffix(".groups.json")
         os.environ[devbroker.START_LOCK_ENV] = str(lock)
+        os.environ[XDIST_GROUPS_ENV] = str(groups)
         config.add_cleanup(lambda: lock.unlink(missing_ok=True))
+        config.add_cleanup(lambda: groups.unlink(missing_ok=True))
     # A shell without job control starts its background commands (`pytest ... &` in a script or a CI
     # step) with SIGINT ignored, and Python keeps it ignored: Ctrl-C, and the SIGINT with which an xdist
     # worker is told to stop, would then be lost and the worker killed without tearing its brokers down.
@@ -111,13 +116,25 @@ def pytest_configure(config: pytest.Config) -> None:
 # * any other test -> the group of its module, so a module's own broker/Spark fixtures start once.
 #
 # A test may name its group itself with ``@pytest.mark.xdist_group("name")``; that wins over the rules.
+#
+# The groups are applied by the scheduler below, not by xdist's own ``--dist loadgroup``: that one appends
+# "@group" to ``item._nodeid``, which pytest 9 no longer reads, so with pytest 9.2 it grouped nothing.
+# Each worker writes the groups it computed (the same on every worker) to the file HANDOFF_XDIST_GROUPS
+# names; the controller's scheduler reads it once all workers have collected.
 SHARED_FIXTURE_GROUPS = ("cluster", "secured")
+XDIST_GROUPS_ENV = "HANDOFF_XDIST_GROUPS"
 
 
 def xdist_group_of(item: pytest.Item) -> str | None:
-    """The xdist group :func:`pytest_collection_modifyitems` gives ``item`` (None: not grouped)."""
-    if item.get_closest_marker("xdist_group") is not None:
-        return None  # named by the test itself
+    """The xdist group of ``item`` (None: not grouped, scheduled on its own)."""
+    named = sorted(
+        {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+    )
+    if named:
+        return "_".join(named)  # named by the test itself
     if item.get_closest_marker("unit") is not None or item.get_closest_marker("threads") is not None:
         return None
     if "tests/unit/" in item.nodeid.replace("\\", "/"):
@@ -129,12 +146,42 @@ def xdist_group_of(item: pytest.Item) -> str | None:
     return item.nodeid.split("::", 1)[0]
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    groups: dict[str, str] = {}
     for item in items:
         group = xdist_group_of(item)
         if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+            groups[item.nodeid] = group
+    path = os.environ.get(XDIST_GROUPS_ENV, "")
+    if path and hasattr(config, "workerinput"):
+        tmp = f"{path}.{os.getpid()}"
+        Path(tmp).write_text(json.dumps(groups))
+        os.replace(tmp, path)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup``: xdist's scope scheduling over the groups of :func:`xdist_group_of`."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    path = os.environ.get(XDIST_GROUPS_ENV, "")
+
+    class GroupScheduling(LoadGroupScheduling):  # type: ignore[misc]  # xdist has no type information
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                try:
+                    self.groups = json.loads(Path(path).read_text()) if path else {}
+                except (OSError, ValueError):
+                    self.groups = {}
+            group = self.groups.get(nodeid)
+            return group if group is not None else str(super()._split_scope(nodeid))
+
+    return GroupScheduling(config, log)
 
 
 def _hypothesis_profile() -> None:
