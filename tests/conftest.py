@@ -87,15 +87,21 @@ def pytest_configure(config: pytest.Config) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) in (signal.SIG_DFL, None):
             signal.signal(sig, _interrupt)
-    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
-        # Its xdist workers start their brokers one cluster at a time (devbroker.START_LOCK_ENV) and
-        # tell the scheduler the groups of their tests (XDIST_GROUPS_ENV).
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:  # the controller (or a run without xdist)
+        # Its xdist workers tell the scheduler the groups of their tests (XDIST_GROUPS_ENV).
         run = Path(tempfile.gettempdir()) / f"handoff-test-run-{os.getpid()}"
-        lock, groups = run.with_suffix(".lock"), run.with_suffix(".groups.json")
-        os.environ[devbroker.START_LOCK_ENV] = str(lock)
+        groups, lock = run.with_suffix(".groups.json"), run.with_suffix(".lock")
         os.environ[XDIST_GROUPS_ENV] = str(groups)
-        config.add_cleanup(lambda: lock.unlink(missing_ok=True))
         config.add_cleanup(lambda: groups.unlink(missing_ok=True))
+        config.add_cleanup(lambda: lock.unlink(missing_ok=True))
+    else:
+        # The workers of one run (children of the controller) start their brokers one cluster at a time
+        # (devbroker.set_start_lock: process-local, so a broker that a test starts in a subprocess, e.g.
+        # through the CLI, does not wait for it).
+        devbroker.cluster.set_start_lock(
+            Path(tempfile.gettempdir()) / f"handoff-test-run-{os.getppid()}.lock"
+        )
     # A shell without job control starts its background commands (`pytest ... &` in a script or a CI
     # step) with SIGINT ignored, and Python keeps it ignored: Ctrl-C, and the SIGINT with which an xdist
     # worker is told to stop, would then be lost and the worker killed without tearing its brokers down.

@@ -809,10 +809,19 @@ def start(
         )
 
 
+_start_lock_path: str | None = None
+
+
+def set_start_lock(path: str | os.PathLike[str] | None) -> None:
+    """Like :data:`START_LOCK_ENV`, for this process only (its subprocesses do not inherit it)."""
+    global _start_lock_path
+    _start_lock_path = None if path is None else os.fspath(path)
+
+
 @contextlib.contextmanager
 def _start_slot() -> Iterator[None]:
-    """Hold the lock :data:`START_LOCK_ENV` names, if it names one."""
-    path = os.environ.get(START_LOCK_ENV, "")
+    """Hold the lock :func:`set_start_lock` or :data:`START_LOCK_ENV` names, if any."""
+    path = _start_lock_path or os.environ.get(START_LOCK_ENV, "")
     if not path:
         yield
         return
