@@ -51,7 +51,7 @@ setup: kerberos $(STAMP)
 	jars=$$(( $$(date +%s) - start )); \
 	if [ -f $(VENV)/.setup-seconds ]; then \
 	  py=$$(cat $(VENV)/.setup-seconds); rm -f $(VENV)/.setup-seconds; \
-	  echo "first-time setup took $$(( py + jars ))s (python environment $${py}s, Kafka jars $${jars}s)"; \
+	  echo "first-time setup took $$(( py + jars ))s (python environment $${py}s, Kafka jars and Schema Registry $${jars}s)"; \
 	else \
 	  echo "setup checked in $${jars}s"; \
 	fi

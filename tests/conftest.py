@@ -14,6 +14,7 @@ Environment:
 
 * ``HANDOFF_BOOTSTRAP=host:port[,...]`` -- use that running broker for ``broker`` instead of starting one.
 * ``HANDOFF_CLUSTER_BOOTSTRAP=host:port,...`` -- the same for ``cluster`` (3 brokers expected).
+* ``HANDOFF_SCHEMA_REGISTRY_URL=http://...`` -- use that Confluent-compatible registry (``schema_registry``).
 """
 
 from __future__ import annotations
@@ -276,6 +277,33 @@ def secured() -> Iterator[devbroker.Cluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a real Confluent-compatible Schema Registry (Apicurio Registry's ``/apis/ccompat/v7``,
+    in-memory storage; :mod:`kafka_handoff.devbroker.registry`), started once per run by the first test that
+    asks for it and stopped at the end (supervised: it dies with the test run).  Independent of ``broker``.
+
+    Tests share it: use subject names of their own (``registry_helpers.unique_subject``).  When the registry
+    cannot be built (no Maven, no network) the tests that need it skip, except under CI=true (an error)."""
+    external = os.environ.get("HANDOFF_SCHEMA_REGISTRY_URL", "").strip()
+    if external:
+        yield external
+        return
+    from kafka_handoff.devbroker import JarResolutionError, registry
+
+    try:
+        registry.ensure_registry()
+    except JarResolutionError as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            raise
+        pytest.skip(f"the dev Schema Registry cannot be built here: {exc}")
+    started = registry.start_registry(tmp_path_factory.mktemp("schema-registry"), supervised=True)
+    try:
+        yield started.url
+    finally:
+        started.stop()
 
 
 def _topic_name(test_name: str) -> str:

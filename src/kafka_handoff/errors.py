@@ -7,6 +7,7 @@ as an error code are :class:`BrokerResponseError` instances; :func:`error_for_co
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -57,7 +58,29 @@ class CorruptRecordError(KafkaError):
 
 
 class SerializationError(KafkaError):
-    """A key or value (de)serializer failed.  The message names topic, partition and offset."""
+    """A key or value (de)serializer failed (or a key/value/header could not be converted to bytes).
+
+    The message names the record; the attributes carry it for code: ``topic``, ``partition`` and
+    ``offset`` (-1 when unknown: on the producer the partition is chosen after serializing, a record has
+    no offset yet), and ``field`` (``"key"``/``"value"``, :class:`~kafka_handoff.serialization.MessageField`,
+    or ``None``).  A consumer's position stays at a record that failed to deserialize: skip it with
+    ``consumer.seek(TopicPartition(e.topic, e.partition), e.offset + 1)``; a share consumer acknowledges it
+    with ``acknowledge_offset(e.topic, e.partition, e.offset, AcknowledgeType.REJECT)``.  ``__cause__`` is
+    the (de)serializer's exception."""
+
+    def __init__(
+        self,
+        message: str,
+        topic: str = "",
+        partition: int = -1,
+        offset: int = -1,
+        field: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.field = field
 
 
 class DeliveryFailedError(KafkaError):
@@ -194,7 +217,13 @@ class RebalanceInProgressError(BrokerResponseError):
 class AuthorizationError(BrokerResponseError):
     """The broker's authorizer denied the principal an operation on a resource (every
     ``*_AUTHORIZATION_FAILED`` code: topic, group, cluster, transactional id, delegation token); the message
-    names the resource and the operation where the client knows them."""
+    names the resource and the operation where the client knows them, and so do ``operation`` (``"READ"``,
+    ``"WRITE"``, ``"DESCRIBE"``, ...), ``resource_type`` (``"TOPIC"``, ``"GROUP"``, ``"CLUSTER"``,
+    ``"TRANSACTIONAL_ID"``) and ``resource_name`` (``None`` where the client does not know them)."""
+
+    operation: str | None = None
+    resource_type: str | None = None
+    resource_name: str | None = None
 
 
 class TopicAuthorizationFailedError(AuthorizationError):
@@ -428,12 +457,59 @@ def error_class(code: int | ErrorCode) -> type[BrokerResponseError]:
     return _BY_CODE.get(int(code), _BY_CODE[int(ErrorCode.unknown_server_error)])
 
 
-def error_for_code(code: int | ErrorCode, message: str | None = "") -> BrokerResponseError:
-    """An exception instance for a broker error code (``code`` must not be 0)."""
-    return error_class(code)(message or "")
+@dataclass(frozen=True, slots=True)
+class Needs:
+    """What one request needs from the broker's authorizer: the ACL operation on each kind of resource it
+    touches (Kafka's authorization table), e.g. a Fetch needs ``READ`` on the topic, a FindCoordinator for a
+    group ``DESCRIBE`` on the group.  Given to :func:`error_for_code`, it turns a bare
+    ``TOPIC_AUTHORIZATION_FAILED`` into an error naming the operation, the resource and the request."""
+
+    api: str
+    topic: tuple[str, str] | None = None  # (operation, topic name)
+    group: tuple[str, str] | None = None  # (operation, group id)
+    transactional_id: tuple[str, str] | None = None  # (operation, transactional.id)
+    cluster: str | None = None  # the operation on the CLUSTER resource
+
+    def denial(self, code: int | ErrorCode) -> tuple[str, str, str] | None:
+        """``(operation, resource type, resource name)`` the authorizer refused for ``code``, if known."""
+        code = int(code)
+        if code == ErrorCode.topic_authorization_failed and self.topic:
+            return (self.topic[0], "TOPIC", self.topic[1])
+        if code == ErrorCode.group_authorization_failed and self.group:
+            return (self.group[0], "GROUP", self.group[1])
+        if code == ErrorCode.transactional_id_authorization_failed and self.transactional_id:
+            return (self.transactional_id[0], "TRANSACTIONAL_ID", self.transactional_id[1])
+        if code == ErrorCode.cluster_authorization_failed and self.cluster:
+            return (self.cluster, "CLUSTER", "kafka-cluster")
+        return None
 
 
-def raise_for_code(code: int | ErrorCode, message: str | None = "") -> None:
+def denied_text(operation: str, resource_type: str, name: str, api: str | None = None) -> str:
+    """How an authorization failure reads: the principal, the operation, the resource (and the request)."""
+    via = f"{api}; " if api else ""
+    return (
+        f"the principal is not allowed {operation} on {resource_type} {name!r} "
+        f"({via}an ACL denies it, or none allows it)"
+    )
+
+
+def error_for_code(
+    code: int | ErrorCode, message: str | None = "", *, needs: Needs | None = None
+) -> BrokerResponseError:
+    """An exception instance for a broker error code (``code`` must not be 0).  With ``needs``, an
+    authorization failure names the operation and resource the request needed (also as attributes)."""
+    denial = needs.denial(code) if needs is not None else None
+    if denial is None:
+        return error_class(code)(message or "")
+    operation, resource_type, name = denial
+    text = denied_text(operation, resource_type, name, needs.api if needs else None)
+    error = error_class(code)(f"{message}: {text}" if message else text)
+    if isinstance(error, AuthorizationError):
+        error.operation, error.resource_type, error.resource_name = operation, resource_type, name
+    return error
+
+
+def raise_for_code(code: int | ErrorCode, message: str | None = "", *, needs: Needs | None = None) -> None:
     """Raise the matching :class:`BrokerResponseError` when ``code`` is not 0."""
     if int(code) != 0:
-        raise error_for_code(code, message)
+        raise error_for_code(code, message, needs=needs)

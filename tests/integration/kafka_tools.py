@@ -13,7 +13,7 @@ from typing import NoReturn
 import pytest
 
 from kafka_handoff.devbroker.config import java_executable
-from kafka_handoff.devbroker.jars import KAFKA_VERSION, cache_root
+from kafka_handoff.devbroker.jars import KAFKA_VERSION, cache_root, ensure_jars
 
 _POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
 <groupId>kafka-handoff</groupId><artifactId>kafka-tools-oracle</artifactId><version>1</version>
@@ -52,10 +52,13 @@ def tools_classpath() -> str:
     return cp.read_text().strip()
 
 
-def run_tool(main_class: str, *args: str, timeout: float = 120) -> str:
-    """Run one of Kafka's tools; its stdout (fails the test with its output when it exits non-zero)."""
+def run_tool(main_class: str, *args: str, timeout: float = 120, broker_jars: bool = False) -> str:
+    """Run one of Kafka's tools; its stdout (fails the test with its output when it exits non-zero).
+    ``broker_jars``: a tool that lives in the broker's own jar (``kafka.admin.ConfigCommand``), run from the
+    broker's classpath the dev broker already resolved."""
+    classpath = ensure_jars().classpath if broker_jars else tools_classpath()
     done = subprocess.run(
-        [java_executable(), "-cp", tools_classpath(), main_class, *args],
+        [java_executable(), "-cp", classpath, main_class, *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -8,6 +8,7 @@ configs it sets are described by librdkafka's admin client too; ACLs run on the 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -247,8 +248,13 @@ def test_acls_create_describe_delete_and_deny_a_principal(secured: devbroker.Clu
 
         alice = secured.security.client_config("sasl_ssl", user="alice", mechanism="SCRAM-SHA-256")
         denied = pytest.raises(AuthorizationError, match=f"{topic}-0.*DELETE on TOPIC '{topic}'")
-        with AdminClient(alice) as as_alice, denied:
-            as_alice.delete_records({TopicPartition(topic, 0): -1}, timeout=30)
+        with AdminClient(alice) as as_alice:
+            with denied as info:
+                as_alice.delete_records({TopicPartition(topic, 0): -1}, timeout=30)
+            assert (info.value.operation, info.value.resource_type) == ("DELETE", "TOPIC")
+            # every admin refusal names the operation and the resource it needed
+            with pytest.raises(AuthorizationError, match=f"DESCRIBE_CONFIGS on TOPIC '{topic}'"):
+                as_alice.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], timeout=30)
 
         deleted = admin.delete_acls(
             [AclBindingFilter(ResourceType.TOPIC, topic, PatternType.ANY, "User:bob")], timeout=30
@@ -267,6 +273,12 @@ def test_scram_credentials_set_describe_and_delete(secured: devbroker.Cluster) -
             [UserScramCredentialUpsertion(user, info, "s3cret-pw")], timeout=30
         )
         assert admin.describe_user_scram_credentials([user], timeout=30)[user].credential_infos == (info,)
+        # Kafka's ConfigCommand describes the credential handoff set (never the password)
+        oracle = run_tool(
+            "kafka.admin.ConfigCommand", "--bootstrap-server", secured.bootstrap_servers, "--describe",
+            "--entity-type", "users", "--entity-name", user, broker_jars=True,
+        )  # fmt: skip
+        assert "SCRAM-SHA-256=iterations=8192" in oracle and "s3cret-pw" not in oracle, oracle
         # The new user can authenticate with the password.
         props = {
             **secured.security.client_config("sasl_ssl", user="alice", mechanism="SCRAM-SHA-256"),
@@ -282,7 +294,7 @@ def test_scram_credentials_set_describe_and_delete(secured: devbroker.Cluster) -
             admin.describe_user_scram_credentials([user], timeout=30)
 
 
-def test_list_groups_filters_by_type_and_state(admin: AdminClient, topic_factory: Any) -> None:
+def test_list_groups_filters_by_type_and_state(admin: AdminClient, broker: Any, topic_factory: Any) -> None:
     topic = topic_factory(partitions=1)
     group = f"filtered-{uuid.uuid4().hex[:8]}"
     admin.alter_consumer_group_offsets(
@@ -293,6 +305,12 @@ def test_list_groups_filters_by_type_and_state(admin: AdminClient, topic_factory
         return {g.group_id for g in admin.list_groups(timeout=30, types=types, states=states)}
 
     assert group in ids(types=["classic"], states=["Empty"])
+    # Kafka's ConsumerGroupCommand lists it with the same filters
+    oracle = run_tool(
+        "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server",
+        broker.bootstrap_servers, "--list", "--type", "classic", "--state", "Empty",
+    )  # fmt: skip
+    assert group in oracle.split(), oracle
     assert group in ids(states=["EMPTY"])
     assert group not in ids(states=["Stable"])
     assert group not in ids(types=["share", "consumer"])
@@ -333,6 +351,25 @@ def test_elections_reassignments_log_dirs_and_producers(
     assert (
         state.producer_id >= 0 and state.last_sequence == 2 and state.current_transaction_start_offset is None
     )
+    # Kafka's TransactionsCommand describes the same producer; LogDirsCommand the same replica
+    oracle = run_tool(
+        "org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", broker.bootstrap_servers,
+        "describe-producers", "--topic", topic, "--partition", "0",
+    )  # fmt: skip
+    row = next(line.split() for line in oracle.splitlines() if line.split()[:1] == [str(state.producer_id)])
+    assert [row[1], row[3]] == [str(state.producer_epoch), str(state.last_sequence)], (
+        oracle
+    )  # 2: coord. epoch
+    oracle = run_tool(
+        "org.apache.kafka.tools.LogDirsCommand", "--bootstrap-server", broker.bootstrap_servers,
+        "--describe", "--topic-list", topic,
+    )  # fmt: skip
+    reported = json.loads(next(line for line in oracle.splitlines() if line.startswith("{")))
+    sizes = {
+        (p["partition"], b["broker"]): p["size"]
+        for b in reported["brokers"] for d in b["logDirs"] for p in d["partitions"]
+    }  # fmt: skip
+    assert sizes[(f"{topic}-0", node)] == replicas[tp0].size
 
 
 def test_transactions_listed_and_described_as_kafkas_tool_describes_them(
@@ -361,7 +398,7 @@ def test_transactions_listed_and_described_as_kafkas_tool_describes_them(
         producer.abort_transaction(60)
 
 
-def test_client_quotas_set_described_and_removed(admin: AdminClient) -> None:
+def test_client_quotas_set_described_and_removed(admin: AdminClient, broker: Any) -> None:
     from kafka_handoff.admin import ClientQuotaAlteration, ClientQuotaEntity
 
     user = f"quota-{uuid.uuid4().hex[:6]}"
@@ -372,6 +409,11 @@ def test_client_quotas_set_described_and_removed(admin: AdminClient) -> None:
         assert time.monotonic() < deadline, "quota never visible"
         time.sleep(0.1)
     assert found == {entity: {"producer_byte_rate": 1024.0}}
+    oracle = run_tool(
+        "kafka.admin.ConfigCommand", "--bootstrap-server", broker.bootstrap_servers, "--describe",
+        "--entity-type", "users", "--entity-name", user, broker_jars=True,
+    )  # fmt: skip
+    assert "producer_byte_rate=1024.0" in oracle, oracle
     admin.alter_client_quotas([ClientQuotaAlteration(entity, {"producer_byte_rate": None})], timeout=30)
     deadline = time.monotonic() + 30
     while admin.describe_client_quotas({"user": user}, timeout=30):

@@ -170,3 +170,39 @@ def test_java_slow_loop_member_compiles_runs_and_writes_the_bench_log(
     assert kinds[0] == "subscribe" and kinds[-2:] == ["stopping", "closed"]
     result = analyse({"m1": log}, [0], {}, float(log["events"][0][0]), ScenarioConfig(partitions=1))
     assert result["processed"] == 0 and result["duplicates"] == 0 and result["fenced_members"] == 0
+
+
+def test_compare_bench_runs_both_builds_and_prints_ratios(
+    broker: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # HEAD's build (own virtualenv, under tmp_path) against this tree; tiny sizes, no speed asserted.
+    code = main(
+        [
+            "bench", "compare", "HEAD", "--bootstrap-servers", broker.bootstrap_servers,
+            "--records", "2000", "--produce-records", "2000", "--partitions", "2", "--repeat", "2",
+            "--apis", "records,columns", "--modes", "send,nowait", "--cache-dir", str(tmp_path / "venvs"),
+            "--out", str(tmp_path / "out"),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    [path] = (tmp_path / "out").glob("compare-*.json")
+    data = json.loads(path.read_text())
+    assert [row["bench"] for row in data["summary"]] == [
+        "consume-records", "consume-columns", "produce-send", "produce-nowait"
+    ]  # fmt: skip
+    for row in data["summary"]:
+        sides = [k for k in row if isinstance(row[k], dict)]
+        assert len(sides) == 2
+        for side in sides:
+            assert row[side]["runs"] == 2, (row["bench"], side, row[side])
+        assert row["ratio_records_per_s"] > 0 and row["ratio_cpu_s_per_million"] > 0
+    for sample in data["samples"]:
+        assert sample["records"] == 2000 and not sample["error"]
+    # Both rounds ran both builds, in swapped order.
+    first = [s["side"] for s in data["samples"] if s["bench"] == "consume-records"]
+    assert first[0] == first[3] and first[1] == first[2] and first[0] != first[1]
+    out = capsys.readouterr().out
+    assert "records/s" in out and "CPU/M" in out
+    # The ref's virtualenv holds its own build (with the C extensions), not this tree.
+    [venv_python] = (tmp_path / "venvs").glob("*/venv/bin/python")
+    assert str(venv_python) in data["sides"].values()

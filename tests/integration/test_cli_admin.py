@@ -126,7 +126,7 @@ def test_cli_reset_offsets_bad_flags_and_unknown_topics_fail_with_one_line(
 
 
 def test_cli_metadata_configs_and_records(
-    broker: Any, topic_factory: Any, capsys: pytest.CaptureFixture[str]
+    broker: Any, topic_factory: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     import time
 
@@ -161,7 +161,21 @@ def test_cli_metadata_configs_and_records(
     described = json.loads(capsys.readouterr().out)
     assert described["retention.ms"]["value"] == "86400000"
     assert described["segment.ms"]["source"] == "TOPIC_CONFIG"
+    # Kafka's ConfigCommand describes what handoff set
+    config_command = ("kafka.admin.ConfigCommand", "--bootstrap-server", bootstrap, "--describe")
+    oracle = run_tool(*config_command, "--entity-type", "topics", "--entity-name", topic, broker_jars=True)
+    assert "retention.ms=86400000" in oracle and "segment.ms=3600000" in oracle, oracle
     assert main(["configs", "delete", "--topic", topic, "--delete-config", "segment.ms", *b]) == 0
+    oracle = run_tool(*config_command, "--entity-type", "topics", "--entity-name", topic, broker_jars=True)
+    assert "retention.ms=86400000" in oracle and "segment.ms=" not in oracle, oracle
+    # a broker's dynamic config, likewise
+    node = str(meta["brokers"][0]["id"])
+    assert main(["configs", "set", "--broker", node, "--add-config", "log.cleaner.backoff.ms=14000", *b]) == 0
+    oracle = run_tool(*config_command, "--entity-type", "brokers", "--entity-name", node, broker_jars=True)
+    assert "log.cleaner.backoff.ms=14000" in oracle, oracle
+    assert main(["configs", "delete", "--broker", node, "--delete-config", "log.cleaner.backoff.ms", *b]) == 0
+    oracle = run_tool(*config_command, "--entity-type", "brokers", "--entity-name", node, broker_jars=True)
+    assert "log.cleaner.backoff.ms=14000" not in oracle, oracle
     capsys.readouterr()
     assert main(["configs", "describe", "--topic", topic, "--json", *b]) == 0
     remaining = json.loads(capsys.readouterr().out)
@@ -173,6 +187,16 @@ def test_cli_metadata_configs_and_records(
         main(["records", "delete", "--topic", topic, "--partition", "1", "--offset", "3", "--json", *b]) == 0
     )
     assert json.loads(capsys.readouterr().out) == [{"topic": topic, "partition": 1, "low_watermark": 3}]
+    # Kafka's DeleteRecordsCommand on partition 2 reports the low watermark handoff reports for partition 1
+    offsets_file = tmp_path / "delete.json"
+    offsets_file.write_text(
+        json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 2, "offset": 3}]})
+    )
+    out = run_tool(
+        "org.apache.kafka.tools.DeleteRecordsCommand", "--bootstrap-server", bootstrap,
+        "--offset-json-file", str(offsets_file),
+    )  # fmt: skip
+    assert f"partition: {topic}-2\tlow_watermark: 3" in out, out
     # Kafka's GetOffsetShell: the earliest offsets after the deletion.
     out = run_tool(
         "org.apache.kafka.tools.GetOffsetShell",
@@ -183,7 +207,7 @@ def test_cli_metadata_configs_and_records(
         "--time",
         "-2",
     )
-    assert sorted(out.split()) == sorted([f"{topic}:0:0", f"{topic}:1:3", f"{topic}:2:0"])
+    assert sorted(out.split()) == sorted([f"{topic}:0:0", f"{topic}:1:3", f"{topic}:2:3"])
 
 
 def test_cli_acls_and_users_on_the_secured_broker_checked_by_kafkas_acl_command(

@@ -443,7 +443,9 @@ def test_consumer_without_read_on_the_topic(secured: devbroker.Cluster, protocol
     ) as consumer:  # fmt: skip
         consumer.subscribe([topic])
         err = poll_raises(consumer, TopicAuthorizationFailedError)
-    assert topic in str(err)
+    assert f"not allowed READ on TOPIC '{topic}' (Fetch" in str(err), str(err)
+    assert isinstance(err, TopicAuthorizationFailedError)
+    assert (err.operation, err.resource_type, err.resource_name) == ("READ", "TOPIC", topic)
     # alice reads the same topic fine
     got = consume_all(
         {**user_props(secured, "alice"), "group.id": f"ga-{topic}", "group.protocol": protocol}, topic, 5
@@ -460,7 +462,27 @@ def test_consumer_without_read_on_the_group(secured: devbroker.Cluster, protocol
     with Consumer({**user_props(secured, "bob"), "group.id": group, "group.protocol": protocol}) as consumer:
         consumer.subscribe([topic])
         err = poll_raises(consumer, GroupAuthorizationFailedError)
-    assert group in str(err)
+    # FindCoordinator is the first request about the group: it needs DESCRIBE on it
+    assert f"not allowed DESCRIBE on GROUP '{group}' (FindCoordinator" in str(err), str(err)
+    assert isinstance(err, GroupAuthorizationFailedError)
+    assert (err.operation, err.resource_type, err.resource_name) == ("DESCRIBE", "GROUP", group)
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_consumer_that_may_describe_but_not_read_the_group(secured: devbroker.Cluster, protocol: str) -> None:
+    topic = f"sec-acl-gread-{uuid.uuid4().hex[:8]}"
+    group = f"g-{topic}"
+    secured.create_topic(topic, partitions=1)
+    create_acls(
+        secured,
+        [("GROUP", group, "User:bob", "DESCRIBE"), ("TOPIC", topic, "User:bob", "READ"),
+         ("TOPIC", topic, "User:bob", "DESCRIBE")],
+    )  # fmt: skip
+    with Consumer({**user_props(secured, "bob"), "group.id": group, "group.protocol": protocol}) as consumer:
+        consumer.subscribe([topic])
+        err = poll_raises(consumer, GroupAuthorizationFailedError)
+    api = "JoinGroup" if protocol == "classic" else "ConsumerGroupHeartbeat"
+    assert f"not allowed READ on GROUP '{group}' ({api}" in str(err), str(err)
 
 
 def test_producer_without_write(secured: devbroker.Cluster) -> None:
@@ -477,7 +499,7 @@ def test_producer_without_write(secured: devbroker.Cluster) -> None:
         for future in futures:
             with pytest.raises(TopicAuthorizationFailedError) as info:
                 future.result(LONG_S)
-            assert topic in str(info.value)
+            assert f"not allowed WRITE on TOPIC '{topic}' (Produce" in str(info.value), str(info.value)
     # alice may write
     with Producer({**user_props(secured, "alice"), "linger.ms": 0}) as producer:
         assert producer.send(topic, value=b"ok").result(30).offset >= 0

@@ -458,3 +458,58 @@ def test_share_throughput_bench_consumes_every_record(broker: Any, tmp_path: Any
     assert sorted(medians) == sorted(clients)
     for name, m in medians.items():
         assert m["runs"] == 1 and m["records"] == 1000 and m["records_per_s"] > 0, name
+
+
+def test_a_poison_pill_is_rejected_by_the_errors_coordinates_and_the_rest_delivered(
+    broker: Any, share_topic: Callable[..., tuple[str, str]], consumers: Callable[..., ShareConsumer]
+) -> None:
+    from kafka_handoff.errors import SerializationError
+    from kafka_handoff.serialization import MessageField, SerializationContext
+
+    def value_deserializer(data: bytes, ctx: SerializationContext) -> str:
+        assert ctx.topic == topic and ctx.partition == 0 and ctx.field == MessageField.VALUE
+        if data == b"v-0002":
+            raise ValueError("poison")
+        return data.decode()
+
+    topic, group = share_topic()
+    consumer = consumers(
+        group, topic, share_acknowledgement_mode="explicit", value_deserializer=value_deserializer
+    )
+    _produce(broker, topic, 5)
+    got: list[ShareConsumerRecord] = []
+    error: SerializationError | None = None
+    deadline = time.monotonic() + 30
+    while error is None or len(got) < 4:
+        assert time.monotonic() < deadline, f"error={error!r}, got {[r.offset for r in got]}"
+        try:
+            records = consumer.poll(0.2)
+        except SerializationError as exc:
+            assert error is None, "the poison pill was delivered twice"
+            error = exc
+            consumer.acknowledge_offset(exc.topic, exc.partition, exc.offset, A.REJECT)
+            continue
+        for record in records:
+            got.append(record)
+            consumer.acknowledge(record)
+    assert (error.topic, error.partition, error.offset, error.field) == (topic, 0, 2, "value")
+    assert sorted((r.offset, r.value) for r in got) == [
+        (0, "v-0000"),
+        (1, "v-0001"),
+        (3, "v-0003"),
+        (4, "v-0004"),
+    ]
+    assert consumer.commit_sync(timeout=30) == {TopicPartition(topic, 0): None}
+    # Rejected means archived: a new member of the group gets only new records, never offset 2 again.
+    consumer.close(timeout=10)
+    with Producer({"bootstrap.servers": _bootstrap(broker)}) as producer:
+        producer.send(topic, b"v-late").result(30)
+    second = consumers(group, topic, share_acknowledgement_mode="explicit")
+    later: list[ShareConsumerRecord] = []
+
+    def take(record: ShareConsumerRecord) -> None:
+        later.append(record)
+        second.acknowledge(record)
+
+    _poll_until(second, lambda: any(r.value == b"v-late" for r in later), take)
+    assert [r.offset for r in later] == [5]

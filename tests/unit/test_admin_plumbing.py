@@ -58,5 +58,10 @@ def test_group_describe_call_retries_retriable_errors_and_fails_the_others_at_on
         call.handle(_response("g", ErrorCode.coordinator_load_in_progress), 1, 7)
     with pytest.raises(NoRetry) as caught:
         call.handle(_response("g", ErrorCode.group_authorization_failed, "denied"), 1, 7)
-    assert isinstance(caught.value.error, GroupAuthorizationFailedError)
-    assert str(caught.value.error).endswith("cannot describe share group 'g': denied")
+    error = caught.value.error
+    assert isinstance(error, GroupAuthorizationFailedError)
+    assert (
+        "cannot describe share group 'g': denied: the principal is not allowed DESCRIBE on GROUP 'g'"
+        in str(error)
+    )
+    assert (error.operation, error.resource_type, error.resource_name) == ("DESCRIBE", "GROUP", "g")

@@ -85,3 +85,16 @@ def test_pipeline_kafka_security_reaches_consumer_and_dead_letter_producer(tmp_p
         assert producer_cfg.get("sasl.password").value == "hunter2-pw"
     finally:
         dead_letter.close()
+
+
+@pytest.mark.parametrize("suffix", [".json", ".properties"])
+def test_schema_registry_keys_are_not_client_settings(tmp_path: Path, suffix: str) -> None:
+    """``client.json`` of ``handoff broker start --schema-registry`` (and Confluent's client files) carry
+    ``schema.registry.*`` for the serdes: a command's clients do not get them."""
+    path = tmp_path / f"client{suffix}"
+    settings = {"bootstrap.servers": "b1:9092", "schema.registry.url": "http://r:8081"}
+    if suffix == ".json":
+        path.write_text(json.dumps(settings))
+    else:
+        path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    assert load_command_config(path) == {"bootstrap.servers": "b1:9092"}

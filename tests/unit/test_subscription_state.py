@@ -320,3 +320,61 @@ def test_a_partition_awaiting_its_assigned_callback_gets_a_position_only_when_as
     subs.clear_awaiting_callback([TB])
     subs.seek(TB, 5)
     assert set(subs.needs_position()) == {TA}
+
+
+def test_poll_start_snapshot_follows_every_kind_of_position_change() -> None:
+    # The auto-commit snapshot is updated only for partitions that moved; after each poll start it must
+    # equal every assigned partition's position, whatever moved it (advance, seek, reset, lookup result).
+    subs = SubscriptionState("earliest")
+    a, b, c, d = (TopicPartition("t", p) for p in range(4))
+    subs.assign_from_user([a, b, c, d])
+    for tp in (a, b, c):
+        subs.seek(tp, 10)
+    subs.mark_poll_start()
+    assert subs.consumed_before_poll() == {a: FetchPosition(10), b: FetchPosition(10), c: FetchPosition(10)}
+    assert subs.advance(a, subs.state(a).position_epoch, 15, 3)
+    subs.request_reset(b, "latest")
+    epoch_d = subs.state(d).position_epoch
+    subs.request_reset(d, "earliest")
+    assert subs.maybe_seek_unvalidated(d, 7, subs.state(d).position_epoch, "earliest")
+    # Not before the next poll starts: the batch handed out since may still be in processing.
+    assert subs.consumed_before_poll()[a] == FetchPosition(10)
+    assert b not in subs.consumed_before_poll()  # a reset drops the snapshot at once
+    subs.mark_poll_start()
+    assert subs.consumed_before_poll() == {a: FetchPosition(15, 3), c: FetchPosition(10), d: FetchPosition(7)}
+    assert subs.state(d).position_epoch > epoch_d
+    # Nothing moved: the snapshot stays; a partition re-assigned fresh has none.
+    subs.mark_poll_start()
+    assert subs.consumed_before_poll() == {a: FetchPosition(15, 3), c: FetchPosition(10), d: FetchPosition(7)}
+    subs.assign_from_user([a, c])
+    subs.assign_from_user([a, c, d])
+    subs.mark_poll_start()
+    assert subs.consumed_before_poll() == {a: FetchPosition(15, 3), c: FetchPosition(10)}
+
+
+def test_no_partition_lacks_an_offset_until_a_reset_with_strategy_none() -> None:
+    subs = SubscriptionState("none")
+    tp = TopicPartition("t", 0)
+    subs.assign_from_user([tp])
+    assert subs.partitions_without_offset() == frozenset()  # still to look up its committed offset
+    subs.request_reset(tp, "none")
+    assert subs.partitions_without_offset() == {tp}
+    subs.seek(tp, 3)
+    assert subs.partitions_without_offset() == frozenset()
+
+
+def test_needs_position_sees_every_way_a_position_goes_missing() -> None:
+    subs = assigned(A0, A1)
+    assert set(subs.needs_position()) == {A0, A1}
+    subs.seek(A0, 1)
+    subs.seek(A1, 1)
+    assert subs.needs_position() == {}
+    assert subs.needs_position() == {}  # and stays so (pruned, no scan needed)
+    subs.request_reset(A1, "earliest")
+    assert set(subs.needs_position()) == {A1}
+    subs.seek(A1, 2)
+    subs.assign_from_user([A0, A1, B0])  # a newly assigned partition
+    assert set(subs.needs_position()) == {B0}
+    subs.unsubscribe()
+    subs.assign_from_user([A0])  # fresh state after unsubscribe
+    assert set(subs.needs_position()) == {A0}

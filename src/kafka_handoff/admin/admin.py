@@ -55,6 +55,7 @@ from kafka_handoff.errors import (
     IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
+    Needs,
     UnsupportedVersionError,
     error_for_code,
 )
@@ -295,7 +296,9 @@ class AdminClient(
         def handle(response: Any, version: int, node: int) -> ClusterDescription:
             code = int(response.error_code)
             if code != ErrorCode.none:
-                raise error_for_code(code, response.error_message)
+                raise error_for_code(
+                    code, response.error_message, needs=Needs("DescribeCluster", cluster="DESCRIBE")
+                )
             brokers = tuple(
                 sorted(
                     (

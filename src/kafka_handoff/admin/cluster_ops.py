@@ -461,7 +461,7 @@ class ClusterOpsAdminMixin(AdminPlumbing):
                 return {"key": txn_id, "key_type": 1}
 
             def handle(response: Any, version: int, node: int) -> int:
-                found = parse_find_coordinator(txn_id, response, version)
+                found = parse_find_coordinator(txn_id, response, version, key_type=1)
                 if isinstance(found, BaseException):
                     raise found
                 return int(found.node_id)

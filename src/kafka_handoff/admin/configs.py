@@ -21,6 +21,7 @@ from kafka_handoff.admin.results import (
     ConfigEntry,
 )
 from kafka_handoff.errors import (
+    Needs,
     error_for_code,
 )
 from kafka_handoff.protocol.requests import ANY_NODE
@@ -99,6 +100,16 @@ def _check_values(r: ConfigResource, values: Iterable[tuple[str, object]]) -> No
             )
 
 
+def _config_needs(api: str, operation: str, r: ConfigResource) -> Needs:
+    """What reading/changing ``r``'s configs needs: the operation on the topic or group, or on the cluster
+    (broker and broker-logger configs)."""
+    if r.type is ConfigResourceType.TOPIC:
+        return Needs(api, topic=(operation, r.name))
+    if r.type is ConfigResourceType.GROUP:
+        return Needs(api, group=(operation, r.name))
+    return Needs(api, cluster=operation)
+
+
 def _target(r: ConfigResource) -> int:
     """Broker resources with an id go to that broker; everything else to any broker."""
     if r.type in (ConfigResourceType.BROKER, ConfigResourceType.BROKER_LOGGER) and r.name:
@@ -150,7 +161,9 @@ class ConfigAdminMixin(AdminPlumbing):
                             else (r.error_message or "")
                         )
                         out[r.resource_name] = error_for_code(
-                            code, f"cannot describe the configs of {resource}: {detail}".strip()
+                            code,
+                            f"cannot describe the configs of {resource}: {detail}".strip(),
+                            needs=_config_needs("DescribeConfigs", "DESCRIBE_CONFIGS", resource),
                         )
                         continue
                     out[r.resource_name] = {
@@ -272,7 +285,10 @@ class ConfigAdminMixin(AdminPlumbing):
                     detail = r.error_message or (
                         "it does not exist" if code == ErrorCode.unknown_topic_or_partition else ""
                     )
-                    errors.append(error_for_code(code, f"cannot alter the configs of {resource}: {detail}"))
+                    needs = _config_needs(name, "ALTER_CONFIGS", resource)
+                    errors.append(
+                        error_for_code(code, f"cannot alter the configs of {resource}: {detail}", needs=needs)
+                    )
                 return errors
 
             return AdminCall(name, api_key, target, build, handle, deadline)

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from kafka_handoff.admin.calls import AdminCall, GroupCoordinator, NoRetry, Steps, drives_steps, run_one
 from kafka_handoff.admin.offsets import OffsetSpec
 from kafka_handoff.admin.plumbing import AdminPlumbing
-from kafka_handoff.errors import IllegalStateError, UnknownTopicOrPartitionError, error_for_code
+from kafka_handoff.errors import IllegalStateError, Needs, UnknownTopicOrPartitionError, error_for_code
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import OffsetAndMetadata, TopicPartition
 
@@ -123,6 +123,7 @@ class GroupOffsetsAdminMixin(AdminPlumbing):
                     error = error_for_code(
                         code,
                         f"cannot commit the offset of {tp} for group {group_id!r}: {detail}".rstrip(": "),
+                        needs=Needs("OffsetCommit", topic=("READ", tp.topic), group=("READ", group_id)),
                     )
                     if error.retriable:
                         raise error
@@ -168,7 +169,9 @@ class GroupOffsetsAdminMixin(AdminPlumbing):
             if code != ErrorCode.none:
                 detail = "it does not exist" if code == ErrorCode.group_id_not_found else ""
                 error = error_for_code(
-                    code, f"cannot delete offsets of group {group_id!r}: {detail}".rstrip(": ")
+                    code,
+                    f"cannot delete offsets of group {group_id!r}: {detail}".rstrip(": "),
+                    needs=Needs("OffsetDelete", group=("DELETE", group_id)),
                 )
                 raise error if error.retriable else NoRetry(error)
             errors: list[BaseException] = []
@@ -187,6 +190,7 @@ class GroupOffsetsAdminMixin(AdminPlumbing):
                         error_for_code(
                             pcode,
                             f"cannot delete the offset of {tp} for group {group_id!r}: {detail}".rstrip(": "),
+                            needs=Needs("OffsetDelete", topic=("READ", tp.topic), group=("DELETE", group_id)),
                         )
                     )
             return errors

@@ -31,6 +31,7 @@ from kafka_handoff.admin.results import (
 )
 from kafka_handoff.errors import (
     GroupIdNotFoundError,
+    Needs,
     UnsupportedVersionError,
     error_for_code,
 )
@@ -177,7 +178,11 @@ class GroupAdminMixin(AdminPlumbing):
             code = int(g.error_code)
             if code != ErrorCode.none:
                 message = getattr(g, "error_message", None) or ""
-                error = error_for_code(code, f"cannot describe group {group_id!r}: {message}".strip())
+                error = error_for_code(
+                    code,
+                    f"cannot describe group {group_id!r}: {message}".strip(),
+                    needs=Needs("DescribeGroups", group=("DESCRIBE", group_id)),
+                )
                 if code == ErrorCode.group_id_not_found:
                     error = GroupIdNotFoundError(f"group {group_id!r} does not exist")
                 raise error if error.retriable else NoRetry(error)
@@ -234,7 +239,11 @@ class GroupAdminMixin(AdminPlumbing):
             else:
                 code, entries = int(getattr(response, "error_code", 0)), response.topics
             if code != ErrorCode.none:
-                error = error_for_code(code, f"cannot fetch the offsets of group {group_id!r}")
+                error = error_for_code(
+                    code,
+                    f"cannot fetch the offsets of group {group_id!r}",
+                    needs=Needs("OffsetFetch", group=("DESCRIBE", group_id)),
+                )
                 raise error if error.retriable else NoRetry(error)
             out: dict[TopicPartition, OffsetAndMetadata | None] = {}
             for t in entries:
@@ -246,7 +255,11 @@ class GroupAdminMixin(AdminPlumbing):
                         continue
                     if pcode != ErrorCode.none:
                         error = error_for_code(
-                            pcode, f"cannot fetch the offset of {tp} for group {group_id!r}"
+                            pcode,
+                            f"cannot fetch the offset of {tp} for group {group_id!r}",
+                            needs=Needs(
+                                "OffsetFetch", topic=("DESCRIBE", tp.topic), group=("DESCRIBE", group_id)
+                            ),
                         )
                         raise error if error.retriable else NoRetry(error)
                     offset = int(p.committed_offset)
@@ -291,7 +304,9 @@ class GroupAdminMixin(AdminPlumbing):
                     ErrorCode.group_id_not_found: "it does not exist",
                 }
                 error = error_for_code(
-                    code, f"cannot delete group {group_id!r}: {details.get(code, '')}".strip()
+                    code,
+                    f"cannot delete group {group_id!r}: {details.get(code, '')}".strip(),
+                    needs=Needs("DeleteGroups", group=("DELETE", group_id)),
                 )
                 raise error if error.retriable else NoRetry(error)
 

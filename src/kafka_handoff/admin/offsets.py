@@ -16,6 +16,7 @@ from kafka_handoff.admin.calls import (
 from kafka_handoff.admin.plumbing import AdminPlumbing
 from kafka_handoff.errors import (
     KafkaTimeoutError,
+    Needs,
     UnknownTopicOrPartitionError,
     error_for_code,
 )
@@ -143,7 +144,12 @@ class OffsetAdminMixin(AdminPlumbing):
                 for p in t.partitions:
                     tp = TopicPartition(str(t.name), int(p.partition_index))
                     code = int(p.error_code)
-                    out[tp] = error_for_code(code, f"listing offsets of {tp}") if code else int(p.offset)
+                    needs = Needs("ListOffsets", topic=("DESCRIBE", tp.topic))
+                    out[tp] = (
+                        error_for_code(code, f"listing offsets of {tp}", needs=needs)
+                        if code
+                        else int(p.offset)
+                    )
             return out
 
         return AdminCall(

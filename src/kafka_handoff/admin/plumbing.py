@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from kafka_handoff.admin.calls import AdminCall, GroupCoordinator, NoRetry, raise_first
-from kafka_handoff.errors import error_for_code
+from kafka_handoff.errors import Needs, error_for_code
 from kafka_handoff.protocol.requests import ANY_NODE
 
 if TYPE_CHECKING:
@@ -100,7 +100,9 @@ def group_describe_call(
             return not_found()
         if code != ErrorCode.none:
             error = error_for_code(
-                code, f"cannot describe {what} {group_id!r}: {g.error_message or ''}".strip()
+                code,
+                f"cannot describe {what} {group_id!r}: {g.error_message or ''}".strip(),
+                needs=Needs(name.split("(")[0], group=("DESCRIBE", group_id)),
             )
             raise error if error.retriable else NoRetry(error)
         return describe(g, node)

@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from kafka_handoff.admin.calls import AdminCall, Steps, drives_steps, run_calls
 from kafka_handoff.admin.plumbing import AdminPlumbing, merge_partition_outcomes
-from kafka_handoff.errors import UnknownTopicOrPartitionError, error_for_code
+from kafka_handoff.errors import Needs, UnknownTopicOrPartitionError, error_for_code
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import TopicPartition
 
@@ -60,7 +60,11 @@ class RecordsAdminMixin(AdminPlumbing):
             topic_code = cluster.topic_errors.get(tp.topic)
             if topic_code is not None and topic_code == ErrorCode.topic_authorization_failed:
                 errors.append(
-                    error_for_code(topic_code, f"cannot delete records of {tp}: {_denied(tp.topic)}")
+                    error_for_code(
+                        topic_code,
+                        f"cannot delete records of {tp}",
+                        needs=Needs("Metadata", topic=("DESCRIBE", tp.topic)),
+                    )
                 )
                 continue
             count = cluster.partition_count(tp.topic)
@@ -106,12 +110,11 @@ class RecordsAdminMixin(AdminPlumbing):
                             out[tp] = DeletedRecords(int(p.low_watermark))
                             continue
                         beyond = f"offset {wanted.get(tp)} is beyond the high watermark"
-                        detail = {
-                            int(ErrorCode.offset_out_of_range): beyond,
-                            int(ErrorCode.topic_authorization_failed): _denied(tp.topic),
-                        }.get(code, "")
+                        detail = beyond if code == ErrorCode.offset_out_of_range else ""
                         out[tp] = error_for_code(
-                            code, f"cannot delete records of {tp}: {detail}".rstrip(": ")
+                            code,
+                            f"cannot delete records of {tp}: {detail}".rstrip(": "),
+                            needs=Needs("DeleteRecords", topic=("DELETE", tp.topic)),
                         )
                 return out
 
@@ -121,7 +124,3 @@ class RecordsAdminMixin(AdminPlumbing):
 
         outcomes = yield from run_calls([make(leader, tps) for leader, tps in by_leader.items()], deadline)
         return merge_partition_outcomes(outcomes, errors)
-
-
-def _denied(topic: str) -> str:
-    return f"the principal is not allowed DELETE on TOPIC {topic!r} (an ACL denies it, or none allows it)"

@@ -24,6 +24,7 @@ from kafka_handoff.admin.results import (
 )
 from kafka_handoff.errors import (
     KafkaError,
+    Needs,
     RequestTimedOutError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -81,7 +82,8 @@ class TopicAdminMixin(AdminPlumbing):
                     if code == ErrorCode.unknown_topic_or_partition
                     else "the broker returned an error"
                 )
-                errors.append(error_for_code(code, f"cannot describe topic {name!r}: {detail}"))
+                needs = Needs("Metadata", topic=("DESCRIBE", name))
+                errors.append(error_for_code(code, f"cannot describe topic {name!r}: {detail}", needs=needs))
                 continue
             parts = cluster.partitions.get(name)
             if parts is None:
@@ -178,7 +180,9 @@ class TopicAdminMixin(AdminPlumbing):
                 code = 0  # our earlier attempt timed out on the broker but did create the topic
             if code != ErrorCode.none:
                 error = error_for_code(
-                    code, f"cannot create topic {name!r}: {entry.error_message or ''}".strip()
+                    code,
+                    f"cannot create topic {name!r}: {entry.error_message or ''}".strip(),
+                    needs=Needs("CreateTopics", topic=("CREATE", name), cluster="CREATE"),
                 )
                 if isinstance(error, RequestTimedOutError):
                     timed_out[0] = True
@@ -297,7 +301,11 @@ class TopicAdminMixin(AdminPlumbing):
                 raise NoRetry(
                     UnknownTopicOrPartitionError(f"cannot delete topic {name!r}: it does not exist")
                 )
-            error = error_for_code(code, f"cannot delete topic {name!r}: {message}".strip())
+            error = error_for_code(
+                code,
+                f"cannot delete topic {name!r}: {message}".strip(),
+                needs=Needs("DeleteTopics", topic=("DELETE", name)),
+            )
             if isinstance(error, RequestTimedOutError):
                 timed_out[0] = True
             raise error if error.retriable else NoRetry(error)
@@ -338,7 +346,9 @@ class TopicAdminMixin(AdminPlumbing):
             if code == ErrorCode.none:
                 return
             error = error_for_code(
-                code, f"cannot grow topic {name!r} to {count} partitions: {entry.error_message or ''}".strip()
+                code,
+                f"cannot grow topic {name!r} to {count} partitions: {entry.error_message or ''}".strip(),
+                needs=Needs("CreatePartitions", topic=("ALTER", name)),
             )
             if code == ErrorCode.unknown_topic_or_partition:
                 raise NoRetry(error)

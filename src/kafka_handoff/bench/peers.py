@@ -75,6 +75,25 @@ SECURITY_RUNNERS = frozenset(
 )
 
 
+SERIALIZER_ENV = "HANDOFF_BENCH_SERIALIZER"
+"""``handoff bench throughput|produce --serializer``: the kafka-handoff children's (de)serializer."""
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _identity_ctx(value: Any, ctx: Any) -> Any:
+    return value
+
+
+def bench_serializer() -> Callable[..., Any] | None:
+    """The (de)serializer ``--serializer`` chose (``HANDOFF_BENCH_SERIALIZER``): None, a one-argument
+    identity or a ``(value, ctx)`` identity -- the cost of the hook itself."""
+    name = os.environ.get(SERIALIZER_ENV, "none")
+    return {"none": None, "identity": _identity, "identity-ctx": _identity_ctx}[name]
+
+
 def client_settings() -> dict[str, Any]:
     """The extra client settings named by ``HANDOFF_BENCH_CLIENT_CONFIG`` (empty when unset)."""
     path = os.environ.get(CLIENT_CONFIG_ENV)
@@ -231,6 +250,7 @@ def _handoff_consumer(bootstrap: str, topic: str, partitions: int) -> Any:
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "max.poll.records": BATCH,
+            "value.deserializer": bench_serializer(),
             **client_settings(),
         }
     )

@@ -141,6 +141,7 @@ class RunConfig:
 
 
 def _handoff(cfg: RunConfig, mode: str, profile: str | None) -> _Run:
+    from kafka_handoff.bench.peers import bench_serializer
     from kafka_handoff.producer import Producer
 
     config: dict[str, Any] = {
@@ -148,6 +149,7 @@ def _handoff(cfg: RunConfig, mode: str, profile: str | None) -> _Run:
         "acks": cfg.acks,
         "enable.idempotence": cfg.idempotence,
         "compression.type": cfg.compression,
+        "value.serializer": bench_serializer(),
     }
     if cfg.linger_ms is not None:
         config["linger.ms"] = cfg.linger_ms

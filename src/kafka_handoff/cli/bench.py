@@ -1,4 +1,4 @@
-"""``handoff bench throughput|produce|rebalance|faults|decode|hostile``: benchmarks against the peers.
+"""``handoff bench throughput|produce|compare|rebalance|faults|decode|hostile``: benchmarks against the peers.
 
 ``throughput``, ``produce`` and ``rebalance`` start a private dev broker when no ``--bootstrap-servers`` is
 given (and stop it at the end), write JSON and PNG files to ``--out`` and print a table.  ``decode`` runs
@@ -77,6 +77,13 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="consume as the only member of a fresh share group (KIP-932): handoff-share and, when "
         "installed, confluent-kafka's preview ShareConsumer (confluent-share)",
+    )
+    tp.add_argument(
+        "--serializer",
+        choices=("none", "identity", "identity-ctx"),
+        default="none",
+        help="kafka-handoff's value.deserializer: none (default), identity (a one-argument function "
+        "returning its input) or identity-ctx (the same taking (value, ctx)): the cost of the hook",
     )
     tp.set_defaults(func=_throughput)
 
@@ -194,8 +201,24 @@ def register(subparsers: Any) -> None:
         "(default: all that are installed)",
     )
     pr.add_argument("--profile", action="store_true", help="cProfile text of the first kafka-handoff runs")
+    pr.add_argument(
+        "--serializer",
+        choices=("none", "identity", "identity-ctx"),
+        default="none",
+        help="kafka-handoff's value.serializer: none (default), identity (a one-argument function "
+        "returning its input) or identity-ctx (the same taking (value, ctx)): the cost of the hook",
+    )
     _common(pr)
     pr.set_defaults(func=_produce)
+
+    cmp = _benchmark(
+        actions,
+        "compare",
+        "the consume and produce benchmarks for this tree and a git ref side by side (a regression guard)",
+    )
+    __import__("kafka_handoff.bench.compare", fromlist=["add_arguments"]).add_arguments(cmp)
+    _common(cmp)
+    cmp.set_defaults(func=lambda a: __import__("kafka_handoff.bench.compare", fromlist=["cli"]).cli(a))
 
     p = actions.add_parser(
         "hostile",
@@ -251,7 +274,10 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _throughput(args: argparse.Namespace) -> int:
     from kafka_handoff.bench import throughput
-    from kafka_handoff.bench.peers import CLIENTS, SECURITY_RUNNERS
+    from kafka_handoff.bench.peers import CLIENTS, SECURITY_RUNNERS, SERIALIZER_ENV
+
+    if args.serializer != "none":
+        os.environ[SERIALIZER_ENV] = args.serializer  # read by the kafka-handoff child processes
 
     if args.share:
         return _share_throughput(args)
@@ -378,6 +404,10 @@ def _rebalance(args: argparse.Namespace) -> int:
 
 def _produce(args: argparse.Namespace) -> int:
     from kafka_handoff.bench import produce
+    from kafka_handoff.bench.peers import SERIALIZER_ENV
+
+    if args.serializer != "none":
+        os.environ[SERIALIZER_ENV] = args.serializer  # read by the kafka-handoff child processes
 
     if args.clients == "all":
         clients = [c for c in produce.CLIENTS if produce.client_available(c)]

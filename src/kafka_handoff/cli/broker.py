@@ -18,6 +18,10 @@ certificates, SASL users for PLAIN and SCRAM, OAUTHBEARER against a local token 
 every setting a client needs, in librdkafka's names, to DATA_DIR/client.json (printed on its own line);
 DATA_DIR/client-<mode>[-<mechanism>].json hold each listener's and mechanism's.
 
+``--schema-registry`` also starts a Confluent-compatible Schema Registry (Apicurio Registry, in-memory, built
+from Maven Central by ``make setup``/``handoff broker fetch-jars``) beside the broker, prints its URL and adds
+``schema.registry.url`` to DATA_DIR/client.json; ``handoff broker stop`` stops it too.
+
 ``--security kerberos`` (not part of ``all``) adds a SASL_PLAINTEXT listener with GSSAPI and starts a
 throwaway MIT Kerberos KDC on 127.0.0.1 beside the broker (stopped with it); clients need
 ``KRB5_CONFIG=DATA_DIR/security/kdc/krb5.conf`` (printed).  ``handoff broker setup-kerberos`` installs the
@@ -70,6 +74,11 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="MS",
         help="connections.max.reauth.ms of the SASL listeners (KIP-368 re-authentication)",
+    )
+    start.add_argument(
+        "--schema-registry",
+        action="store_true",
+        help="also start a Confluent-compatible Schema Registry; print its URL, add it to client.json",
     )
     start.set_defaults(func=cmd_start)
 
@@ -135,6 +144,8 @@ def cmd_fetch_jars(args: argparse.Namespace) -> int:
         return 1
     how = "resolved with Maven" if jars.resolved_now else "already cached"
     print(f"Kafka {jars.version} jars {how} in {jars.seconds:.1f}s: {jars.libs}")
+    if not _prepare_registry():
+        return 1
     from kafka_handoff.devbroker import cds, config
     from kafka_handoff.devbroker.cluster import ensure_cds_archive
 
@@ -148,6 +159,35 @@ def cmd_fetch_jars(args: argparse.Namespace) -> int:
     else:
         print("broker class-data-sharing archive unavailable (brokers start a little slower)")
     return 0
+
+
+def _prepare_registry() -> bool:
+    """Build the dev Schema Registry once (``--schema-registry``, the ``schema_registry`` test fixture).  A
+    failure is an error under CI=true, else a note (the registry's tests then skip)."""
+    import os
+
+    from kafka_handoff.devbroker import registry
+
+    try:
+        prepared = registry.ensure_registry()
+    except devbroker_errors() as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            _err(f"handoff: the Schema Registry cannot be prepared: {exc}")
+            return False
+        _err(f"note: the Schema Registry cannot be prepared ({exc}); --schema-registry is unavailable")
+        return True
+    how = "built with Maven" if prepared.built_now else "already built"
+    print(
+        f"Schema Registry (Apicurio {prepared.version}) {how} in {prepared.seconds:.1f}s: {prepared.app_dir}"
+    )
+    return True
+
+
+def devbroker_errors() -> tuple[type[BaseException], ...]:
+    from kafka_handoff.devbroker.jars import JarResolutionError
+    from kafka_handoff.errors import KafkaError
+
+    return (JarResolutionError, KafkaError, OSError)
 
 
 def cmd_setup_kerberos(args: argparse.Namespace) -> int:
@@ -174,6 +214,7 @@ def cmd_setup_kerberos(args: argparse.Namespace) -> int:
 
 def cmd_start(args: argparse.Namespace) -> int:
     from kafka_handoff import devbroker
+    from kafka_handoff.devbroker.registry import RegistryStartError
     from kafka_handoff.errors import ConfigError
 
     overrides: dict[str, str] = {}
@@ -196,6 +237,7 @@ def cmd_start(args: argparse.Namespace) -> int:
             security=args.security,
             connections_max_reauth_ms=args.reauth_ms,
             overrides=overrides,
+            schema_registry=args.schema_registry,
         )
     except ConfigError as exc:
         _err(f"handoff: {exc}")
@@ -204,7 +246,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         _err(f"handoff: {exc}")
         print(exc.bootstrap_servers)
         return 0
-    except (devbroker.BrokerStartError, devbroker.JarResolutionError) as exc:
+    except (devbroker.BrokerStartError, devbroker.JarResolutionError, RegistryStartError) as exc:
         _err(f"handoff: {exc}")
         return 1
     print(cluster.bootstrap_servers)
@@ -216,6 +258,13 @@ def cmd_start(args: argparse.Namespace) -> int:
             _err(f"  {mode}: {cluster.security.bootstrap(mode)}  ({cluster.security.client_json_path(mode)})")
         if cluster.security.krb5_conf is not None:
             _err(f"export KRB5_CONFIG={cluster.security.krb5_conf}  # for Kerberos clients (GSSAPI)")
+    if cluster.schema_registry is not None:
+        print(cluster.schema_registry.url)
+        _err(
+            f"Schema Registry (Apicurio, Confluent API) at {cluster.schema_registry.url}, ready in "
+            f"{cluster.schema_registry.start_seconds:.1f}s; schema.registry.url added to "
+            f"{cluster.data_dir / 'client.json'}"
+        )
     _err(
         f"Kafka {cluster.kafka_version}, {len(cluster.nodes)} node(s), ready in "
         f"{time.monotonic() - started:.1f}s (JVM start to ready {cluster.start_seconds:.1f}s); "
@@ -254,6 +303,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     if sec is not None:
         for mode in sec.modes:
             print(f"{mode}: {sec.bootstrap(mode)}  settings: {sec.client_json_path(mode)}")
+    from kafka_handoff.devbroker import registry
+    from kafka_handoff.devbroker._procs import pid_alive
+    from kafka_handoff.devbroker.cluster import REGISTRY_DIR
+
+    registry_state = registry.registry_state(Path(args.data_dir) / REGISTRY_DIR)
+    if registry_state is not None:
+        pid = registry_state.get("pid")
+        alive = isinstance(pid, int) and pid_alive(pid)
+        print(f"schema registry: {registry_state.get('url')}  pid {pid}  {'up' if alive else 'down'}")
     return 0 if state.running else 1
 
 

@@ -84,8 +84,15 @@ def load_command_config(path: str | Path) -> dict[str, Any]:
             raise ConfigError(f"--command-config {file}: not valid JSON ({exc.__class__.__name__})") from None
         if not isinstance(data, dict):
             raise ConfigError(f"--command-config {file}: expected a JSON object of client settings")
-        return {str(k): v for k, v in data.items()}
-    return dict(_properties(text, file))
+        return _kafka_settings({str(k): v for k, v in data.items()})
+    return _kafka_settings(_properties(text, file))
+
+
+def _kafka_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The Kafka client settings of a config file: ``schema.registry.*`` keys (as in ``client.json`` of
+    ``handoff broker start --schema-registry`` and Confluent's client files) are the serdes', not a
+    client's."""
+    return {k: v for k, v in settings.items() if not k.startswith("schema.registry.")}
 
 
 def default_bootstrap(cwd: Path | None = None) -> tuple[str, str]:

@@ -28,11 +28,12 @@ from kafka_handoff.protocol.records import (
     decode_batches_buffers,
     lists_to_buffers,
 )
+from kafka_handoff.serialization import MessageField, SerializationContext, takes_context
 from kafka_handoff.types import ConsumerRecord, TopicPartition
 
 __all__ = ["Collector"]
 
-Deserializer = Callable[[bytes | None], Any] | None
+Deserializer = Callable[..., Any] | None
 
 
 class Collector:
@@ -57,6 +58,10 @@ class Collector:
         self._read_committed = read_committed
         self._kdes = key_deserializer
         self._vdes = value_deserializer
+        # fn(value) or fn(value, ctx): decided here, once (the per-record loop stays as cheap as it was).
+        self._des_ctx = takes_context(key_deserializer) or takes_context(value_deserializer)
+        self._kctx = takes_context(key_deserializer)
+        self._vctx = takes_context(value_deserializer)
         self._on_records = on_records
         self._current: CompletedFetch | None = None
         self._parked: dict[TopicPartition, CompletedFetch] = {}
@@ -247,21 +252,69 @@ class Collector:
         again (the error repeats until the application seeks past it)."""
         done: list[ConsumerRecord] = []
         kdes, vdes = self._kdes, self._vdes
+        if self._des_ctx:
+            return self._deserialize_chunk_ctx(chunk)
         for r in chunk:
             try:
                 key = kdes(r.key) if kdes is not None else r.key
+            except Exception as exc:
+                return done, _deserialize_error(r, MessageField.KEY, exc)
+            try:
                 value = vdes(r.value) if vdes is not None else r.value
             except Exception as exc:
-                error = SerializationError(
-                    f"error deserializing record at offset {r.offset} of {r.topic}-{r.partition}: {exc} "
-                    "(seek past it to continue)"
-                )
-                error.__cause__ = exc
-                return done, error
+                return done, _deserialize_error(r, MessageField.VALUE, exc)
             r.key = key
             r.value = value
             done.append(r)
         return done, None
+
+    def _deserialize_chunk_ctx(
+        self, chunk: list[ConsumerRecord]
+    ) -> tuple[list[ConsumerRecord], SerializationError | None]:
+        """:meth:`_deserialize_chunk` when a deserializer takes ``(value, ctx)``."""
+        done: list[ConsumerRecord] = []
+        kdes, vdes, kctx, vctx = self._kdes, self._vdes, self._kctx, self._vctx
+        for r in chunk:
+            headers = r.headers
+            if type(headers) is not list:
+                headers = list(headers)
+            try:
+                if kdes is None:
+                    key = r.key
+                elif kctx:
+                    key = kdes(r.key, SerializationContext(r.topic, MessageField.KEY, headers, r.partition))
+                else:
+                    key = kdes(r.key)
+            except Exception as exc:
+                return done, _deserialize_error(r, MessageField.KEY, exc)
+            try:
+                if vdes is None:
+                    value = r.value
+                elif vctx:
+                    value = vdes(
+                        r.value, SerializationContext(r.topic, MessageField.VALUE, headers, r.partition)
+                    )
+                else:
+                    value = vdes(r.value)
+            except Exception as exc:
+                return done, _deserialize_error(r, MessageField.VALUE, exc)
+            r.key = key
+            r.value = value
+            done.append(r)
+        return done, None
+
+
+def _deserialize_error(r: ConsumerRecord, field: str, exc: Exception) -> SerializationError:
+    error = SerializationError(
+        f"error deserializing the {field} of the record at offset {r.offset} of {r.topic}-{r.partition}: "
+        f"{exc} (seek past it to continue)",
+        topic=r.topic,
+        partition=r.partition,
+        offset=r.offset,
+        field=field,
+    )
+    error.__cause__ = exc
+    return error
 
 
 def _columns_to_records(decoded: DecodedBuffers) -> DecodedRecords:

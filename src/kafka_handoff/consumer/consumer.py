@@ -142,7 +142,7 @@ class Consumer:
 
         isolation = 1 if cfg.get("isolation.level") == "read_committed" else 0
         self._read_committed = isolation == 1
-        self._lag_assignment: frozenset[TopicPartition] = frozenset()
+        self._lag_version = -1  # the SubscriptionState.version the lag metrics were pruned for
         self._extra_metadata_topics: set[str] = set()
         self._metadata, client = metadata_and_client(
             cfg,
@@ -950,9 +950,11 @@ class Consumer:
         if parts is None:
             code = cluster.topic_errors.get(topic)
             if code is not None and code != ErrorCode.unknown_topic_or_partition:
-                from kafka_handoff.errors import error_for_code
+                from kafka_handoff.errors import Needs, error_for_code
 
-                raise error_for_code(code, f"topic {topic}")
+                raise error_for_code(
+                    code, f"topic {topic}", needs=Needs("Metadata", topic=("DESCRIBE", topic))
+                )
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
         return list(parts)
 
@@ -983,10 +985,10 @@ class Consumer:
         end = st.last_stable_offset if self._read_committed else st.high_watermark
         if end is not None:
             self._fetch_metrics.record_partition_lag(tp, max(0, end - st.position.offset))
-        assigned = self._subs.assigned()
-        if assigned != self._lag_assignment:
-            self._lag_assignment = assigned
-            self._fetch_metrics.retain_partitions(assigned)
+        version = self._subs.version  # bumped on every assignment change: no set built per partition batch
+        if version != self._lag_version:
+            self._lag_version = version
+            self._fetch_metrics.retain_partitions(self._subs.assigned())
 
     def client_instance_id(self, timeout: float = 30.0) -> uuid.UUID | None:
         """The id the cluster gave this client for its telemetry (KIP-714), waiting up to ``timeout``

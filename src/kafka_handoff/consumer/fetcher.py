@@ -26,7 +26,7 @@ from kafka_handoff.consumer.fetch_session import (
 )
 from kafka_handoff.consumer.subscription import SubscriptionState
 from kafka_handoff.consumer.validation import PositionValidator, StallTracker
-from kafka_handoff.errors import OffsetOutOfRangeError, error_for_code
+from kafka_handoff.errors import Needs, OffsetOutOfRangeError, error_for_code
 from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.requests import MAX_POLL_WAIT_MS, PollResult, UnsentRequest
@@ -440,7 +440,13 @@ class FetchManager:
                     else:
                         completed.append(
                             CompletedFetch(
-                                tp, fetch_offset, pepoch, None, error=error_for_code(code, str(tp))
+                                tp,
+                                fetch_offset,
+                                pepoch,
+                                None,
+                                error=error_for_code(
+                                    code, str(tp), needs=Needs("Fetch", topic=("READ", tp.topic))
+                                ),
                             )
                         )
             if hints:

@@ -26,6 +26,7 @@ from kafka_handoff.errors import (
     CommitFailedError,
     KafkaError,
     KafkaTimeoutError,
+    Needs,
     error_for_code,
 )
 from kafka_handoff.group.coordinator import CoordinatorManager
@@ -340,7 +341,8 @@ class OffsetsManager:
                     self._metadata.request_update()
                     self._retry_lookup(lookup, {tp}, now)
                 else:
-                    lookup.future.set_exception(error_for_code(code, f"listing offsets of {tp}"))
+                    needs = Needs("ListOffsets", topic=("DESCRIBE", tp.topic))
+                    lookup.future.set_exception(error_for_code(code, f"listing offsets of {tp}", needs=needs))
                     return
                 if len(lookup.results) == len(lookup.timestamps) and not lookup.future.done():
                     lookup.future.set_result(dict(lookup.results))
@@ -633,7 +635,11 @@ class CommitManager:
                 return
             codes = set(errors.values())
             first_tp, first_code = next(iter(errors.items()))
-            first_error = error_for_code(first_code, f"committing offset for {first_tp}")
+            first_error = error_for_code(
+                first_code,
+                f"committing offset for {first_tp}",
+                needs=Needs("OffsetCommit", topic=("READ", first_tp.topic), group=("READ", self.group_id)),
+            )
             c.last_error = first_error
             if codes & {15, 16}:
                 self._coordinator.mark_unknown(
@@ -753,7 +759,8 @@ class CommitManager:
                         )
                     self._retry_later(f, now)
                     return
-                f.future.set_exception(error_for_code(top_code, "fetching committed offsets"))
+                needs = Needs("OffsetFetch", group=("DESCRIBE", self.group_id))
+                f.future.set_exception(error_for_code(top_code, "fetching committed offsets", needs=needs))
                 return
             result: dict[TopicPartition, OffsetAndMetadata | None] = {}
             for t in topics_resp:
@@ -769,7 +776,12 @@ class CommitManager:
                         self._retry_later(f, now)
                         return
                     if code:
-                        f.future.set_exception(error_for_code(code, f"fetching committed offset of {tp}"))
+                        needs = Needs(
+                            "OffsetFetch", topic=("DESCRIBE", tp.topic), group=("DESCRIBE", self.group_id)
+                        )
+                        f.future.set_exception(
+                            error_for_code(code, f"fetching committed offset of {tp}", needs=needs)
+                        )
                         return
                     off = int(p.committed_offset)
                     le = int(getattr(p, "committed_leader_epoch", -1))

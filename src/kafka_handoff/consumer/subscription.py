@@ -82,6 +82,16 @@ class SubscriptionState:
         """Bumped on every assignment change (lets collectors drop stale data)."""
         self._awaiting: set[TopicPartition] = set()
         """Partitions awaiting validation (may hold unassigned ones; pruned lazily)."""
+        self._moved: set[TopicPartition] = set()
+        """Partitions whose position was set since the last :meth:`mark_poll_start` (may hold unassigned
+        ones): only these need their ``consumed_at_poll`` snapshot updated, not every assigned partition."""
+        self._none_reset_seen = False
+        self._unpositioned: set[TopicPartition] = set()
+        """Every assigned partition without a position is in here (and some that have one since: pruned by
+        :meth:`needs_position`), so that the network thread's check on each pass is not a scan of every
+        assigned partition once all have positions.  A position becomes None only in a new
+        ``PartitionState`` (:meth:`_replace`) and in :meth:`request_reset`."""
+        """Whether a partition was ever to be reset with strategy ``none`` (else none can lack an offset)."""
 
     # ------------------------------------------------------------------ subscription
     @property
@@ -130,7 +140,10 @@ class SubscriptionState:
         new: dict[TopicPartition, PartitionState] = {}
         for tp in parts:
             state = self._parts.get(tp)
-            new[tp] = state if state is not None else PartitionState(reset_strategy="committed")
+            if state is None:
+                state = PartitionState(reset_strategy="committed")
+                self._unpositioned.add(tp)
+            new[tp] = state
         self._parts = new
         self.version += 1
 
@@ -192,6 +205,7 @@ class SubscriptionState:
         with self._lock:
             st = self.state(tp)
             st.position = FetchPosition(offset, leader_epoch)
+            self._moved.add(tp)
             st.reset_strategy = None
             st.position_epoch += 1
             if st.consumed_at_poll is not None and offset < st.consumed_at_poll.offset:
@@ -205,7 +219,11 @@ class SubscriptionState:
         with self._lock:
             st = self.state(tp)
             st.position = None
+            self._unpositioned.add(tp)
+            self._moved.add(tp)
             st.reset_strategy = strategy
+            if strategy == "none":
+                self._none_reset_seen = True
             st.position_epoch += 1
             st.consumed_at_poll = None  # may move backwards: nothing to auto-commit until the next poll()
             self._set_awaiting_validation(tp, st, False)
@@ -225,6 +243,7 @@ class SubscriptionState:
             if st is None or st.position_epoch != expected_epoch or st.reset_strategy != strategy:
                 return False
             st.position = FetchPosition(offset, leader_epoch)
+            self._moved.add(tp)
             st.reset_strategy = None
             st.position_epoch += 1
             self._set_awaiting_validation(tp, st, leader_epoch is not None)
@@ -297,6 +316,7 @@ class SubscriptionState:
             st.leader_epoch = leader_epoch
             if new_position is not None:
                 st.position = new_position
+                self._moved.add(tp)
                 st.position_epoch += 1
                 if st.consumed_at_poll is not None and new_position.offset < st.consumed_at_poll.offset:
                     # The log was truncated below what auto-commit may commit: never commit past it.
@@ -312,6 +332,7 @@ class SubscriptionState:
             st.position = FetchPosition(
                 offset, leader_epoch if leader_epoch is not None else st.position.leader_epoch
             )
+            self._moved.add(tp)
             return True
 
     def position(self, tp: TopicPartition) -> FetchPosition | None:
@@ -321,6 +342,15 @@ class SubscriptionState:
     def needs_position(self) -> dict[TopicPartition, tuple[str, int]]:
         """Partitions without a position: (strategy, position epoch)."""
         with self._lock:
+            if self._unpositioned:
+                parts = self._parts
+                self._unpositioned = {
+                    tp
+                    for tp in self._unpositioned
+                    if (st := parts.get(tp)) is not None and st.position is None
+                }
+            if not self._unpositioned:
+                return {}
             return {
                 tp: (st.reset_strategy or self.default_reset, st.position_epoch)
                 for tp, st in self._parts.items()
@@ -335,6 +365,8 @@ class SubscriptionState:
         """Partitions whose position cannot be initialised: no committed offset and the reset strategy is
         ``none``.  They stay so until the application seeks them."""
         with self._lock:
+            if not self._none_reset_seen:  # checked on every poll(): no scan of every partition
+                return frozenset()
             return frozenset(
                 tp
                 for tp, st in self._parts.items()
@@ -358,10 +390,16 @@ class SubscriptionState:
 
     def mark_poll_start(self) -> None:
         """Start of ``poll()`` (application thread): the positions now cover exactly the records returned by
-        earlier polls; remember them for the auto-commit timer."""
+        earlier polls; remember them for the auto-commit timer.  Every other partition's snapshot equals its
+        position already (each position change adds the partition to ``_moved``): the cost is per partition
+        that moved, not per assigned partition."""
         with self._lock:
-            for st in self._parts.values():
-                st.consumed_at_poll = st.position
+            parts = self._parts
+            for tp in self._moved:
+                st = parts.get(tp)
+                if st is not None:
+                    st.consumed_at_poll = st.position
+            self._moved.clear()
 
     def consumed_before_poll(self) -> dict[TopicPartition, FetchPosition]:
         """The positions as they stood at the start of the current (or last) ``poll()``: the auto-commit

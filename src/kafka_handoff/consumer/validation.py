@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from kafka_handoff.consumer.fetch_buffer import CompletedFetch, FetchBuffer
 from kafka_handoff.consumer.subscription import FetchPosition, SubscriptionState
-from kafka_handoff.errors import LogTruncationError, UnsupportedVersionError, error_for_code
+from kafka_handoff.errors import LogTruncationError, Needs, UnsupportedVersionError, error_for_code
 from kafka_handoff.protocol.backoff import ExponentialBackoff
 from kafka_handoff.protocol.metadata import MetadataManager
 from kafka_handoff.protocol.requests import MAX_POLL_WAIT_MS, PollResult, UnsentRequest
@@ -257,7 +257,14 @@ class PositionValidator:
                     if code == ErrorCode.topic_authorization_failed:
                         errors.append(
                             _error_fetch(
-                                tp, pos, pepoch, error_for_code(code, f"validating the position of {tp}")
+                                tp,
+                                pos,
+                                pepoch,
+                                error_for_code(
+                                    code,
+                                    f"validating the position of {tp}",
+                                    needs=Needs("OffsetForLeaderEpoch", topic=("DESCRIBE", tp.topic)),
+                                ),
                             )
                         )
                     elif code in _LEADER_ERRORS:

@@ -45,6 +45,7 @@ from pathlib import Path
 from types import TracebackType
 
 from kafka_handoff.devbroker import _posix, cds
+from kafka_handoff.devbroker import registry as _registry
 from kafka_handoff.devbroker import security as _security
 from kafka_handoff.devbroker._procs import pid_alive, process_args
 from kafka_handoff.devbroker.config import (
@@ -87,6 +88,8 @@ DEFAULT_START_TIMEOUT_S = 120.0
 #: small machine starve each other past the start timeout.  The start timeout counts from the lock.
 START_LOCK_ENV = "HANDOFF_DEVBROKER_START_LOCK"
 STATE_FILE = "state.json"
+#: Where a registry started with the broker (``start(schema_registry=True)``) keeps its state and log.
+REGISTRY_DIR = "schema-registry"
 _MARKER_FILE = ".kafka-handoff-devbroker"
 _STATE_FORMAT = 1
 _BIND_RETRIES = 3
@@ -282,6 +285,8 @@ class Cluster:
         self.owner_pid: int = os.getpid()
         #: The secured listeners, users and client settings (``start(security=...)``); None: plaintext only.
         self.security: _security.DevSecurity | None = None
+        #: The Schema Registry started beside the broker (``start(schema_registry=True)``); None: none.
+        self.schema_registry: _registry.SchemaRegistry | None = None
 
     # -- plain facts ---------------------------------------------------------------------------
 
@@ -437,6 +442,8 @@ class Cluster:
         with self._lock:
             if self._stopped:
                 return
+            if self.schema_registry is not None or (self.data_dir / REGISTRY_DIR).is_dir():
+                _registry.stop_registry(self.data_dir / REGISTRY_DIR)
             self._terminate(self.nodes, timeout)
             if self.security is not None or (self.data_dir / "security").is_dir():
                 _security.stop_services(self.data_dir)
@@ -779,6 +786,7 @@ def start(
     node_overrides: Callable[[NodeSpec], Mapping[str, str]] | None = None,
     security: str | Sequence[str] | None = None,
     connections_max_reauth_ms: int | None = None,
+    schema_registry: bool = False,
 ) -> Cluster:
     """Start a 1- or 3-node KRaft cluster on 127.0.0.1 and wait until it serves clients.
 
@@ -793,6 +801,9 @@ def start(
     :mod:`.security`.  The handle's ``security`` then gives each mode's client settings, and
     ``<data_dir>/client.json`` (+ ``client-<mode>.json``) holds them.
     ``connections_max_reauth_ms``: session lifetime on the SASL listeners (KIP-368 re-authentication).
+    ``schema_registry``: also start a Confluent-compatible Schema Registry (:mod:`.registry`, supervised or
+    detached like the brokers, stopped with them); its URL is ``cluster.schema_registry.url`` and
+    ``<data_dir>/client.json`` gets ``schema.registry.url``.
     """
     with _start_slot():
         return _start(
@@ -855,6 +866,8 @@ def _start(
         raise ConfigError("connections.max.reauth.ms: needs a secured broker (security=...)")
     jars = ensure_jars()
     java = java_executable()
+    if schema_registry:
+        _registry.ensure_registry()  # a build failure stops us before any broker runs
     cds_opts: list[str] = []
     if use_cds:
         ensure_cds_archive(jars, java)
@@ -936,6 +949,9 @@ def _start(
             if sec is not None:
                 sec.start_token_endpoint(supervised=supervised)
                 sec.write_client_files()
+            if schema_registry:
+                cluster.schema_registry = _registry.start_registry(root / REGISTRY_DIR, supervised=supervised)
+                _add_registry_to_client_json(cluster)
             cluster.start_seconds = time.monotonic() - launched
             if cds_suspect:
                 cds.discard(jars, java, cds_suspect)
@@ -973,6 +989,19 @@ def _start(
     raise last_error
 
 
+def _add_registry_to_client_json(cluster: Cluster) -> None:
+    """``schema.registry.url`` into ``<data_dir>/client.json`` (made with ``bootstrap.servers`` when the
+    broker is not secured and so wrote none)."""
+    assert cluster.schema_registry is not None
+    path = cluster.data_dir / "client.json"
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        settings = {"bootstrap.servers": cluster.bootstrap_servers}
+    settings["schema.registry.url"] = cluster.schema_registry.url
+    write_private(path, json.dumps(settings, indent=2) + "\n")
+
+
 def _abandon(cluster: Cluster) -> None:
     """Stop whatever a failed start launched."""
     with contextlib.suppress(Exception):
@@ -980,6 +1009,8 @@ def _abandon(cluster: Cluster) -> None:
     if cluster.security is not None:
         with contextlib.suppress(Exception):
             _security.stop_services(cluster.data_dir)
+    with contextlib.suppress(Exception):
+        _registry.stop_registry(cluster.data_dir / REGISTRY_DIR)
     cluster._stopped = True
     with _live_lock:
         _live.discard(cluster)
@@ -990,7 +1021,7 @@ def stop(data_dir: str | os.PathLike[str], timeout: float = DEFAULT_STOP_TIMEOUT
     root = Path(data_dir).resolve()
     cluster = Cluster._from_state(root)
     if cluster is None:
-        return False
+        return _registry.stop_registry(root / REGISTRY_DIR)
     with _live_lock:
         for live in _live:
             if live.data_dir == root:  # started by this process: use the handle (reaps children)

@@ -129,6 +129,7 @@ from kafka_handoff.errors import (
     FencedError,
     IllegalStateError,
     KafkaError,
+    Needs,
     UnsupportedVersionError,
     error_for_code,
 )
@@ -927,7 +928,7 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
                 self._send_sync([], now_ms)
             return
 
-        error = error_for_code(code, "JoinGroup")
+        error = error_for_code(code, "JoinGroup", needs=Needs("JoinGroup", group=("READ", self.group_id)))
         if code == _E.coordinator_load_in_progress:
             self._join_retry(now_ms, backoff=True)
         elif code == _E.unknown_member_id:
@@ -1165,7 +1166,8 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
             self._join_retry(now_ms, backoff=True)
         else:
             # GROUP_AUTHORIZATION_FAILED and anything unexpected: raised to the caller.
-            self._fail_visible(error_for_code(code, "SyncGroup"), now_ms)
+            needs = Needs("SyncGroup", group=("READ", self.group_id))
+            self._fail_visible(error_for_code(code, "SyncGroup", needs=needs), now_ms)
 
     def _on_join_complete(self, data: bytes, now_ms: int, sync_sent_ms: int | None = None) -> None:
         """Java's ``onJoinComplete`` (KIP-429 step 3)."""
@@ -1288,7 +1290,8 @@ class ClassicMembership(MembershipCore[MemberState, _Outstanding]):
                     now_ms=now_ms,
                 )
         elif code == _E.group_authorization_failed:
-            self._events.append(MembershipError(error_for_code(code, f"group {self.group_id!r} (Heartbeat)")))
+            needs = Needs("Heartbeat", group=("READ", self.group_id))
+            self._events.append(MembershipError(error_for_code(code, needs=needs)))
             self._heartbeat_failed(now_ms)
         else:
             self._heartbeat_failed(now_ms)

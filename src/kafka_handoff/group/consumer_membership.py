@@ -47,6 +47,7 @@ from kafka_handoff.errors import (
     BrokerResponseError,
     ConfigError,
     GroupProtocolUnsupportedError,
+    Needs,
     error_for_code,
 )
 from kafka_handoff.group.heartbeat_state import (
@@ -625,7 +626,8 @@ class ConsumerMembership(MembershipCore[MemberState, _PendingCallback]):
         elif err in _FATAL_ERRORS or not err.retriable:
             self._timer.on_failure(now_ms, backoff=True)
             self._record_failed_rebalance(now_ms)
-            self._transition_to_fatal(error_for_code(code, message), now_ms)
+            needs = Needs("ConsumerGroupHeartbeat", group=("READ", self.group_id))
+            self._transition_to_fatal(error_for_code(code, message, needs=needs), now_ms)
         else:
             # A retriable code outside Java's table: back off and retry rather than fail the consumer.
             self._timer.on_failure(now_ms, backoff=True)

@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from kafka_handoff.errors import (
     CoordinatorNotAvailableError,
     GroupAuthorizationFailedError,
+    Needs,
     error_for_code,
 )
 from kafka_handoff.group.membership import CoordinatorNeeded
@@ -50,8 +51,11 @@ def find_coordinator_body(group_id: str, version: int) -> dict[str, Any]:
     return {"key": group_id, "key_type": 0}
 
 
-def parse_find_coordinator(group_id: str, response: Any, version: int) -> BrokerNode | BaseException:
-    """The coordinator a FindCoordinator response names for ``group_id``, or the error it reports."""
+def parse_find_coordinator(
+    group_id: str, response: Any, version: int, *, key_type: int = 0
+) -> BrokerNode | BaseException:
+    """The coordinator a FindCoordinator response names for ``group_id`` (a transactional.id with
+    ``key_type=1``), or the error it reports (a refusal names the DESCRIBE it needed)."""
     if version >= 4:
         entries = [c for c in response.coordinators if c.key == group_id] or list(response.coordinators)
         if not entries:
@@ -75,13 +79,11 @@ def parse_find_coordinator(group_id: str, response: Any, version: int) -> Broker
         )
         message = getattr(response, "error_message", None)
     if code != ErrorCode.none:
-        error = error_for_code(code, message)
-        if isinstance(error, GroupAuthorizationFailedError):
-            detail = f": {message}" if message else ""
-            return GroupAuthorizationFailedError(
-                f"not authorized to use group {group_id!r} (FindCoordinator){detail}"
-            )
-        return error
+        if key_type == 1:
+            needs = Needs("FindCoordinator", transactional_id=("DESCRIBE", group_id))
+        else:
+            needs = Needs("FindCoordinator", group=("DESCRIBE", group_id))
+        return error_for_code(code, message, needs=needs)
     return BrokerNode(node_id, str(host), port)
 
 

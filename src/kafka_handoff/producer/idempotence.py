@@ -42,7 +42,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from kafka_handoff.errors import KafkaError, error_for_code
+from kafka_handoff.errors import KafkaError, Needs, error_for_code
 from kafka_handoff.producer.batch import NO_SEQUENCE, ProducerBatch
 from kafka_handoff.types import TopicPartition
 
@@ -162,7 +162,10 @@ class IdempotenceManager:
             self.state = ProducerState.READY
             log.debug("producer id %d, epoch %d", producer_id, epoch)
             return None
-        error = error_for_code(error_code, "InitProducerId failed")
+        # an idempotent producer needs IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679)
+        error = error_for_code(
+            error_code, "InitProducerId failed", needs=Needs("InitProducerId", cluster="IDEMPOTENT_WRITE")
+        )
         if error.retriable:
             self.state = ProducerState.UNINITIALIZED
         else:

@@ -52,6 +52,7 @@ from kafka_handoff.errors import (
     KafkaError,
     KafkaTimeoutError,
     MessageTooLargeError,
+    Needs,
     RecordPurgedError,
     SerializationError,
     error_for_code,
@@ -105,6 +106,7 @@ from kafka_handoff.protocol.requests import MonotonicClock
 from kafka_handoff.protocol.telemetry import TelemetryManager
 from kafka_handoff.protocol.telemetry import client_instance_id as telemetry_client_instance_id
 from kafka_handoff.protocol.versions import ApiKey
+from kafka_handoff.serialization import MessageField, SerializationContext, takes_context
 from kafka_handoff.types import (
     ClusterMetadata,
     ConsumerGroupMetadata,
@@ -188,8 +190,12 @@ class Producer:
         self._unreported: BaseException | None = None
         self._unreported_count = 0
 
-        self._key_serializer: Callable[[Any], Any] | None = cfg.key_serializer
-        self._value_serializer: Callable[[Any], Any] | None = cfg.value_serializer
+        self._key_serializer: Callable[..., Any] | None = cfg.key_serializer
+        self._value_serializer: Callable[..., Any] | None = cfg.value_serializer
+        # fn(value) or fn(value, ctx), decided once here (not per record).
+        self._kser_ctx = takes_context(cfg.key_serializer)
+        self._vser_ctx = takes_context(cfg.value_serializer)
+        self._ser_ctx = self._kser_ctx or self._vser_ctx
         self._ignore_keys = cfg.partitioner_ignore_keys
         # The C send path reads the partitioner's code; None: Java's (murmur2_random), inlined below.
         self._partitioner_code = partitioner_code(cfg.partitioner)
@@ -617,7 +623,10 @@ class Producer:
         partition, size estimate, when the metadata wait started or None)``.  Raises for misuse;
         :class:`KafkaTimeoutError`/:class:`AuthenticationError` from the topic's metadata wait."""
         if self._key_serializer is not None or self._value_serializer is not None:
-            key, value = self._serialize(topic, key, value)
+            if self._ser_ctx:
+                key, value, headers = self._serialize_ctx(topic, partition, key, value, headers)
+            else:
+                key, value = self._serialize(topic, key, value)
         if key is None:
             size = RECORD_OVERHEAD_ESTIMATE
         else:
@@ -709,9 +718,13 @@ class Producer:
         if not vals:
             return
         if self._key_serializer is not None and ks is not None:
-            ks = [self._serialize_one(self._key_serializer, topic, k, "key") for k in ks]
+            ks = self._serialize_many(
+                self._key_serializer, self._kser_ctx, topic, partition, ks, MessageField.KEY
+            )
         if self._value_serializer is not None:
-            vals = [self._serialize_one(self._value_serializer, topic, v, "value") for v in vals]
+            vals = self._serialize_many(
+                self._value_serializer, self._vser_ctx, topic, partition, vals, MessageField.VALUE
+            )
         self._check_sizes(topic, vals, ks)
         if timestamp is None:
             timestamp = time_ns() // 1_000_000
@@ -814,13 +827,47 @@ class Producer:
                 raise self._too_large(topic, size)
 
     @staticmethod
-    def _serialize_one(serializer: Callable[[Any], Any], topic: str, item: Any, what: str) -> Any:
+    def _serialize_one(serializer: Callable[..., Any], topic: str, item: Any, what: str) -> Any:
         try:
             return serializer(item)
         except Exception as exc:
             raise SerializationError(
-                f"cannot serialize the {what} of a record for topic {topic}: {exc}"
+                f"cannot serialize the {what} of a record for topic {topic}: {exc}", topic=topic, field=what
             ) from exc
+
+    @staticmethod
+    def _serialize_many(
+        serializer: Callable[..., Any],
+        with_ctx: bool,
+        topic: str,
+        partition: int | None,
+        items: list[Any],
+        what: str,
+    ) -> list[Any]:
+        """``send_many``'s keys or values serialized; a serializer taking a context gets one per record (with
+        no headers: ``send_many`` sends none, so one that adds a header fails the call)."""
+        if not with_ctx:
+            return [Producer._serialize_one(serializer, topic, item, what) for item in items]
+        out: list[Any] = []
+        for item in items:
+            ctx = SerializationContext(topic, what, [], partition)
+            try:
+                out.append(serializer(item, ctx))
+            except Exception as exc:
+                raise SerializationError(
+                    f"cannot serialize the {what} of a record for topic {topic}: {exc}",
+                    topic=topic,
+                    partition=-1 if partition is None else partition,
+                    field=what,
+                ) from exc
+            if ctx.headers:
+                raise SerializationError(
+                    f"the {what} serializer added headers ({', '.join(h[0] for h in ctx.headers)}) for topic "
+                    f"{topic}, but send_many() sends records without headers: use send() or send_nowait()",
+                    topic=topic,
+                    field=what,
+                )
+        return out
 
     def _serialize(self, topic: str, key: Any, value: Any) -> tuple[Any, Any]:
         ks = self._key_serializer
@@ -829,7 +876,7 @@ class Producer:
                 key = ks(key)
             except Exception as exc:
                 raise SerializationError(
-                    f"cannot serialize the key of a record for topic {topic}: {exc}"
+                    f"cannot serialize the key of a record for topic {topic}: {exc}", topic=topic, field="key"
                 ) from exc
         vs = self._value_serializer
         if vs is not None:
@@ -837,9 +884,58 @@ class Producer:
                 value = vs(value)
             except Exception as exc:
                 raise SerializationError(
-                    f"cannot serialize the value of a record for topic {topic}: {exc}"
+                    f"cannot serialize the value of a record for topic {topic}: {exc}",
+                    topic=topic,
+                    field="value",
                 ) from exc
         return key, value
+
+    def _serialize_ctx(
+        self,
+        topic: str,
+        partition: int | None,
+        key: Any,
+        value: Any,
+        headers: Iterable[tuple[str, Any]] | Mapping[str, Any] | None,
+    ) -> tuple[Any, Any, list[tuple[str, Any]] | None]:
+        """:meth:`_serialize` when a serializer takes ``(value, ctx)``: the context's headers are a list the
+        serializers may add to; the record is sent with it."""
+        if headers is None:
+            hdrs: list[tuple[str, Any]] = []
+        elif isinstance(headers, Mapping):
+            hdrs = list(headers.items())
+        else:
+            hdrs = list(headers)
+        part = -1 if partition is None else partition
+        ks = self._key_serializer
+        if ks is not None:
+            try:
+                if self._kser_ctx:
+                    key = ks(key, SerializationContext(topic, MessageField.KEY, hdrs, partition))
+                else:
+                    key = ks(key)
+            except Exception as exc:
+                raise SerializationError(
+                    f"cannot serialize the key of a record for topic {topic}: {exc}",
+                    topic=topic,
+                    partition=part,
+                    field="key",
+                ) from exc
+        vs = self._value_serializer
+        if vs is not None:
+            try:
+                if self._vser_ctx:
+                    value = vs(value, SerializationContext(topic, MessageField.VALUE, hdrs, partition))
+                else:
+                    value = vs(value)
+            except Exception as exc:
+                raise SerializationError(
+                    f"cannot serialize the value of a record for topic {topic}: {exc}",
+                    topic=topic,
+                    partition=part,
+                    field="value",
+                ) from exc
+        return key, value, hdrs
 
     def _too_large(self, topic: str, size: int) -> MessageTooLargeError:
         serialized = size + RECORD_BATCH_OVERHEAD
@@ -872,7 +968,8 @@ class Producer:
                 return count
             code = self._topic_errors.get(topic)
             if code in _FATAL_TOPIC_ERRORS:
-                raise error_for_code(code or 0, f"topic {topic}")
+                needs = Needs("Metadata", topic=("DESCRIBE", topic))
+                raise error_for_code(code or 0, f"topic {topic}", needs=needs)
             remaining = deadline_ms - self._clock.now_ms()
             if remaining <= 0:
                 raise KafkaTimeoutError(

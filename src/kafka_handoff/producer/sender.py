@@ -34,6 +34,7 @@ from kafka_handoff.errors import (
     KafkaError,
     KafkaTimeoutError,
     MessageTooLargeError,
+    Needs,
     error_for_code,
 )
 from kafka_handoff.producer import produce_request
@@ -521,7 +522,7 @@ class Sender:
                                 f"record {int(e.batch_index)}: {e.batch_index_error_message}"
                                 for e in record_errors
                             )
-                        error = error_for_code(code, detail)
+                        error = error_for_code(code, detail, needs=Needs("Produce", topic=("WRITE", name)))
                         self._handle_error(batch, code, error, int(getattr(p, "log_start_offset", -1)), now)
             for batch in by_tp.values():  # not in the answer: treat as a retriable failure
                 self._handle_error(

@@ -49,6 +49,7 @@ from kafka_handoff.errors import (
     CommitFailedError,
     IllegalStateError,
     KafkaError,
+    Needs,
     TransactionAbortedError,
     error_for_code,
 )
@@ -442,6 +443,7 @@ class TransactionManager:
         error_code: Callable[[Any], int] = lambda response: int(response.error_code),
         min_version: int = 0,
         max_version: int | None = None,
+        needs: Callable[[], Needs] | None = None,
     ) -> UnsentRequest:
         """A request to the transaction coordinator.  ``error_code`` reads the answer's error (0: done, then
         ``on_success(response, version, now)``); ``on_error(code, version, now)`` handles the errors
@@ -454,7 +456,7 @@ class TransactionManager:
                 self._failures = 0
                 on_success(response, version, now)
             elif on_error is None or not on_error(code, version, now):
-                self._handle_common(code, what, now)
+                self._handle_common(code, what, now, needs=needs() if needs else None)
 
         return UnsentRequest(
             api_key=api_key,
@@ -466,8 +468,12 @@ class TransactionManager:
             max_version=max_version,
         )
 
-    def _handle_common(self, code: int, what: str, now: int, *, txn_coordinator: bool = True) -> bool:
-        """Retry, rediscovery and fatal errors shared by every coordinator request; True when handled."""
+    def _handle_common(
+        self, code: int, what: str, now: int, *, txn_coordinator: bool = True, needs: Needs | None = None
+    ) -> bool:
+        """Retry, rediscovery and fatal errors shared by every coordinator request; True when handled.
+        ``needs``: what the request needs from the authorizer (default: WRITE on the transactional.id)."""
+        needs = needs or Needs(what, transactional_id=("WRITE", self.transactional_id))
         if code in _COORDINATOR_MOVED:
             if txn_coordinator:
                 self._coordinator_lost(now)
@@ -478,9 +484,11 @@ class TransactionManager:
             self._retry_later(now)
             return True
         if code in _ABORTABLE:
-            self._abortable(error_for_code(code, f"{what} for transaction {self.transactional_id!r}"))
+            self._abortable(
+                error_for_code(code, f"{what} for transaction {self.transactional_id!r}", needs=needs)
+            )
             return True
-        error = error_for_code(code, f"{what} for transaction {self.transactional_id!r}")
+        error = error_for_code(code, f"{what} for transaction {self.transactional_id!r}", needs=needs)
         if code == INVALID_PRODUCER_EPOCH and self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
             # KIP-588: most likely the coordinator timed the transaction out (transaction.timeout.ms) and
             # bumped the epoch; a real successor answers PRODUCER_FENCED to the abort's request instead.
@@ -503,13 +511,13 @@ class TransactionManager:
 
         def on_response(response: Any, version: int, now: int) -> None:
             self._in_flight = False
-            found = parse_find_coordinator(key, response, version)
+            found = parse_find_coordinator(key, response, version, key_type=key_type)
             if isinstance(found, BaseException):
                 code = int(getattr(found, "code", -1)) if hasattr(found, "code") else -1
                 if code in (GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED) and key_type == 0:
-                    self._abortable(KafkaError(str(found)))
+                    self._abortable(found if isinstance(found, KafkaError) else KafkaError(str(found)))
                 elif code == ErrorCode.transactional_id_authorization_failed:
-                    self._fatal(error_for_code(code, f"transactional.id {key!r}"))
+                    self._fatal(found if isinstance(found, KafkaError) else error_for_code(code, repr(key)))
                 else:
                     log.debug("FindCoordinator for %r: %s", key, found)
                     self._retry_later(now)
@@ -574,6 +582,8 @@ class TransactionManager:
             "v3_and_below_topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
         }
 
+        denied: list[str] = []  # the topic of the first partition the coordinator refused
+
         def error_code(response: Any) -> int:
             codes: dict[TopicPartition, int] = {}
             results = getattr(response, "results_by_topic_v3_and_below", None) or ()
@@ -585,6 +595,7 @@ class TransactionManager:
             top = int(getattr(response, "error_code", 0) or 0)
             failed = {tp: c for tp, c in codes.items() if c not in (0, OPERATION_NOT_ATTEMPTED)}
             code = top or next(iter(failed.values()), 0)
+            denied[:] = [tp.topic for tp, c in failed.items() if c == TOPIC_AUTHORIZATION_FAILED][:1]
             if code == 0 and not all(codes.get(tp, -1) == 0 for tp in partitions):
                 return _NOT_ALL_ADDED
             return code
@@ -612,6 +623,11 @@ class TransactionManager:
             on_error,
             error_code=error_code,
             max_version=ADD_PARTITIONS_MAX_VERSION,
+            needs=lambda: Needs(
+                "AddPartitionsToTxn",
+                topic=("WRITE", denied[0]) if denied else None,
+                transactional_id=("WRITE", self.transactional_id),
+            ),
         )
 
     # ---------------------------------------------------------------- AddOffsetsToTxn
@@ -629,7 +645,16 @@ class TransactionManager:
             self._txn_started = True
             step.kind = "txn_offset_commit"  # the same step goes on, to the group coordinator
 
-        return self._to_coordinator(ApiKey.ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", values, on_success)
+        group_id = step.group.group_id
+        return self._to_coordinator(
+            ApiKey.ADD_OFFSETS_TO_TXN,
+            "AddOffsetsToTxn",
+            values,
+            on_success,
+            needs=lambda: Needs(
+                "AddOffsetsToTxn", group=("READ", group_id), transactional_id=("WRITE", self.transactional_id)
+            ),
+        )
 
     # ---------------------------------------------------------------- TxnOffsetCommit
     def _txn_offset_commit(self, step: _Step, node: BrokerNode) -> UnsentRequest:
@@ -659,8 +684,8 @@ class TransactionManager:
 
         def on_response(response: Any, _version: int, now: int) -> None:
             self._in_flight = False
-            codes = [int(p.error_code) for t in response.topics for p in t.partitions]
-            code = next((c for c in codes if c != 0), 0)
+            codes = [(str(t.name), int(p.error_code)) for t in response.topics for p in t.partitions]
+            topic, code = next(((t, c) for t, c in codes if c != 0), ("", 0))
             if code == 0:
                 self._failures = 0
                 self._txn_started = True
@@ -683,7 +708,13 @@ class TransactionManager:
             if code == ErrorCode.unknown_topic_or_partition:
                 self._retry_later(now)
                 return
-            self._handle_common(code, "TxnOffsetCommit", now, txn_coordinator=False)
+            needs = Needs(
+                "TxnOffsetCommit",
+                topic=("READ", topic),
+                group=("READ", group.group_id),
+                transactional_id=("WRITE", self.transactional_id),
+            )
+            self._handle_common(code, "TxnOffsetCommit", now, txn_coordinator=False, needs=needs)
 
         def on_failure(error: BaseException, now: int) -> None:
             self._in_flight = False

@@ -147,9 +147,6 @@ class _NoDefault:
 _NO_DEFAULT: Any = _NoDefault()
 
 _Path = tuple[str, ...]
-# Per entity path (field names from the top-level entity): field name -> (type, default) taken from a
-# version that has the field.
-_SchemaFields = dict[_Path, dict[str, tuple[Any, Any]]]
 
 
 def _entity_type(tp: Any) -> type[Any] | None:
@@ -184,27 +181,40 @@ def _declared_default(f: Any) -> Any:
     return _ZERO.get(f.metadata.get("kafka_type", ""), _NO_DEFAULT)
 
 
-def _collect(cls: type[Any], path: _Path, out: _SchemaFields) -> None:
-    known = out.setdefault(path, {})
-    for f in fields(cls):
-        default = _declared_default(f)
-        if f.name not in known or (known[f.name][1] is _NO_DEFAULT and default is not _NO_DEFAULT):
-            known[f.name] = (f.type, default)
-        nested = _entity_type(f.type)
-        if nested is not None:
-            _collect(nested, (*path, f.name), out)
+def _entity_at(cls: type[Any], path: _Path) -> type[Any] | None:
+    """The nested entity class at ``path`` (field names from ``cls``), or None when this version lacks it."""
+    for name in path:
+        f = next((f for f in fields(cls) if f.name == name), None)
+        nested = None if f is None else _entity_type(f.type)
+        if nested is None:
+            return None
+        cls = nested
+    return cls
 
 
 @cache
-def _schema_fields(api_key: int, request: bool) -> _SchemaFields:
-    """The union, over every version kio has of an API's request (or response), of the field names at each
-    nested entity path."""
-    out: _SchemaFields = {}
+def _field_entry(api_key: int, request: bool, version: int, path: _Path, name: str) -> tuple[Any, Any] | None:
+    """``(type, default)`` of field ``name`` at ``path`` as the versions of the schema declare it (the one
+    nearest to ``version`` that has it; one with a declared default preferred), or None when none has it.
+
+    Versions are looked at nearest first, so a field a version dropped (Metadata's
+    ``include_cluster_authorized_operations``, Fetch's ``replica_id``) costs the import of a version or two,
+    not of every schema module kio has for the API (a startup cost of the first request of each kind)."""
     low, high = kio_version_range(api_key)
-    for version in range(low, high + 1):
-        cls = request_class(api_key, version) if request else response_class(api_key, version)
-        _collect(cls, (), out)
-    return out
+    order = [*range(min(version, high + 1) - 1, low - 1, -1), *range(max(version, low - 1) + 1, high + 1)]
+    found: tuple[Any, Any] | None = None
+    for v in order:
+        cls = request_class(api_key, v) if request else response_class(api_key, v)
+        entity = _entity_at(cls, path)
+        f = None if entity is None else next((f for f in fields(entity) if f.name == name), None)
+        if f is None:
+            continue
+        default = _declared_default(f)
+        if default is not _NO_DEFAULT:
+            return (f.type, default) if found is None else (found[0], default)
+        if found is None:
+            found = (f.type, default)
+    return found
 
 
 def _is_default(value: Any, tp: Any, default: Any) -> bool:
@@ -284,7 +294,7 @@ def _absent_field(name: str, value: Any, ctx: _Ctx | None, path: _Path, cls: typ
     """A key the entity of this version lacks: an error unless dropping it loses nothing."""
     if ctx is None:  # an entity built outside build_request/build_response
         raise TypeError(f"{cls.__qualname__} has no field {name!r}")
-    entry = _schema_fields(ctx.api_key, ctx.request).get(path, {}).get(name)
+    entry = _field_entry(ctx.api_key, ctx.request, ctx.version, path, name)
     if entry is None:
         raise TypeError(f"unknown field {name!r} for {_where(ctx, path)}: no version of the schema has it")
     if (

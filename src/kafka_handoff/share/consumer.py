@@ -53,6 +53,7 @@ from kafka_handoff.network.events import ApplicationEvent
 from kafka_handoff.network.thread import BackgroundError, NetworkThread
 from kafka_handoff.protocol.records import decode_batches_columnar
 from kafka_handoff.protocol.requests import RequestManager
+from kafka_handoff.serialization import MessageField, SerializationContext, takes_context
 from kafka_handoff.share.config import ShareConsumerConfig, parse_share_consumer_config
 from kafka_handoff.share.events import (
     ShareAssignmentEvent,
@@ -124,6 +125,9 @@ class ShareConsumer:
         # acknowledgement and close() release them), and the errors poll() raises for them.
         self._undeserializable: set[tuple[TopicPartition, int]] = set()
         self._deserialization_errors: list[SerializationError] = []
+        # fn(value) or fn(value, ctx), decided once.
+        self._kdes_ctx = takes_context(self._config.key_deserializer)
+        self._vdes_ctx = takes_context(self._config.value_deserializer)
         # Acknowledgements given since the last send: tp -> {offset: type}.
         self._acks: dict[TopicPartition, dict[int, int]] = {}
         # Decoded records of a fetch not handed out yet (max.poll.records), oldest first.
@@ -645,20 +649,37 @@ class ShareConsumer:
             if kdes is None and vdes is None:
                 out += chunk
                 continue
+            kctx, vctx = self._kdes_ctx, self._vdes_ctx
             for record in chunk:
                 key, value = record.key, record.value
+                field = MessageField.KEY
                 try:
                     if kdes is not None and key is not None:
-                        record.key = kdes(key)
+                        if kctx:
+                            hdrs = record.headers if type(record.headers) is list else list(record.headers)
+                            record.key = kdes(key, SerializationContext(topic, field, hdrs, partition))
+                        else:
+                            record.key = kdes(key)
+                    field = MessageField.VALUE
                     if vdes is not None and value is not None:
-                        record.value = vdes(value)
+                        if vctx:
+                            hdrs = record.headers if type(record.headers) is list else list(record.headers)
+                            record.value = vdes(value, SerializationContext(topic, field, hdrs, partition))
+                        else:
+                            record.value = vdes(value)
                 except Exception as exc:
                     record.key, record.value = key, value
                     error = SerializationError(
-                        f"share group {self.group_id}: deserializing the record at {topic}-{partition}"
-                        f"@{record.offset} failed: {exc!r}; acknowledge it with acknowledge_offset()"
-                        + ("" if self._explicit else " (implicit mode: the next poll() releases it)")
+                        f"share group {self.group_id}: deserializing the {field} of the record at "
+                        f"{topic}-{partition}@{record.offset} failed: {exc!r}; acknowledge it with "
+                        "acknowledge_offset()"
+                        + ("" if self._explicit else " (implicit mode: the next poll() releases it)"),
+                        topic=topic,
+                        partition=partition,
+                        offset=record.offset,
+                        field=field,
                     )
+                    error.__cause__ = exc
                     self._in_flight.setdefault(data.tp, {})[record.offset] = record
                     self._undeserializable.add((data.tp, record.offset))
                     self._deserialization_errors.append(error)

@@ -7,6 +7,10 @@ from typing import Any
 
 from kafka_handoff.compat.confluent_kafka.error import KafkaException
 
+# The native clients' context, under the same names (one class: a (de)serializer written for either works
+# with both).
+from kafka_handoff.serialization import MessageField, SerializationContext
+
 __all__ = [
     "Deserializer",
     "DoubleDeserializer",
@@ -24,23 +28,6 @@ __all__ = [
 
 class SerializationError(KafkaException):
     """A serializer or deserializer failed."""
-
-
-class MessageField:
-    NONE = "none"
-    KEY = "key"
-    VALUE = "value"
-
-
-class SerializationContext:
-    """Which topic and field (key or value) a (de)serializer works on, and the message's headers."""
-
-    __slots__ = ("field", "headers", "topic")
-
-    def __init__(self, topic: str, field: str, headers: list[tuple[str, bytes | None]] | None = None) -> None:
-        self.topic = topic
-        self.field = field
-        self.headers = headers
 
 
 class Serializer:
