@@ -817,6 +817,7 @@ def start(
             node_overrides=node_overrides,
             security=security,
             connections_max_reauth_ms=connections_max_reauth_ms,
+            schema_registry=schema_registry,
         )
 
 
@@ -856,6 +857,7 @@ def _start(
     node_overrides: Callable[[NodeSpec], Mapping[str, str]] | None = None,
     security: str | Sequence[str] | None = None,
     connections_max_reauth_ms: int | None = None,
+    schema_registry: bool = False,
 ) -> Cluster:
     """:func:`start` without the start lock."""
     _posix.require_posix("the dev broker (kafka_handoff.devbroker.start)")
