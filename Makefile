@@ -13,7 +13,7 @@ PIP    := $(VENV)/bin/pip
 EXT    := setup.py $(sort $(wildcard src/kafka_handoff/*/*.c))
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(EXT) | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test test-unit check lint typecheck clean jars docs kerberos test-pythons test-portable-c simulate
+.PHONY: _no_checks setup demo test test-unit check lint typecheck clean jars docs kerberos test-pythons test-portable-c simulate
 
 # MIT Kerberos (SASL/GSSAPI): the gssapi package builds against libkrb5-dev, and the dev broker's
 # --security kerberos runs the distribution's KDC.  Installed with apt-get when missing (as root, or with
@@ -73,19 +73,27 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-# The whole suite.  Its output goes to $(LOGS)/pytest.out too, and a JUnit report with the captured output
-# and log records of every failing test to $(LOGS)/junit.xml.
-test: setup docs lint typecheck
-	@mkdir -p $(LOGS)
-	$(VENV)/bin/pytest -p no:cacheprovider --junitxml=$(LOGS)/junit.xml -o junit_logging=all \
-	  -o junit_log_passing_tests=false tests 2>&1 | tee $(LOGS)/pytest.out
+# The whole suite on TEST_WORKERS pytest-xdist workers (docs/testing.md: how tests share brokers), the API
+# docs, ruff and mypy running beside it (.ci/test).  Its output goes to $(LOGS)/pytest.out too (the checks'
+# to $(LOGS)/checks.out), and a JUnit report with the captured output and log records of every failing test
+# to $(LOGS)/junit.xml.  A CI cancel or Ctrl-C (SIGTERM/SIGINT) stops it and the brokers it started.
+TEST_WORKERS ?=
+_no_checks:
+test: setup
+	VENV=$(VENV) LOGS=$(LOGS) TEST_WORKERS=$(TEST_WORKERS) MAKE="$(MAKE)" .ci/test
 
 test-unit: $(STAMP)
 	$(VENV)/bin/pytest -p no:cacheprovider -m "unit or threads" tests
 
-# The inner loop: lint, types and the unit tests (no broker, no Spark), the tests on 2 processes.
-check: lint typecheck
-	$(VENV)/bin/pytest -p no:cacheprovider -q -n 2 -m "unit or threads" tests
+# The inner loop: lint, types and the unit tests (no broker, no Spark), the tests on 2 processes with ruff
+# and mypy (incremental: build/mypy-cache) beside them; their output follows the tests'.
+check: $(STAMP)
+	@mkdir -p build; \
+	$(MAKE) --no-print-directory -k lint typecheck > build/check-lint.out 2>&1 & lint=$$!; \
+	$(VENV)/bin/pytest -p no:cacheprovider -q -n 2 -m "unit or threads" tests; tests=$$?; \
+	wait $$lint; lint_status=$$?; cat build/check-lint.out; \
+	if [ $$lint_status -ne 0 ]; then echo "make check: lint/typecheck failed" >&2; fi; \
+	[ $$tests -eq 0 ] && [ $$lint_status -eq 0 ]
 
 # The unit suite on every supported CPython found here (python3.11/3.12/3.13, pyenv or PATH), each in its
 # own .venv-3.x.  Not part of `make test`: the first run installs every extra per interpreter.

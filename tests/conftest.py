@@ -4,7 +4,9 @@ modules), unique topics (function).
 Brokers come from :mod:`kafka_handoff.devbroker` in supervised mode, so no JVM outlives the test run:
 
 * normal end, failure, Ctrl-C (SIGINT) -> pytest tears the fixtures down (SIGTERM, SIGKILL after 10 s);
-* SIGTERM / SIGHUP to pytest -> turned into KeyboardInterrupt below, so the same orderly teardown runs;
+* SIGTERM / SIGHUP to pytest -> turned into KeyboardInterrupt below, so the same orderly teardown runs
+  (``make test`` passes a SIGTERM/SIGINT it gets on to pytest: .ci/test); a SIGINT that the shell starting
+  pytest in the background set to "ignored" is made Ctrl-C again;
 * anything that skips teardown -> devbroker's ``atexit`` hook; and if the process dies without running
   Python at all (SIGKILL, OOM killer), each JVM's supervisor sees its owner vanish and kills the JVM.
 
@@ -18,13 +20,16 @@ Environment:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import tempfile
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -84,6 +89,121 @@ def pytest_configure(config: pytest.Config) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) in (signal.SIG_DFL, None):
             signal.signal(sig, _interrupt)
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:  # the controller (or a run without xdist)
+        # Its xdist workers tell the scheduler the groups of their tests (XDIST_GROUPS_ENV).
+        run = Path(tempfile.gettempdir()) / f"handoff-test-run-{os.getpid()}"
+        groups, lock = run.with_suffix(".groups.json"), run.with_suffix(".lock")
+        os.environ[XDIST_GROUPS_ENV] = str(groups)
+        config.add_cleanup(lambda: groups.unlink(missing_ok=True))
+        config.add_cleanup(lambda: lock.unlink(missing_ok=True))
+    else:
+        # The workers of one run (children of the controller) start their brokers one cluster at a time
+        # (devbroker.set_start_lock: process-local, so a broker that a test starts in a subprocess, e.g.
+        # through the CLI, does not wait for it).
+        devbroker.cluster.set_start_lock(
+            Path(tempfile.gettempdir()) / f"handoff-test-run-{os.getppid()}.lock"
+        )
+    # A shell without job control starts its background commands (`pytest ... &` in a script or a CI
+    # step) with SIGINT ignored, and Python keeps it ignored: Ctrl-C, and the SIGINT with which an xdist
+    # worker is told to stop, would then be lost and the worker killed without tearing its brokers down.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# -- Parallel runs (pytest-xdist, ``-n N --dist loadgroup``; docs/testing.md) ------------------------------
+#
+# Every xdist worker is its own pytest session, so the session fixtures below (``broker``, the 3-node
+# ``cluster``, ``secured``) are per worker: a worker's tests share its brokers exactly as a serial run's do,
+# and a test that changes broker-wide state (ACLs, configs, SCRAM users, quotas, bounces) only meets the
+# tests of its own worker, one at a time.  Which tests share a worker is decided here, by xdist groups:
+#
+# * unit tests (``unit``/``threads``) are not grouped: spread one by one, they fill the gaps;
+# * a test that uses the shared 3-node ``cluster`` -> group "cluster" (the cluster starts once per run);
+# * a test that uses ``secured`` -> group "secured" (the secured broker starts once per run);
+# * any other test -> the group of its module, so a module's own broker/Spark fixtures start once.
+#
+# A test may name its group itself with ``@pytest.mark.xdist_group("name")``; that wins over the rules.
+#
+# The groups are applied by the scheduler below, not by xdist's own ``--dist loadgroup``: that one appends
+# "@group" to ``item._nodeid``, which pytest 9 no longer reads, so with pytest 9.2 it grouped nothing.
+# Each worker writes the groups it computed (the same on every worker) to the file HANDOFF_XDIST_GROUPS
+# names; the controller's scheduler reads it once all workers have collected.
+SHARED_FIXTURE_GROUPS = ("cluster", "secured")
+XDIST_GROUPS_ENV = "HANDOFF_XDIST_GROUPS"
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The xdist group of ``item`` (None: not grouped, scheduled on its own)."""
+    named = sorted(
+        {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+    )
+    if named:
+        return "_".join(named)  # named by the test itself
+    if item.get_closest_marker("unit") is not None or item.get_closest_marker("threads") is not None:
+        return None
+    if "tests/unit/" in item.nodeid.replace("\\", "/"):
+        return None
+    fixtures = set(getattr(item, "fixturenames", ()))
+    for name in SHARED_FIXTURE_GROUPS:
+        if name in fixtures:
+            return name
+    return item.nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    groups: dict[str, str] = {}
+    for item in items:
+        group = xdist_group_of(item)
+        if group is not None:
+            groups[item.nodeid] = group
+    path = os.environ.get(XDIST_GROUPS_ENV, "")
+    if path and hasattr(config, "workerinput"):
+        tmp = f"{path}.{os.getpid()}"
+        Path(tmp).write_text(json.dumps(groups))
+        os.replace(tmp, path)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup``: xdist's scope scheduling over the groups of :func:`xdist_group_of`."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    path = os.environ.get(XDIST_GROUPS_ENV, "")
+
+    class GroupScheduling(LoadGroupScheduling):  # type: ignore[misc]  # xdist has no type information
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                try:
+                    self.groups = json.loads(Path(path).read_text()) if path else {}
+                except (OSError, ValueError):
+                    self.groups = {}
+            group = self.groups.get(nodeid)
+            return group if group is not None else str(super()._split_scope(nodeid))
+
+    return GroupScheduling(config, log)
+
+
+def _hypothesis_profile() -> None:
+    """Property tests check behaviour, not speed: no per-example deadline (hypothesis's 200 ms default
+    fails an example that a busy 2-core machine happens to run slowly)."""
+    try:
+        from hypothesis import settings
+    except ImportError:  # an error under CI=true (pytest_configure); elsewhere those tests skip
+        return
+    settings.register_profile("handoff", deadline=None)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "handoff"))
+
+
+_hypothesis_profile()
 
 
 def _external(var: str) -> ExternalBroker | None:

@@ -34,6 +34,11 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "exactly_once.py"
 RECORDS = 900
+# How long a member may take to reach a line it prints (READY: a fresh interpreter importing the client and
+# the example, then the transaction coordinator's answer).  Only a bound for a failure: the test goes on as
+# soon as the line comes.  60 s was not enough on the 2-core machine with a load average of ~60 (a member
+# was not READY in time, the test failed); on a quiet machine a member is READY in a few seconds.
+AWAIT_S = 180.0
 PARTITIONS = 6
 
 CHILD = r"""
@@ -236,12 +241,12 @@ def test_consume_transform_produce_group_under_churn_is_exactly_once(eos_cluster
 
     try:
         for m in members:
-            m.await_line("READY", 60)
+            m.await_line("READY", AWAIT_S)
         phase("members ready")
         writer.start()
         # The group coordinator's broker restarts (controlled shutdown, then start) while the members work,
         # one of them is killed and another joins.
-        members[0].await_line("COMMIT", 60)  # the group (and __consumer_offsets) exists, transactions run
+        members[0].await_line("COMMIT", AWAIT_S)  # the group (and __consumer_offsets) is there, txns run
         node = coordinator_node(cluster, group)
         restart_errors: list[BaseException] = []
 
@@ -256,11 +261,11 @@ def test_consume_transform_produce_group_under_churn_is_exactly_once(eos_cluster
 
         restarter = threading.Thread(target=restart, daemon=True)
         restarter.start()
-        members[1].await_line("HANGING", 60)
+        members[1].await_line("HANGING", AWAIT_S)
         members[1].kill()  # SIGKILL mid-transaction
         phase("member b killed mid-transaction")
         members.append(Member(cluster, source, sink, group, f"d-{suffix}"))  # churn: a member joins
-        members[-1].await_line("READY", 60)
+        members[-1].await_line("READY", AWAIT_S)
         phase("member d ready")
         restarter.join(90)
         assert not restarter.is_alive() and not restart_errors, restart_errors

@@ -795,18 +795,26 @@ def run_regex_scenario(bootstrap: str, protocol: str, *, assign_timeout: float, 
     try:
         member.start()
         wait_settled(log, ["m"], [TopicPartition(first, p) for p in range(2)])
+        # Timed from the request that creates the topic: the member may see it, and be assigned it, before
+        # create_topic (which waits for a leader on every broker) returns, or the next create_topic does.
+        t_created = now()
         create_topic(bootstrap, later, 3)
         create_topic(bootstrap, other, 1)
         producer.add_topic(later, 3)
         producer.add_topic(other, 1)
-        t_created = now()
         expected = {TopicPartition(first, p) for p in range(2)} | {TopicPartition(later, p) for p in range(3)}
         wait_for(
             lambda: member.owned == expected,
             assign_timeout,
             lambda: f"the new topic assigned\n{log.describe()}",
         )
-        picked = next(e for e in log.callbacks("m") if e.kind == "assigned" and e.t >= t_created)
+        # The assignment that brought the new topic (once it came before t_created was taken, after both
+        # create_topic calls, and this next() raised StopIteration).
+        picked = next(
+            e
+            for e in log.callbacks("m")
+            if e.kind == "assigned" and any(tp.topic == later for tp in e.partitions)
+        )
         delivered = producer.finish()
         wanted = {(tp, off) for tp, off in delivered if tp.topic != other}
         wait_for(lambda: wanted <= set(log.consumed()), 30, "records of both matching topics consumed")

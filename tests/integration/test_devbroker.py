@@ -148,7 +148,10 @@ def test_interrupted_test_run_leaves_no_kafka_jvm(tmp_path: Path, sig: signal.Si
     (tmp_path / "conftest.py").write_text(TINY_CONFTEST.format(conftest=str(REPO / "tests" / "conftest.py")))
     (tmp_path / "test_tiny.py").write_text(textwrap.dedent(TINY_TEST))
     pidfile = tmp_path / "pids.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("HANDOFF_BOOTSTRAP", "PYTEST_ADDOPTS")}
+    # The inner run is a run of its own: not the outer run's broker, options or start lock (a wait for the
+    # lock while another xdist worker starts a cluster would count against the deadline below).
+    outer = ("HANDOFF_BOOTSTRAP", "PYTEST_ADDOPTS", devbroker.START_LOCK_ENV)
+    env = {k: v for k, v in os.environ.items() if k not in outer}
     env["HANDOFF_TEST_PIDFILE"] = str(pidfile)
     log = open(tmp_path / "inner.log", "wb")  # noqa: SIM115 - closed in finally
     inner = subprocess.Popen(

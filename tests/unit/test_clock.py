@@ -14,6 +14,8 @@ from kafka_handoff.consumer.offsets import OffsetsManager
 from kafka_handoff.protocol import requests
 from kafka_handoff.protocol.telemetry import TelemetryManager
 
+pytestmark = pytest.mark.unit
+
 SRC = Path(kafka_handoff.__file__).parent
 # the sans-I/O cores: they take now_ms (and are given the clock's wall time), they never read a clock
 _CONSUMER_CORES = ("offsets.py", "fetcher.py", "fetch_session.py", "validation.py", "subscription.py",

@@ -410,3 +410,23 @@ class FailingCommits(FakeConsumer):
         if self.attempts <= self.failures:
             raise KafkaError("the group coordinator is not available")
         super().commit_sync(offsets, timeout)
+
+
+def test_a_member_waiting_for_its_first_assignment_is_not_idle_until_a_bound(tmp_path: Path) -> None:
+    """``until_idle_s`` counts quiet time once the member owns partitions: a slow join (a busy machine) is
+    not idleness -- a restarted worker used to give up before its first assignment and read nothing."""
+    import time
+
+    from kafka_handoff.pipeline.worker import UNASSIGNED_IDLE_S
+
+    consumer = FakeConsumer()
+    worker = make_worker(tmp_path, consumer)
+    worker.until_idle_s = 2.0
+    worker._last_activity = time.monotonic() - 10.0  # quiet for longer than until_idle_s
+    assert not worker._idle()  # no assignment yet: still joining
+    worker._last_activity = time.monotonic() - UNASSIGNED_IDLE_S - 1.0
+    assert worker._idle()  # a member the group leaves without partitions does stop
+    worker._on_assigned(frozenset({P0}), consumer)
+    assert not worker._idle()  # the assignment is activity
+    worker._last_activity = time.monotonic() - 10.0
+    assert worker._idle()  # owning partitions, quiet for longer than until_idle_s

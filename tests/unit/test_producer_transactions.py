@@ -28,6 +28,8 @@ from kafka_handoff.protocol.requests import ANY_NODE, COORDINATOR, FakeClock, Un
 from kafka_handoff.protocol.versions import ApiKey
 from kafka_handoff.types import BrokerNode, ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 
+pytestmark = pytest.mark.unit
+
 TP0 = TopicPartition("out", 0)
 TP1 = TopicPartition("out", 1)
 

@@ -35,6 +35,8 @@ from kafka_handoff.protocol.records import (
 )
 from kafka_handoff.types import TopicPartition
 
+pytestmark = pytest.mark.unit
+
 GOLDEN = Path(__file__).with_name("record_encoder_golden.json")
 T0 = 1_700_000_000_000
 CODECS = (CompressionType.NONE, CompressionType.GZIP, CompressionType.SNAPPY, CompressionType.LZ4,

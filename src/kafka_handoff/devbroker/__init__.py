@@ -9,6 +9,7 @@ See :mod:`kafka_handoff.devbroker.cluster` for ownership (supervised vs detached
 
 from kafka_handoff.devbroker.cluster import (
     DEFAULT_STOP_TIMEOUT_S,
+    START_LOCK_ENV,
     BrokerAlreadyRunningError,
     BrokerStartError,
     Cluster,
@@ -36,6 +37,7 @@ Broker = Cluster
 __all__ = [
     "DEFAULT_STOP_TIMEOUT_S",
     "KAFKA_VERSION",
+    "START_LOCK_ENV",
     "Broker",
     "BrokerAlreadyRunningError",
     "BrokerStartError",

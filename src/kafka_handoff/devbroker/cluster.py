@@ -39,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
@@ -82,6 +82,11 @@ log = logging.getLogger("kafka_handoff.devbroker")
 
 DEFAULT_STOP_TIMEOUT_S = 10.0
 DEFAULT_START_TIMEOUT_S = 120.0
+#: A file path: while it is set, :func:`start` holds an exclusive lock on that file until its brokers serve
+#: clients, so that the processes sharing the path (the pytest-xdist
+#: workers of one test run, tests/conftest.py) start one cluster at a time: JVMs starting together on a
+#: small machine starve each other past the start timeout.  The start timeout counts from the lock.
+START_LOCK_ENV = "HANDOFF_DEVBROKER_START_LOCK"
 STATE_FILE = "state.json"
 #: Where a registry started with the broker (``start(schema_registry=True)``) keeps its state and log.
 REGISTRY_DIR = "schema-registry"
@@ -800,6 +805,61 @@ def start(
     detached like the brokers, stopped with them); its URL is ``cluster.schema_registry.url`` and
     ``<data_dir>/client.json`` gets ``schema.registry.url``.
     """
+    with _start_slot():
+        return _start(
+            nodes,
+            data_dir,
+            supervised=supervised,
+            timeout=timeout,
+            overrides=overrides,
+            jvm_opts=jvm_opts,
+            use_cds=use_cds,
+            node_overrides=node_overrides,
+            security=security,
+            connections_max_reauth_ms=connections_max_reauth_ms,
+            schema_registry=schema_registry,
+        )
+
+
+_start_lock_path: str | None = None
+
+
+def set_start_lock(path: str | os.PathLike[str] | None) -> None:
+    """Like :data:`START_LOCK_ENV`, for this process only (its subprocesses do not inherit it)."""
+    global _start_lock_path
+    _start_lock_path = None if path is None else os.fspath(path)
+
+
+@contextlib.contextmanager
+def _start_slot() -> Iterator[None]:
+    """Hold the lock :func:`set_start_lock` or :data:`START_LOCK_ENV` names, if any."""
+    path = _start_lock_path or os.environ.get(START_LOCK_ENV, "")
+    if not path:
+        yield
+        return
+    with open(path, "ab") as file:
+        _posix.lock(file)
+        try:
+            yield
+        finally:
+            _posix.unlock(file)
+
+
+def _start(
+    nodes: int = 1,
+    data_dir: str | os.PathLike[str] | None = None,
+    *,
+    supervised: bool = True,
+    timeout: float = DEFAULT_START_TIMEOUT_S,
+    overrides: Mapping[str, str] | None = None,
+    jvm_opts: Sequence[str] = (),
+    use_cds: bool = True,
+    node_overrides: Callable[[NodeSpec], Mapping[str, str]] | None = None,
+    security: str | Sequence[str] | None = None,
+    connections_max_reauth_ms: int | None = None,
+    schema_registry: bool = False,
+) -> Cluster:
+    """:func:`start` without the start lock."""
     _posix.require_posix("the dev broker (kafka_handoff.devbroker.start)")
     if nodes not in ALLOWED_NODE_COUNTS:
         raise ConfigError(f"nodes: {nodes!r} is not allowed; allowed values: 1, 3")

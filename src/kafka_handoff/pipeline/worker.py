@@ -116,6 +116,9 @@ CRASH_EXIT_CODE = 86
 #: Backoff of retried Kafka commits (after a sink commit whose Kafka commit failed).
 COMMIT_RETRY_MIN_S = 1.0
 COMMIT_RETRY_MAX_S = 30.0
+#: ``until_idle_s`` before the first assignment: how long a member may wait for the group to give it
+#: partitions before it counts as idle (the join is not idleness; see ``Worker._idle``).
+UNASSIGNED_IDLE_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -566,7 +569,13 @@ class Worker:
             return False
         if self._inflight is not None or self._ready is not None:
             return False
-        return time.monotonic() - self._last_activity >= self.until_idle_s
+        quiet = time.monotonic() - self._last_activity
+        if not self.stats.assigned:
+            # Still joining: a member waiting for its first assignment is not idle, or a slow join (a busy
+            # machine, a rebalance in progress) would end the run before it read anything.  Bounded, for a
+            # member that the group leaves without partitions.
+            return quiet >= max(self.until_idle_s, UNASSIGNED_IDLE_S)
+        return quiet >= self.until_idle_s
 
     def _backpressure(self) -> bool:
         """Stop fetching: a batch is waiting for Spark, or the accumulating one is full."""
