@@ -129,7 +129,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # "@group" to ``item._nodeid``, which pytest 9 no longer reads, so with pytest 9.2 it grouped nothing.
 # Each worker writes the groups it computed (the same on every worker) to the file HANDOFF_XDIST_GROUPS
 # names; the controller's scheduler reads it once all workers have collected.
-SHARED_FIXTURE_GROUPS = ("cluster", "secured")
+SHARED_FIXTURE_GROUPS = ("cluster", "secured", "spark_standalone", "schema_registry")
 XDIST_GROUPS_ENV = "HANDOFF_XDIST_GROUPS"
 
 
