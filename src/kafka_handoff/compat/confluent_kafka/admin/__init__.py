@@ -714,12 +714,23 @@ class AdminClient:
         futures_wait(self._earlier_writes())
         seconds = _seconds(timeout)
         try:
+            # librdkafka's listing is DescribeGroups of what ListGroups names: classic and consumer groups
             ids = (
                 [group]
                 if group is not None
-                else [g.group_id for g in self._native.list_groups(timeout=seconds)]
+                else [g.group_id for g in self._native.list_groups(timeout=seconds) if g.type != "share"]
             )
-            described = self._native.describe_groups(ids, timeout=seconds) if ids else {}
+            try:
+                described = self._native.describe_groups(ids, timeout=seconds) if ids else {}
+            except native_errors.GroupIdNotFoundError:
+                if group is not None:
+                    raise
+                described = {}  # one was deleted since the listing: describe the others one by one
+                for group_id in ids:
+                    try:
+                        described.update(self._native.describe_groups([group_id], timeout=seconds))
+                    except native_errors.GroupIdNotFoundError:
+                        continue
         except native_errors.KafkaError as exc:
             raise _failure(exc) from exc
         out: list[GroupMetadata] = []
