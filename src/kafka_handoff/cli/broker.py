@@ -114,6 +114,11 @@ def register(subparsers: Any) -> None:
         node_parser.set_defaults(func=cmd_node, node_action=name)
 
     fetch = actions.add_parser("fetch-jars", help="resolve the Kafka jars from Maven Central (once)")
+    fetch.add_argument(
+        "--schema-registry",
+        action="store_true",
+        help="also build the dev Schema Registry (Apicurio, from Maven Central; minutes the first time)",
+    )
     fetch.set_defaults(func=cmd_fetch_jars)
     kerberos = actions.add_parser(
         "setup-kerberos", help="install MIT Kerberos (KDC, kadmin.local, kinit) for --security kerberos"
@@ -144,7 +149,7 @@ def cmd_fetch_jars(args: argparse.Namespace) -> int:
         return 1
     how = "resolved with Maven" if jars.resolved_now else "already cached"
     print(f"Kafka {jars.version} jars {how} in {jars.seconds:.1f}s: {jars.libs}")
-    if not _prepare_registry():
+    if getattr(args, "schema_registry", False) and not _prepare_registry():
         return 1
     from kafka_handoff.devbroker import cds, config
     from kafka_handoff.devbroker.cluster import ensure_cds_archive
