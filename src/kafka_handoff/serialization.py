@@ -22,8 +22,6 @@ from typing import Any
 
 __all__ = ["MessageField", "SerializationContext", "takes_context"]
 
-Headers = list[tuple[str, bytes | None]]
-
 
 class MessageField:
     """Which part of a record a (de)serializer works on (confluent-kafka's ``MessageField``)."""
@@ -46,7 +44,7 @@ class SerializationContext:
         self,
         topic: str,
         field: str,
-        headers: Headers | None = None,
+        headers: list[tuple[str, bytes | None]] | None = None,
         partition: int | None = None,
     ) -> None:
         self.topic = topic
