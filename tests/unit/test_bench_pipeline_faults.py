@@ -7,12 +7,13 @@ import threading
 
 import pytest
 
-from kafka_handoff.bench.faults import add_arguments
+from kafka_handoff.bench.faults import add_arguments as add_fault_arguments
 from kafka_handoff.bench.pipeline_faults import (
     PIPELINE_FAULTS,
     PipelineFaultRun,
     StepStalledError,
     _Progress,
+    add_arguments,
     run_pipeline_faults,
 )
 from kafka_handoff.pipeline.stats import BatchReport
@@ -85,6 +86,7 @@ def test_unknown_faults_are_refused_naming_the_allowed_ones() -> None:
 
 def test_bench_faults_takes_the_pipeline_options() -> None:
     parser = argparse.ArgumentParser()
+    add_fault_arguments(parser)
     add_arguments(parser)
     args = parser.parse_args(["--pipeline", "--rounds", "3", "--sinks", "kafka", "--seed", "7"])
     assert args.pipeline and args.rounds == 3 and args.sinks == "kafka" and args.seed == 7

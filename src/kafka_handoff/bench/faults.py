@@ -1046,18 +1046,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clients", default="handoff,confluent", help="comma-separated: handoff, confluent")
     parser.add_argument("--rate", type=float, default=120.0, help="records/s produced")
     parser.add_argument("--json", default="", help="also write the results as JSON to this file")
-    from kafka_handoff.bench.pipeline_faults import add_arguments as add_pipeline_arguments
-
-    add_pipeline_arguments(parser)
 
 
 def cli(args: argparse.Namespace) -> int:
     """Run the scenarios on a fresh 3-node cluster; exit 1 when kafka-handoff broke a guarantee.
-    ``--pipeline``: the pipeline soak instead (:mod:`kafka_handoff.bench.pipeline_faults`)."""
-    if getattr(args, "pipeline", False):
-        from kafka_handoff.bench import pipeline_faults
-
-        return pipeline_faults.cli(args)
+    (``handoff bench faults --pipeline`` runs :func:`kafka_handoff.bench.pipeline_faults.cli` instead.)"""
     faults = (
         list(FAULTS) if args.faults == "all" else [f.strip() for f in args.faults.split(",") if f.strip()]
     )

@@ -213,7 +213,7 @@ def register(subparsers: Any) -> None:
     fa.add_argument("--rate", type=float, default=120.0, help="records/s produced")
     fa.add_argument("--json", default="", help="also write the results as JSON to this file")
     __import__("kafka_handoff.bench.pipeline_faults", fromlist=["add_arguments"]).add_arguments(fa)
-    fa.set_defaults(func=lambda a: __import__("kafka_handoff.bench.faults", fromlist=["cli"]).cli(a))
+    fa.set_defaults(func=_faults)
 
     pr = _benchmark(
         actions,
@@ -531,3 +531,14 @@ def _share_throughput(args: argparse.Namespace) -> int:
     )
     write_throughput(out, "throughput-share", data, subtitle, plot=False)
     return 0 if all(m.get("runs") for m in data["medians"]) else 1
+
+
+def _faults(args: argparse.Namespace) -> int:
+    """``handoff bench faults``: the client scenarios, or with ``--pipeline`` the pipeline soak."""
+    if getattr(args, "pipeline", False):
+        from kafka_handoff.bench import pipeline_faults
+
+        return pipeline_faults.cli(args)
+    from kafka_handoff.bench import faults
+
+    return faults.cli(args)
