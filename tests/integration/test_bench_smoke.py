@@ -59,7 +59,7 @@ def test_rebalance_bench_finds_no_duplicates_or_gaps_for_handoff(broker: Any, tm
         [
             "bench", "rebalance", "--bootstrap-servers", broker.bootstrap_servers, "--protocol", "consumer",
             "--clients", "handoff", "--partitions", "4", "--rate", "200", "--slow-every", "50",
-            "--slow-ms", "300", "--steady", "2", "--leave-after", "4", "--stop-after", "2", "--warm-up", "1",
+            "--slow-ms", "300", "--steady", "2", "--leave-after", "15", "--stop-after", "2", "--warm-up", "1",
             "--out", str(tmp_path),
         ]
     )  # fmt: skip

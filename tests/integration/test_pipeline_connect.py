@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,19 @@ from kafka_handoff.pipeline.worker import Worker
 from kafka_handoff.sample import generate_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _keep_the_environment() -> Iterator[None]:
+    """A Spark Connect session sets ``SPARK_CONNECT_MODE_ENABLED``/``SPARK_REMOTE`` in ``os.environ``: left
+    there, every later classic session of this test process -- and every ``handoff pipeline run`` it starts
+    -- fails at once (JAVA_GATEWAY_EXITED).  The environment is restored after the module."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @pytest.fixture(scope="module")

@@ -430,3 +430,13 @@ def test_a_member_waiting_for_its_first_assignment_is_not_idle_until_a_bound(tmp
     assert not worker._idle()  # the assignment is activity
     worker._last_activity = time.monotonic() - 10.0
     assert worker._idle()  # owning partitions, quiet for longer than until_idle_s
+
+
+def test_an_unexpected_pyspark_failure_names_its_error_class() -> None:
+    from pyspark.errors import PySparkRuntimeError
+
+    from kafka_handoff.pipeline.worker import _describe_failure
+
+    text = _describe_failure(PySparkRuntimeError(errorClass="JAVA_GATEWAY_EXITED", messageParameters={}))
+    assert "JAVA_GATEWAY_EXITED" in text and "Java gateway process exited" in text
+    assert _describe_failure(ValueError("x")) == "ValueError('x')"

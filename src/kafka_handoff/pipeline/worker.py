@@ -427,7 +427,7 @@ class Worker:
             if isinstance(failure, PipelineError | KafkaError | KeyboardInterrupt):
                 failure.summary = summary  # type: ignore[union-attr]
                 raise failure
-            raise PipelineError(f"the pipeline worker failed: {failure!r}") from failure
+            raise PipelineError(f"the pipeline worker failed: {_describe_failure(failure)}") from failure
         return summary
 
     def _shutdown(self, executor: concurrent.futures.ThreadPoolExecutor, abandon: bool) -> None:
@@ -1050,3 +1050,20 @@ class Worker:
 def _is_spark_error(exc: BaseException) -> bool:
     module = type(exc).__module__ or ""
     return module.startswith(("pyspark", "py4j"))
+
+
+def _describe_failure(failure: BaseException) -> str:
+    """``repr`` of an unexpected failure, with what a PySpark error keeps out of its repr (its error class
+    and message parameters: ``PySparkRuntimeError()`` alone says nothing)."""
+    text = repr(failure)
+    error_class = getattr(failure, "getCondition", None) or getattr(failure, "getErrorClass", None)
+    parameters = getattr(failure, "getMessageParameters", None)
+    if callable(error_class):
+        details = [f"error class {error_class()}"]
+        if callable(parameters):
+            details.append(f"parameters {parameters()}")
+        message = str(failure)
+        if message:
+            details.append(message)
+        text += " (" + "; ".join(details) + ")"
+    return text
