@@ -123,9 +123,12 @@ class ExactlyOnceProcessor:
                 **(consumer_config or {}),
             }
         )
-        self.producer = Producer(
-            {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, **(producer_config or {})}
-        )
+        self._producer_config = {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+            **(producer_config or {}),
+        }
+        self.producer = Producer(self._producer_config)
         self.producer.init_transactions()
         # The open transaction: the next offset per input partition, and where it started (to rewind).
         self._next: dict[TopicPartition, int] = {}
@@ -249,13 +252,43 @@ class ExactlyOnceProcessor:
     def _abort(self, why: str) -> None:
         log.warning("aborting the transaction: %s", why)
         self.stats.errors.append(why)
-        self.producer.abort_transaction()  # a fatal error propagates: the member must stop
+        try:
+            self.producer.abort_transaction()
+        except (ProducerFencedError, TransactionalIdAuthorizationFailedError):
+            raise  # a real successor, or no right to the id: the member must stop
+        except KafkaError as exc:
+            # The producer is unusable (an error Java too calls fatal, e.g. a coordinator's
+            # UNKNOWN_SERVER_ERROR to EndTxn while a broker restarts) but nobody took this member's place.
+            self._renew_producer(exc)
+            return
         self.stats.aborted_transactions += 1
         # Process the aborted records again: rewind the partitions this member still owns.
         owned = self.consumer.assignment()
         for tp, offset in self._start.items():
             if tp in owned:
                 self.consumer.seek(tp, offset)
+        self._clear()
+
+    def _renew_producer(self, error: KafkaError) -> None:
+        """A new producer with the same transactional.id takes over: its init_transactions() completes or
+        aborts the old producer's open transaction, whichever the coordinator had decided.  Input is then
+        read again from the group's committed offsets, which say which of the two it was."""
+        log.error("the producer cannot go on (%r): a new one takes over its transactional.id", error)
+        self.stats.errors.append(f"producer renewed after {error!r}")
+        try:
+            self.producer.close(0)
+        except KafkaError as exc:
+            log.info("closing the unusable producer: %r", exc)
+        self.producer = Producer(self._producer_config)
+        self.producer.init_transactions()
+        owned = self.consumer.assignment()
+        committed = self.consumer.committed(owned)
+        for tp in owned:
+            om = committed.get(tp)
+            if om is None:
+                self.consumer.seek_to_beginning([tp])  # nothing committed: no transaction of it counted
+            else:
+                self.consumer.seek(tp, om.offset)
         self._clear()
 
     def _clear(self) -> None:

@@ -374,13 +374,17 @@ def test_a_slow_loop_that_always_delays_is_never_fenced(
             if c_joined and owned == [2, 2, 2] and not a._dispatch.revoke.revoke_requested_partitions():
                 break
             time.sleep(interval_ms / 1000)  # the slow part of A's loop (its processing), not a wait
+        # What the members went through while A's loop ran.  The closes below are not part of it: while A
+        # leaves (a classic rebalance), B and C do not poll, and on a loaded machine a close can outlast the
+        # rebalance timeout -- B or C is then rightly removed and reports a loss from its own close().
+        calls = [list(rec.calls) for rec in (rec_a, rec_b, rec_c)]
     finally:
         for consumer in (a, b, c):
             consumer.close(10)
     assert granted > 0 and refused > 0  # A delayed, and delay_revoke() bounded the delays
     assert lost_seen == set()
-    for rec in (rec_a, rec_b, rec_c):
-        assert [k for k, _ in rec.calls if k == "lost"] == [], rec.calls
+    for member_calls in calls:
+        assert [k for k, _ in member_calls if k == "lost"] == [], member_calls
 
 
 def test_a_deleted_topic_of_a_pattern_subscription_is_lost_not_revoked(broker: Any) -> None:
