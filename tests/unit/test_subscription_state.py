@@ -126,6 +126,16 @@ def test_pending_revocation_partition_does_not_need_a_position() -> None:
     assert set(subs.needs_position()) == {A0}
 
 
+def test_position_asked_for_a_partition_pending_revocation_is_initialised() -> None:
+    # A revoke delayed by delay_revoke() can last: position() of such a partition must not wait it out.
+    subs = SubscriptionState("latest")
+    subs.subscribe(Subscription(topics=frozenset({"a"})))
+    subs.set_group_assignment([A0, A1], awaiting=[])
+    subs.mark_pending_revocation([A1])
+    subs.request_position(A1)
+    assert set(subs.needs_position()) == {A0, A1}
+
+
 def test_all_consumed_lists_positions_only() -> None:
     subs = assigned(A0, A1)
     subs.seek(A1, 8)

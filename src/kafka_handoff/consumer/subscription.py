@@ -355,10 +355,10 @@ class SubscriptionState:
                 tp: (st.reset_strategy or self.default_reset, st.position_epoch)
                 for tp, st in self._parts.items()
                 # As Java: not before the assigned callback ran (it may seek to offsets kept elsewhere),
-                # unless the application asks for the position.
+                # nor for a partition on its way out -- unless the application asks for the position (a
+                # revoke delayed by delay_revoke() can last; position() must not time out meanwhile).
                 if st.position is None
-                and not st.pending_revocation
-                and (not st.awaiting_callback or st.position_requested)
+                and (st.position_requested or (not st.pending_revocation and not st.awaiting_callback))
             }
 
     def partitions_without_offset(self) -> frozenset[TopicPartition]:
@@ -372,8 +372,7 @@ class SubscriptionState:
                 for tp, st in self._parts.items()
                 if st.position is None
                 and st.reset_strategy == "none"
-                and not st.pending_revocation
-                and (not st.awaiting_callback or st.position_requested)
+                and (st.position_requested or (not st.pending_revocation and not st.awaiting_callback))
             )
 
     def fetchable(self) -> dict[TopicPartition, tuple[FetchPosition, int]]:
