@@ -16,7 +16,7 @@ import pytest
 
 from kafka_handoff import AsyncAdminClient, AsyncConsumer, AsyncProducer, WrongEventLoopError
 from kafka_handoff.aio._bridge import BlockingWorker, LoopBridge
-from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError
+from kafka_handoff.errors import IllegalStateError, KafkaTimeoutError, RecordPurgedError
 from kafka_handoff.types import TopicPartition
 
 pytestmark = pytest.mark.threads  # real clients with their network thread, no broker
@@ -91,6 +91,27 @@ def test_cancelling_the_awaiting_side_leaves_the_source_future_alone() -> None:
 
     fut = asyncio.run(main())
     assert fut.result() == 1
+
+
+def test_bridge_outcome_on_the_loop_thread_does_not_overtake_one_handed_over_before() -> None:
+    """An outcome resolved on the loop's thread completes the outcomes other threads handed over before
+    it first (the bulk delivery they scheduled has not run yet): futures complete in the order their
+    outcomes arrived."""
+
+    async def main() -> None:
+        bridge = LoopBridge("test")
+        loop = asyncio.get_running_loop()
+        earlier: asyncio.Future[int] = loop.create_future()
+        later: asyncio.Future[int] = loop.create_future()
+        other = threading.Thread(target=lambda: bridge.resolve(earlier, 1, None))
+        other.start()
+        other.join()  # handed over; its delivery waits for the loop, which this coroutine holds
+        assert not earlier.done()
+        bridge.resolve(later, 2, None)
+        assert earlier.done() and earlier.result() == 1, "the earlier outcome was overtaken"
+        assert later.result() == 2
+
+    asyncio.run(main())
 
 
 def test_bridge_must_be_created_in_a_running_loop() -> None:
@@ -573,6 +594,46 @@ def test_producer_flush_awaits_the_batches_without_the_worker_thread(dead_port: 
         assert not _helper_threads(before)
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_producer_flush_returns_with_every_record_future_done(dead_port: int, loop: str) -> None:
+    """A record whose batch completed while the loop's thread was busy (a starved loop on a loaded
+    machine): the completion thread handed its outcome over, the bridge's delivery has not run yet, and
+    flush() -- with no batch left to await -- must still return only with the record's future done (as the
+    synchronous flush).  It returned at once with the future pending (seen in the broker round-trip test
+    under CPU starvation)."""
+    if loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        pytest.skip("uvloop is not installed")
+
+    async def main() -> None:
+        producer = AsyncProducer({"bootstrap.servers": f"127.0.0.1:{dead_port}", "linger.ms": 0})
+        try:
+            # The topic's partition count as metadata would give it (no broker here).
+            producer._p._partition_counts["t"] = 1
+            producer._p._accumulator.update_topic("t", 1, [0])
+            record = await producer.send_future("t", b"v", partition=0)
+            batches = producer._p._accumulator.incomplete()
+            assert batches
+            # Not sent (nothing is reachable): purged, its outcome reaches the completion thread.  The loop's
+            # thread blocks until the completion thread is done with the batch: its delivery cannot run.
+            assert producer._p.purge(timeout=30) == 1
+            for batch in batches:
+                assert batch.done_event.wait(30)
+            assert not record.done()
+            await producer.flush()
+            assert record.done(), "flush() returned before the record's future was completed"
+            with pytest.raises(RecordPurgedError):
+                record.result()
+        finally:
+            await producer.close(timeout=1)
+
+    if loop == "uvloop":
+        import uvloop
+
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
 
 
 def test_admin_calls_are_driven_on_the_loop_without_the_worker_thread(dead_port: int) -> None:

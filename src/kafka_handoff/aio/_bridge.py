@@ -122,9 +122,12 @@ class LoopBridge:
     def resolve(
         self, target: asyncio.Future[Any], result: Any, error: BaseException | None, cancelled: bool = False
     ) -> None:
-        """Complete ``target`` (a future of this loop) from any thread: at once on the loop's thread, else
-        through the next bulk delivery."""
+        """Complete ``target`` (a future of this loop) from any thread: at once on the loop's thread (after
+        the outcomes other threads handed over before it: none is overtaken), else through the next bulk
+        delivery."""
         if threading.get_ident() == self.thread_id:
+            if self._ready:
+                self.deliver_now()
             _settle(target, result, error, cancelled)
             return
         self._ready.append((target, result, error, cancelled))
@@ -141,6 +144,13 @@ class LoopBridge:
         """On the loop: complete every asyncio future whose outcome arrived since the last delivery."""
         with self._lock:
             self._scheduled = False  # outcomes from now on schedule another delivery
+        self.deliver_now()
+
+    def deliver_now(self) -> None:
+        """On the loop's thread: complete now, in the order they arrived, the asyncio futures whose outcomes
+        other threads already handed over (the delivery they scheduled finds nothing left).  For a call
+        that learnt from thread-side state that outcomes exist (a batch marked done after its callbacks
+        ran) and must not return before their futures are done."""
         ready = self._ready
         while ready:
             _settle(*ready.popleft())

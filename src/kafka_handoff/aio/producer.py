@@ -156,6 +156,11 @@ class AsyncProducer:
                     ) from None
         finally:
             p._accumulator.end_flush()
+        # Every batch is done, so the completion thread handed each record's outcome to the bridge before
+        # it marked the batch done -- but a batch done before this call (or before its hook was added) made
+        # no await here, and the delivery it scheduled may not have run yet: settle those futures now, so
+        # that every record sent before flush() has its outcome when it returns (as the synchronous flush).
+        self._bridge.deliver_now()
         if p._unreported is not None:
             p._raise_unreported()
 
