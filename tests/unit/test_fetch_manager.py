@@ -1168,6 +1168,21 @@ def test_new_assignment_is_followed_by_a_full_fetch() -> None:
     assert body["session_epoch"] == 0 and body_partitions(body) == {A0: 10, A1: 0}
 
 
+def test_new_assignment_while_a_fetch_is_in_flight_is_followed_by_a_full_fetch() -> None:
+    h = Harness(leaders={A0: 1, A1: 1})
+    h.assign(A0)
+    respond(one(h), session_response({A0: {}}), 13, h.clock.now_ms())
+    in_flight = one(h)  # incremental, epoch 1
+    h.subs.assign_from_user([A1])
+    h.subs.seek(A1, 0)
+    assert h.requests() == {}  # the fetch to broker 1 is still in flight
+    respond(in_flight, session_response({}), 13, h.clock.now_ms())
+    body = one(h).body(13)
+    # Full (closing session 42): not an incremental fetch of epoch 1, which the broker (expecting epoch 2)
+    # would refuse, and which would never forget A0.
+    assert (body["session_id"], body["session_epoch"]) == (42, 0) and body_partitions(body) == {A1: 0}
+
+
 def test_leader_change_is_followed_by_a_full_fetch_from_the_new_leader() -> None:
     h = Harness(leaders={A0: 1, A1: 2})
     h.assign(A0, A1)
