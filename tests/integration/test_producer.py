@@ -21,6 +21,10 @@ pytestmark = pytest.mark.integration
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 T0 = 1_700_000_000_000
+NO_RETENTION = {"retention.ms": "-1"}
+"""For topics whose records carry old explicit timestamps (T0 is 2023): with the default retention (7 days,
+measured from the records' largest timestamp) the broker deletes them at its next retention check (every
+5 minutes), which now and then falls between the produce and the read-back."""
 
 
 def sample_records(n: int) -> list[dict[str, Any]]:
@@ -68,17 +72,29 @@ def read_confluent(bootstrap: str, topic: str, expected: int, timeout: float = 6
 def read_ours(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 60) -> list[Any]:
     got: list[Any] = []
     with Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"}) as consumer:
-        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
         deadline = time.monotonic() + timeout
         while len(got) < expected:
-            assert time.monotonic() < deadline, f"read {len(got)} of {expected} records"
+            assert time.monotonic() < deadline, (
+                f"read {len(got)} of {expected} records; {where(consumer, tps)}"
+            )
             got.extend(consumer.poll(0.5))
     return got
 
 
+def where(consumer: Consumer, tps: list[TopicPartition]) -> str:
+    """Each partition's position and offsets, for a read that fell short (a log start above 0: records
+    were deleted before they were read)."""
+    starts, ends = consumer.beginning_offsets(tps, 30), consumer.end_offsets(tps, 30)
+    return ", ".join(
+        f"{tp}: position {consumer.position(tp, 30)}, log start {starts[tp]}, end {ends[tp]}" for tp in tps
+    )
+
+
 @pytest.mark.parametrize("codec", CODECS)
 def test_records_read_back_identically_by_both_consumers(broker: Any, topic_factory: Any, codec: str) -> None:
-    topic = topic_factory(partitions=3)
+    topic = topic_factory(partitions=3, configs=NO_RETENTION)
     records = sample_records(600)
     with Producer({"bootstrap.servers": broker.bootstrap_servers, "compression.type": codec}) as producer:
         futures = [producer.send(topic, **r) for r in records]
@@ -251,7 +267,7 @@ def test_produce_sample_cli_writes_the_generated_events(
     from kafka_handoff.cli.main import main
     from kafka_handoff.sample import generate_events
 
-    topic = topic_factory(partitions=3)
+    topic = topic_factory(partitions=3, configs=NO_RETENTION)  # --start-ms is in 2023
     argv = [
         "produce-sample",
         "-b",

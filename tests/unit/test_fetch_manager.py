@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -419,6 +420,20 @@ def test_offset_out_of_range_requests_reset() -> None:
     assert h.subs.position(A0) is None
     assert h.subs.needs_position() == {A0: ("earliest", epoch + 1)}
     assert h.requests() == {}  # no position: nothing to fetch until the reset completes
+
+
+def test_offset_out_of_range_reset_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """Skipping records the application never saw (deleted by retention or DeleteRecords) is never silent:
+    an INFO line names the partition, the position and the reset strategy."""
+    h = Harness(reset="earliest")
+    h.assign(A0)
+    (req,) = h.requests().values()
+    with caplog.at_level(logging.INFO, logger="kafka_handoff.consumer.fetcher"):
+        respond(req, fetch_response(13, {A0: {"error_code": 1}}), 13, h.clock.now_ms())
+    (line,) = [r for r in caplog.records if "out of range" in r.getMessage()]
+    assert line.levelno == logging.INFO
+    assert "position 10 of partition a-0" in line.getMessage()
+    assert "auto.offset.reset=earliest" in line.getMessage()
 
 
 def test_offset_out_of_range_with_reset_none_is_an_error_fetch() -> None:
@@ -1151,6 +1166,21 @@ def test_new_assignment_is_followed_by_a_full_fetch() -> None:
     h.subs.seek(A1, 0)
     body = one(h).body(13)
     assert body["session_epoch"] == 0 and body_partitions(body) == {A0: 10, A1: 0}
+
+
+def test_new_assignment_while_a_fetch_is_in_flight_is_followed_by_a_full_fetch() -> None:
+    h = Harness(leaders={A0: 1, A1: 1})
+    h.assign(A0)
+    respond(one(h), session_response({A0: {}}), 13, h.clock.now_ms())
+    in_flight = one(h)  # incremental, epoch 1
+    h.subs.assign_from_user([A1])
+    h.subs.seek(A1, 0)
+    assert h.requests() == {}  # the fetch to broker 1 is still in flight
+    respond(in_flight, session_response({}), 13, h.clock.now_ms())
+    body = one(h).body(13)
+    # Full (closing session 42): not an incremental fetch of epoch 1, which the broker (expecting epoch 2)
+    # would refuse, and which would never forget A0.
+    assert (body["session_id"], body["session_epoch"]) == (42, 0) and body_partitions(body) == {A1: 0}
 
 
 def test_leader_change_is_followed_by_a_full_fetch_from_the_new_leader() -> None:

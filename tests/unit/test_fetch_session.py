@@ -84,6 +84,47 @@ def test_other_errors_and_failures_make_the_next_request_full() -> None:
     assert s.build(dict(P), use_ids=True).full
 
 
+def test_reset_while_a_full_request_is_in_flight_keeps_the_next_request_full() -> None:
+    s = FetchSession(1)
+    req = s.build(dict(P), use_ids=True)
+    s.reset()  # e.g. a new assignment while the first fetch is in flight
+    s.on_response(req, 0, 42)
+    nxt = s.build({A0: P[A0]}, use_ids=True)
+    # Full (the broker's session still holds A1 and B0, which an incremental request would never forget),
+    # closing the session the broker opened and asking for a new one.
+    assert (nxt.session_id, nxt.epoch, nxt.partitions) == (42, INITIAL_EPOCH, {A0: P[A0]})
+    s.on_response(nxt, 0, 43)
+    assert (s.session_id, s.epoch) == (43, 1)
+
+
+def test_reset_while_an_incremental_request_is_in_flight_keeps_the_next_request_full() -> None:
+    s = started()
+    s.epoch = 5
+    req = s.build(dict(P), use_ids=True)
+    s.reset()  # e.g. a leader change while the fetch is in flight
+    s.on_response(req, 0, 42)  # the broker expects epoch 6 next: epoch 1 would be refused
+    nxt = s.build(dict(P), use_ids=True)
+    assert nxt.full and nxt.session_id == 42 and nxt.partitions == P
+
+
+def test_session_not_found_for_a_request_from_before_a_reset() -> None:
+    s = started()
+    req = s.build(dict(P), use_ids=True)
+    s.reset()
+    s.on_response(req, 70, 0)
+    nxt = s.build(dict(P), use_ids=True)
+    assert nxt.full and nxt.session_id == 0  # no session to close
+
+
+def test_broker_closing_the_session_in_an_answer_from_before_a_reset() -> None:
+    s = started()
+    req = s.build(dict(P), use_ids=True)
+    s.reset()
+    s.on_response(req, 0, 0)
+    nxt = s.build(dict(P), use_ids=True)
+    assert nxt.full and nxt.session_id == 0  # nothing left to close
+
+
 def test_broker_without_a_session_slot_gets_full_requests() -> None:
     s = FetchSession(1)
     req = s.build(dict(P), use_ids=True)

@@ -55,6 +55,8 @@ class SessionRequest:
     forgotten: tuple[TopicPartition, ...]
     wanted: dict[TopicPartition, PartitionFetch]
     """Every partition fetched from the broker (the session's content after this request)."""
+    generation: int = 0
+    """The session's :attr:`FetchSession.generation` when this request was built."""
 
     @property
     def full(self) -> bool:
@@ -71,6 +73,8 @@ class FetchSession:
         self.partitions: dict[TopicPartition, PartitionFetch] = {}
         """The session's partitions on the broker, as of the last request sent."""
         self.use_ids: bool | None = None
+        self.generation = 0
+        """Bumped by every :meth:`reset`: a response to a request built before it must not end the reset."""
         self.full_fetches = 0
         self.incremental_fetches = 0
 
@@ -80,19 +84,30 @@ class FetchSession:
             self.reset()  # topic ids and names cannot be mixed within a session
         self.use_ids = use_ids
         if self.epoch == INITIAL_EPOCH:
-            request = SessionRequest(self.session_id, INITIAL_EPOCH, wanted, (), wanted)
+            request = SessionRequest(self.session_id, INITIAL_EPOCH, wanted, (), wanted, self.generation)
             self.full_fetches += 1
         else:
             known = self.partitions
             changed = {tp: data for tp, data in wanted.items() if known.get(tp) != data}
             forgotten = tuple(tp for tp in known if tp not in wanted)
-            request = SessionRequest(self.session_id, self.epoch, changed, forgotten, wanted)
+            request = SessionRequest(self.session_id, self.epoch, changed, forgotten, wanted, self.generation)
             self.incremental_fetches += 1
         self.partitions = dict(wanted)
         return request
 
     def on_response(self, request: SessionRequest, error_code: int, response_session_id: int) -> None:
         """Apply a Fetch response's top-level outcome."""
+        if request.generation != self.generation:
+            # Reset while the request was in flight (a new assignment, a leader change): the next request
+            # stays a full one.  Taking this answer's epoch would make it an incremental one from an empty
+            # session -- with the wrong epoch after an incremental request (one INVALID_FETCH_SESSION_EPOCH
+            # round trip), and after a full one never forgetting the partitions that request named.  The
+            # session the broker now holds (none: 0) is remembered so that the full fetch closes it.
+            if error_code == ErrorCode.none:
+                self.session_id = response_session_id
+            elif error_code == FETCH_SESSION_ID_NOT_FOUND:
+                self.session_id = INVALID_SESSION_ID
+            return
         if error_code == FETCH_SESSION_ID_NOT_FOUND:
             self._new_session()
         elif error_code != ErrorCode.none:
@@ -113,6 +128,7 @@ class FetchSession:
         """The next request is a full one (closing the current session on the broker, if any)."""
         self.epoch = INITIAL_EPOCH
         self.partitions = {}
+        self.generation += 1
 
     def _new_session(self) -> None:
         self.session_id = INVALID_SESSION_ID

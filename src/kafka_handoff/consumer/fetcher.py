@@ -547,6 +547,16 @@ class FetchManager:
                 )
             )
             return
+        # Records the application never saw are skipped: say so (Java logs it at INFO too).  The usual cause
+        # is the broker's retention (by size, or by time from the records' own timestamps -- a record
+        # produced with an old timestamp may be deleted within minutes) or DeleteRecords.
+        log.info(
+            "fetch position %d of partition %s is out of range (its records were deleted or the log was "
+            "truncated); resetting it by auto.offset.reset=%s",
+            fetch_offset,
+            tp,
+            strategy,
+        )
         self._subs.request_reset(tp, strategy)
 
     def forget(self, node: int) -> None:
