@@ -36,6 +36,22 @@ Done = Callable[[dict[TopicPartition, Any], int], None]
 Lookup = Future[dict[TopicPartition, OffsetAndTimestamp | None]]
 
 
+class AppActsAfterSnapshot(SubscriptionState):
+    """Deterministic thread interleaving: what ``app_steps`` hold runs (as the application thread would) right
+    after the network thread read which partitions need a position, before it acted on that."""
+
+    def __init__(self, default_reset: str) -> None:
+        super().__init__(default_reset)
+        self.app_steps: list[Callable[[], None]] = []
+
+    def needs_position(self) -> dict[TopicPartition, tuple[str, int]]:
+        needs = super().needs_position()
+        steps, self.app_steps = self.app_steps, []
+        for step in steps:
+            step()
+        return needs
+
+
 @dataclass
 class Harness:
     reset: str = "latest"
@@ -45,7 +61,7 @@ class Harness:
 
     def __post_init__(self) -> None:
         self.clock = FakeClock()
-        self.subs = SubscriptionState(self.reset)
+        self.subs = AppActsAfterSnapshot(self.reset)
         self.metadata = MetadataManager(retry_backoff_ms=BACKOFF, topics=lambda: frozenset({"a", "b"}))
         self.committed_calls: list[tuple[set[TopicPartition], Done]] = []
         self.errors: list[BaseException] = []
@@ -206,6 +222,75 @@ def test_without_group_the_reset_strategy_is_used_at_once() -> None:
     (req,) = h.requests().values()
     assert timestamps(req) == {A0: LATEST}
     assert h.committed_calls == []
+
+
+# ------------------------------------------------------------------------- seek right after assign()
+
+
+def test_seek_after_assign_is_not_undone_by_a_reset_none_decided_before_it() -> None:
+    """auto.offset.reset=none, no group: assign() then seek() at once.  The network thread read "A0 needs a
+    position" before the seek; the seek must stand and A0 must not be reported without an offset (Java: a
+    seek() right after assign() means no NoOffsetForPartitionException)."""
+    h = Harness(reset="none", group=False)
+    h.subs.assign_from_user([A0])
+    h.subs.app_steps.append(lambda: h.subs.seek(A0, 900))
+    assert h.requests() == {}
+    assert h.subs.position(A0) == FetchPosition(900)
+    assert h.subs.partitions_without_offset() == frozenset()
+    assert h.subs.needs_position() == {}
+    assert h.requests() == {}
+    assert h.subs.position(A0) == FetchPosition(900)
+
+
+def test_seek_after_assign_is_not_undone_by_a_reset_decided_before_it() -> None:
+    """The same race with auto.offset.reset=earliest: no ListOffsets, the seeked position is kept (it used to
+    be replaced by the beginning of the log, silently)."""
+    h = Harness(reset="earliest", group=False)
+    h.subs.assign_from_user([A0])
+    h.subs.app_steps.append(lambda: h.subs.seek(A0, 900))
+    assert h.requests() == {}
+    assert h.subs.position(A0) == FetchPosition(900)
+    assert h.requests() == {}
+
+
+def test_seek_after_assign_wins_over_a_committed_lookup_started_before_it() -> None:
+    """With a group: the committed-offset lookup was started for the fresh partition before the seek; its
+    answer (no committed offset, reset=none) belongs to an older position epoch and is dropped."""
+    h = Harness(reset="none")
+    h.subs.assign_from_user([A0])
+    h.subs.app_steps.append(lambda: h.subs.seek(A0, 900))
+    h.requests()
+    for _parts, done in h.committed_calls:
+        done({A0: None}, h.clock.now_ms())
+    assert h.subs.position(A0) == FetchPosition(900)
+    assert h.subs.partitions_without_offset() == frozenset()
+    assert h.requests() == {}
+
+
+def test_committed_answer_for_an_older_position_epoch_is_dropped() -> None:
+    """A lookup started for one position epoch never sets (or resets) the position at another: here the
+    partition was seeked and then set to be initialised from the committed offset again (no consumer call
+    does that today; the subscription state allows it) while the first answer was on its way."""
+    h = Harness(reset="none")
+    h.subs.assign_from_user([A0])
+    h.requests()
+    ((_, done),) = h.committed_calls
+    h.subs.seek(A0, 900)
+    h.subs.request_reset(A0, "committed")
+    done({A0: None}, h.clock.now_ms())  # the answer for the first epoch
+    assert h.subs.partitions_without_offset() == frozenset()
+    assert h.subs.needs_position() == {A0: ("committed", h.subs.state(A0).position_epoch)}
+
+
+def test_by_duration_fallback_to_the_end_is_not_applied_after_a_seek() -> None:
+    h = Harness(group=False)
+    h.subs.assign_from_user([A0])
+    h.subs.request_reset(A0, "by_duration:PT1H")
+    (req,) = h.requests().values()
+    h.subs.seek(A0, 300)
+    respond(req, {A0: -1}, h.clock.now_ms())  # no record newer than an hour
+    assert h.subs.position(A0) == FetchPosition(300)
+    assert h.requests() == {}
 
 
 # ---------------------------------------------------------------------------------------------- resets

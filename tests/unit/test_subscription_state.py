@@ -73,6 +73,25 @@ def test_lookup_result_applies_only_for_the_epoch_it_was_started_for() -> None:
     assert subs.state(A0).position_epoch == epoch + 1
 
 
+def test_reset_decided_by_the_network_thread_never_undoes_a_later_seek() -> None:
+    """The network thread decided a reset at one position epoch; a seek() since (e.g. right after assign())
+    stands, and the partition is not reported without an offset."""
+    subs = assigned(A0, reset="none")
+    ((strategy, epoch),) = subs.needs_position().values()
+    assert strategy == "committed"
+    subs.seek(A0, 900)
+    assert subs.maybe_request_reset(A0, epoch, "none") is None
+    assert subs.position(A0) == FetchPosition(900)
+    assert subs.partitions_without_offset() == frozenset()
+    assert subs.maybe_request_reset(B0, 0, "none") is None  # not assigned: nothing to do, no error
+    # At the current epoch it applies, like request_reset(), and returns the new epoch.
+    current = subs.state(A0).position_epoch
+    assert subs.maybe_request_reset(A0, current, "none") == current + 1
+    assert subs.position(A0) is None
+    assert subs.partitions_without_offset() == {A0}
+    assert subs.needs_position() == {A0: ("none", current + 1)}
+
+
 def test_lookup_result_for_unassigned_partition_is_ignored() -> None:
     subs = assigned(A0)
     assert not subs.maybe_seek_unvalidated(B0, 5, 0, "committed")

@@ -557,7 +557,7 @@ class FetchManager:
             tp,
             strategy,
         )
-        self._subs.request_reset(tp, strategy)
+        self._subs.maybe_request_reset(tp, pepoch, strategy)  # not if the application seeked meanwhile
 
     def forget(self, node: int) -> None:
         self._release(node, self._in_flight.get(node, set()))

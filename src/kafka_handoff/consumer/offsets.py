@@ -139,7 +139,8 @@ class OffsetsManager:
         wait = 5000
         # 1. Positions.
         needs = self._subs.needs_position()
-        committed_needed: set[TopicPartition] = set()
+        committed_needed: dict[TopicPartition, int] = {}
+        """Partition -> the position epoch the committed-offset lookup is for."""
         resets: dict[TopicPartition, tuple[int, str, int]] = {}
         for tp in [tp for tp in self._next_reset_ms if tp not in needs]:
             del self._next_reset_ms[tp]
@@ -150,13 +151,18 @@ class OffsetsManager:
             if backoff_epoch == pepoch and not_before > now_ms:
                 wait = min(wait, not_before - now_ms)
                 continue
+            # ``needs`` was read a moment ago: the application may have seeked since (``seek()`` right
+            # after ``assign()``).  Every decision below is applied only at the position epoch it was
+            # made for, so such a seek is never undone (nor reported as NoOffsetForPartitionError).
             if strategy == "committed":
                 if self._committed_lookup is not None:
-                    committed_needed.add(tp)
+                    committed_needed[tp] = pepoch
                     continue
                 strategy = self._subs.default_reset
-                self._subs.request_reset(tp, strategy)
-                pepoch = self._subs.state(tp).position_epoch
+                new_epoch = self._subs.maybe_request_reset(tp, pepoch, strategy)
+                if new_epoch is None:
+                    continue  # seeked (or reset, or unassigned) meanwhile
+                pepoch = new_epoch
             if strategy == "none":
                 # Nothing to look up: the consumer raises NoOffsetForPartitionError from every poll() until
                 # the application seeks (SubscriptionState.partitions_without_offset).
@@ -171,24 +177,28 @@ class OffsetsManager:
             resets[tp] = (ts, strategy, pepoch)
         if committed_needed and self._committed_lookup is not None:
             parts = set(committed_needed)
+            epochs = dict(committed_needed)
 
             def on_committed(result: dict[TopicPartition, Any], now: int) -> None:
                 self._awaiting_committed.difference_update(parts)
                 for tp in parts:
+                    # An answer to a lookup started before a seek (or a reset, or a new assignment) is
+                    # dropped: only the position epoch it was started for may be initialised by it.
+                    pepoch = epochs[tp]
                     st = self._subs.get(tp)
-                    if st is None or st.reset_strategy != "committed":
+                    if st is None or st.position_epoch != pepoch or st.reset_strategy != "committed":
                         continue
                     value = result.get(tp)
                     if isinstance(value, BaseException):
-                        self._next_reset_ms[tp] = (st.position_epoch, now + self._backoff)
+                        self._next_reset_ms[tp] = (pepoch, now + self._backoff)
                         continue
                     if value is not None:
                         # With its leader epoch: validated with the current leader first (KIP-320).
                         self._subs.maybe_seek_unvalidated(
-                            tp, value.offset, st.position_epoch, "committed", value.leader_epoch
+                            tp, value.offset, pepoch, "committed", value.leader_epoch
                         )
                     else:
-                        self._subs.request_reset(tp, self._subs.default_reset)
+                        self._subs.maybe_request_reset(tp, pepoch, self._subs.default_reset)
 
             if self._committed_lookup(parts, on_committed):
                 self._awaiting_committed |= parts
@@ -298,10 +308,8 @@ class OffsetsManager:
                 if code == ErrorCode.none and offset < 0 and strategy.startswith("by_duration:"):
                     # No record at or after now - duration: reset to the end, as Java does (retrying would
                     # ask the same question forever).
-                    st = self._subs.get(tp)
-                    if st is not None and st.position_epoch == pepoch and st.reset_strategy == strategy:
+                    if self._subs.maybe_request_reset(tp, pepoch, "latest") is not None:
                         log.debug("%s: no record newer than %s, resetting to the end", tp, strategy)
-                        self._subs.request_reset(tp, "latest")
                     return
                 if code != ErrorCode.none or offset < 0:
                     if code in _LEADER_ERRORS:

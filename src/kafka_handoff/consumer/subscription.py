@@ -228,6 +228,18 @@ class SubscriptionState:
             st.consumed_at_poll = None  # may move backwards: nothing to auto-commit until the next poll()
             self._set_awaiting_validation(tp, st, False)
 
+    def maybe_request_reset(self, tp: TopicPartition, expected_epoch: int, strategy: str) -> int | None:
+        """:meth:`request_reset` for the network thread, which decided it on what it read earlier: done only
+        if the partition is still assigned at ``expected_epoch`` (not seeked or reset by the application
+        since -- a position set by ``seek()`` right after ``assign()`` must never be dropped).  Returns the
+        new position epoch, or None if nothing was changed."""
+        with self._lock:
+            st = self._parts.get(tp)
+            if st is None or st.position_epoch != expected_epoch:
+                return None
+            self.request_reset(tp, strategy)
+            return st.position_epoch
+
     def maybe_seek_unvalidated(
         self,
         tp: TopicPartition,

@@ -321,7 +321,7 @@ class PositionValidator:
                     pos.leader_epoch,
                     reset,
                 )
-                self._subs.request_reset(tp, reset)
+                self._subs.maybe_request_reset(tp, pepoch, reset)  # not if seeked meanwhile
                 return None
             return _error_fetch(
                 tp,

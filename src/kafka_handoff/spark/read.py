@@ -19,7 +19,7 @@ from array import array
 from collections.abc import Iterator
 from typing import Any
 
-from kafka_handoff.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
+from kafka_handoff.errors import OffsetOutOfRangeError
 from kafka_handoff.spark.options import SourceOptions
 from kafka_handoff.spark.plan import DataLossError, OffsetRange
 from kafka_handoff.types import TopicPartition
@@ -172,12 +172,7 @@ def read_range(options: SourceOptions, part: OffsetRange) -> Iterator[Any]:
                     f"{part.start}..{part.end - 1}); set the option failOnDataLoss=false to skip them and "
                     "go on"
                 ) from exc
-            except NoOffsetForPartitionError:
-                # The position set by seek() can lose a race with the network thread's initialisation of a
-                # newly assigned partition; seeking again is safe (no record has been returned past it).
-                consumer.seek(tp, position)
-                polled = None
-            chunk = None if polled is None else polled.chunk(tp)
+            chunk = polled.chunk(tp)
             if chunk is not None and len(chunk):
                 chunk.drop_below(position)
             if chunk is not None and len(chunk):
