@@ -441,7 +441,7 @@ def test_lost_of_every_pending_partition_completes_the_revoke_without_its_callba
     assert h.consumer.delay_revoke([T0])  # the next poll's start-of-poll rules will not complete it
 
     h.inject(CallbackNeeded(LOST, frozenset({T0}), seq=2))
-    records = h.consumer.poll(0)  # start of poll: T0 back on revoke-next; then the loss takes it off
+    records = h.consumer.poll(0)  # start of poll: the queued loss takes T0 off the revoke lists first
     assert records.lost_partitions == {T0}
     assert records.to_be_revoked_partitions == frozenset()
     assert h.calls() == [("lost", frozenset({T0}))]
@@ -451,6 +451,27 @@ def test_lost_of_every_pending_partition_completes_the_revoke_without_its_callba
     assert records.lost_partitions == frozenset()
     assert h.calls() == [("lost", frozenset({T0}))]  # never a revoke callback for the lost partition
     assert h.completed() == [(1, None), (2, None)]
+
+
+def test_a_loss_arriving_between_polls_supersedes_the_revoke_due_at_the_next_poll(h: Harness) -> None:
+    """The max.poll.interval.ms interleaving: poll N reports an eager revoke of everything, the application
+    then stops polling, the member leaves the group and the LOST arrives before poll N+1.  Poll N+1 runs
+    only the lost callback: a revoked callback (in which the application commits) must not run for
+    partitions another member may already own."""
+    h.own(T0, T1)
+    h.inject(CallbackNeeded(REVOKE, frozenset({T0, T1}), seq=1))
+    records = h.consumer.poll(0)  # poll N
+    assert records.to_be_revoked_partitions == {T0, T1}
+
+    h.inject(CallbackNeeded(LOST, frozenset({T0, T1}), seq=2))
+    records = h.consumer.poll(0)  # poll N+1
+    assert h.calls() == [("lost", frozenset({T0, T1}))]
+    assert records.lost_partitions == {T0, T1}
+    assert records.to_be_revoked_partitions == frozenset()
+    assert h.completed() == [(1, None), (2, None)]
+
+    h.consumer.poll(0)
+    assert h.calls() == [("lost", frozenset({T0, T1}))]
 
 
 def test_lost_poll_returns_early(h: Harness) -> None:
