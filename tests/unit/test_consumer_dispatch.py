@@ -107,6 +107,8 @@ class FakeMembership:
         self.left = True
         self.app_polls = 0
         self.leaves = 0
+        self.before_app_poll: Callable[[], None] | None = None
+        """Run (once) on the network thread when the next poll event arrives, before it counts."""
 
     # --- scripting (test thread)
     def add(self, events: Sequence[GroupEvent]) -> None:
@@ -130,6 +132,9 @@ class FakeMembership:
         self.journal.add("completed", seq, error)
 
     def on_app_poll(self, now_ms: int) -> None:
+        hook, self.before_app_poll = self.before_app_poll, None
+        if hook is not None:
+            hook()
         with self._lock:
             self.app_polls += 1
             released, self._on_next_app_poll = self._on_next_app_poll, []
@@ -183,6 +188,7 @@ class Listener:
         self.journal = journal
         self.raise_on: dict[str, BaseException] = {}
         self.views: list[RebalanceConsumer] = []
+        self.on_revoked: Callable[[], None] | None = None
 
     def _log(self, name: str, partitions: Collection[TopicPartition], consumer: RebalanceConsumer) -> None:
         self.journal.add(name, frozenset(partitions))
@@ -194,6 +200,8 @@ class Listener:
     def on_partitions_revoked(
         self, partitions: Collection[TopicPartition], consumer: RebalanceConsumer
     ) -> None:
+        if self.on_revoked is not None:
+            self.on_revoked()
         self._log("revoked", partitions, consumer)
 
     def on_partitions_assigned(
@@ -472,6 +480,41 @@ def test_a_loss_arriving_between_polls_supersedes_the_revoke_due_at_the_next_pol
 
     h.consumer.poll(0)
     assert h.calls() == [("lost", frozenset({T0, T1}))]
+
+
+def test_the_poll_timer_is_reset_before_a_revoke_completes_at_the_start_of_poll(h: Harness) -> None:
+    """As Java's pollHeartbeat before onJoinPrepare: the membership sees poll N+1 (its poll timer is reset)
+    before the revoke due then completes, so a member whose poll timer expired while the application was
+    away cannot be revoking partitions while it leaves the group."""
+    h.own(T0, T1)
+    h.inject(CallbackNeeded(REVOKE, frozenset({T0, T1}), seq=1))
+    h.consumer.poll(0)  # poll N
+    h.sync()  # poll N's own poll event has been handled
+    polls_seen: list[int] = []
+    h.listener.on_revoked = lambda: polls_seen.append(h.fake.app_polls)
+    before = h.fake.app_polls
+    h.consumer.poll(0)  # poll N+1
+    assert h.calls() == [("revoked", frozenset({T0, T1}))]
+    assert polls_seen and polls_seen[0] > before
+
+
+def test_a_loss_declared_just_before_the_poll_timer_reset_supersedes_the_revoke(h: Harness) -> None:
+    """The other side of the race: the network thread had not yet posted the loss when poll N+1 started
+    (it acted on the expired poll timer just before it handled the poll event).  The loss still wins."""
+    h.own(T0, T1)
+    h.inject(CallbackNeeded(REVOKE, frozenset({T0, T1}), seq=1))
+    h.consumer.poll(0)  # poll N
+    h.sync()
+
+    def leave_first() -> None:  # on the network thread: the expiry is acted on before the poll event
+        h.fake.add([CallbackNeeded(LOST, frozenset({T0, T1}), seq=2)])
+        h.consumer._drain_membership_nt(0)
+
+    h.fake.before_app_poll = leave_first
+    records = h.consumer.poll(0)  # poll N+1
+    assert h.calls() == [("lost", frozenset({T0, T1}))]
+    assert records.lost_partitions == {T0, T1}
+    assert h.completed() == [(1, None), (2, None)]
 
 
 def test_lost_poll_returns_early(h: Harness) -> None:
