@@ -15,7 +15,11 @@ decides *when* each runs and with which partitions:
   partitions' positions are initialised only after their assigned callback); its error does not stop the
   rebalance;
 * a **LOST** never waits: it resolves pending revokes, supersedes queued ASSIGNs of the lost partitions and
-  makes ``poll()`` return early.
+  makes ``poll()`` return early.  A LOST already queued also supersedes every revoke of its partitions not
+  completed yet -- one due at this start of ``poll()`` or queued ahead of it -- so the revoked callback
+  never runs for partitions the member lost (poll timeout, fencing), as Java's ``onJoinPrepare`` after a
+  generation reset.  (The consumer resets the poll timer before a revoke completes at the start of
+  ``poll()``, so a loss the membership declared just before is queued by then.)
 
 Everything outside -- running the listener, the auto-commit before a revoke, reporting a completion to the
 membership, dropping buffered records -- goes through the :class:`DispatchHost` the consumer implements;
