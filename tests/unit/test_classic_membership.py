@@ -1487,6 +1487,40 @@ def test_poll_timeout_leaves_the_group_and_next_poll_rejoins_after_lost() -> Non
     assert join_subscription(join).owned_partitions == ()
 
 
+def test_poll_timeout_during_an_eager_revoke_loses_every_partition_of_the_revoke() -> None:
+    """A rebalance began (heartbeat REBALANCE_IN_PROGRESS) just before the poll timer expires: the eager
+    REVOKE(all) is out to the application thread, which does not poll.  On expiry the member leaves and
+    LOST covers every partition of that REVOKE (the application thread lets the LOST supersede the revoke:
+    test_rebalance_dispatch); the REVOKE's late completion changes nothing and the rejoin claims nothing."""
+    h = Harness(protocol=EAGER)
+    h.stable(["a0", "a1"], member_id="m1")
+    start = h.now
+    _keep_heartbeating(h, start + REBALANCE - 2 * HB)
+    h.advance(HB)
+    h.poll()
+    h.reply(h.take(HEARTBEAT), heartbeat_response(E.rebalance_in_progress))
+    h.poll()
+    revoke_events = h.events()
+    assert [(c.kind, c.partitions) for c in h.callbacks(revoke_events)] == [(REVOKE, tps("a0", "a1"))]
+    assert JOIN not in h.kinds()  # the JoinGroup waits for the revoke callback
+    h.advance(HB)  # the poll timer expires before the application thread ran the revoke
+    h.poll()
+    h.take(LEAVE)
+    events = h.events()
+    assert [(c.kind, c.partitions) for c in h.callbacks(events)] == [(LOST, tps("a0", "a1"))]
+    assert h.m.owned == frozenset() and h.m.generation.is_reset
+    h.complete(*revoke_events)  # too late: superseded
+    assert h.events() == [] and h.m.owned == frozenset()
+    h.complete(*events)
+    h.advance(HB)
+    assert JOIN not in [r.api_key for r in h.poll()]  # no rejoin before the application polls again
+    h.m.on_app_poll(h.now)
+    h.poll()
+    join = h.take(JOIN)
+    assert join.body(9)["member_id"] == ""
+    assert join_subscription(join).owned_partitions == ()
+
+
 def test_app_polls_keep_the_member_in_the_group() -> None:
     h = Harness()
     h.stable(["a0"])

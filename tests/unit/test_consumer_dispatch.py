@@ -107,6 +107,8 @@ class FakeMembership:
         self.left = True
         self.app_polls = 0
         self.leaves = 0
+        self.before_app_poll: Callable[[], None] | None = None
+        """Run (once) on the network thread when the next poll event arrives, before it counts."""
 
     # --- scripting (test thread)
     def add(self, events: Sequence[GroupEvent]) -> None:
@@ -130,6 +132,9 @@ class FakeMembership:
         self.journal.add("completed", seq, error)
 
     def on_app_poll(self, now_ms: int) -> None:
+        hook, self.before_app_poll = self.before_app_poll, None
+        if hook is not None:
+            hook()
         with self._lock:
             self.app_polls += 1
             released, self._on_next_app_poll = self._on_next_app_poll, []
@@ -183,6 +188,7 @@ class Listener:
         self.journal = journal
         self.raise_on: dict[str, BaseException] = {}
         self.views: list[RebalanceConsumer] = []
+        self.on_revoked: Callable[[], None] | None = None
 
     def _log(self, name: str, partitions: Collection[TopicPartition], consumer: RebalanceConsumer) -> None:
         self.journal.add(name, frozenset(partitions))
@@ -194,6 +200,8 @@ class Listener:
     def on_partitions_revoked(
         self, partitions: Collection[TopicPartition], consumer: RebalanceConsumer
     ) -> None:
+        if self.on_revoked is not None:
+            self.on_revoked()
         self._log("revoked", partitions, consumer)
 
     def on_partitions_assigned(
@@ -441,7 +449,7 @@ def test_lost_of_every_pending_partition_completes_the_revoke_without_its_callba
     assert h.consumer.delay_revoke([T0])  # the next poll's start-of-poll rules will not complete it
 
     h.inject(CallbackNeeded(LOST, frozenset({T0}), seq=2))
-    records = h.consumer.poll(0)  # start of poll: T0 back on revoke-next; then the loss takes it off
+    records = h.consumer.poll(0)  # start of poll: the queued loss takes T0 off the revoke lists first
     assert records.lost_partitions == {T0}
     assert records.to_be_revoked_partitions == frozenset()
     assert h.calls() == [("lost", frozenset({T0}))]
@@ -450,6 +458,62 @@ def test_lost_of_every_pending_partition_completes_the_revoke_without_its_callba
     records = h.consumer.poll(0)
     assert records.lost_partitions == frozenset()
     assert h.calls() == [("lost", frozenset({T0}))]  # never a revoke callback for the lost partition
+    assert h.completed() == [(1, None), (2, None)]
+
+
+def test_a_loss_arriving_between_polls_supersedes_the_revoke_due_at_the_next_poll(h: Harness) -> None:
+    """The max.poll.interval.ms interleaving: poll N reports an eager revoke of everything, the application
+    then stops polling, the member leaves the group and the LOST arrives before poll N+1.  Poll N+1 runs
+    only the lost callback: a revoked callback (in which the application commits) must not run for
+    partitions another member may already own."""
+    h.own(T0, T1)
+    h.inject(CallbackNeeded(REVOKE, frozenset({T0, T1}), seq=1))
+    records = h.consumer.poll(0)  # poll N
+    assert records.to_be_revoked_partitions == {T0, T1}
+
+    h.inject(CallbackNeeded(LOST, frozenset({T0, T1}), seq=2))
+    records = h.consumer.poll(0)  # poll N+1
+    assert h.calls() == [("lost", frozenset({T0, T1}))]
+    assert records.lost_partitions == {T0, T1}
+    assert records.to_be_revoked_partitions == frozenset()
+    assert h.completed() == [(1, None), (2, None)]
+
+    h.consumer.poll(0)
+    assert h.calls() == [("lost", frozenset({T0, T1}))]
+
+
+def test_the_poll_timer_is_reset_before_a_revoke_completes_at_the_start_of_poll(h: Harness) -> None:
+    """As Java's pollHeartbeat before onJoinPrepare: the membership sees poll N+1 (its poll timer is reset)
+    before the revoke due then completes, so a member whose poll timer expired while the application was
+    away cannot be revoking partitions while it leaves the group."""
+    h.own(T0, T1)
+    h.inject(CallbackNeeded(REVOKE, frozenset({T0, T1}), seq=1))
+    h.consumer.poll(0)  # poll N
+    h.sync()  # poll N's own poll event has been handled
+    polls_seen: list[int] = []
+    h.listener.on_revoked = lambda: polls_seen.append(h.fake.app_polls)
+    before = h.fake.app_polls
+    h.consumer.poll(0)  # poll N+1
+    assert h.calls() == [("revoked", frozenset({T0, T1}))]
+    assert polls_seen and polls_seen[0] > before
+
+
+def test_a_loss_declared_just_before_the_poll_timer_reset_supersedes_the_revoke(h: Harness) -> None:
+    """The other side of the race: the network thread had not yet posted the loss when poll N+1 started
+    (it acted on the expired poll timer just before it handled the poll event).  The loss still wins."""
+    h.own(T0, T1)
+    h.inject(CallbackNeeded(REVOKE, frozenset({T0, T1}), seq=1))
+    h.consumer.poll(0)  # poll N
+    h.sync()
+
+    def leave_first() -> None:  # on the network thread: the expiry is acted on before the poll event
+        h.fake.add([CallbackNeeded(LOST, frozenset({T0, T1}), seq=2)])
+        h.consumer._drain_membership_nt(0)
+
+    h.fake.before_app_poll = leave_first
+    records = h.consumer.poll(0)  # poll N+1
+    assert h.calls() == [("lost", frozenset({T0, T1}))]
+    assert records.lost_partitions == {T0, T1}
     assert h.completed() == [(1, None), (2, None)]
 
 

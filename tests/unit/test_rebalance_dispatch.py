@@ -324,6 +324,66 @@ def test_lost_callback_gets_partitions_whose_revoke_already_ran(rig: Rig) -> Non
     assert p.lost == tps(T1)  # KIP-983's list: only what the application still held
 
 
+def test_a_loss_queued_before_the_start_of_poll_supersedes_the_revoke_due_then(rig: Rig) -> None:
+    """Poll-timeout interleaving (classic eager): poll N requests the revoke of everything (a rebalance
+    began), the application then stalls past max.poll.interval.ms, the member leaves the group and the LOST
+    arrives between the polls.  Poll N+1 must not complete the revoke first: the member is out of the group,
+    another member may own the partitions already, and a revoked callback would let the application commit
+    them.  Only the lost callback runs (Java: onJoinPrepare sees the reset generation -> onPartitionsLost)."""
+    rig.poll(revoke(1, T0, T1, T2))
+    rig.between_polls(lost(2, T0, T1, T2))
+    p = rig.poll()
+    assert rig.host.calls() == [("lost", tps(T0, T1, T2))]
+    assert p.early and p.lost == tps(T0, T1, T2) and p.to_be_revoked == frozenset()
+    assert sorted(seq for seq, _ in rig.host.completed()) == [1, 2]
+    journal = rig.host.journal
+    assert journal.index(("lost", tps(T0, T1, T2))) < journal.index(("completed", 1, None))
+
+
+def test_a_loss_queued_before_the_start_of_poll_supersedes_a_delayed_revoke(rig: Rig) -> None:
+    rig.poll(revoke(1, T0))
+    assert rig.d.delay_revoke([T0])
+    rig.poll()  # T0 moves to revoke-next: due at the next start of poll
+    rig.between_polls(lost(2, T0, T1))
+    p = rig.poll()
+    assert rig.host.calls() == [("lost", tps(T0, T1))]
+    assert p.lost == tps(T0, T1)
+    assert sorted(seq for seq, _ in rig.host.completed()) == [1, 2]
+
+
+def test_a_queued_loss_supersedes_only_the_revokes_of_its_partitions(rig: Rig) -> None:
+    rig.poll(revoke(1, T0, T1))
+    rig.between_polls(lost(2, T1))
+    rig.poll()
+    assert rig.host.calls() == [("revoked", tps(T0)), ("lost", tps(T1))]
+    assert sorted(seq for seq, _ in rig.host.completed()) == [1, 2]
+
+
+@pytest.mark.parametrize("same_poll", [False, True])
+def test_a_revoke_queued_ahead_of_a_loss_of_its_partitions_never_runs(same_poll: bool) -> None:
+    """The eager revoke was queued for the application thread (which was stalled) and then the poll timer
+    expired: the revoke never ran, so it becomes part of the loss -- also with revoke.completion=same-poll,
+    where a revoke otherwise completes in the poll that requests it."""
+    rig = Rig(same_poll=same_poll)
+    rig.host.owned = tps(T0, T1, T2)
+    rig.between_polls(revoke(1, T0, T1, T2), lost(2, T0, T1, T2))
+    p = rig.poll()
+    assert rig.host.calls() == [("lost", tps(T0, T1, T2))]
+    assert p.lost == tps(T0, T1, T2) and p.to_be_revoked == frozenset()
+    assert sorted(seq for seq, _ in rig.host.completed()) == [1, 2]
+    rig.poll()
+    assert rig.host.calls() == [("lost", tps(T0, T1, T2))]  # and nothing later either
+
+
+def test_a_revoke_queued_ahead_of_a_partial_loss_runs_for_the_rest_in_same_poll_mode() -> None:
+    rig = Rig(same_poll=True)
+    rig.host.owned = tps(T0, T1)
+    rig.between_polls(revoke(1, T0, T1), lost(2, T1))
+    rig.poll()
+    assert rig.host.calls() == [("revoked", tps(T0)), ("lost", tps(T1))]
+    assert sorted(seq for seq, _ in rig.host.completed()) == [1, 2]
+
+
 # ================================================================================================ errors
 def test_revoke_listener_error_is_reported_with_the_completion_and_once(rig: Rig) -> None:
     boom = RuntimeError("revoke failed")

@@ -606,7 +606,24 @@ class Consumer:
         self._dispatch.start_poll()
 
     def _poll_start_callbacks(self) -> None:
+        if self.membership is not None and self._dispatch.revoke.to_be_revoked_partitions():
+            self._poll_timer_checkpoint()
         self._dispatch.start_of_poll_callbacks()
+
+    def _poll_timer_checkpoint(self) -> None:
+        """Before a revoke completes at the start of ``poll()``: the membership learns of this poll first
+        (its poll timer is reset), and a loss it declared before that -- ``max.poll.interval.ms`` expired
+        while the application was away, so the member left the group -- is taken in, so that the loss
+        supersedes the revoke (the dispatcher runs only the lost callback).  Java gets the same from
+        ``ConsumerCoordinator.poll``: ``pollHeartbeat`` resets the poll timer under the coordinator lock the
+        heartbeat thread checks it with, before ``onJoinPrepare`` revokes; either the member left first (then
+        ``onPartitionsLost``) or it is still in the group when ``onPartitionsRevoked`` runs.  Only when a
+        revoke is due (rare), so an ordinary ``poll()`` never waits for the network thread."""
+        try:
+            self._wait(self._thread.submit(PollEvent()), 30_000, "poll timer reset", internal=True)
+        except KafkaError as exc:  # the network thread is stopping or stuck: its own error surfaces
+            log.debug("poll timer reset before the revoke callback failed: %s", exc)
+        self._drain_background()
 
     def _poll_start_event(self) -> None:
         self._send_poll_event()

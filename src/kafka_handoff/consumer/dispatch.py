@@ -15,7 +15,11 @@ decides *when* each runs and with which partitions:
   partitions' positions are initialised only after their assigned callback); its error does not stop the
   rebalance;
 * a **LOST** never waits: it resolves pending revokes, supersedes queued ASSIGNs of the lost partitions and
-  makes ``poll()`` return early.
+  makes ``poll()`` return early.  A LOST already queued also supersedes every revoke of its partitions not
+  completed yet -- one due at this start of ``poll()`` or queued ahead of it -- so the revoked callback
+  never runs for partitions the member lost (poll timeout, fencing), as Java's ``onJoinPrepare`` after a
+  generation reset.  (The consumer resets the poll timer before a revoke completes at the start of
+  ``poll()``, so a loss the membership declared just before is queued by then.)
 
 Everything outside -- running the listener, the auto-commit before a revoke, reporting a completion to the
 membership, dropping buffered records -- goes through the :class:`DispatchHost` the consumer implements;
@@ -138,6 +142,7 @@ class RebalanceDispatcher:
     def start_of_poll_callbacks(self) -> None:
         """KIP-983's start-of-poll rules: complete the revokes that are due, then run queued callbacks."""
         with self.polling():
+            self._supersede_by_queued_losses()
             self.complete_revokes(self.revoke.start_of_poll())
             self._fresh_revokes.clear()
             self.run_deferred()
@@ -227,6 +232,7 @@ class RebalanceDispatcher:
             self.revoke.on_revoke_requested(parts, event.seq, deadline_ms=deadline)
             self._fresh_revokes.add(event.seq)
             self._host.drop_fetched(lambda tp: tp not in parts)
+            self._supersede_by_queued_losses()
             if self.leaving or self._revoke_completes_at_once():
                 # unsubscribe()/close(): no later poll will complete it; or it completes in this poll.
                 self.complete_revokes(self.revoke.complete_all())
@@ -279,6 +285,27 @@ class RebalanceDispatcher:
             self.in_callback = False
             if kind is not CallbackKind.ASSIGN:
                 self._told_gone.update(partitions)
+
+    def _supersede_by_queued_losses(self) -> None:
+        """A LOST waiting in the queue supersedes every revoke of its partitions not completed yet.
+
+        The membership emits LOST after a REVOKE it can no longer wait for: the member left the group
+        (``max.poll.interval.ms`` expired: LeaveGroup and generation reset), was fenced, or gave up a revoke
+        past the rebalance timeout.  From then on another member may own the partitions, so their revoked
+        callback -- in which the application commits -- must not run; Java's ``onJoinPrepare`` calls only
+        ``onPartitionsLost`` once the generation is reset.  Here the REVOKE may already be pending (requested
+        in the previous poll, due at this start of poll) or queued ahead of the LOST (both arrived while the
+        application was not polling): either way the partitions leave the revoke lists before any revoke
+        completes, and the LOST, when it runs, resolves the request and reports them lost."""
+        lost: set[TopicPartition] = set()
+        for event in self.deferred:
+            if isinstance(event, CallbackNeeded) and event.kind is CallbackKind.LOST:
+                lost.update(event.partitions)
+        if lost:
+            superseded = self.revoke.revoke_requested_partitions() & lost
+            if superseded:
+                log.debug("revoke of %s superseded by a queued loss", sorted(superseded))
+                self.revoke.supersede(superseded)
 
     def _drop_stale_assigns(self, lost: CallbackNeeded) -> None:
         """A LOST supersedes ASSIGNs still queued before it (waiting behind a pending revoke): an assigned

@@ -179,6 +179,17 @@ class RevokeLists:
             self._lost[tp] = None
         self._resolve(set(parts), lost=True)
 
+    def supersede(self, partitions: Iterable[TopicPartition]) -> None:
+        """A loss of ``partitions`` is known but not applied yet (its LOST waits in the application thread's
+        queue): their revoke never completes.  They leave both revoke lists now, so no start of poll (or
+        immediate completion) runs the revoked callback for them; the pending requests keep waiting for
+        :meth:`on_lost`, which resolves them as lost and lists the partitions as lost."""
+        for tp in partitions:
+            tp = TopicPartition(*tp)
+            self._next.pop(tp, None)
+            self._thereafter.pop(tp, None)
+            self._deadlines.pop(tp, None)
+
     def start_of_poll(self) -> frozenset[TopicPartition]:
         """Apply the start-of-poll rules; return the partitions whose revoke completes now.
 
