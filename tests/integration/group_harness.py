@@ -607,6 +607,8 @@ class BackgroundProducer(threading.Thread):
         self.rate = rate
         self.delivered: set[tuple[TopicPartition, int]] = set()
         self.errors: list[Any] = []
+        self.reports = 0  # delivery reports, failed ones too (an offset reported twice counts twice)
+        self.unflushed = 0  # what the final flush left undelivered
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
         self.sent = 0
@@ -619,6 +621,7 @@ class BackgroundProducer(threading.Thread):
             self.targets += [TopicPartition(topic, p) for p in range(partitions)]
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
+        self.reports += 1
         if err is not None:
             self.errors.append(err)
         else:
@@ -652,9 +655,10 @@ class BackgroundProducer(threading.Thread):
             self.ours.flush(30)
             self.ours.close(10)
         else:
-            self.producer.flush(30)
+            self.unflushed = int(self.producer.flush(30))
 
     def _on_ours(self, md: RecordMetadata | None, exc: BaseException | None) -> None:
+        self.reports += 1
         if exc is not None:
             self.errors.append(exc)
         elif md is not None:
@@ -666,7 +670,10 @@ class BackgroundProducer(threading.Thread):
         self.join(timeout)
         assert not self.is_alive(), "the background producer did not stop"
         assert not self.errors, f"produce errors: {self.errors[:5]}"
-        assert len(self.delivered) == self.sent, f"{self.sent} sent but {len(self.delivered)} delivered"
+        assert len(self.delivered) == self.sent, (
+            f"{self.sent} sent but {len(self.delivered)} delivered ({self.reports} delivery reports, "
+            f"{self.unflushed} left by the final flush)"
+        )
         return set(self.delivered)
 
     def count_for(self, tps: Iterable[TopicPartition]) -> int:
