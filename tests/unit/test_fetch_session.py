@@ -107,22 +107,20 @@ def test_reset_while_an_incremental_request_is_in_flight_keeps_the_next_request_
     assert nxt.full and nxt.session_id == 42 and nxt.partitions == P
 
 
-def test_session_not_found_for_a_request_from_before_a_reset() -> None:
+@pytest.mark.parametrize(
+    ("error_code", "session_id"),
+    [(70, 0), (0, 0)],  # FETCH_SESSION_ID_NOT_FOUND; the broker closing the session (id 0)
+    ids=["session-not-found", "session-closed"],
+)
+def test_an_answer_from_before_a_reset_that_ends_the_session_leaves_nothing_to_close(
+    error_code: int, session_id: int
+) -> None:
     s = started()
     req = s.build(dict(P), use_ids=True)
     s.reset()
-    s.on_response(req, 70, 0)
+    s.on_response(req, error_code, session_id)
     nxt = s.build(dict(P), use_ids=True)
-    assert nxt.full and nxt.session_id == 0  # no session to close
-
-
-def test_broker_closing_the_session_in_an_answer_from_before_a_reset() -> None:
-    s = started()
-    req = s.build(dict(P), use_ids=True)
-    s.reset()
-    s.on_response(req, 0, 0)
-    nxt = s.build(dict(P), use_ids=True)
-    assert nxt.full and nxt.session_id == 0  # nothing left to close
+    assert nxt.full and nxt.session_id == 0
 
 
 def test_broker_without_a_session_slot_gets_full_requests() -> None:
